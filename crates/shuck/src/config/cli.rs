@@ -1,0 +1,198 @@
+//! The command line: every option is defined once, here, with its help text. The flag names,
+//! short letters and value syntax follow hitch's `--help`, so a hitch command line keeps
+//! working; the README's option table is checked against this definition by a test.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::duration::parse_duration;
+
+/// shuck: a TLS termination proxy (stud and hitch's job, in Rust).
+#[derive(Debug, Parser)]
+#[command(name = "shuck", version, about, max_term_width = 100)]
+pub struct Cli {
+    /// PEM files, each holding a certificate chain and its private key (RSA, ECDSA or
+    /// Ed25519; PKCS#1, PKCS#8 or SEC1). The first is the default certificate. With none,
+    /// shuck generates a self-signed certificate for localhost at start.
+    #[arg(value_name = "PEM")]
+    pub pem_files: Vec<PathBuf>,
+
+    /// Load every *.pem file of DIR (in name order) after the positional PEM files.
+    #[arg(long, value_name = "DIR")]
+    pub pem_dir: Option<PathBuf>,
+
+    /// Frontend listen endpoint, repeatable: [HOST]:PORT, [*]:PORT, [::1]:PORT or HOST:PORT.
+    #[arg(
+        short = 'f',
+        long = "frontend",
+        value_name = "[HOST]:PORT",
+        default_value = "[*]:8443"
+    )]
+    pub frontends: Vec<String>,
+
+    /// Backend endpoint: [HOST]:PORT. With none, shuck starts a small built-in HTTP origin
+    /// on a loopback port and forwards to it.
+    #[arg(short = 'b', long, value_name = "[HOST]:PORT")]
+    pub backend: Option<String>,
+
+    /// Number of workers, each a thread with its own listening socket (default: one per core).
+    #[arg(short = 'n', long, value_name = "NUM")]
+    pub workers: Option<usize>,
+
+    /// Listen backlog size.
+    #[arg(short = 'B', long, value_name = "NUM", default_value_t = 1024)]
+    pub backlog: u32,
+
+    /// TLS protocols to accept, separated by spaces or commas: TLSv1.2, TLSv1.3.
+    #[arg(long, value_name = "LIST", default_value = "TLSv1.2 TLSv1.3")]
+    pub tls_protos: String,
+
+    /// TLS 1.2 cipher list in OpenSSL syntax (names such as ECDHE-RSA-AES128-GCM-SHA256, or
+    /// expressions such as EECDH+AESGCM, separated by ':').
+    #[arg(short = 'c', long, value_name = "SUITE")]
+    pub ciphers: Option<String>,
+
+    /// TLS 1.3 cipher suites, separated by ':' (e.g. TLS_AES_128_GCM_SHA256).
+    #[arg(long, value_name = "SUITES")]
+    pub ciphersuites: Option<String>,
+
+    /// Key exchange groups in order of preference, separated by ':' or ','
+    /// (X25519, P-256, P-384, X25519MLKEM768).
+    #[arg(long, visible_alias = "groups", value_name = "LIST")]
+    pub ecdh_curve: Option<String>,
+
+    /// ALPN protocols to offer, separated by commas (e.g. h2,http/1.1).
+    #[arg(long, value_name = "LIST")]
+    pub alpn_protos: Option<String>,
+
+    /// Choose the cipher suite by the server's order, not the client's.
+    #[arg(short = 'O', long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub prefer_server_ciphers: bool,
+
+    /// Abort the handshake with an unrecognized_name alert when the client asks for a
+    /// server name that no certificate serves.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub sni_nomatch_abort: bool,
+
+    /// Most client connections open at once over all workers (0: no limit). Beyond it new
+    /// connections wait in the kernel's backlog instead of being accepted.
+    #[arg(long, value_name = "NUM", default_value_t = 0)]
+    pub max_conns: usize,
+
+    /// Time a client has to complete the TLS handshake.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
+    pub ssl_handshake_timeout: Duration,
+
+    /// Time to connect to the backend.
+    #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_duration)]
+    pub backend_connect_timeout: Duration,
+
+    /// Close a connection after this long without a byte in either direction.
+    #[arg(long, value_name = "SECS", default_value = "3600", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// TCP keepalive idle time on client sockets, in seconds (0: off).
+    #[arg(short = 'k', long, value_name = "SECS", default_value_t = 3600)]
+    pub keepalive: u64,
+
+    /// On SIGTERM or SIGINT, how long live connections may take to finish.
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+
+    /// Log level: 0 (silence), 1 (errors), 2 (info) as in hitch, or a name: off, error,
+    /// warn, info, debug, trace.
+    #[arg(short = 'L', long, value_name = "LEVEL", default_value = "info", value_parser = parse_log_level)]
+    pub log_level: tracing::level_filters::LevelFilter,
+
+    /// Log only errors (as -L error).
+    #[arg(short = 'q', long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub quiet: bool,
+
+    /// Log one line per connection when it closes (client, backend, bytes, duration).
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub log_connections: bool,
+}
+
+/// hitch's boolean values.
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "on" | "yes" | "true" | "1" => Ok(true),
+        "off" | "no" | "false" | "0" => Ok(false),
+        _ => Err(format!("{s:?} is not on or off")),
+    }
+}
+
+fn parse_log_level(s: &str) -> Result<tracing::level_filters::LevelFilter, String> {
+    use tracing::level_filters::LevelFilter as L;
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "0" | "off" => L::OFF,
+        "1" | "error" | "err" => L::ERROR,
+        "warn" | "warning" => L::WARN,
+        "2" | "info" => L::INFO,
+        "3" | "debug" => L::DEBUG,
+        "4" | "trace" => L::TRACE,
+        _ => {
+            return Err(format!(
+                "{s:?} is not a log level (0, 1, 2, off, error, warn, info, debug, trace)"
+            ))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn hitch_command_line_parses() {
+        let cli = Cli::try_parse_from([
+            "shuck",
+            "-f",
+            "[*]:443",
+            "-f",
+            "[::1]:443",
+            "-b",
+            "[127.0.0.1]:8000",
+            "-n",
+            "2",
+            "-B",
+            "200",
+            "-c",
+            "EECDH+AESGCM",
+            "-O",
+            "--sni-nomatch-abort=on",
+            "-k",
+            "60",
+            "-L",
+            "1",
+            "--alpn-protos",
+            "h2,http/1.1",
+            "a.pem",
+            "b.pem",
+        ])
+        .unwrap();
+        assert_eq!(cli.frontends, ["[*]:443", "[::1]:443"]);
+        assert!(cli.prefer_server_ciphers && cli.sni_nomatch_abort && !cli.quiet);
+        assert_eq!(cli.pem_files.len(), 2);
+        assert_eq!(cli.log_level, tracing::level_filters::LevelFilter::ERROR);
+    }
+
+    #[test]
+    fn on_off() {
+        let cli = Cli::try_parse_from(["shuck", "--prefer-server-ciphers=off"]).unwrap();
+        assert!(!cli.prefer_server_ciphers);
+        assert!(Cli::try_parse_from(["shuck", "--quiet=maybe"]).is_err());
+    }
+}

@@ -1,0 +1,49 @@
+//! What can be wrong with a configuration, in words an operator can act on.
+
+use std::path::PathBuf;
+
+use crate::tls::TlsError;
+
+/// A configuration that cannot be served. Every variant names the option or file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// An endpoint that does not parse.
+    #[error("{option} {value:?}: {reason}")]
+    BadAddress {
+        /// The flag or key, e.g. `--frontend`.
+        option: &'static str,
+        /// What was given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A host name that does not resolve.
+    #[error("{option} {value}: cannot resolve the host: {reason}")]
+    Resolve {
+        /// The flag or key.
+        option: &'static str,
+        /// The endpoint.
+        value: String,
+        /// The resolver's answer.
+        reason: String,
+    },
+    /// A value outside what the option accepts.
+    #[error("{option}: {reason}")]
+    Invalid {
+        /// The flag or key.
+        option: &'static str,
+        /// What is wrong and what is expected.
+        reason: String,
+    },
+    /// A PEM directory that cannot be read or holds no PEM file.
+    #[error("--pem-dir {}: {reason}", path.display())]
+    PemDir {
+        /// The directory.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Certificates, keys or TLS parameters.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}

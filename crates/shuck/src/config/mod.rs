@@ -1,0 +1,226 @@
+//! Configuration: the command line ([`cli::Cli`]) is parsed, then validated into a
+//! [`Config`] that the runtime can serve without further checks. Certificates are loaded
+//! here so that every bad file is reported before anything listens.
+
+pub mod cli;
+pub mod duration;
+pub mod endpoint;
+pub mod error;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use tracing::level_filters::LevelFilter;
+
+pub use cli::Cli;
+pub use endpoint::Endpoint;
+pub use error::ConfigError;
+
+use crate::tls::{params, LoadedCert, TlsSettings};
+
+/// A frontend: the endpoint as written and the addresses it listens on.
+#[derive(Debug, Clone)]
+pub struct Frontend {
+    /// As the operator wrote it, for messages.
+    pub endpoint: Endpoint,
+    /// Where to bind.
+    pub addrs: Vec<SocketAddr>,
+}
+
+/// Where decrypted traffic goes.
+#[derive(Debug, Clone)]
+pub enum BackendTarget {
+    /// A server named by `-b`, resolved at start.
+    Server {
+        /// As written.
+        endpoint: Endpoint,
+        /// Addresses to try in order.
+        addrs: Vec<SocketAddr>,
+    },
+    /// No `-b`: the built-in origin, started on a loopback port.
+    BuiltinOrigin,
+}
+
+/// Limits and timeouts of the data path.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Most open client connections over all workers; 0 for no limit.
+    pub max_conns: usize,
+    /// Time to complete the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Time to connect to the backend.
+    pub connect_timeout: Duration,
+    /// Time without traffic after which a connection is closed.
+    pub idle_timeout: Duration,
+    /// TCP keepalive idle time on client sockets; `None` when off.
+    pub keepalive: Option<Duration>,
+    /// Time live connections get to finish on SIGTERM.
+    pub drain_timeout: Duration,
+}
+
+/// A validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// Listening endpoints.
+    pub frontends: Vec<Frontend>,
+    /// The backend.
+    pub backend: BackendTarget,
+    /// Worker threads.
+    pub workers: usize,
+    /// Listen backlog.
+    pub backlog: u32,
+    /// TLS parameters.
+    pub tls: TlsSettings,
+    /// Certificates; the first is the default.
+    pub certs: Vec<LoadedCert>,
+    /// True when the certificate was generated because none was given.
+    pub self_signed: bool,
+    /// Limits and timeouts.
+    pub limits: Limits,
+    /// Log one line per connection.
+    pub log_connections: bool,
+}
+
+impl Config {
+    /// Validates a parsed command line. Warnings (expired certificates) go to the log.
+    pub fn from_cli(cli: &Cli) -> Result<Self, ConfigError> {
+        let frontends = cli
+            .frontends
+            .iter()
+            .map(|s| {
+                let endpoint = Endpoint::parse("--frontend", s)?;
+                let addrs = endpoint.listen_addrs("--frontend")?;
+                Ok(Frontend { endpoint, addrs })
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        let backend = match &cli.backend {
+            None => BackendTarget::BuiltinOrigin,
+            Some(s) => {
+                let endpoint = Endpoint::parse("--backend", s)?;
+                let addrs = endpoint.resolve("--backend")?;
+                BackendTarget::Server { endpoint, addrs }
+            }
+        };
+        let workers = match cli.workers {
+            Some(0) => {
+                return Err(ConfigError::Invalid {
+                    option: "--workers",
+                    reason: "must be at least 1".into(),
+                })
+            }
+            Some(n) => n,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        if cli.backlog == 0 {
+            return Err(ConfigError::Invalid {
+                option: "--backlog",
+                reason: "must be at least 1".into(),
+            });
+        }
+        for (option, d) in [
+            ("--ssl-handshake-timeout", cli.ssl_handshake_timeout),
+            ("--backend-connect-timeout", cli.backend_connect_timeout),
+            ("--idle-timeout", cli.idle_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::Invalid {
+                    option,
+                    reason: "must be more than 0".into(),
+                });
+            }
+        }
+
+        let tls = tls_settings(cli)?;
+        let (certs, self_signed) = load_certs(cli)?;
+        let now = SystemTime::now();
+        for c in certs.iter().filter(|c| c.is_expired(now)) {
+            tracing::warn!(certificate = %c.source, "certificate has expired; serving it anyway");
+        }
+
+        Ok(Config {
+            frontends,
+            backend,
+            workers,
+            backlog: cli.backlog,
+            tls,
+            certs,
+            self_signed,
+            limits: Limits {
+                max_conns: cli.max_conns,
+                handshake_timeout: cli.ssl_handshake_timeout,
+                connect_timeout: cli.backend_connect_timeout,
+                idle_timeout: cli.idle_timeout,
+                keepalive: (cli.keepalive > 0).then(|| Duration::from_secs(cli.keepalive)),
+                drain_timeout: cli.drain_timeout,
+            },
+            log_connections: cli.log_connections,
+        })
+    }
+}
+
+/// The effective log level: `-q` wins over `-L`.
+pub fn log_level(cli: &Cli) -> LevelFilter {
+    if cli.quiet {
+        LevelFilter::ERROR
+    } else {
+        cli.log_level
+    }
+}
+
+fn tls_settings(cli: &Cli) -> Result<TlsSettings, ConfigError> {
+    let versions = params::parse_protocols(&cli.tls_protos)?;
+    let (default12, default13) = params::default_suites();
+    let tls12 = match &cli.ciphers {
+        Some(s) => params::parse_tls12_ciphers(s)?,
+        None => default12,
+    };
+    let tls13 = match &cli.ciphersuites {
+        Some(s) => params::parse_tls13_suites(s)?,
+        None => default13,
+    };
+    let groups = match &cli.ecdh_curve {
+        Some(s) => params::parse_groups(s)?,
+        None => rustls::crypto::aws_lc_rs::DEFAULT_KX_GROUPS.to_vec(),
+    };
+    let alpn = match &cli.alpn_protos {
+        Some(s) => params::parse_alpn(s)?,
+        None => Vec::new(),
+    };
+    Ok(TlsSettings {
+        versions,
+        suites: tls13.into_iter().chain(tls12).collect(),
+        groups,
+        alpn,
+        prefer_server_ciphers: cli.prefer_server_ciphers,
+        sni_nomatch_abort: cli.sni_nomatch_abort,
+    })
+}
+
+fn load_certs(cli: &Cli) -> Result<(Vec<LoadedCert>, bool), ConfigError> {
+    let mut paths: Vec<PathBuf> = cli.pem_files.clone();
+    if let Some(dir) = &cli.pem_dir {
+        let bad = |reason: String| ConfigError::PemDir {
+            path: dir.clone(),
+            reason,
+        };
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| bad(e.to_string()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "pem"))
+            .collect();
+        if found.is_empty() {
+            return Err(bad("holds no *.pem file".into()));
+        }
+        found.sort();
+        paths.extend(found);
+    }
+    if paths.is_empty() {
+        return Ok((vec![crate::tls::selfsigned::generate()?], true));
+    }
+    let certs = paths
+        .iter()
+        .map(|p| LoadedCert::from_file(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((certs, false))
+}

@@ -1,0 +1,95 @@
+//! The listener stage: one SO_REUSEPORT socket per worker and frontend, bound by the main
+//! thread (so that a taken port is reported before anything serves), and the accept loop
+//! that each worker runs on its own sockets.
+
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::TcpListener;
+
+use super::{conn, Worker};
+use crate::shutdown::Shutdown;
+
+/// How long a worker pauses accepting when the system is out of descriptors or buffers:
+/// short, because it keeps serving the connections it has meanwhile.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
+
+/// Checks that no other socket holds `addr`. SO_REUSEPORT would otherwise let shuck share a
+/// port with another process of the same user without a word.
+pub fn check_free(addr: SocketAddr) -> io::Result<()> {
+    let probe = new_socket(addr)?;
+    probe.bind(&addr.into())
+}
+
+/// A listening socket for one worker on `addr`.
+pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
+    let socket = new_socket(addr)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+fn new_socket(addr: SocketAddr) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // `[*]` means every address: take IPv4 clients on the IPv6 socket too.
+        socket.set_only_v6(false)?;
+    }
+    Ok(socket)
+}
+
+/// Accepts connections on `listener` until shutdown, spawning one task per connection.
+pub async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, mut shutdown: Shutdown) {
+    let local = listener.local_addr().ok();
+    let mut exhausted_logged = false;
+    loop {
+        let permit = match &worker.state.conn_limit {
+            None => None,
+            Some(limit) => tokio::select! {
+                biased;
+                _ = shutdown.recv() => return,
+                p = limit.clone().acquire_owned() => match p {
+                    Ok(p) => Some(p),
+                    Err(_) => return, // closed: only at exit
+                },
+            },
+        };
+        let accepted = tokio::select! {
+            biased;
+            _ = shutdown.recv() => return,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((tcp, peer)) => {
+                exhausted_logged = false;
+                tokio::task::spawn_local(conn::serve(worker.clone(), tcp, peer, permit));
+            }
+            Err(e) if is_exhaustion(&e) => {
+                if !exhausted_logged {
+                    tracing::error!(listener = ?local, error = %e,
+                        "cannot accept: out of resources; backing off, live connections go on");
+                    exhausted_logged = true;
+                }
+                tokio::select! {
+                    _ = shutdown.recv() => return,
+                    _ = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                }
+            }
+            // ECONNABORTED and the like concern one client only.
+            Err(e) => tracing::debug!(listener = ?local, error = %e, "accept failed"),
+        }
+    }
+}
+
+fn is_exhaustion(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}

@@ -1,0 +1,83 @@
+//! The data path of one connection, stage by stage (DESIGN.md): `listener` accepts and
+//! admits, `handshake` runs TLS, the backend is connected, `relay` moves bytes, and `conn`
+//! glues the stages in that order.
+
+pub mod conn;
+pub mod handshake;
+pub mod listener;
+pub mod relay;
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use tokio::sync::{Notify, Semaphore};
+
+use crate::backend::Backend;
+use crate::config::Limits;
+use crate::tls::TlsState;
+
+/// What every connection of every worker reads: built once, shared read-only.
+#[derive(Debug)]
+pub struct ProxyState {
+    /// Certificates and the rustls configuration.
+    pub tls: Arc<TlsState>,
+    /// Where connections go.
+    pub backend: Backend,
+    /// Timeouts and limits.
+    pub limits: Limits,
+    /// Permits for `--max-conns`, shared by all workers, taken before `accept()` so that
+    /// excess clients wait in the kernel backlog rather than being accepted and dropped.
+    pub conn_limit: Option<Arc<Semaphore>>,
+    /// Log a line per connection.
+    pub log_connections: bool,
+}
+
+/// One worker's view: the shared state plus its own bookkeeping (single-threaded, so plain
+/// cells: nothing here is touched by another core).
+#[derive(Debug)]
+pub struct Worker {
+    /// Index of the worker, for logs.
+    pub id: usize,
+    /// The shared state.
+    pub state: Arc<ProxyState>,
+    /// Connections alive on this worker; drain waits for it to reach zero.
+    live: Cell<usize>,
+    /// Woken when `live` drops to zero.
+    idle: Notify,
+}
+
+impl Worker {
+    /// A worker with no connection yet.
+    pub fn new(id: usize, state: Arc<ProxyState>) -> Self {
+        Worker {
+            id,
+            state,
+            live: Cell::new(0),
+            idle: Notify::new(),
+        }
+    }
+
+    /// Connections alive on this worker.
+    pub fn live(&self) -> usize {
+        self.live.get()
+    }
+
+    /// Waits until no connection is alive on this worker.
+    pub async fn all_closed(&self) {
+        while self.live.get() > 0 {
+            self.idle.notified().await;
+        }
+    }
+
+    fn conn_opened(&self) {
+        self.live.set(self.live.get() + 1);
+    }
+
+    fn conn_closed(&self) {
+        let n = self.live.get().saturating_sub(1);
+        self.live.set(n);
+        if n == 0 {
+            self.idle.notify_waiters();
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! The process: bind every socket, start one worker thread per core (each with its own
+//! single-threaded runtime and SO_REUSEPORT sockets, stud's process-per-core model without
+//! processes), then wait for signals and drain.
+
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::backend::Backend;
+use crate::config::{BackendTarget, Config};
+use crate::proxy::{listener, ProxyState, Worker};
+use crate::shutdown::{self, Shutdown};
+use crate::tls::{TlsError, TlsState};
+
+/// Why shuck could not start serving.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Another socket holds a frontend's port.
+    #[error("frontend {frontend} ({addr}): address already in use")]
+    PortInUse {
+        /// The frontend as written.
+        frontend: String,
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// A frontend could not be bound for another reason.
+    #[error("frontend {frontend} ({addr}): cannot listen: {source}")]
+    Bind {
+        /// The frontend as written.
+        frontend: String,
+        /// The address.
+        addr: SocketAddr,
+        /// The system's reason.
+        source: io::Error,
+    },
+    /// TLS configuration.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The built-in origin could not start.
+    #[error("cannot start the built-in origin: {0}")]
+    Origin(io::Error),
+    /// Threads, runtimes or signal handlers could not be set up.
+    #[error("cannot start: {0}")]
+    System(#[from] io::Error),
+}
+
+/// Serves `config` until SIGTERM/SIGINT and the drain that follows.
+pub fn run(config: Config) -> Result<(), StartError> {
+    raise_nofile_limit();
+    let tls = Arc::new(TlsState::build(&config.tls, &config.certs)?);
+    let backend = match &config.backend {
+        BackendTarget::Server { endpoint, addrs } => {
+            Backend::new(endpoint.to_string(), addrs.clone())
+        }
+        BackendTarget::BuiltinOrigin => {
+            let addr = crate::origin::start().map_err(StartError::Origin)?;
+            Backend::new(
+                format!("built-in origin [{}]:{}", addr.ip(), addr.port()),
+                vec![addr],
+            )
+        }
+    };
+
+    // Bind everything before serving anything, so a taken port is a clean start failure.
+    let mut per_worker: Vec<Vec<std::net::TcpListener>> =
+        (0..config.workers).map(|_| Vec::new()).collect();
+    let mut listening = Vec::new();
+    for fe in &config.frontends {
+        for &addr in &fe.addrs {
+            let frontend = fe.endpoint.to_string();
+            listener::check_free(addr).map_err(|source| classify_bind(&frontend, addr, source))?;
+            for sockets in per_worker.iter_mut() {
+                let l = listener::bind(addr, config.backlog)
+                    .map_err(|source| classify_bind(&frontend, addr, source))?;
+                sockets.push(l);
+            }
+            listening.push(format!("{frontend} ({addr})"));
+        }
+    }
+
+    if config.self_signed {
+        tracing::info!(
+            names = %crate::tls::selfsigned::NAMES.join(", "),
+            "no certificate given: serving a self-signed certificate generated at start"
+        );
+    }
+    let state = Arc::new(ProxyState {
+        tls,
+        backend,
+        limits: config.limits.clone(),
+        conn_limit: (config.limits.max_conns > 0)
+            .then(|| Arc::new(Semaphore::new(config.limits.max_conns))),
+        log_connections: config.log_connections,
+    });
+    tracing::info!(
+        "shuck {} listening on {} with {} worker(s), forwarding to {}",
+        env!("CARGO_PKG_VERSION"),
+        listening.join(", "),
+        config.workers,
+        state.backend
+    );
+
+    let (trigger, shutdown) = shutdown::channel();
+    let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+    for (id, sockets) in per_worker.into_iter().enumerate() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let state = state.clone();
+        let shutdown = shutdown.clone();
+        let done = done_tx.clone();
+        let drain = config.limits.drain_timeout;
+        std::thread::Builder::new()
+            .name(format!("shuck-worker-{id}"))
+            .spawn(move || {
+                let local = tokio::task::LocalSet::new();
+                local.block_on(
+                    &rt,
+                    worker_main(Worker::new(id, state), sockets, shutdown, drain),
+                );
+                drop(done);
+            })?;
+    }
+    drop(done_tx);
+
+    let main_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    main_rt.block_on(async move {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => tracing::warn!("SIGHUP received: reload is not supported yet; configuration unchanged"),
+                _ = done_rx.recv() => {
+                    tracing::error!("workers stopped unexpectedly");
+                    return Err(StartError::System(io::Error::other("workers stopped")));
+                }
+            }
+        }
+        tracing::info!(
+            "stopping: no new connections; live ones get up to {:?} to finish",
+            state.limits.drain_timeout
+        );
+        trigger.fire();
+        tokio::select! {
+            _ = done_rx.recv() => tracing::info!("stopped"),
+            _ = term.recv() => exit_now(),
+            _ = int.recv() => exit_now(),
+        }
+        Ok(())
+    })
+}
+
+fn exit_now() {
+    tracing::warn!("second signal: exiting now");
+    std::process::exit(1);
+}
+
+/// One worker: accept on its sockets until shutdown, then wait for its connections up to
+/// the drain deadline. Tasks still running then are dropped with the runtime.
+async fn worker_main(
+    worker: Worker,
+    sockets: Vec<std::net::TcpListener>,
+    mut shutdown: Shutdown,
+    drain: Duration,
+) {
+    let worker = Rc::new(worker);
+    for s in sockets {
+        match tokio::net::TcpListener::from_std(s) {
+            Ok(l) => {
+                tokio::task::spawn_local(listener::accept_loop(
+                    l,
+                    worker.clone(),
+                    shutdown.clone(),
+                ));
+            }
+            Err(e) => tracing::error!(worker = worker.id, error = %e, "cannot register a listener"),
+        }
+    }
+    shutdown.recv().await;
+    if tokio::time::timeout(drain, worker.all_closed())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            worker = worker.id,
+            connections = worker.live(),
+            "drain deadline reached: closing the remaining connections"
+        );
+    }
+}
+
+fn classify_bind(frontend: &str, addr: SocketAddr, source: io::Error) -> StartError {
+    if source.kind() == io::ErrorKind::AddrInUse {
+        StartError::PortInUse {
+            frontend: frontend.to_owned(),
+            addr,
+        }
+    } else {
+        StartError::Bind {
+            frontend: frontend.to_owned(),
+            addr,
+            source,
+        }
+    }
+}
+
+/// A proxy holds two descriptors per connection: take all the system allows.
+fn raise_nofile_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => tracing::debug!(limit = n, "RLIMIT_NOFILE raised"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise RLIMIT_NOFILE"),
+    }
+}

@@ -1,0 +1,206 @@
+//! TLS: certificates and SNI, and the rustls `ServerConfig` every worker serves with.
+//!
+//! This module knows nothing of sockets; the handshake itself is driven by `proxy`.
+
+pub mod params;
+pub mod pem;
+pub mod selfsigned;
+pub mod sni;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::crypto::{CryptoProvider, SupportedKxGroup};
+use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
+
+pub use pem::LoadedCert;
+pub use sni::SniResolver;
+
+/// What can be wrong with certificates, keys and TLS parameters.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The PEM file cannot be read.
+    #[error("cannot read PEM file {}: {reason}", path.display())]
+    ReadPem {
+        /// The file.
+        path: PathBuf,
+        /// The system's reason.
+        reason: String,
+    },
+    /// The PEM text is malformed.
+    #[error("PEM file {} is malformed: {reason}", path.display())]
+    BadPem {
+        /// The file.
+        path: PathBuf,
+        /// The parser's reason.
+        reason: String,
+    },
+    /// No certificate in the file.
+    #[error("PEM file {} holds no certificate (expected the chain and its key in one file)", path.display())]
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+    },
+    /// No private key in the file.
+    #[error("PEM file {} holds no private key (expected the chain and its key in one file)", path.display())]
+    NoKey {
+        /// The file.
+        path: PathBuf,
+    },
+    /// More than one private key in the file.
+    #[error("PEM file {} holds {count} private keys; expected one", path.display())]
+    ManyKeys {
+        /// The file.
+        path: PathBuf,
+        /// How many.
+        count: usize,
+    },
+    /// The key is encrypted with a passphrase.
+    #[error("PEM file {}: the private key is encrypted; give shuck an unencrypted key", path.display())]
+    EncryptedKey {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key cannot be used for signing.
+    #[error("PEM file {}: unusable private key ({reason}); shuck takes RSA, ECDSA P-256/P-384 and Ed25519 keys", path.display())]
+    BadKey {
+        /// The file.
+        path: PathBuf,
+        /// The reason.
+        reason: String,
+    },
+    /// The leaf certificate cannot be parsed.
+    #[error("PEM file {}: bad certificate: {reason}", path.display())]
+    BadCertificate {
+        /// The file.
+        path: PathBuf,
+        /// The reason.
+        reason: String,
+    },
+    /// The private key is not the certificate's.
+    #[error("PEM file {}: the private key does not match the certificate", path.display())]
+    KeyMismatch {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The self-signed default could not be made.
+    #[error("cannot generate the self-signed certificate: {0}")]
+    SelfSigned(String),
+    /// A TLS protocol name shuck does not know.
+    #[error("unknown TLS protocol {name:?} in --tls-protos; valid: {valid}")]
+    UnknownProtocol {
+        /// The name given.
+        name: String,
+        /// The valid names.
+        valid: &'static str,
+    },
+    /// A protocol known but refused as insecure.
+    #[error("TLS protocol {name} is not supported (insecure); valid: {valid}")]
+    UnsupportedProtocol {
+        /// The name given.
+        name: String,
+        /// The valid names.
+        valid: &'static str,
+    },
+    /// A TLS 1.2 cipher name shuck does not serve.
+    #[error("unknown or unsupported cipher {name:?} in --ciphers; valid: {valid}")]
+    UnknownCipher {
+        /// The name given.
+        name: String,
+        /// The valid names.
+        valid: String,
+    },
+    /// A TLS 1.3 suite name shuck does not serve.
+    #[error(
+        "unknown or unsupported TLS 1.3 cipher suite {name:?} in --ciphersuites; valid: {valid}"
+    )]
+    UnknownCipherSuite {
+        /// The name given.
+        name: String,
+        /// The valid names.
+        valid: String,
+    },
+    /// A cipher list that selects nothing shuck serves.
+    #[error("{option} {value:?} selects no cipher suite shuck supports; valid: {valid}")]
+    NoCipherSelected {
+        /// The option.
+        option: &'static str,
+        /// The list given.
+        value: String,
+        /// The valid names.
+        valid: String,
+    },
+    /// A key exchange group shuck does not know.
+    #[error("unknown key exchange group {name:?} in --ecdh-curve; valid: {valid}")]
+    UnknownGroup {
+        /// The name given.
+        name: String,
+        /// The valid names.
+        valid: &'static str,
+    },
+    /// A bad ALPN list.
+    #[error("--alpn-protos {value:?}: {reason}")]
+    BadAlpn {
+        /// The list given.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// rustls refused the combination.
+    #[error("TLS settings rejected: {0}")]
+    Rustls(String),
+}
+
+/// The TLS choices of a configuration, validated.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    /// Protocol versions accepted.
+    pub versions: Vec<&'static SupportedProtocolVersion>,
+    /// TLS 1.2 suites then TLS 1.3 suites, in preference order.
+    pub suites: Vec<SupportedCipherSuite>,
+    /// Key exchange groups, in preference order.
+    pub groups: Vec<&'static dyn SupportedKxGroup>,
+    /// ALPN protocols offered.
+    pub alpn: Vec<Vec<u8>>,
+    /// Server's suite order wins.
+    pub prefer_server_ciphers: bool,
+    /// Refuse unknown server names with unrecognized_name.
+    pub sni_nomatch_abort: bool,
+}
+
+/// What a worker needs to run handshakes; shared read-only by all workers.
+#[derive(Debug)]
+pub struct TlsState {
+    /// The rustls configuration.
+    pub config: Arc<ServerConfig>,
+    /// The certificate index, also used to refuse unknown names.
+    pub resolver: Arc<SniResolver>,
+    /// Refuse unknown server names.
+    pub sni_nomatch_abort: bool,
+}
+
+impl TlsState {
+    /// Builds the server configuration from settings and loaded certificates.
+    pub fn build(settings: &TlsSettings, certs: &[LoadedCert]) -> Result<Self, TlsError> {
+        let resolver = Arc::new(
+            SniResolver::new(certs).ok_or_else(|| TlsError::Rustls("no certificate".into()))?,
+        );
+        let provider = CryptoProvider {
+            cipher_suites: settings.suites.clone(),
+            kx_groups: settings.groups.clone(),
+            ..rustls::crypto::aws_lc_rs::default_provider()
+        };
+        let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&settings.versions)
+            .map_err(|e| TlsError::Rustls(e.to_string()))?
+            .with_no_client_auth()
+            .with_cert_resolver(resolver.clone());
+        config.alpn_protocols = settings.alpn.clone();
+        config.ignore_client_order = settings.prefer_server_ciphers;
+        Ok(TlsState {
+            config: Arc::new(config),
+            resolver,
+            sni_nomatch_abort: settings.sni_nomatch_abort,
+        })
+    }
+}

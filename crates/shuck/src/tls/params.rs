@@ -1,0 +1,420 @@
+//! TLS parameters by their OpenSSL names (as hitch takes them), mapped onto what the rustls
+//! aws-lc-rs provider implements. A name that OpenSSL knows but shuck cannot serve is an error
+//! that lists what can be served, never silently dropped.
+
+use rustls::crypto::aws_lc_rs::{cipher_suite as cs, kx_group};
+use rustls::crypto::SupportedKxGroup;
+use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
+
+use super::TlsError;
+
+/// A TLS 1.2 suite, its OpenSSL name, and the OpenSSL cipher-string tags that select it.
+struct Tls12Suite {
+    name: &'static str,
+    suite: SupportedCipherSuite,
+    tags: &'static [&'static str],
+}
+
+const ECDHE: &[&str] = &[
+    "ALL", "DEFAULT", "HIGH", "ECDHE", "EECDH", "kECDHE", "kEECDH", "ECDH", "AEAD", "TLSv1.2",
+];
+
+static TLS12: &[Tls12Suite] = &[
+    Tls12Suite {
+        name: "ECDHE-ECDSA-AES128-GCM-SHA256",
+        suite: cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        tags: &["aECDSA", "ECDSA", "AESGCM", "AES", "AES128", "SHA256"],
+    },
+    Tls12Suite {
+        name: "ECDHE-ECDSA-AES256-GCM-SHA384",
+        suite: cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        tags: &["aECDSA", "ECDSA", "AESGCM", "AES", "AES256", "SHA384"],
+    },
+    Tls12Suite {
+        name: "ECDHE-ECDSA-CHACHA20-POLY1305",
+        suite: cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+        tags: &["aECDSA", "ECDSA", "CHACHA20", "SHA256"],
+    },
+    Tls12Suite {
+        name: "ECDHE-RSA-AES128-GCM-SHA256",
+        suite: cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        tags: &["aRSA", "AESGCM", "AES", "AES128", "SHA256"],
+    },
+    Tls12Suite {
+        name: "ECDHE-RSA-AES256-GCM-SHA384",
+        suite: cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+        tags: &["aRSA", "AESGCM", "AES", "AES256", "SHA384"],
+    },
+    Tls12Suite {
+        name: "ECDHE-RSA-CHACHA20-POLY1305",
+        suite: cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+        tags: &["aRSA", "CHACHA20", "SHA256"],
+    },
+];
+
+/// OpenSSL cipher-string tags that are valid but select nothing rustls implements (CBC,
+/// static RSA, finite-field DH, legacy ciphers). They may appear in a hitch or HAProxy cipher
+/// list and simply select nothing here.
+const OTHER_OPENSSL_TAGS: &[&str] = &[
+    "kRSA",
+    "RSA",
+    "EDH",
+    "DHE",
+    "kDHE",
+    "kEDH",
+    "DH",
+    "ADH",
+    "AECDH",
+    "aNULL",
+    "eNULL",
+    "NULL",
+    "EXPORT",
+    "LOW",
+    "MEDIUM",
+    "DES",
+    "3DES",
+    "RC4",
+    "MD5",
+    "SHA1",
+    "SHA",
+    "CAMELLIA",
+    "ARIA",
+    "PSK",
+    "SRP",
+    "aPSK",
+    "kPSK",
+    "CCM",
+    "CCM8",
+    "AESCCM",
+    "AESCCM8",
+    "SEED",
+    "IDEA",
+    "DSS",
+    "aDSS",
+    "SSLv3",
+    "TLSv1",
+    "TLSv1.0",
+    "COMPLEMENTOFDEFAULT",
+    "COMPLEMENTOFALL",
+    "CBC",
+    "kECDHEPSK",
+    "ECDHEPSK",
+    "DHEPSK",
+    "RSAPSK",
+    "GOST",
+    "SM4",
+    "AES256CBC",
+    "AES128CBC",
+];
+
+fn tls12_names() -> String {
+    TLS12.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+}
+
+/// Parses an OpenSSL cipher string (`-c`) into TLS 1.2 suites in the order it gives them.
+pub fn parse_tls12_ciphers(spec: &str) -> Result<Vec<SupportedCipherSuite>, TlsError> {
+    let mut chosen: Vec<usize> = Vec::new();
+    let mut banned: Vec<usize> = Vec::new();
+    for token in spec
+        .split([':', ',', ' '])
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        if token.starts_with('@') {
+            continue; // @STRENGTH, @SECLEVEL=n: ordering and policy knobs with no effect here
+        }
+        let (op, expr) = match token.as_bytes()[0] {
+            b'!' | b'-' | b'+' => (token.as_bytes()[0], &token[1..]),
+            _ => (b' ', token),
+        };
+        let matched = select(expr).ok_or_else(|| TlsError::UnknownCipher {
+            name: expr.to_owned(),
+            valid: tls12_names(),
+        })?;
+        match op {
+            b'!' => {
+                banned.extend(&matched);
+                chosen.retain(|i| !matched.contains(i));
+            }
+            b'-' => chosen.retain(|i| !matched.contains(i)),
+            b'+' => {
+                // Move to the end, in their current order.
+                let (moved, kept): (Vec<usize>, Vec<usize>) =
+                    chosen.iter().partition(|i| matched.contains(i));
+                chosen = kept;
+                chosen.extend(moved);
+            }
+            _ => {
+                for i in matched {
+                    if !chosen.contains(&i) && !banned.contains(&i) {
+                        chosen.push(i);
+                    }
+                }
+            }
+        }
+    }
+    if chosen.is_empty() {
+        return Err(TlsError::NoCipherSelected {
+            option: "--ciphers",
+            value: spec.to_owned(),
+            valid: tls12_names(),
+        });
+    }
+    Ok(chosen.into_iter().map(|i| TLS12[i].suite).collect())
+}
+
+/// The suites a cipher-string expression (`A+B+C` or an exact name) selects, or `None` when
+/// part of it is not an OpenSSL name at all.
+fn select(expr: &str) -> Option<Vec<usize>> {
+    if let Some(i) = TLS12.iter().position(|s| s.name.eq_ignore_ascii_case(expr)) {
+        return Some(vec![i]);
+    }
+    let parts: Vec<&str> = expr.split('+').collect();
+    let mut out = Vec::new();
+    for part in &parts {
+        let known = ECDHE.contains(part)
+            || TLS12.iter().any(|s| s.tags.contains(part))
+            || OTHER_OPENSSL_TAGS.contains(part);
+        if !known {
+            return None;
+        }
+    }
+    for (i, s) in TLS12.iter().enumerate() {
+        if parts
+            .iter()
+            .all(|p| ECDHE.contains(p) || s.tags.contains(p))
+        {
+            out.push(i);
+        }
+    }
+    Some(out)
+}
+
+const TLS13: &[(&str, SupportedCipherSuite)] = &[
+    ("TLS_AES_128_GCM_SHA256", cs::TLS13_AES_128_GCM_SHA256),
+    ("TLS_AES_256_GCM_SHA384", cs::TLS13_AES_256_GCM_SHA384),
+    (
+        "TLS_CHACHA20_POLY1305_SHA256",
+        cs::TLS13_CHACHA20_POLY1305_SHA256,
+    ),
+];
+
+/// Parses `--ciphersuites` (TLS 1.3 suite names separated by ':').
+pub fn parse_tls13_suites(spec: &str) -> Result<Vec<SupportedCipherSuite>, TlsError> {
+    let valid = || TLS13.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+    let mut out = Vec::new();
+    for name in spec
+        .split([':', ',', ' '])
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        let (_, suite) = TLS13
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .ok_or_else(|| TlsError::UnknownCipherSuite {
+                name: name.to_owned(),
+                valid: valid(),
+            })?;
+        if !out.contains(suite) {
+            out.push(*suite);
+        }
+    }
+    if out.is_empty() {
+        return Err(TlsError::NoCipherSelected {
+            option: "--ciphersuites",
+            value: spec.to_owned(),
+            valid: valid(),
+        });
+    }
+    Ok(out)
+}
+
+/// The TLS 1.2 and 1.3 suites offered when none are named.
+pub fn default_suites() -> (Vec<SupportedCipherSuite>, Vec<SupportedCipherSuite>) {
+    let all = rustls::crypto::aws_lc_rs::DEFAULT_CIPHER_SUITES;
+    let tls12 = all
+        .iter()
+        .filter(|s| s.tls13().is_none())
+        .copied()
+        .collect();
+    let tls13 = all
+        .iter()
+        .filter(|s| s.tls13().is_some())
+        .copied()
+        .collect();
+    (tls12, tls13)
+}
+
+/// Parses `--tls-protos` (hitch: `"TLSv1.2 TLSv1.3"`).
+pub fn parse_protocols(spec: &str) -> Result<Vec<&'static SupportedProtocolVersion>, TlsError> {
+    const VALID: &str = "TLSv1.2, TLSv1.3";
+    let mut out: Vec<&'static SupportedProtocolVersion> = Vec::new();
+    for name in spec
+        .split([' ', ',', ':'])
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        let v = match name {
+            "TLSv1.2" | "TLSv1_2" | "tlsv1.2" => &rustls::version::TLS12,
+            "TLSv1.3" | "TLSv1_3" | "tlsv1.3" => &rustls::version::TLS13,
+            "SSLv3" | "TLSv1" | "TLSv1.0" | "TLSv1.1" => {
+                return Err(TlsError::UnsupportedProtocol {
+                    name: name.to_owned(),
+                    valid: VALID,
+                })
+            }
+            _ => {
+                return Err(TlsError::UnknownProtocol {
+                    name: name.to_owned(),
+                    valid: VALID,
+                })
+            }
+        };
+        if !out.iter().any(|o| o.version == v.version) {
+            out.push(v);
+        }
+    }
+    if out.is_empty() {
+        return Err(TlsError::UnknownProtocol {
+            name: spec.to_owned(),
+            valid: VALID,
+        });
+    }
+    Ok(out)
+}
+
+/// Parses `--ecdh-curve` into key exchange groups, in preference order.
+pub fn parse_groups(spec: &str) -> Result<Vec<&'static dyn SupportedKxGroup>, TlsError> {
+    const VALID: &str = "X25519, P-256 (prime256v1, secp256r1), P-384 (secp384r1), X25519MLKEM768";
+    let mut out: Vec<&'static dyn SupportedKxGroup> = Vec::new();
+    for name in spec
+        .split([':', ',', ' '])
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        let g: &'static dyn SupportedKxGroup = match name.to_ascii_lowercase().as_str() {
+            "x25519" => kx_group::X25519,
+            "p-256" | "p256" | "prime256v1" | "secp256r1" => kx_group::SECP256R1,
+            "p-384" | "p384" | "secp384r1" => kx_group::SECP384R1,
+            "x25519mlkem768" => kx_group::X25519MLKEM768,
+            _ => {
+                return Err(TlsError::UnknownGroup {
+                    name: name.to_owned(),
+                    valid: VALID,
+                })
+            }
+        };
+        if !out.iter().any(|o| o.name() == g.name()) {
+            out.push(g);
+        }
+    }
+    if out.is_empty() {
+        return Err(TlsError::UnknownGroup {
+            name: spec.to_owned(),
+            valid: VALID,
+        });
+    }
+    Ok(out)
+}
+
+/// Parses `--alpn-protos` (comma-separated protocol ids).
+pub fn parse_alpn(spec: &str) -> Result<Vec<Vec<u8>>, TlsError> {
+    let mut out = Vec::new();
+    for p in spec.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        if p.len() > 255 {
+            return Err(TlsError::BadAlpn {
+                value: spec.to_owned(),
+                reason: format!("{p:?} is longer than 255 bytes"),
+            });
+        }
+        out.push(p.as_bytes().to_vec());
+    }
+    if out.is_empty() {
+        return Err(TlsError::BadAlpn {
+            value: spec.to_owned(),
+            reason: "no protocol given".into(),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::CipherSuite as C;
+
+    fn ids(v: &[SupportedCipherSuite]) -> Vec<C> {
+        v.iter().map(|s| s.suite()).collect()
+    }
+
+    #[test]
+    fn exact_names() {
+        let v = parse_tls12_ciphers("ECDHE-RSA-AES128-GCM-SHA256").unwrap();
+        assert_eq!(ids(&v), [C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]);
+    }
+
+    #[test]
+    fn hitch_default_expression() {
+        let v = parse_tls12_ciphers("EECDH+AESGCM:EDH+AESGCM:AES256+EECDH:AES256+EDH").unwrap();
+        assert_eq!(v.len(), 4, "{:?}", ids(&v));
+        assert!(ids(&v).iter().all(|c| !format!("{c:?}").contains("CHACHA")));
+    }
+
+    #[test]
+    fn exclusions() {
+        let v = parse_tls12_ciphers("HIGH:!aECDSA:!CHACHA20").unwrap();
+        assert_eq!(
+            ids(&v),
+            [
+                C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+                C::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_names_are_named() {
+        let e = parse_tls12_ciphers("ECDHE-RSA-AES128-GCM-SHA256:BOGUS")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("BOGUS") && e.contains("ECDHE-ECDSA-AES128-GCM-SHA256"),
+            "{e}"
+        );
+        let e = parse_tls12_ciphers("AES128-SHA").unwrap_err().to_string();
+        assert!(e.contains("AES128-SHA"), "{e}");
+        let e = parse_tls12_ciphers("EDH+AESGCM").unwrap_err().to_string();
+        assert!(e.contains("selects no"), "{e}");
+        let e = parse_tls13_suites("TLS_AES_128_CCM_SHA256")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("TLS_AES_128_CCM_SHA256") && e.contains("TLS_AES_256_GCM_SHA384"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn protocols_and_groups() {
+        assert_eq!(parse_protocols("TLSv1.2 TLSv1.3").unwrap().len(), 2);
+        assert_eq!(parse_protocols("TLSv1.3").unwrap().len(), 1);
+        assert!(parse_protocols("TLSv1.1")
+            .unwrap_err()
+            .to_string()
+            .contains("TLSv1.2, TLSv1.3"));
+        assert!(parse_protocols("TLSv9")
+            .unwrap_err()
+            .to_string()
+            .contains("TLSv9"));
+        assert_eq!(parse_groups("X25519:prime256v1,P-384").unwrap().len(), 3);
+        assert!(parse_groups("brainpool")
+            .unwrap_err()
+            .to_string()
+            .contains("brainpool"));
+        assert_eq!(
+            parse_alpn("h2,http/1.1").unwrap(),
+            [b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
+        assert!(parse_alpn(",").is_err());
+    }
+}

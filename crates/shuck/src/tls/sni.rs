@@ -1,0 +1,70 @@
+//! SNI: choosing the certificate for the name a client asks for. Exact names first, then a
+//! wildcard one label up, then the default (the first certificate).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use super::pem::LoadedCert;
+
+/// Maps server names to certificates; built once per configuration, read by every worker.
+#[derive(Debug)]
+pub struct SniResolver {
+    exact: HashMap<String, Arc<CertifiedKey>>,
+    /// Keyed by the part after `*.`.
+    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    default: Arc<CertifiedKey>,
+}
+
+impl SniResolver {
+    /// Indexes `certs`; the first is the default. Returns `None` for an empty list.
+    pub fn new(certs: &[LoadedCert]) -> Option<Self> {
+        let default = certs.first()?.key.clone();
+        let mut exact = HashMap::new();
+        let mut wildcard = HashMap::new();
+        for c in certs {
+            for n in &c.names {
+                let n = n.trim_end_matches('.');
+                match n.strip_prefix("*.") {
+                    Some(base) => wildcard
+                        .entry(base.to_owned())
+                        .or_insert_with(|| c.key.clone()),
+                    None => exact.entry(n.to_owned()).or_insert_with(|| c.key.clone()),
+                };
+            }
+        }
+        Some(SniResolver {
+            exact,
+            wildcard,
+            default,
+        })
+    }
+
+    /// The certificate serving `name`, if any serves it (the default is not a match).
+    pub fn lookup(&self, name: &str) -> Option<&Arc<CertifiedKey>> {
+        let lower;
+        let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = name.to_ascii_lowercase();
+            lower.as_str()
+        } else {
+            name
+        };
+        let name = name.trim_end_matches('.');
+        self.exact.get(name).or_else(|| {
+            let (_, parent) = name.split_once('.')?;
+            self.wildcard.get(parent)
+        })
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let chosen = hello
+            .server_name()
+            .and_then(|n| self.lookup(n))
+            .unwrap_or(&self.default);
+        Some(chosen.clone())
+    }
+}
