@@ -1,0 +1,434 @@
+//! Helpers for end-to-end tests: start the real `shuck` binary, plain origins on 127.0.0.1,
+//! certificates made with openssl and rcgen, and a rustls client that records what it saw.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Once};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_shuck");
+
+/// A port free right now on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A scratch directory removed at drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "shuck-test-{}-{}-{}",
+            tag,
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+// ---------------------------------------------------------------- peer programs
+
+/// Finds a program, installing its Debian package when missing and we are root. Prints a
+/// loud SKIP line and returns false only when it truly cannot be had.
+pub fn require(program: &str, package: &str) -> bool {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let have = || Command::new("sh").args(["-c", &format!("command -v {program}")]).output().map(|o| o.status.success()).unwrap_or(false);
+    if have() {
+        return true;
+    }
+    let _ = Command::new("sh")
+        .args(["-c", &format!("(apt-get install -y -qq {package} || (apt-get update -qq && apt-get install -y -qq {package})) >/dev/null 2>&1")])
+        .status();
+    if have() {
+        return true;
+    }
+    eprintln!("SKIP: {program} is not installed and could not be installed (apt-get install {package}); this check did not run");
+    false
+}
+
+// ---------------------------------------------------------------- certificates
+
+/// Key kinds and encodings the tests cover.
+#[derive(Clone, Copy, Debug)]
+pub enum Key {
+    /// RSA 2048, PKCS#8.
+    Rsa,
+    /// RSA 2048, PKCS#1 ("RSA PRIVATE KEY").
+    RsaPkcs1,
+    /// ECDSA P-256, PKCS#8.
+    EcP256,
+    /// ECDSA P-256, SEC1 ("EC PRIVATE KEY").
+    EcP256Sec1,
+    /// ECDSA P-384, SEC1.
+    EcP384Sec1,
+    /// Ed25519, PKCS#8.
+    Ed25519,
+}
+
+/// Writes `dir/name.pem` holding a self-signed certificate (CN = first name, SANs = names)
+/// followed by its key, made by openssl. Returns the path and the certificate's DER.
+pub fn openssl_cert(dir: &TempDir, name: &str, key: Key, names: &[&str]) -> (PathBuf, Vec<u8>) {
+    assert!(require("openssl", "openssl"), "openssl is needed to make test keys");
+    let key_path = dir.path(&format!("{name}.key"));
+    let cert_path = dir.path(&format!("{name}.crt"));
+    let kp = key_path.to_str().unwrap();
+    let keygen = match key {
+        Key::Rsa => format!("openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out {kp}"),
+        Key::RsaPkcs1 => format!("openssl genrsa -traditional -out {kp} 2048"),
+        Key::EcP256 => format!("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out {kp}"),
+        Key::EcP256Sec1 => format!("openssl ecparam -name prime256v1 -genkey -noout -out {kp}"),
+        Key::EcP384Sec1 => format!("openssl ecparam -name secp384r1 -genkey -noout -out {kp}"),
+        Key::Ed25519 => format!("openssl genpkey -algorithm ED25519 -out {kp}"),
+    };
+    sh(&keygen);
+    let san: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+    sh(&format!(
+        "openssl req -x509 -new -key {kp} -subj /CN={} -addext subjectAltName={} -days 30 -out {}",
+        names[0],
+        san.join(","),
+        cert_path.display()
+    ));
+    let pem_path = dir.path(&format!("{name}.pem"));
+    let mut pem = std::fs::read(&cert_path).unwrap();
+    pem.extend(std::fs::read(&key_path).unwrap());
+    std::fs::write(&pem_path, pem).unwrap();
+    (pem_path, pem_der(&std::fs::read(&cert_path).unwrap()))
+}
+
+/// An ECDSA certificate made with rcgen; `expired` makes one whose validity ended in 2020.
+pub fn rcgen_cert(dir: &TempDir, name: &str, names: &[&str], expired: bool) -> (PathBuf, Vec<u8>) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    if expired {
+        params.not_before = rcgen::date_time_ymd(2019, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2020, 1, 1);
+    }
+    let cert = params.self_signed(&key).unwrap();
+    let path = dir.path(&format!("{name}.pem"));
+    std::fs::write(&path, format!("{}{}", cert.pem(), key.serialize_pem())).unwrap();
+    (path, cert.der().to_vec())
+}
+
+fn pem_der(pem: &[u8]) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_slice(pem).unwrap().to_vec()
+}
+
+pub fn sh(cmd: &str) {
+    let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+// ---------------------------------------------------------------- the shuck process
+
+/// A running shuck; killed at drop if still alive.
+pub struct Shuck {
+    child: Child,
+    log: Arc<Mutex<String>>,
+    pub port: u16,
+}
+
+impl Shuck {
+    /// Starts shuck on a fresh port with `args` (which should not include `-f`), waiting
+    /// until it says it listens.
+    pub fn start(args: &[&str]) -> Shuck {
+        let port = free_port();
+        let fe = format!("[127.0.0.1]:{port}");
+        let mut all = vec!["-f", &fe];
+        all.extend_from_slice(args);
+        Self::start_raw(&all, port)
+    }
+
+    /// Starts shuck with exactly `args`; `port` is remembered for clients.
+    pub fn start_raw(args: &[&str], port: u16) -> Shuck {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let mut s = Shuck { child, log, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !s.log().contains("listening on") {
+            if let Ok(Some(st)) = s.child.try_wait() {
+                panic!("shuck exited ({st}) before listening: {}", s.log());
+            }
+            assert!(Instant::now() < deadline, "shuck did not start: {}", s.log());
+            thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything shuck logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits up to `timeout` for the log to contain `needle`.
+    pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.log().contains(needle) {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        self.log().contains(needle)
+    }
+
+    /// Sends a signal (by name, e.g. "TERM") to this process, by its PID.
+    pub fn signal(&self, sig: &str) {
+        sh(&format!("kill -{sig} {}", self.child.id()));
+    }
+
+    /// Waits for exit up to `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Shuck {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs shuck expecting it to exit by itself (bad input): status and stderr.
+pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("shuck {args:?} did not exit");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+// ---------------------------------------------------------------- origins
+
+/// A plain TCP origin on 127.0.0.1 serving each connection with `handler` on its own thread.
+pub struct Origin {
+    pub port: u16,
+    pub accepted: Arc<AtomicUsize>,
+}
+
+impl Origin {
+    pub fn start<F>(handler: F) -> Origin
+    where
+        F: Fn(TcpStream) + Send + Sync + 'static,
+    {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        let handler = Arc::new(handler);
+        thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { continue };
+                count.fetch_add(1, Ordering::SeqCst);
+                let h = handler.clone();
+                thread::spawn(move || h(s));
+            }
+        });
+        Origin { port, accepted }
+    }
+
+    /// Echoes every byte; on end of stream, shuts its write side.
+    pub fn echo() -> Origin {
+        Self::start(|mut s| {
+            let mut buf = [0u8; 65536];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if s.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            let _ = s.shutdown(Shutdown::Write);
+        })
+    }
+
+    /// Answers each HTTP request head with `200` and `body` (keep-alive).
+    pub fn http(body: &'static str) -> Origin {
+        Self::start(move |s| {
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut w = s;
+            loop {
+                let mut line = String::new();
+                let mut got = false;
+                loop {
+                    line.clear();
+                    match r.read_line(&mut line) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                    if line == "\r\n" && got {
+                        break;
+                    }
+                    got = true;
+                }
+                let resp = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{}", body.len(), body);
+                if w.write_all(resp.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        })
+    }
+
+    pub fn addr(&self) -> String {
+        format!("[127.0.0.1]:{}", self.port)
+    }
+}
+
+// ---------------------------------------------------------------- a rustls client
+
+/// Accepts any certificate but still checks the handshake signatures, so tests can assert
+/// *which* certificate was served without building a PKI.
+#[derive(Debug)]
+struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyCert {
+    fn verify_server_cert(&self, _: &CertificateDer<'_>, _: &[CertificateDer<'_>], _: &ServerName<'_>, _: &[u8], _: UnixTime) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(&self, m: &[u8], c: &CertificateDer<'_>, d: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(&self, m: &[u8], c: &CertificateDer<'_>, d: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// What a test client asks for.
+#[derive(Clone, Default)]
+pub struct ClientOpts {
+    /// `None`: both; `Some(12)` or `Some(13)`: only that version.
+    pub version: Option<u8>,
+    pub sni: Option<String>,
+    pub alpn: Vec<Vec<u8>>,
+    /// Restrict to these cipher suites.
+    pub suites: Option<Vec<rustls::CipherSuite>>,
+}
+
+pub type Client = StreamOwned<ClientConnection, TcpStream>;
+
+/// Connects and completes a TLS handshake with shuck at `addr`.
+pub fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Client, io::Error> {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    });
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    if let Some(s) = &opts.suites {
+        provider.cipher_suites.retain(|c| s.contains(&c.suite()));
+    }
+    let provider = Arc::new(provider);
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> = match opts.version {
+        Some(12) => vec![&rustls::version::TLS12],
+        Some(13) => vec![&rustls::version::TLS13],
+        _ => vec![&rustls::version::TLS13, &rustls::version::TLS12],
+    };
+    let mut cfg = ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
+        .with_no_client_auth();
+    cfg.alpn_protocols = opts.alpn.clone();
+    cfg.enable_sni = opts.sni.is_some();
+    let name = ServerName::try_from(opts.sni.clone().unwrap_or_else(|| "localhost".into()))
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let conn = ClientConnection::new(Arc::new(cfg), name).map_err(io::Error::other)?;
+    let sock = TcpStream::connect(addr)?;
+    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut s = StreamOwned::new(conn, sock);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock)?;
+    }
+    Ok(s)
+}
+
+/// The leaf certificate shuck served.
+pub fn served_cert(c: &Client) -> Vec<u8> {
+    c.conn.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// Reads until end of stream (close_notify), returning what came.
+pub fn read_all(c: &mut Client) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    c.read_to_end(&mut out)?;
+    Ok(out)
+}
