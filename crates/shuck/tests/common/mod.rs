@@ -19,7 +19,11 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_shuck");
 
 /// A port free right now on 127.0.0.1.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A scratch directory removed at drop.
@@ -55,7 +59,13 @@ impl Drop for TempDir {
 pub fn require(program: &str, package: &str) -> bool {
     static LOCK: Mutex<()> = Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let have = || Command::new("sh").args(["-c", &format!("command -v {program}")]).output().map(|o| o.status.success()).unwrap_or(false);
+    let have = || {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {program}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
     if have() {
         return true;
     }
@@ -91,14 +101,21 @@ pub enum Key {
 /// Writes `dir/name.pem` holding a self-signed certificate (CN = first name, SANs = names)
 /// followed by its key, made by openssl. Returns the path and the certificate's DER.
 pub fn openssl_cert(dir: &TempDir, name: &str, key: Key, names: &[&str]) -> (PathBuf, Vec<u8>) {
-    assert!(require("openssl", "openssl"), "openssl is needed to make test keys");
+    assert!(
+        require("openssl", "openssl"),
+        "openssl is needed to make test keys"
+    );
     let key_path = dir.path(&format!("{name}.key"));
     let cert_path = dir.path(&format!("{name}.crt"));
     let kp = key_path.to_str().unwrap();
     let keygen = match key {
-        Key::Rsa => format!("openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out {kp}"),
+        Key::Rsa => {
+            format!("openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out {kp}")
+        }
         Key::RsaPkcs1 => format!("openssl genrsa -traditional -out {kp} 2048"),
-        Key::EcP256 => format!("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out {kp}"),
+        Key::EcP256 => {
+            format!("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out {kp}")
+        }
         Key::EcP256Sec1 => format!("openssl ecparam -name prime256v1 -genkey -noout -out {kp}"),
         Key::EcP384Sec1 => format!("openssl ecparam -name secp384r1 -genkey -noout -out {kp}"),
         Key::Ed25519 => format!("openssl genpkey -algorithm ED25519 -out {kp}"),
@@ -121,7 +138,9 @@ pub fn openssl_cert(dir: &TempDir, name: &str, key: Key, names: &[&str]) -> (Pat
 /// An ECDSA certificate made with rcgen; `expired` makes one whose validity ended in 2020.
 pub fn rcgen_cert(dir: &TempDir, name: &str, names: &[&str], expired: bool) -> (PathBuf, Vec<u8>) {
     let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap();
     if expired {
         params.not_before = rcgen::date_time_ymd(2019, 1, 1);
         params.not_after = rcgen::date_time_ymd(2020, 1, 1);
@@ -139,7 +158,11 @@ fn pem_der(pem: &[u8]) -> Vec<u8> {
 
 pub fn sh(cmd: &str) {
     let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
-    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 // ---------------------------------------------------------------- the shuck process
@@ -164,7 +187,20 @@ impl Shuck {
 
     /// Starts shuck with exactly `args`; `port` is remembered for clients.
     pub fn start_raw(args: &[&str], port: u16) -> Shuck {
-        let mut child = Command::new(BIN)
+        Self::start_with(&[], args, port)
+    }
+
+    /// Starts shuck under a wrapper command (e.g. `prlimit --nofile=64:64`).
+    pub fn start_with(wrapper: &[&str], args: &[&str], port: u16) -> Shuck {
+        let mut cmd = match wrapper.split_first() {
+            None => Command::new(BIN),
+            Some((prog, rest)) => {
+                let mut c = Command::new(prog);
+                c.args(rest).arg(BIN);
+                c
+            }
+        };
+        let mut child = cmd
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -188,7 +224,11 @@ impl Shuck {
             if let Ok(Some(st)) = s.child.try_wait() {
                 panic!("shuck exited ({st}) before listening: {}", s.log());
             }
-            assert!(Instant::now() < deadline, "shuck did not start: {}", s.log());
+            assert!(
+                Instant::now() < deadline,
+                "shuck did not start: {}",
+                s.log()
+            );
             thread::sleep(Duration::from_millis(20));
         }
         s
@@ -268,7 +308,10 @@ pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
         thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 // ---------------------------------------------------------------- origins
@@ -337,7 +380,11 @@ impl Origin {
                     }
                     got = true;
                 }
-                let resp = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{}", body.len(), body);
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{}",
+                    body.len(),
+                    body
+                );
                 if w.write_all(resp.as_bytes()).is_err() {
                     return;
                 }
@@ -358,13 +405,30 @@ impl Origin {
 struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
 
 impl ServerCertVerifier for AnyCert {
-    fn verify_server_cert(&self, _: &CertificateDer<'_>, _: &[CertificateDer<'_>], _: &ServerName<'_>, _: &[u8], _: UnixTime) -> Result<ServerCertVerified, rustls::Error> {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
         Ok(ServerCertVerified::assertion())
     }
-    fn verify_tls12_signature(&self, m: &[u8], c: &CertificateDer<'_>, d: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
     }
-    fn verify_tls13_signature(&self, m: &[u8], c: &CertificateDer<'_>, d: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

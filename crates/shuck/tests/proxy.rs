@@ -1,0 +1,407 @@
+//! The data path end to end: relay with half-close, backend failures, timeouts, limits,
+//! workers, signals and the embedded default, through the real binary and real sockets.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+fn read_until_eof(s: &mut TcpStream) -> Vec<u8> {
+    let mut v = Vec::new();
+    s.read_to_end(&mut v).unwrap();
+    v
+}
+
+#[test]
+fn one_megabyte_each_way_with_half_close_from_the_client() {
+    // The origin answers only after the client's end of stream: the client's close_notify
+    // must reach it as a FIN while the other direction stays open.
+    let reply = pattern(1 << 20, 2);
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let (r2, got) = (reply.clone(), received.clone());
+    let origin = Origin::start(move |mut s| {
+        let data = read_until_eof(&mut s);
+        *got.lock().unwrap() = data;
+        s.write_all(&r2).unwrap();
+    });
+    let shuck = Shuck::start(&["-n", "1", "-b", &origin.addr()]);
+    for v in [12, 13] {
+        let sent = pattern(1 << 20, v);
+        let mut c = tls_connect(
+            shuck.addr(),
+            &ClientOpts {
+                version: Some(v as u8),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        c.write_all(&sent).unwrap();
+        c.conn.send_close_notify();
+        c.flush().unwrap();
+        c.sock.shutdown(Shutdown::Write).unwrap();
+        let back = read_all(&mut c).unwrap();
+        assert!(
+            back == reply,
+            "TLS1.{v}: reply differs ({} bytes)",
+            back.len()
+        );
+        assert!(
+            *received.lock().unwrap() == sent,
+            "TLS1.{v}: request differs"
+        );
+    }
+}
+
+#[test]
+fn one_megabyte_each_way_with_half_close_from_the_backend() {
+    // The origin sends everything and shuts its write side, then keeps reading: the client
+    // sees close_notify and can still send.
+    let first = pattern(1 << 20, 3);
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let (f2, got) = (first.clone(), received.clone());
+    let origin = Origin::start(move |mut s| {
+        s.write_all(&f2).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let data = read_until_eof(&mut s);
+        *got.lock().unwrap() = data;
+    });
+    let shuck = Shuck::start(&["-n", "1", "-b", &origin.addr()]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    let down = read_all(&mut c).unwrap();
+    assert!(
+        down == first,
+        "backend→client differs ({} bytes)",
+        down.len()
+    );
+    let up = pattern(1 << 20, 4);
+    c.write_all(&up).unwrap();
+    c.conn.send_close_notify();
+    c.flush().unwrap();
+    c.sock.shutdown(Shutdown::Write).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while received.lock().unwrap().len() < up.len() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        *received.lock().unwrap() == up,
+        "client→backend after half-close differs"
+    );
+}
+
+#[test]
+fn backend_down_closes_promptly_and_logs_why() {
+    let dead = free_port();
+    let shuck = Shuck::start(&["-n", "1", "-b", &format!("[127.0.0.1]:{dead}")]);
+    for _ in 0..3 {
+        let start = Instant::now();
+        let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+        let mut buf = [0u8; 16];
+        let n = c.read(&mut buf).unwrap_or(0);
+        assert_eq!(n, 0, "nothing comes from a dead backend");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "closed after {:?}",
+            start.elapsed()
+        );
+    }
+    assert!(
+        shuck.wait_log("backend connection failed", Duration::from_secs(2)),
+        "{}",
+        shuck.log()
+    );
+    let log = shuck.log();
+    assert!(log.contains(&format!("127.0.0.1:{dead}")), "{log}");
+    assert!(log.to_lowercase().contains("refused"), "{log}");
+}
+
+#[test]
+fn silent_client_is_cut_at_the_handshake_timeout() {
+    let origin = Origin::echo();
+    let shuck = Shuck::start(&[
+        "-n",
+        "1",
+        "-b",
+        &origin.addr(),
+        "--ssl-handshake-timeout",
+        "1",
+    ]);
+    let mut s = TcpStream::connect(shuck.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
+    let start = Instant::now();
+    let r = s.read(&mut [0u8; 1]);
+    let took = start.elapsed();
+    assert!(
+        matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() == ErrorKind::ConnectionReset),
+        "{r:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(3),
+        "cut after {took:?}"
+    );
+    assert_eq!(origin.accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[test]
+fn idle_connections_are_closed_after_the_idle_timeout() {
+    let origin = Origin::echo();
+    let shuck = Shuck::start(&["-n", "1", "-b", &origin.addr(), "--idle-timeout", "1"]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    // Traffic keeps it open past the timeout.
+    for _ in 0..4 {
+        thread::sleep(Duration::from_millis(400));
+        c.write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+    }
+    let start = Instant::now();
+    let mut b = [0u8; 1];
+    let n = c.read(&mut b).unwrap_or(0);
+    assert_eq!(n, 0);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn sigterm_lets_an_in_flight_slow_response_finish_then_exits_zero() {
+    let origin = Origin::start(|mut s| {
+        let mut buf = [0u8; 64];
+        let _ = s.read(&mut buf);
+        thread::sleep(Duration::from_millis(1500));
+        let _ = s.write_all(b"slow answer, complete");
+    });
+    let mut shuck = Shuck::start(&["-n", "2", "-b", &origin.addr()]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(b"request").unwrap();
+    thread::sleep(Duration::from_millis(300));
+    shuck.signal("TERM");
+    assert!(
+        shuck.wait_log("stopping", Duration::from_secs(2)),
+        "{}",
+        shuck.log()
+    );
+    thread::sleep(Duration::from_millis(200));
+    assert!(
+        TcpStream::connect(shuck.addr()).is_err(),
+        "still accepting after SIGTERM"
+    );
+    let answer = read_all(&mut c).unwrap();
+    assert_eq!(answer, b"slow answer, complete");
+    drop(c);
+    let st = shuck
+        .wait_exit(Duration::from_secs(10))
+        .expect("did not exit after drain");
+    assert_eq!(st.code(), Some(0), "{}", shuck.log());
+}
+
+#[test]
+fn drain_deadline_and_second_signal() {
+    let origin = Origin::echo();
+    // A connection that never ends is cut at the drain deadline; exit is still 0.
+    let mut shuck = Shuck::start(&["-n", "1", "-b", &origin.addr(), "--drain-timeout", "1"]);
+    let _c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    let start = Instant::now();
+    shuck.signal("TERM");
+    let st = shuck.wait_exit(Duration::from_secs(10)).expect("no exit");
+    assert_eq!(st.code(), Some(0));
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(shuck.log().contains("drain deadline"), "{}", shuck.log());
+
+    // A second signal exits at once.
+    let mut shuck = Shuck::start(&["-n", "1", "-b", &origin.addr(), "--drain-timeout", "60"]);
+    let _c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    shuck.signal("INT");
+    assert!(shuck.wait_log("stopping", Duration::from_secs(2)));
+    let start = Instant::now();
+    shuck.signal("INT");
+    let st = shuck
+        .wait_exit(Duration::from_secs(5))
+        .expect("second signal ignored");
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert_ne!(st.code(), Some(0));
+}
+
+#[test]
+fn two_workers_both_serve() {
+    let origin = Origin::echo();
+    let shuck = Shuck::start(&["-n", "2", "-b", &origin.addr(), "--log-connections"]);
+    let out = Command::new("ss")
+        .args(["-Hltn", &format!("sport = :{}", shuck.port)])
+        .output();
+    if let Ok(out) = out {
+        let listeners = String::from_utf8_lossy(&out.stdout).lines().count();
+        assert_eq!(listeners, 2, "one SO_REUSEPORT socket per worker");
+    }
+    for i in 0..60 {
+        let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+        c.write_all(b"hi").unwrap();
+        let mut b = [0u8; 2];
+        c.read_exact(&mut b).unwrap();
+        c.conn.send_close_notify();
+        c.flush().unwrap();
+        drop(c);
+        if i > 10 && shuck.log().contains("worker=0") && shuck.log().contains("worker=1") {
+            return;
+        }
+    }
+    thread::sleep(Duration::from_millis(500));
+    let log = shuck.log();
+    assert!(
+        log.contains("worker=0") && log.contains("worker=1"),
+        "{log}"
+    );
+}
+
+#[test]
+fn max_conns_leaves_excess_clients_in_the_backlog() {
+    let origin = Origin::echo();
+    let shuck = Shuck::start(&["-n", "1", "-b", &origin.addr(), "--max-conns", "2"]);
+    let c1 = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    let _c2 = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    // The third connects at TCP level (kernel backlog) but is not served.
+    let start = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let addr = shuck.addr();
+    thread::spawn(move || {
+        let r = tls_connect(addr, &ClientOpts::default()).map(|mut c| {
+            c.write_all(b"late").unwrap();
+            let mut b = [0u8; 4];
+            c.read_exact(&mut b).unwrap();
+            b
+        });
+        let _ = tx.send((r.map_err(|e| e.to_string()), Instant::now()));
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(1500)).is_err(),
+        "third client served beyond --max-conns"
+    );
+    let released = Instant::now();
+    drop(c1);
+    let (r, when) = rx
+        .recv_timeout(Duration::from_secs(8))
+        .expect("third client never served");
+    assert_eq!(&r.unwrap(), b"late");
+    assert!(when >= released && when.duration_since(start) >= Duration::from_millis(1500));
+}
+
+#[test]
+fn accept_errors_do_not_stop_the_worker_and_nofile_is_raised() {
+    if !require("prlimit", "util-linux") {
+        return;
+    }
+    let origin = Origin::echo();
+    let port = free_port();
+    let fe = format!("[127.0.0.1]:{port}");
+    // Soft 32, hard 48: shuck must raise the soft limit to 48, then run out at about 20
+    // connections.
+    let shuck = Shuck::start_with(
+        &["prlimit", "--nofile=32:48"],
+        &["-f", &fe, "-n", "1", "-b", &origin.addr()],
+        port,
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", shuck.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .to_owned();
+    let nums: Vec<&str> = line
+        .split_whitespace()
+        .filter(|w| w.chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(nums, ["48", "48"], "{line}");
+
+    let mut c0 = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    let filler: Vec<TcpStream> = (0..60)
+        .map(|_| TcpStream::connect(shuck.addr()).unwrap())
+        .collect();
+    assert!(
+        shuck.wait_log("out of resources", Duration::from_secs(5)),
+        "{}",
+        shuck.log()
+    );
+    // The live connection is still served.
+    c0.write_all(b"still here").unwrap();
+    let mut b = [0u8; 10];
+    c0.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"still here");
+    drop(filler);
+    // Once descriptors free up, new clients are served again.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let ok = tls_connect(shuck.addr(), &ClientOpts::default()).and_then(|mut c| {
+            c.write_all(b"new")?;
+            let mut b = [0u8; 3];
+            c.read_exact(&mut b)?;
+            Ok(b)
+        });
+        if let Ok(b) = ok {
+            assert_eq!(&b, b"new");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "worker stopped serving: {}",
+            shuck.log()
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        shuck.log().matches("out of resources").count(),
+        1,
+        "logged once per episode"
+    );
+}
+
+#[test]
+fn embedded_default_answers_curl_at_once() {
+    let port = free_port();
+    let fe = format!("[127.0.0.1]:{port}");
+    let shuck = Shuck::start_raw(&["-f", &fe], port);
+    let log = shuck.log();
+    assert!(log.contains("self-signed"), "{log}");
+    assert!(
+        log.contains(&format!("listening on [127.0.0.1]:{port}")),
+        "{log}"
+    );
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(b"GET /hi HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let body = String::from_utf8(read_all(&mut c).unwrap()).unwrap();
+    assert!(
+        body.starts_with("HTTP/1.1 200 OK") && body.contains("shuck is running"),
+        "{body}"
+    );
+    if require("curl", "curl") {
+        let out = Command::new("curl")
+            .args(["-sk", &format!("https://127.0.0.1:{port}/")])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains("shuck is running"));
+    }
+}
