@@ -5,7 +5,6 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::process::Command;
 
 use common::*;
 use rustls::{CipherSuite, ProtocolVersion};
@@ -150,17 +149,10 @@ fn sni_nomatch_abort_sends_unrecognized_name() {
     );
 
     if require("openssl", "openssl") {
-        let out = Command::new("sh")
-            .args([
-                "-c",
-                &format!(
-                "openssl s_client -connect 127.0.0.1:{} -servername nope.example </dev/null 2>&1",
-                shuck.port
-            ),
-            ])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = sh_out(&format!(
+            "openssl s_client -connect 127.0.0.1:{} -servername nope.example </dev/null",
+            shuck.port
+        ));
         assert!(text.contains("unrecognized name"), "{text}");
     }
 }
@@ -291,23 +283,17 @@ fn protocol_and_cipher_options_take_effect() {
     if require("openssl", "openssl") {
         let x25519 = Shuck::start(&["-n", "1", "-b", &origin.addr(), "--ecdh-curve", "X25519"]);
         let run = |groups: &str| {
-            Command::new("sh")
-                .args([
-                    "-c",
-                    &format!(
-                        "echo | openssl s_client -connect 127.0.0.1:{} -groups {groups} 2>&1",
-                        x25519.port
-                    ),
-                ])
-                .output()
-                .unwrap()
+            sh_out(&format!(
+                "echo | openssl s_client -connect 127.0.0.1:{} -groups {groups}",
+                x25519.port
+            ))
         };
-        let ok = String::from_utf8_lossy(&run("X25519").stdout).into_owned();
+        let ok = run("X25519");
         assert!(
             ok.contains("Cipher is") && !ok.contains("Cipher is (NONE)"),
             "{ok}"
         );
-        let bad = String::from_utf8_lossy(&run("P-384").stdout).into_owned();
+        let bad = run("P-384");
         assert!(
             bad.contains("alert") || bad.contains("Cipher is (NONE)"),
             "{bad}"
@@ -321,39 +307,23 @@ fn openssl_s_client_and_curl_get_through() {
     let dir = TempDir::new("clients");
     let (rsa, _) = openssl_cert(&dir, "rsa", Key::Rsa, &["localhost"]);
     let (ec, _) = openssl_cert(&dir, "ec", Key::EcP256, &["ec.localhost"]);
-    let shuck = Shuck::start(&[
-        "-n",
-        "1",
-        "-b",
-        &origin.addr(),
-        rsa.to_str().unwrap(),
-        ec.to_str().unwrap(),
-    ]);
+    let (rsa, ec) = (rsa.to_str().unwrap(), ec.to_str().unwrap());
+    let shuck = Shuck::start(&["-n", "1", "-b", &origin.addr(), rsa, ec]);
+    let port = shuck.port;
     if require("openssl", "openssl") {
         for (flag, want) in [("-tls1_2", "TLSv1.2"), ("-tls1_3", "TLSv1.3")] {
-            let out = Command::new("sh")
-                .args(["-c", &format!(
-                    "printf 'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' | openssl s_client -quiet -ign_eof=0 -connect 127.0.0.1:{} {flag} -servername localhost 2>/dev/null; \
-                     echo | openssl s_client -connect 127.0.0.1:{} {flag} 2>&1",
-                    shuck.port, shuck.port
-                )])
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout);
+            // -ign_eof keeps reading after the request is sent; timeout ends the keep-alive.
+            let text = sh_out(&format!(
+                "printf 'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' | \
+                 timeout 3 openssl s_client -ign_eof -connect 127.0.0.1:{port} {flag} -servername localhost"
+            ));
             assert!(text.contains(want), "{flag}: {text}");
+            assert!(text.contains("hello from the origin"), "{flag}: {text}");
         }
         // The ECDSA certificate is chosen by SNI.
-        let out = Command::new("sh")
-            .args([
-                "-c",
-                &format!(
-                    "echo | openssl s_client -connect 127.0.0.1:{} -servername ec.localhost 2>&1",
-                    shuck.port
-                ),
-            ])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = sh_out(&format!(
+            "echo | openssl s_client -connect 127.0.0.1:{port} -servername ec.localhost"
+        ));
         assert!(
             text.contains("CN = ec.localhost") || text.contains("CN=ec.localhost"),
             "{text}"
@@ -361,21 +331,12 @@ fn openssl_s_client_and_curl_get_through() {
     }
     if require("curl", "curl") {
         for flag in ["--tlsv1.2 --tls-max 1.2", "--tlsv1.3"] {
-            let out = Command::new("sh")
-                .args([
-                    "-c",
-                    &format!(
-                        "curl -sk {flag} https://127.0.0.1:{}/ https://127.0.0.1:{}/again",
-                        shuck.port, shuck.port
-                    ),
-                ])
-                .output()
-                .unwrap();
+            let text = sh_out(&format!(
+                "curl -sSk {flag} https://127.0.0.1:{port}/ https://127.0.0.1:{port}/again"
+            ));
             assert_eq!(
-                String::from_utf8_lossy(&out.stdout),
-                "hello from the origin\nhello from the origin\n",
-                "curl {flag}: {}",
-                String::from_utf8_lossy(&out.stderr)
+                text, "hello from the origin\nhello from the origin\n",
+                "curl {flag}"
             );
         }
     }

@@ -62,39 +62,27 @@ where
 
     let end = poll_fn(|cx| {
         let mut active = false;
-        if !up.done {
-            match up.poll_copy(
-                cx,
-                Pin::new(&mut *client),
-                Pin::new(&mut *backend),
-                &mut active,
-            ) {
-                Poll::Ready(Ok(())) => up.done = true,
-                Poll::Ready(Err(PumpError::Read(e))) => {
-                    return Poll::Ready(RelayEnd::Error(Side::Client, e))
-                }
-                Poll::Ready(Err(PumpError::Write(e))) => {
-                    return Poll::Ready(RelayEnd::Error(Side::Backend, e))
-                }
-                Poll::Pending => {}
-            }
+        let up_step = up.step(
+            cx,
+            &mut *client,
+            &mut *backend,
+            Side::Client,
+            Side::Backend,
+            &mut active,
+        );
+        if let Some(end) = up_step {
+            return Poll::Ready(end);
         }
-        if !down.done {
-            match down.poll_copy(
-                cx,
-                Pin::new(&mut *backend),
-                Pin::new(&mut *client),
-                &mut active,
-            ) {
-                Poll::Ready(Ok(())) => down.done = true,
-                Poll::Ready(Err(PumpError::Read(e))) => {
-                    return Poll::Ready(RelayEnd::Error(Side::Backend, e))
-                }
-                Poll::Ready(Err(PumpError::Write(e))) => {
-                    return Poll::Ready(RelayEnd::Error(Side::Client, e))
-                }
-                Poll::Pending => {}
-            }
+        let down_step = down.step(
+            cx,
+            &mut *backend,
+            &mut *client,
+            Side::Backend,
+            Side::Client,
+            &mut active,
+        );
+        if let Some(end) = down_step {
+            return Poll::Ready(end);
         }
         if up.done && down.done {
             return Poll::Ready(RelayEnd::Closed);
@@ -154,6 +142,35 @@ impl Pump {
             need_flush: false,
             done: false,
             total: 0,
+        }
+    }
+
+    /// Advances this direction unless it is done; `Some` when the relay must end because
+    /// reading from side `from` or writing to side `to` failed.
+    fn step<R, W>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: &mut R,
+        w: &mut W,
+        from: Side,
+        to: Side,
+        active: &mut bool,
+    ) -> Option<RelayEnd>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        if self.done {
+            return None;
+        }
+        match self.poll_copy(cx, Pin::new(r), Pin::new(w), active) {
+            Poll::Ready(Ok(())) => {
+                self.done = true;
+                None
+            }
+            Poll::Ready(Err(PumpError::Read(e))) => Some(RelayEnd::Error(from, e)),
+            Poll::Ready(Err(PumpError::Write(e))) => Some(RelayEnd::Error(to, e)),
+            Poll::Pending => None,
         }
     }
 

@@ -156,6 +156,14 @@ fn pem_der(pem: &[u8]) -> Vec<u8> {
     CertificateDer::from_pem_slice(pem).unwrap().to_vec()
 }
 
+/// Runs a shell command and returns its stdout and stderr together.
+pub fn sh_out(cmd: &str) -> String {
+    let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    text
+}
+
 pub fn sh(cmd: &str) {
     let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
     assert!(
