@@ -134,6 +134,50 @@ fn backend_down_closes_promptly_and_logs_why() {
 }
 
 #[test]
+fn backend_connect_timeout_closes_the_client_and_logs() {
+    // A listener whose accept queue is full drops SYNs: connecting to it hangs.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    sock.listen(0).unwrap();
+    let port = sock.local_addr().unwrap().as_socket().unwrap().port();
+    let mut fill = Vec::new();
+    for _ in 0..8 {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let _ = s.connect(&sock.local_addr().unwrap());
+        fill.push(s);
+    }
+    thread::sleep(Duration::from_millis(200));
+    let backend = format!("[127.0.0.1]:{port}");
+    let shuck = Shuck::start(&["-n", "1", "-b", &backend, "--backend-connect-timeout", "1"]);
+    let start = Instant::now();
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    let n = c.read(&mut [0u8; 8]).unwrap_or(0);
+    assert_eq!(n, 0);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    assert!(
+        shuck.wait_log("timed out", Duration::from_secs(2)),
+        "{}",
+        shuck.log()
+    );
+    assert!(
+        shuck.log().contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        shuck.log()
+    );
+}
+
+#[test]
 fn silent_client_is_cut_at_the_handshake_timeout() {
     let origin = Origin::echo();
     let shuck = Shuck::start(&[

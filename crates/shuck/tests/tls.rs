@@ -111,6 +111,42 @@ fn sni_selects_among_three_certificates_with_wildcard_and_default() {
 }
 
 #[test]
+fn sni_uses_the_common_name_when_there_is_no_san() {
+    if !require("openssl", "openssl") {
+        return;
+    }
+    let dir = TempDir::new("cn");
+    let origin = Origin::echo();
+    let (a, a_der) = rcgen_cert(&dir, "a", &["a.example"], false);
+    sh(&format!(
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=cn-only.example \
+         -days 30 -keyout {d}/cn.key -out {d}/cn.crt && cat {d}/cn.crt {d}/cn.key > {d}/cn.pem",
+        d = dir.0.display()
+    ));
+    let cn = dir.path("cn.pem");
+    let shuck = Shuck::start(&[
+        "-n",
+        "1",
+        "-b",
+        &origin.addr(),
+        a.to_str().unwrap(),
+        cn.to_str().unwrap(),
+    ]);
+    let sni = |n: &str| ClientOpts {
+        sni: Some(n.into()),
+        ..Default::default()
+    };
+    let c = tls_connect(shuck.addr(), &sni("cn-only.example")).unwrap();
+    assert_ne!(
+        served_cert(&c),
+        a_der,
+        "the CN-only certificate serves its CN"
+    );
+    let c = tls_connect(shuck.addr(), &sni("other.example")).unwrap();
+    assert_eq!(served_cert(&c), a_der);
+}
+
+#[test]
 fn sni_nomatch_abort_sends_unrecognized_name() {
     let dir = TempDir::new("sniabort");
     let origin = Origin::echo();

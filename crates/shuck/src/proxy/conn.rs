@@ -63,7 +63,7 @@ pub async fn serve(
     };
 
     // relay
-    let out = relay(&mut tls, &mut backend, limits.idle_timeout).await;
+    let out = relay(&mut tls, &mut backend, limits.idle_timeout, &worker.scratch).await;
 
     // close
     if let RelayEnd::Error(side, e) = &out.end {

@@ -44,6 +44,8 @@ pub struct Worker {
     live: Cell<usize>,
     /// Woken when `live` drops to zero.
     idle: Notify,
+    /// Read buffer lent to whichever connection is being polled (see `relay`).
+    scratch: relay::Scratch,
 }
 
 impl Worker {
@@ -54,6 +56,7 @@ impl Worker {
             state,
             live: Cell::new(0),
             idle: Notify::new(),
+            scratch: relay::new_scratch(),
         }
     }
 

@@ -2,8 +2,12 @@
 //! through (a client's close_notify becomes a FIN to the backend, a backend's FIN becomes a
 //! close_notify to the client) and an idle timeout over both directions.
 //!
-//! One buffer per direction, polled in a single task: no split halves, no locks.
+//! Both directions are polled in a single task: no split halves, no locks. Reads land in
+//! the worker's scratch buffer and are written on at once; only bytes a writer cannot take
+//! yet are copied into a buffer of the connection's own, freed as soon as it drains, so an
+//! idle connection holds no relay buffer at all.
 
+use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
@@ -13,8 +17,16 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-/// Size of each direction's buffer: one TLS record of plaintext.
-const BUF_SIZE: usize = 16 * 1024;
+/// Size of a worker's scratch buffer: one TLS record of plaintext.
+pub const SCRATCH_SIZE: usize = 16 * 1024;
+
+/// A worker's read buffer, shared by all its connections (they never run at once).
+pub type Scratch = RefCell<Box<[u8]>>;
+
+/// A scratch buffer for one worker.
+pub fn new_scratch() -> Scratch {
+    RefCell::new(vec![0u8; SCRATCH_SIZE].into_boxed_slice())
+}
 
 /// Which side of the relay failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,8 +60,13 @@ pub struct RelayOutcome {
 }
 
 /// Copies `client` ⇄ `backend` until both directions end, one fails, or nothing moves for
-/// `idle`.
-pub async fn relay<C, B>(client: &mut C, backend: &mut B, idle: Duration) -> RelayOutcome
+/// `idle`. `scratch` is the worker's read buffer.
+pub async fn relay<C, B>(
+    client: &mut C,
+    backend: &mut B,
+    idle: Duration,
+    scratch: &Scratch,
+) -> RelayOutcome
 where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
@@ -62,12 +79,25 @@ where
 
     let end = poll_fn(|cx| {
         let mut active = false;
+        let mut own;
+        let mut shared;
+        let buf: &mut [u8] = match scratch.try_borrow_mut() {
+            Ok(b) => {
+                shared = b;
+                &mut shared[..]
+            }
+            // Unreachable on a single-threaded worker; stay correct rather than panic.
+            Err(_) => {
+                own = vec![0u8; SCRATCH_SIZE];
+                &mut own[..]
+            }
+        };
         let up_step = up.step(
             cx,
             &mut *client,
             &mut *backend,
-            Side::Client,
-            Side::Backend,
+            buf,
+            (Side::Client, Side::Backend),
             &mut active,
         );
         if let Some(end) = up_step {
@@ -77,8 +107,8 @@ where
             cx,
             &mut *backend,
             &mut *client,
-            Side::Backend,
-            Side::Client,
+            buf,
+            (Side::Backend, Side::Client),
             &mut active,
         );
         if let Some(end) = down_step {
@@ -117,11 +147,10 @@ enum PumpError {
 
 /// One direction of the relay.
 struct Pump {
-    buf: Box<[u8]>,
-    /// Start of the bytes read but not yet written.
+    /// Bytes read but not yet taken by the writer; unallocated while none are waiting.
+    pending: Vec<u8>,
+    /// How much of `pending` has been written.
     pos: usize,
-    /// End of the bytes read.
-    cap: usize,
     /// The reader reached end of stream.
     eof: bool,
     /// Bytes written since the last flush.
@@ -135,9 +164,8 @@ struct Pump {
 impl Pump {
     fn new() -> Self {
         Pump {
-            buf: vec![0u8; BUF_SIZE].into_boxed_slice(),
+            pending: Vec::new(),
             pos: 0,
-            cap: 0,
             eof: false,
             need_flush: false,
             done: false,
@@ -146,14 +174,14 @@ impl Pump {
     }
 
     /// Advances this direction unless it is done; `Some` when the relay must end because
-    /// reading from side `from` or writing to side `to` failed.
+    /// reading from side `sides.0` or writing to side `sides.1` failed.
     fn step<R, W>(
         &mut self,
         cx: &mut Context<'_>,
         r: &mut R,
         w: &mut W,
-        from: Side,
-        to: Side,
+        scratch: &mut [u8],
+        sides: (Side, Side),
         active: &mut bool,
     ) -> Option<RelayEnd>
     where
@@ -163,13 +191,13 @@ impl Pump {
         if self.done {
             return None;
         }
-        match self.poll_copy(cx, Pin::new(r), Pin::new(w), active) {
+        match self.poll_copy(cx, Pin::new(r), Pin::new(w), scratch, active) {
             Poll::Ready(Ok(())) => {
                 self.done = true;
                 None
             }
-            Poll::Ready(Err(PumpError::Read(e))) => Some(RelayEnd::Error(from, e)),
-            Poll::Ready(Err(PumpError::Write(e))) => Some(RelayEnd::Error(to, e)),
+            Poll::Ready(Err(PumpError::Read(e))) => Some(RelayEnd::Error(sides.0, e)),
+            Poll::Ready(Err(PumpError::Write(e))) => Some(RelayEnd::Error(sides.1, e)),
             Poll::Pending => None,
         }
     }
@@ -179,6 +207,7 @@ impl Pump {
         cx: &mut Context<'_>,
         mut r: Pin<&mut R>,
         mut w: Pin<&mut W>,
+        scratch: &mut [u8],
         active: &mut bool,
     ) -> Poll<Result<(), PumpError>>
     where
@@ -186,50 +215,72 @@ impl Pump {
         W: AsyncWrite + ?Sized,
     {
         loop {
-            if self.pos == self.cap && !self.eof {
-                let mut rb = ReadBuf::new(&mut self.buf);
-                match r.as_mut().poll_read(cx, &mut rb) {
-                    Poll::Pending => {
-                        // A TLS writer may hold encrypted bytes it could not send yet.
-                        if self.need_flush {
-                            ready!(w.as_mut().poll_flush(cx)).map_err(PumpError::Write)?;
-                            self.need_flush = false;
-                        }
-                        return Poll::Pending;
-                    }
-                    // A client that closes TCP without close_notify: treat as end of stream,
-                    // as every terminator does; the backend sees a FIN.
-                    Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                        self.eof = true;
-                    }
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
-                    Poll::Ready(Ok(())) => {
-                        let n = rb.filled().len();
-                        if n == 0 {
-                            self.eof = true;
-                        } else {
-                            self.pos = 0;
-                            self.cap = n;
-                            *active = true;
-                        }
-                    }
-                }
-            }
-            while self.pos < self.cap {
-                let n = ready!(w.as_mut().poll_write(cx, &self.buf[self.pos..self.cap]))
+            // Bytes left over from an earlier read go first.
+            while self.pos < self.pending.len() {
+                let n = ready!(w.as_mut().poll_write(cx, &self.pending[self.pos..]))
                     .map_err(PumpError::Write)?;
-                if n == 0 {
-                    return Poll::Ready(Err(PumpError::Write(io::ErrorKind::WriteZero.into())));
-                }
+                self.wrote(n)?;
                 self.pos += n;
-                self.total += n as u64;
-                self.need_flush = true;
+            }
+            if !self.pending.is_empty() {
+                self.pending = Vec::new();
+                self.pos = 0;
             }
             if self.eof {
                 ready!(w.as_mut().poll_shutdown(cx)).map_err(PumpError::Write)?;
                 return Poll::Ready(Ok(()));
             }
+
+            let mut rb = ReadBuf::new(scratch);
+            match r.as_mut().poll_read(cx, &mut rb) {
+                Poll::Pending => {
+                    // A TLS writer may hold encrypted bytes it could not send yet.
+                    if self.need_flush {
+                        ready!(w.as_mut().poll_flush(cx)).map_err(PumpError::Write)?;
+                        self.need_flush = false;
+                    }
+                    return Poll::Pending;
+                }
+                // A client that closes TCP without close_notify: treat as end of stream, as
+                // every terminator does; the backend sees a FIN.
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    self.eof = true;
+                    continue;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
+                Poll::Ready(Ok(())) => {}
+            }
+            let n = rb.filled().len();
+            if n == 0 {
+                self.eof = true;
+                continue;
+            }
+            *active = true;
+            let mut off = 0;
+            while off < n {
+                match w.as_mut().poll_write(cx, &scratch[off..n]) {
+                    Poll::Ready(Ok(k)) => {
+                        self.wrote(k)?;
+                        off += k;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Write(e))),
+                    Poll::Pending => {
+                        // The writer is full: keep the rest until it drains.
+                        self.pending.extend_from_slice(&scratch[off..n]);
+                        return Poll::Pending;
+                    }
+                }
+            }
         }
+    }
+
+    fn wrote(&mut self, n: usize) -> Result<(), PumpError> {
+        if n == 0 {
+            return Err(PumpError::Write(io::ErrorKind::WriteZero.into()));
+        }
+        self.total += n as u64;
+        self.need_flush = true;
+        Ok(())
     }
 }
 
@@ -242,46 +293,98 @@ mod tests {
     async fn copies_both_ways_with_half_close() {
         let (mut client, mut proxy_c) = duplex(64 * 1024);
         let (mut proxy_b, mut backend) = duplex(64 * 1024);
-        let relay =
-            tokio::spawn(
-                async move { relay(&mut proxy_c, &mut proxy_b, Duration::from_secs(5)).await },
-            );
+        let scratch = new_scratch();
         let data: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
-        let d2 = data.clone();
-        let writer = tokio::spawn(async move {
-            client.write_all(&d2).await.unwrap();
+        let client_side = async {
+            client.write_all(&data).await.unwrap();
             client.shutdown().await.unwrap();
             let mut back = Vec::new();
             client.read_to_end(&mut back).await.unwrap();
             back
-        });
-        let mut got = Vec::new();
-        backend.read_to_end(&mut got).await.unwrap();
+        };
+        let backend_side = async {
+            let mut got = Vec::new();
+            backend.read_to_end(&mut got).await.unwrap();
+            backend.write_all(b"after half-close").await.unwrap();
+            backend.shutdown().await.unwrap();
+            got
+        };
+        let (out, back, got) = tokio::join!(
+            relay(&mut proxy_c, &mut proxy_b, Duration::from_secs(5), &scratch),
+            client_side,
+            backend_side
+        );
         assert_eq!(got, data);
-        backend.write_all(b"after half-close").await.unwrap();
-        backend.shutdown().await.unwrap();
-        assert_eq!(writer.await.unwrap(), b"after half-close");
-        let out = relay.await.unwrap();
+        assert_eq!(back, b"after half-close");
         assert!(matches!(out.end, RelayEnd::Closed));
         assert_eq!(out.client_to_backend, data.len() as u64);
         assert_eq!(out.backend_to_client, 16);
+    }
+
+    #[tokio::test]
+    async fn a_slow_writer_keeps_every_byte_in_order() {
+        // A tiny pipe towards the backend forces partial writes and pending bytes.
+        let (mut client, mut proxy_c) = duplex(64 * 1024);
+        let (mut proxy_b, mut backend) = duplex(100);
+        let scratch = new_scratch();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+        let client_side = async {
+            client.write_all(&data).await.unwrap();
+            client.shutdown().await.unwrap();
+            let mut sink = Vec::new();
+            client.read_to_end(&mut sink).await.unwrap();
+        };
+        let backend_side = async {
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 333];
+            loop {
+                tokio::task::yield_now().await;
+                let n = backend.read(&mut chunk).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&chunk[..n]);
+            }
+            backend.shutdown().await.unwrap();
+            got
+        };
+        let (out, (), got) = tokio::join!(
+            relay(&mut proxy_c, &mut proxy_b, Duration::from_secs(5), &scratch),
+            client_side,
+            backend_side
+        );
+        assert!(got == data, "bytes lost or reordered");
+        assert!(matches!(out.end, RelayEnd::Closed));
     }
 
     #[tokio::test(start_paused = true)]
     async fn idle_timeout_fires_only_without_traffic() {
         let (mut client, mut proxy_c) = duplex(1024);
         let (mut proxy_b, _backend) = duplex(1024);
-        let relay = tokio::spawn(async move {
-            relay(&mut proxy_c, &mut proxy_b, Duration::from_secs(10)).await
-        });
-        for _ in 0..5 {
-            tokio::time::sleep(Duration::from_secs(6)).await;
-            client.write_all(b"x").await.unwrap();
-        }
+        let scratch = new_scratch();
         let start = Instant::now();
-        let out = relay.await.unwrap();
+        let client_side = async {
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                client.write_all(b"x").await.unwrap();
+            }
+            client
+        };
+        let (out, _client) = tokio::join!(
+            relay(
+                &mut proxy_c,
+                &mut proxy_b,
+                Duration::from_secs(10),
+                &scratch
+            ),
+            client_side
+        );
         assert!(matches!(out.end, RelayEnd::IdleTimeout));
-        assert!(start.elapsed() >= Duration::from_secs(9));
+        assert!(
+            start.elapsed() >= Duration::from_secs(39),
+            "{:?}",
+            start.elapsed()
+        );
         assert_eq!(out.client_to_backend, 5);
     }
 }

@@ -151,7 +151,7 @@ pub fn rcgen_cert(dir: &TempDir, name: &str, names: &[&str], expired: bool) -> (
     (path, cert.der().to_vec())
 }
 
-fn pem_der(pem: &[u8]) -> Vec<u8> {
+pub fn pem_der(pem: &[u8]) -> Vec<u8> {
     use rustls::pki_types::pem::PemObject;
     CertificateDer::from_pem_slice(pem).unwrap().to_vec()
 }
