@@ -10,8 +10,10 @@
 
 pub mod backend;
 pub mod config;
+pub mod metrics;
 pub mod origin;
 pub mod proxy;
 pub mod runtime;
+pub mod session;
 pub mod shutdown;
 pub mod tls;

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 use crate::backend::Backend;
 use crate::config::{BackendTarget, Config};
+use crate::metrics::{self, Counters};
 use crate::proxy::{listener, ProxyState, Worker};
 use crate::shutdown::{self, Shutdown};
 use crate::tls::{TlsError, TlsState};
@@ -105,6 +106,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         state.backend
     );
 
+    let mut counters = Counters::default();
     let (trigger, shutdown) = shutdown::channel();
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     for (id, sockets) in per_worker.into_iter().enumerate() {
@@ -115,13 +117,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let shutdown = shutdown.clone();
         let done = done_tx.clone();
         let drain = config.limits.drain_timeout;
+        let mine = counters.add_worker();
         std::thread::Builder::new()
             .name(format!("shuck-worker-{id}"))
             .spawn(move || {
                 let local = tokio::task::LocalSet::new();
                 local.block_on(
                     &rt,
-                    worker_main(Worker::new(id, state), sockets, shutdown, drain),
+                    worker_main(Worker::new(id, state, mine), sockets, shutdown, drain),
                 );
                 drop(done);
             })?;
@@ -135,11 +138,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
+        let mut report = tokio::time::interval(STATS_EVERY);
+        report.tick().await;
         loop {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => tracing::warn!("SIGHUP received: reload is not supported yet; configuration unchanged"),
+                _ = hup.recv() => reload(&state),
+                _ = report.tick() => tracing::debug!("{}", metrics::summary(&counters, &state.tls)),
                 _ = done_rx.recv() => {
                     tracing::error!("workers stopped unexpectedly");
                     return Err(StartError::System(io::Error::other("workers stopped")));
@@ -152,12 +158,34 @@ pub fn run(config: Config) -> Result<(), StartError> {
         );
         trigger.fire();
         tokio::select! {
-            _ = done_rx.recv() => tracing::info!("stopped"),
+            _ = done_rx.recv() => tracing::info!("stopped; {}", metrics::summary(&counters, &state.tls)),
             _ = term.recv() => exit_now(),
             _ = int.recv() => exit_now(),
         }
         Ok(())
     })
+}
+
+/// How often the counters are logged (at debug level).
+const STATS_EVERY: Duration = Duration::from_secs(10);
+
+/// SIGHUP: re-read what can be re-read today (ticket keys); the rest waits for the
+/// configuration-reload work.
+fn reload(state: &ProxyState) {
+    match &state.tls.tickets {
+        Some(keys) if keys.file().is_some() => match keys.reload() {
+            Ok(n) => tracing::info!(
+                "SIGHUP: {n} ticket key(s) reloaded from {}",
+                keys.file()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            ),
+            Err(e) => tracing::error!("SIGHUP: {e}; the ticket keys in use stay"),
+        },
+        _ => {
+            tracing::warn!("SIGHUP received: only --ticket-keys is reloaded for now; nothing to do")
+        }
+    }
 }
 
 fn exit_now() {

@@ -4,18 +4,8 @@
 
 mod common;
 
-use std::io::{Read, Write};
-
 use common::*;
 use rustls::{CipherSuite, ProtocolVersion};
-
-/// Sends a line through shuck to an echo origin and checks it comes back.
-fn echo_roundtrip(c: &mut Client) {
-    c.write_all(b"ping through shuck\n").unwrap();
-    let mut buf = [0u8; 19];
-    c.read_exact(&mut buf).unwrap();
-    assert_eq!(&buf, b"ping through shuck\n");
-}
 
 #[test]
 fn tls12_and_tls13_with_rsa_and_ecdsa() {

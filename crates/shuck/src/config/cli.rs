@@ -78,6 +78,34 @@ pub struct Cli {
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub sni_nomatch_abort: bool,
 
+    /// Session cache size in sessions, shared by all workers (TLS 1.2 session IDs and TLS 1.3
+    /// stateful tickets); 0 disables it.
+    #[arg(short = 'C', long, value_name = "NUM", default_value_t = 20_000)]
+    pub session_cache: usize,
+
+    /// Lifetime of a session, in the cache and in tickets.
+    #[arg(long, value_name = "SECS", default_value = "300", value_parser = parse_duration)]
+    pub session_timeout: Duration,
+
+    /// Issue stateless session tickets (TLS 1.2 RFC 5077 and TLS 1.3).
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "on", default_missing_value = "on", value_parser = parse_on_off,
+          overrides_with = "no_tickets")]
+    pub tickets: bool,
+
+    /// Do not issue stateless tickets (TLS 1.3 then uses stateful tickets in the cache).
+    #[arg(long, overrides_with = "tickets")]
+    pub no_tickets: bool,
+
+    /// How often a new ticket key starts encrypting; each key decrypts for two periods.
+    #[arg(long, value_name = "SECS", default_value = "3600", value_parser = parse_duration)]
+    pub ticket_rotate: Duration,
+
+    /// Ticket keys from FILE (HAProxy's tls-ticket-keys format: one base64 key of 48 or 80
+    /// bytes per line; the second-to-last encrypts, all decrypt), re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub ticket_keys: Option<PathBuf>,
+
     /// Most client connections open at once over all workers (0: no limit). Beyond it new
     /// connections wait in the kernel's backlog instead of being accepted.
     #[arg(long, value_name = "NUM", default_value_t = 0)]

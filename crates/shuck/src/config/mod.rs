@@ -9,6 +9,7 @@ pub mod error;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tracing::level_filters::LevelFilter;
@@ -17,6 +18,7 @@ pub use cli::Cli;
 pub use endpoint::Endpoint;
 pub use error::ConfigError;
 
+use crate::tls::tickets::TicketKeys;
 use crate::tls::{params, LoadedCert, TlsSettings};
 
 /// A frontend: the endpoint as written and the addresses it listens on.
@@ -119,6 +121,8 @@ impl Config {
             });
         }
         for (option, d) in [
+            ("--session-timeout", cli.session_timeout),
+            ("--ticket-rotate", cli.ticket_rotate),
             ("--ssl-handshake-timeout", cli.ssl_handshake_timeout),
             ("--backend-connect-timeout", cli.backend_connect_timeout),
             ("--idle-timeout", cli.idle_timeout),
@@ -187,7 +191,22 @@ fn tls_settings(cli: &Cli) -> Result<TlsSettings, ConfigError> {
         Some(s) => params::parse_alpn(s)?,
         None => Vec::new(),
     };
+    let tickets_on = cli.tickets && !cli.no_tickets;
+    let tickets = match (&cli.ticket_keys, tickets_on) {
+        (_, false) => None,
+        (Some(path), true) => Some(Arc::new(TicketKeys::from_file(path, cli.session_timeout)?)),
+        (None, true) => Some(Arc::new(TicketKeys::rotating(
+            cli.ticket_rotate,
+            cli.session_timeout,
+        )?)),
+    };
+    if cli.ticket_keys.is_some() && !tickets_on {
+        tracing::warn!("--ticket-keys is ignored: tickets are off");
+    }
     Ok(TlsSettings {
+        session_cache: cli.session_cache,
+        session_timeout: cli.session_timeout,
+        tickets,
         versions,
         suites: tls13.into_iter().chain(tls12).collect(),
         groups,

@@ -12,6 +12,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::handshake::handshake;
 use super::relay::{relay, RelayEnd};
 use super::Worker;
+use crate::metrics::WorkerCounters;
+use rustls::HandshakeKind;
 
 /// Keeps the worker's live count right however the connection ends (including a task
 /// dropped at the drain deadline).
@@ -33,6 +35,8 @@ pub async fn serve(
 ) {
     worker.conn_opened();
     let _live = LiveGuard(&worker);
+    let counters = &worker.counters;
+    WorkerCounters::bump(&counters.accepted);
     let state = &worker.state;
     let limits = &state.limits;
     let started = Instant::now();
@@ -46,15 +50,23 @@ pub async fn serve(
     let mut tls = match handshake(tcp, &state.tls, limits.handshake_timeout).await {
         Ok(s) => s,
         Err(e) => {
+            WorkerCounters::bump(&counters.handshakes_failed);
             tracing::debug!(client = %peer, error = %e, "handshake failed");
             return;
         }
     };
+    let resumed = tls.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed);
+    WorkerCounters::bump(if resumed {
+        &counters.handshakes_resumed
+    } else {
+        &counters.handshakes_full
+    });
 
     // connect
     let mut backend = match state.backend.connect(limits.connect_timeout).await {
         Ok(b) => b,
         Err(e) => {
+            WorkerCounters::bump(&counters.backend_failures);
             tracing::warn!(client = %peer, backend = %state.backend, error = %e, "backend connection failed");
             // close_notify, then FIN: the client learns at once that nothing will come.
             let _ = tls.shutdown().await;
@@ -76,7 +88,12 @@ pub async fn serve(
             client = %peer,
             backend = %state.backend,
             sni = conn.server_name().unwrap_or("-"),
-            version = ?conn.protocol_version(),
+            version = match conn.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                _ => "-",
+            },
+            handshake = if resumed { "resumed" } else { "full" },
             bytes_in = out.client_to_backend,
             bytes_out = out.backend_to_client,
             ms = started.elapsed().as_millis() as u64,

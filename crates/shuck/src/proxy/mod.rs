@@ -14,6 +14,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use crate::backend::Backend;
 use crate::config::Limits;
+use crate::metrics::WorkerCounters;
 use crate::tls::TlsState;
 
 /// What every connection of every worker reads: built once, shared read-only.
@@ -46,17 +47,20 @@ pub struct Worker {
     idle: Notify,
     /// Read buffer lent to whichever connection is being polled (see `relay`).
     scratch: relay::Scratch,
+    /// This worker's counters.
+    pub counters: Arc<WorkerCounters>,
 }
 
 impl Worker {
     /// A worker with no connection yet.
-    pub fn new(id: usize, state: Arc<ProxyState>) -> Self {
+    pub fn new(id: usize, state: Arc<ProxyState>, counters: Arc<WorkerCounters>) -> Self {
         Worker {
             id,
             state,
             live: Cell::new(0),
             idle: Notify::new(),
             scratch: relay::new_scratch(),
+            counters,
         }
     }
 

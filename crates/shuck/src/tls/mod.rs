@@ -6,7 +6,9 @@ pub mod params;
 pub mod pem;
 pub mod selfsigned;
 pub mod sni;
+pub mod tickets;
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -15,6 +17,8 @@ use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 
 pub use pem::LoadedCert;
 pub use sni::SniResolver;
+
+use crate::session::SessionCache;
 
 /// What can be wrong with certificates, keys and TLS parameters.
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +150,16 @@ pub enum TlsError {
         /// What is wrong.
         reason: String,
     },
+    /// A ticket key file that cannot be used.
+    #[error("ticket key file {}{}: {reason}", path.display(), line.map(|l| format!(" line {l}")).unwrap_or_default())]
+    BadTicketKeys {
+        /// The file.
+        path: PathBuf,
+        /// The line at fault, when one is.
+        line: Option<usize>,
+        /// What is wrong.
+        reason: String,
+    },
     /// rustls refused the combination.
     #[error("TLS settings rejected: {0}")]
     Rustls(String),
@@ -154,6 +168,12 @@ pub enum TlsError {
 /// The TLS choices of a configuration, validated.
 #[derive(Debug, Clone)]
 pub struct TlsSettings {
+    /// Session cache entries (0: no cache).
+    pub session_cache: usize,
+    /// Lifetime of cached sessions.
+    pub session_timeout: std::time::Duration,
+    /// The ticket key ring, when tickets are on.
+    pub tickets: Option<Arc<tickets::TicketKeys>>,
     /// Protocol versions accepted.
     pub versions: Vec<&'static SupportedProtocolVersion>,
     /// TLS 1.2 suites then TLS 1.3 suites, in preference order.
@@ -177,6 +197,10 @@ pub struct TlsState {
     pub resolver: Arc<SniResolver>,
     /// Refuse unknown server names.
     pub sni_nomatch_abort: bool,
+    /// The session cache shared by all workers, when on.
+    pub cache: Option<Arc<SessionCache>>,
+    /// The ticket key ring, when tickets are on.
+    pub tickets: Option<Arc<tickets::TicketKeys>>,
 }
 
 impl TlsState {
@@ -197,10 +221,21 @@ impl TlsState {
             .with_cert_resolver(resolver.clone());
         config.alpn_protocols = settings.alpn.clone();
         config.ignore_client_order = settings.prefer_server_ciphers;
+        let cache = NonZeroUsize::new(settings.session_cache)
+            .map(|n| Arc::new(SessionCache::new(n, settings.session_timeout)));
+        config.session_storage = match &cache {
+            Some(c) => c.clone(),
+            None => Arc::new(rustls::server::NoServerSessionStorage {}),
+        };
+        if let Some(t) = &settings.tickets {
+            config.ticketer = t.clone();
+        }
         Ok(TlsState {
             config: Arc::new(config),
             resolver,
             sni_nomatch_abort: settings.sni_nomatch_abort,
+            cache,
+            tickets: settings.tickets.clone(),
         })
     }
 }

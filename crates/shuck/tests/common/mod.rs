@@ -327,6 +327,8 @@ pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
 /// A plain TCP origin on 127.0.0.1 serving each connection with `handler` on its own thread.
 pub struct Origin {
     pub port: u16,
+    /// `[127.0.0.1]:PORT`, ready for `-b`.
+    pub port_spec: String,
     pub accepted: Arc<AtomicUsize>,
 }
 
@@ -348,7 +350,11 @@ impl Origin {
                 thread::spawn(move || h(s));
             }
         });
-        Origin { port, accepted }
+        Origin {
+            port,
+            port_spec: format!("[127.0.0.1]:{port}"),
+            accepted,
+        }
     }
 
     /// Echoes every byte; on end of stream, shuts its write side.
@@ -453,12 +459,22 @@ pub struct ClientOpts {
     pub alpn: Vec<Vec<u8>>,
     /// Restrict to these cipher suites.
     pub suites: Option<Vec<rustls::CipherSuite>>,
+    /// TLS 1.2 resumption by session ID only (no tickets).
+    pub session_id_only: bool,
+    /// No resumption at all: every handshake is full.
+    pub no_resumption: bool,
 }
 
 pub type Client = StreamOwned<ClientConnection, TcpStream>;
 
-/// Connects and completes a TLS handshake with shuck at `addr`.
+/// Connects and completes a TLS handshake with shuck at `addr`, with a new client
+/// configuration (so no session is resumed).
 pub fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Client, io::Error> {
+    connect_with(addr, &client_config(opts), opts.sni.as_deref())
+}
+
+/// A client configuration; connections made with the same one resume sessions.
+pub fn client_config(opts: &ClientOpts) -> Arc<ClientConfig> {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -481,9 +497,25 @@ pub fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Client, io::Er
         .with_no_client_auth();
     cfg.alpn_protocols = opts.alpn.clone();
     cfg.enable_sni = opts.sni.is_some();
-    let name = ServerName::try_from(opts.sni.clone().unwrap_or_else(|| "localhost".into()))
+    if opts.session_id_only {
+        cfg.resumption = rustls::client::Resumption::in_memory_sessions(256)
+            .tls12_resumption(rustls::client::Tls12Resumption::SessionIdOnly);
+    }
+    if opts.no_resumption {
+        cfg.resumption = rustls::client::Resumption::disabled();
+    }
+    Arc::new(cfg)
+}
+
+/// Connects with an existing client configuration (resuming when it holds a session).
+pub fn connect_with(
+    addr: SocketAddr,
+    cfg: &Arc<ClientConfig>,
+    sni: Option<&str>,
+) -> Result<Client, io::Error> {
+    let name = ServerName::try_from(sni.unwrap_or("localhost").to_owned())
         .map_err(|e| io::Error::other(e.to_string()))?;
-    let conn = ClientConnection::new(Arc::new(cfg), name).map_err(io::Error::other)?;
+    let conn = ClientConnection::new(cfg.clone(), name).map_err(io::Error::other)?;
     let sock = TcpStream::connect(addr)?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut s = StreamOwned::new(conn, sock);
@@ -491,6 +523,20 @@ pub fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Client, io::Er
         s.conn.complete_io(&mut s.sock)?;
     }
     Ok(s)
+}
+
+/// Sends a line through an echo backend and reads it back: proves the relay works and
+/// makes the client read any session tickets sent after the handshake.
+pub fn echo_roundtrip(c: &mut Client) {
+    c.write_all(b"ping through shuck\n").unwrap();
+    let mut buf = [0u8; 19];
+    c.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"ping through shuck\n");
+}
+
+/// True when the handshake resumed a session.
+pub fn resumed(c: &Client) -> bool {
+    c.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
 }
 
 /// The leaf certificate shuck served.

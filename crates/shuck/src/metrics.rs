@@ -1,0 +1,102 @@
+//! Counters. Each worker writes only its own (a single writer needs no atomic
+//! read-modify-write, so counting costs a plain store on a cache line no other core
+//! writes); readers sum them when asked.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use crate::tls::TlsState;
+
+/// One worker's counters; written by that worker only.
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    /// Client connections accepted.
+    pub accepted: AtomicU64,
+    /// Handshakes completed without resumption.
+    pub handshakes_full: AtomicU64,
+    /// Handshakes that resumed a session (by cache or ticket).
+    pub handshakes_resumed: AtomicU64,
+    /// Handshakes that failed or timed out.
+    pub handshakes_failed: AtomicU64,
+    /// Backend connections that could not be made.
+    pub backend_failures: AtomicU64,
+}
+
+impl WorkerCounters {
+    /// Adds one to a counter of this worker (only its owner thread may call this).
+    pub fn bump(counter: &AtomicU64) {
+        counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
+    }
+}
+
+/// Every worker's counters, for summing.
+#[derive(Debug, Default, Clone)]
+pub struct Counters {
+    workers: Vec<Arc<WorkerCounters>>,
+}
+
+/// A sum of all workers' counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    /// See [`WorkerCounters::accepted`].
+    pub accepted: u64,
+    /// See [`WorkerCounters::handshakes_full`].
+    pub handshakes_full: u64,
+    /// See [`WorkerCounters::handshakes_resumed`].
+    pub handshakes_resumed: u64,
+    /// See [`WorkerCounters::handshakes_failed`].
+    pub handshakes_failed: u64,
+    /// See [`WorkerCounters::backend_failures`].
+    pub backend_failures: u64,
+}
+
+impl Counters {
+    /// Counters for a new worker.
+    pub fn add_worker(&mut self) -> Arc<WorkerCounters> {
+        let c = Arc::new(WorkerCounters::default());
+        self.workers.push(c.clone());
+        c
+    }
+
+    /// The sum over workers.
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        for w in &self.workers {
+            t.accepted += w.accepted.load(Relaxed);
+            t.handshakes_full += w.handshakes_full.load(Relaxed);
+            t.handshakes_resumed += w.handshakes_resumed.load(Relaxed);
+            t.handshakes_failed += w.handshakes_failed.load(Relaxed);
+            t.backend_failures += w.backend_failures.load(Relaxed);
+        }
+        t
+    }
+}
+
+/// One log line with every counter: handshakes, the session cache and tickets.
+pub fn summary(counters: &Counters, tls: &TlsState) -> String {
+    let t = counters.totals();
+    let mut line = format!(
+        "connections accepted={} handshakes full={} resumed={} failed={} backend_failures={}",
+        t.accepted,
+        t.handshakes_full,
+        t.handshakes_resumed,
+        t.handshakes_failed,
+        t.backend_failures
+    );
+    if let Some(c) = &tls.cache {
+        let s = c.stats();
+        line.push_str(&format!(
+            "; session cache entries={} stores={} hits={} misses={} evictions={} expirations={}",
+            s.entries, s.stores, s.hits, s.misses, s.evictions, s.expirations
+        ));
+    }
+    if let Some(k) = &tls.tickets {
+        line.push_str(&format!(
+            "; tickets issued={} resumed={} refused={}",
+            k.stats.issued.load(Relaxed),
+            k.stats.accepted.load(Relaxed),
+            k.stats.refused.load(Relaxed)
+        ));
+    }
+    line
+}

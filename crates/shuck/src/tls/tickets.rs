@@ -1,0 +1,481 @@
+//! Stateless session tickets (RFC 5077 for TLS 1.2, and TLS 1.3 tickets) under a key ring.
+//!
+//! The newest key encrypts; older keys still decrypt until they age out. Keys either rotate
+//! on a timer (`--ticket-rotate`, each key living two periods) or come from a file that an
+//! operator shares across hosts (`--ticket-keys`, HAProxy's tls-ticket-keys format), re-read
+//! on SIGHUP. A ticket also carries the time it was issued, so `--session-timeout` bounds
+//! tickets as it bounds cached sessions.
+//!
+//! Ticket layout: key name (16) ‖ issued at, unix ms (8) ‖ nonce (12) ‖ AES-256-GCM
+//! ciphertext and tag; the name and time are authenticated as associated data.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use aws_lc_rs::{hkdf, rand};
+use base64::Engine;
+use rustls::server::ProducesTickets;
+
+use super::TlsError;
+
+const NAME_LEN: usize = 16;
+const HEADER_LEN: usize = NAME_LEN + 8;
+const TAG_LEN: usize = 16;
+/// Tickets bigger than this are not ours (rustls' plaintexts are a few hundred bytes).
+const MAX_TICKET: usize = 16 * 1024;
+/// Clock difference tolerated between hosts sharing a key file.
+const CLOCK_SKEW_MS: u64 = 60_000;
+/// Bound on a key file, so that a wrong path cannot make shuck read a disk image.
+const MAX_KEY_FILE: u64 = 64 * 1024;
+
+/// Counters of ticket use.
+#[derive(Debug, Default)]
+pub struct TicketStats {
+    /// Tickets issued.
+    pub issued: AtomicU64,
+    /// Tickets that decrypted (a resumption by ticket, unless rustls then refuses it).
+    pub accepted: AtomicU64,
+    /// Tickets refused: unknown or retired key, forged, or too old.
+    pub refused: AtomicU64,
+}
+
+struct TicketKey {
+    name: [u8; NAME_LEN],
+    key: LessSafeKey,
+    /// Unix ms after which the key no longer decrypts (`None`: while it is in the file).
+    retire_at: Option<u64>,
+}
+
+struct Ring {
+    /// Shared between successive rings: a rotation adds a key, it does not copy the others.
+    keys: Vec<Arc<TicketKey>>,
+    /// Index of the key that encrypts.
+    current: usize,
+    /// Unix ms at which the current key stops encrypting (timer rotation only).
+    rotate_at: Option<u64>,
+}
+
+/// Where the keys come from.
+#[derive(Debug, Clone)]
+enum Source {
+    Timer { period: Duration },
+    File(PathBuf),
+}
+
+/// The ticket producer given to rustls; shared by every worker.
+pub struct TicketKeys {
+    ring: ArcSwap<Ring>,
+    source: Source,
+    session_lifetime: Duration,
+    /// Use counters.
+    pub stats: TicketStats,
+}
+
+impl std::fmt::Debug for TicketKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TicketKeys")
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl TicketKeys {
+    /// Random keys, a new one every `period`, each decrypting for two periods.
+    pub fn rotating(period: Duration, session_lifetime: Duration) -> Result<Self, TlsError> {
+        let now = now_ms();
+        let ring = Ring::fresh(now, period, None)?;
+        Ok(TicketKeys {
+            ring: ArcSwap::from_pointee(ring),
+            source: Source::Timer { period },
+            session_lifetime,
+            stats: TicketStats::default(),
+        })
+    }
+
+    /// Keys from an HAProxy-style key file.
+    pub fn from_file(path: &Path, session_lifetime: Duration) -> Result<Self, TlsError> {
+        let ring = load_file(path)?;
+        Ok(TicketKeys {
+            ring: ArcSwap::from_pointee(ring),
+            source: Source::File(path.to_owned()),
+            session_lifetime,
+            stats: TicketStats::default(),
+        })
+    }
+
+    /// The key file, if keys come from one.
+    pub fn file(&self) -> Option<&Path> {
+        match &self.source {
+            Source::File(p) => Some(p),
+            Source::Timer { .. } => None,
+        }
+    }
+
+    /// Re-reads the key file; on error the keys in use stay. Returns how many keys loaded.
+    pub fn reload(&self) -> Result<usize, TlsError> {
+        let Source::File(path) = &self.source else {
+            return Ok(self.ring.load().keys.len());
+        };
+        let ring = load_file(path)?;
+        let n = ring.keys.len();
+        self.ring.store(Arc::new(ring));
+        Ok(n)
+    }
+
+    /// Starts a new encrypting key if the current one's period is over.
+    fn maybe_rotate(&self, now: u64) {
+        let Source::Timer { period } = self.source else {
+            return;
+        };
+        let due = |r: &Ring| r.rotate_at.is_some_and(|t| now >= t);
+        if !due(&self.ring.load()) {
+            return;
+        }
+        self.ring.rcu(|r| {
+            if !due(r) {
+                return Arc::clone(r);
+            }
+            match Ring::fresh(now, period, Some(r)) {
+                Ok(next) => Arc::new(next),
+                // No randomness: keep the old key rather than stop issuing tickets.
+                Err(_) => Arc::clone(r),
+            }
+        });
+    }
+
+    fn seal(&self, plain: &[u8], now: u64) -> Option<Vec<u8>> {
+        self.maybe_rotate(now);
+        let ring = self.ring.load();
+        let key = ring.keys.get(ring.current)?;
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::fill(&mut nonce).ok()?;
+        let mut out = Vec::with_capacity(HEADER_LEN + NONCE_LEN + plain.len() + TAG_LEN);
+        out.extend_from_slice(&key.name);
+        out.extend_from_slice(&now.to_be_bytes());
+        out.extend_from_slice(&nonce);
+        let mut body = plain.to_vec();
+        key.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(&out[..HEADER_LEN]),
+                &mut body,
+            )
+            .ok()?;
+        out.extend_from_slice(&body);
+        self.stats.issued.fetch_add(1, Ordering::Relaxed);
+        Some(out)
+    }
+
+    fn open(&self, ticket: &[u8], now: u64) -> Option<Vec<u8>> {
+        let r = self.try_open(ticket, now);
+        let counter = if r.is_some() {
+            &self.stats.accepted
+        } else {
+            &self.stats.refused
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+
+    fn try_open(&self, ticket: &[u8], now: u64) -> Option<Vec<u8>> {
+        if ticket.len() < HEADER_LEN + NONCE_LEN + TAG_LEN || ticket.len() > MAX_TICKET {
+            return None;
+        }
+        let (header, rest) = ticket.split_at(HEADER_LEN);
+        let (name, issued) = header.split_at(NAME_LEN);
+        let issued = u64::from_be_bytes(issued.try_into().ok()?);
+        if issued > now + CLOCK_SKEW_MS
+            || now.saturating_sub(issued) >= self.session_lifetime.as_millis() as u64
+        {
+            return None;
+        }
+        let ring = self.ring.load();
+        let key = ring.keys.iter().find(|k| k.name[..] == *name)?;
+        if key.retire_at.is_some_and(|t| now >= t) {
+            return None;
+        }
+        let (nonce, sealed) = rest.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
+        let mut body = sealed.to_vec();
+        let plain_len = key
+            .key
+            .open_in_place(nonce, Aad::from(header), &mut body)
+            .ok()?
+            .len();
+        body.truncate(plain_len);
+        Some(body)
+    }
+}
+
+impl ProducesTickets for TicketKeys {
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    fn lifetime(&self) -> u32 {
+        let life = match self.source {
+            // A ticket cannot outlive its key.
+            Source::Timer { period } => self.session_lifetime.min(period * 2),
+            Source::File(_) => self.session_lifetime,
+        };
+        u32::try_from(life.as_secs()).unwrap_or(u32::MAX).max(1)
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        self.seal(plain, now_ms())
+    }
+
+    fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
+        self.open(cipher, now_ms())
+    }
+}
+
+impl Ring {
+    /// A ring whose new random key encrypts from `now` for `period`, keeping the keys of
+    /// `previous` that have not retired.
+    fn fresh(now: u64, period: Duration, previous: Option<&Ring>) -> Result<Ring, TlsError> {
+        let period_ms = period.as_millis() as u64;
+        let mut name = [0u8; NAME_LEN];
+        let mut secret = [0u8; 32];
+        rand::fill(&mut name)
+            .map_err(|_| TlsError::Rustls("no randomness for ticket keys".into()))?;
+        rand::fill(&mut secret)
+            .map_err(|_| TlsError::Rustls("no randomness for ticket keys".into()))?;
+        let mut keys = vec![Arc::new(TicketKey {
+            name,
+            key: aead_key(&secret),
+            retire_at: Some(now.saturating_add(period_ms.saturating_mul(2))),
+        })];
+        if let Some(prev) = previous {
+            keys.extend(
+                prev.keys
+                    .iter()
+                    .filter(|k| k.retire_at.is_some_and(|t| now < t))
+                    .cloned(),
+            );
+        }
+        Ok(Ring {
+            keys,
+            current: 0,
+            rotate_at: Some(now.saturating_add(period_ms)),
+        })
+    }
+}
+
+fn aead_key(secret: &[u8]) -> LessSafeKey {
+    // HKDF so that any key material (HAProxy's 48 or 80 bytes) yields one AES-256-GCM key.
+    let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, b"shuck tls ticket key v1");
+    let prk = salt.extract(secret);
+    let mut key = [0u8; 32];
+    // Expanding 32 bytes from SHA-256 cannot fail (the limit is 255 × 32).
+    if let Ok(okm) = prk.expand(&[b"aes-256-gcm"], &AES_256_GCM) {
+        let _ = okm.fill(&mut key);
+    }
+    // A 32-byte key always suits AES-256-GCM.
+    let unbound = UnboundKey::new(&AES_256_GCM, &key)
+        .unwrap_or_else(|_| unreachable!("AES-256-GCM takes 32-byte keys"));
+    LessSafeKey::new(unbound)
+}
+
+/// Parses an HAProxy tls-ticket-keys file: one base64 key per line (48 or 80 bytes, all the
+/// same length), `#` comments and blank lines ignored. Every key decrypts; the
+/// second-to-last encrypts (HAProxy's rule: the last is the next key, already distributed),
+/// or the only one when there is one.
+fn load_file(path: &Path) -> Result<Ring, TlsError> {
+    let bad = |line: Option<usize>, reason: String| TlsError::BadTicketKeys {
+        path: path.to_owned(),
+        line,
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| bad(None, e.to_string()))?;
+    if meta.len() > MAX_KEY_FILE {
+        return Err(bad(
+            None,
+            format!("larger than {MAX_KEY_FILE} bytes; is this a key file?"),
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(None, e.to_string()))?;
+    let mut keys = Vec::new();
+    let mut first_len = None;
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i + 1;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(line)
+            .map_err(|e| bad(Some(line_no), format!("not base64: {e}")))?;
+        if raw.len() != 48 && raw.len() != 80 {
+            return Err(bad(
+                Some(line_no),
+                format!("a key is 48 or 80 bytes, this one is {}", raw.len()),
+            ));
+        }
+        match first_len {
+            None => first_len = Some(raw.len()),
+            Some(n) if n != raw.len() => {
+                return Err(bad(
+                    Some(line_no),
+                    format!(
+                        "{}-byte key after {n}-byte keys; do not mix lengths",
+                        raw.len()
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+        let mut name = [0u8; NAME_LEN];
+        name.copy_from_slice(&raw[..NAME_LEN]);
+        keys.push(Arc::new(TicketKey {
+            name,
+            key: aead_key(&raw[NAME_LEN..]),
+            retire_at: None,
+        }));
+    }
+    if keys.is_empty() {
+        return Err(bad(
+            None,
+            "holds no key (one base64 key of 48 or 80 bytes per line)".into(),
+        ));
+    }
+    let current = keys.len().saturating_sub(2);
+    Ok(Ring {
+        keys,
+        current,
+        rotate_at: None,
+    })
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn roundtrip_and_forgery() {
+        let t = TicketKeys::rotating(HOUR, HOUR).unwrap();
+        let now = now_ms();
+        let ticket = t.seal(b"session state", now).unwrap();
+        assert_eq!(t.open(&ticket, now + 1000).unwrap(), b"session state");
+        for i in [
+            0,
+            NAME_LEN,
+            HEADER_LEN,
+            HEADER_LEN + NONCE_LEN,
+            ticket.len() - 1,
+        ] {
+            let mut forged = ticket.clone();
+            forged[i] ^= 1;
+            assert!(
+                t.open(&forged, now).is_none(),
+                "byte {i} flipped still opens"
+            );
+        }
+        assert!(t.open(&ticket[..20], now).is_none());
+        assert!(t.open(&[], now).is_none());
+        let other = TicketKeys::rotating(HOUR, HOUR).unwrap();
+        assert!(other.open(&ticket, now).is_none());
+    }
+
+    #[test]
+    fn rotation_keeps_the_previous_key_until_it_ages_out() {
+        let period = Duration::from_secs(10);
+        let t = TicketKeys::rotating(period, HOUR).unwrap();
+        let t0 = now_ms();
+        let k_ticket = t.seal(b"k", t0).unwrap();
+        // One period later: a new key encrypts, the old one still decrypts.
+        let t1 = t0 + 10_500;
+        let new_ticket = t.seal(b"k2", t1).unwrap();
+        assert_ne!(
+            k_ticket[..NAME_LEN],
+            new_ticket[..NAME_LEN],
+            "no rotation happened"
+        );
+        assert_eq!(t.open(&k_ticket, t1).unwrap(), b"k");
+        // Two periods after K was made, it is retired.
+        assert!(t.open(&k_ticket, t0 + 20_500).is_none());
+        assert_eq!(t.open(&new_ticket, t0 + 20_500).unwrap(), b"k2");
+        // After a long pause the ring holds no retired key.
+        t.seal(b"k3", t0 + 100_000).unwrap();
+        assert_eq!(t.ring.load().keys.len(), 1);
+        assert_eq!(t.lifetime(), 20);
+    }
+
+    #[test]
+    fn session_lifetime_bounds_tickets() {
+        let t = TicketKeys::rotating(HOUR, Duration::from_secs(5)).unwrap();
+        let now = now_ms();
+        let ticket = t.seal(b"s", now).unwrap();
+        assert!(t.open(&ticket, now + 4_000).is_some());
+        assert!(t.open(&ticket, now + 5_000).is_none());
+        assert!(
+            t.open(&ticket, now - CLOCK_SKEW_MS - 1).is_none(),
+            "from the future"
+        );
+        assert_eq!(t.lifetime(), 5);
+    }
+
+    fn write(name: &str, text: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("shuck-keys-{}-{name}", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn b64(bytes: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn key_file_second_to_last_encrypts_and_all_decrypt() {
+        let k1 = b64(&[1u8; 80]);
+        let k2 = b64(&[2u8; 80]);
+        let k3 = b64(&[3u8; 80]);
+        let p = write("three", &format!("# comment\n{k1}\n\n{k2}\n{k3}\n"));
+        let t = TicketKeys::from_file(&p, HOUR).unwrap();
+        let now = now_ms();
+        let ticket = t.seal(b"x", now).unwrap();
+        assert_eq!(&ticket[..NAME_LEN], &[2u8; 16]);
+        // A host with only the old and new keys still reads tickets of each.
+        let p1 = write("one", &format!("{k1}\n"));
+        let only1 = TicketKeys::from_file(&p1, HOUR).unwrap();
+        assert!(t.open(&only1.seal(b"y", now).unwrap(), now).is_some());
+        let p48 = write("48", &format!("{}\n", b64(&[9u8; 48])));
+        assert!(TicketKeys::from_file(&p48, HOUR).is_ok());
+        for p in [p, p1, p48] {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    #[test]
+    fn bad_key_files_name_the_line() {
+        let good = b64(&[1u8; 80]);
+        for (text, line, needle) in [
+            (format!("{good}\nnot base64!\n"), Some(2), "base64"),
+            (format!("{good}\n{}\n", b64(&[1u8; 47])), Some(2), "47"),
+            (format!("{good}\n{}\n", b64(&[1u8; 48])), Some(2), "mix"),
+            ("# only a comment\n".to_string(), None, "no key"),
+        ] {
+            let p = write("bad", &text);
+            let e = TicketKeys::from_file(&p, HOUR).unwrap_err();
+            let msg = e.to_string();
+            match e {
+                TlsError::BadTicketKeys { line: l, .. } => assert_eq!(l, line, "{msg}"),
+                other => panic!("{other}"),
+            }
+            assert!(msg.contains(needle), "{msg}");
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
