@@ -1,0 +1,367 @@
+//! `shuck-bench compare`: the same scenarios against shuck and each peer in one run, server
+//! pinned to CPU 0, client and origin to CPU 1, each measurement repeated (median kept), with
+//! server CPU time per connection and per request read from /proc.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::capacity::{self, Capacity};
+use crate::load::{self, KeyType, LoadOpts};
+use crate::peers::{self, Params, Target};
+use crate::procfs;
+use crate::report;
+use crate::scenarios::{self, Scenario};
+use crate::stats::LoadReport;
+
+/// Options of `compare`.
+#[derive(Debug, Clone, Args)]
+pub struct CompareOpts {
+    /// Scenario names, comma-separated, or `all`.
+    #[arg(long, default_value = "all")]
+    pub scenario: String,
+    /// Servers to measure, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "shuck,hitch,haproxy,nginx,stunnel")]
+    pub targets: Vec<Target>,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Measurements per scenario and server (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Sessions in flight (closed loop).
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// Idle TLS connections for the memory scenario.
+    #[arg(long, default_value_t = 10_000)]
+    pub idle_conns: usize,
+    /// Where reports go.
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+    /// The shuck binary (default: next to this one).
+    #[arg(long)]
+    pub shuck: Option<PathBuf>,
+    /// Peer configuration templates.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/peers"))]
+    pub peers_dir: PathBuf,
+    /// Do not pin server and client to separate CPUs.
+    #[arg(long)]
+    pub no_pin: bool,
+}
+
+/// One measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    /// What the client saw.
+    pub load: LoadReport,
+    /// Server CPU time during the run, µs.
+    pub server_cpu_us: u64,
+    /// Server CPU per completed session, µs.
+    pub cpu_us_per_conn: f64,
+    /// Server CPU per request, µs.
+    pub cpu_us_per_req: f64,
+}
+
+/// The idle-memory measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Idle {
+    /// Sessions established and held.
+    pub established: usize,
+    /// Sessions that failed to establish.
+    pub failed: usize,
+    /// Server RSS before, bytes.
+    pub rss_before: u64,
+    /// Server RSS with the sessions open, bytes.
+    pub rss_after: u64,
+    /// (after − before) / established.
+    pub bytes_per_conn: f64,
+}
+
+/// A server's outcome in one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetResult {
+    /// Which server.
+    pub target: Target,
+    /// `ok`, or why there is no figure (not installed, failed to start, ...).
+    pub status: String,
+    /// Every measurement.
+    pub runs: Vec<Run>,
+    /// The median run by CPU per session.
+    pub median: Option<Run>,
+    /// For the idle-memory scenario.
+    pub idle: Option<Idle>,
+}
+
+/// A scenario's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioResult {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The load options used.
+    pub load: String,
+    /// Per server.
+    pub targets: Vec<TargetResult>,
+}
+
+/// Everything a compare run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    /// When (UTC).
+    pub date: String,
+    /// The command line.
+    pub command: String,
+    /// Machine facts.
+    pub machine: String,
+    /// Server versions.
+    pub versions: Vec<(String, String)>,
+    /// CPU pinning used.
+    pub pinning: String,
+    /// Crypto costs on this machine.
+    pub capacity: Capacity,
+    /// Per scenario.
+    pub scenarios: Vec<ScenarioResult>,
+}
+
+/// Runs the comparison and writes the reports.
+pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
+    let scenarios = scenarios::select(&o.scenario).map_err(anyhow::Error::msg)?;
+    raise_fd_limit();
+    let shuck = o.shuck.clone().unwrap_or_else(|| {
+        std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join("shuck"))).unwrap_or_else(|| "shuck".into())
+    });
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pin = !o.no_pin && cpus >= 2;
+    if pin {
+        // Client and origin on CPU 1, servers on CPU 0.
+        let _ = Command::new("taskset").args(["-a", "-p", "-c", "1", &std::process::id().to_string()]).stdout(Stdio::null()).status();
+    }
+    let dir = std::env::temp_dir().join(format!("shuck-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let _cleanup = RemoveDir(dir.clone());
+    let rsa = make_cert(&dir, "rsa2048", "rsa:2048")?;
+    let ec = make_cert(&dir, "ecdsa", "ec -pkeyopt ec_paramgen_curve:P-256")?;
+
+    let origin_port = free_port()?;
+    let _origin = Origin::start(origin_port, pin)?;
+
+    eprintln!("measuring crypto costs (capacity)...");
+    let capacity = capacity::measure(Duration::from_millis(300))?;
+
+    let installed: Vec<(Target, Result<PathBuf, String>)> =
+        o.targets.iter().map(|&t| (t, peers::ensure_installed(t, &shuck))).collect();
+    let versions = installed.iter().map(|(t, _)| (t.name().to_owned(), t.version(&shuck))).collect();
+
+    let total = scenarios.len() * o.targets.len() * (o.repeats.max(1) + 1);
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+
+    let mut results = Vec::new();
+    for sc in &scenarios {
+        let base = LoadOpts {
+            target: SocketAddr::from(([127, 0, 0, 1], 0)),
+            concurrency: o.concurrency,
+            rate: None,
+            max_in_flight: 4096,
+            duration: o.duration,
+            reuse: sc.reuse,
+            resume_by: sc.resume_by,
+            requests_per_conn: 1,
+            size: 0,
+            tls: None,
+            cipher: None,
+            sni: "localhost".into(),
+            key_type: None,
+            timeout: 10.0,
+            threads: 1,
+        };
+        let mut lo = sc.load_opts(&base);
+        let pem = if sc.key == KeyType::Rsa2048 { &rsa } else { &ec };
+        let mut targets = Vec::new();
+        for (t, prog) in &installed {
+            bar.set_message(format!("{} / {}", sc.name, t.name()));
+            let r = match prog {
+                Err(why) => {
+                    bar.inc(o.repeats as u64 + 1);
+                    TargetResult { target: *t, status: format!("unavailable: {why}"), runs: vec![], median: None, idle: None }
+                }
+                Ok(prog) => measure(*t, prog, sc, &mut lo, pem, &dir, origin_port, o, pin, &bar),
+            };
+            targets.push(r);
+        }
+        results.push(ScenarioResult { scenario: *sc, load: lo.describe(), targets });
+    }
+    bar.finish_and_clear();
+
+    let res = Results {
+        date: report::utc_now(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine: report::machine(),
+        versions,
+        pinning: if pin { "server on CPU 0; client and origin on CPU 1 (taskset)".into() } else { "none".into() },
+        capacity,
+        scenarios: results,
+    };
+    report::write(&res, &o.out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure(t: Target, prog: &Path, sc: &Scenario, lo: &mut LoadOpts, pem: &Path, dir: &Path, origin_port: u16, o: &CompareOpts, pin: bool, bar: &ProgressBar) -> TargetResult {
+    let fail = |status: String| TargetResult { target: t, status, runs: vec![], median: None, idle: None };
+    let port = match free_port() {
+        Ok(p) => p,
+        Err(e) => return fail(format!("failed: {e}")),
+    };
+    let server = match peers::start(t, prog, &o.peers_dir, &Params { port, origin_port, pem, dir }, pin.then_some(0)) {
+        Ok(s) => s,
+        Err(e) => {
+            bar.inc(o.repeats as u64 + 1);
+            return fail(format!("failed to start: {e:#}"));
+        }
+    };
+    lo.target = SocketAddr::from(([127, 0, 0, 1], port));
+    let ticks = procfs::clock_ticks();
+
+    if sc.idle {
+        let before = procfs::rss_bytes(server.pid());
+        let held = load::open_idle(lo, o.idle_conns, 64);
+        std::thread::sleep(Duration::from_secs(1));
+        let after = procfs::rss_bytes(server.pid());
+        bar.inc(o.repeats as u64 + 1);
+        let r = match held {
+            Ok(h) if !h.is_empty() => TargetResult {
+                target: t,
+                status: if h.failed() == 0 { "ok".into() } else { format!("ok ({} of {} connections failed)", h.failed(), o.idle_conns) },
+                runs: vec![],
+                median: None,
+                idle: Some(Idle {
+                    established: h.len(),
+                    failed: h.failed(),
+                    rss_before: before,
+                    rss_after: after,
+                    bytes_per_conn: after.saturating_sub(before) as f64 / h.len() as f64,
+                }),
+            },
+            Ok(_) => fail("failed: no connection could be established".into()),
+            Err(e) => fail(format!("failed: {e:#}")),
+        };
+        server.stop();
+        return r;
+    }
+
+    // Warm-up: fills session caches, faults pages in; not measured.
+    let mut warm = lo.clone();
+    warm.duration = 1.0;
+    if let Err(e) = load::run(&warm, None) {
+        let tail = server.log_tail();
+        server.stop();
+        bar.inc(o.repeats as u64 + 1);
+        return fail(format!("failed: {e:#} {tail}"));
+    }
+    bar.inc(1);
+    let mut runs = Vec::new();
+    for _ in 0..o.repeats.max(1) {
+        let cpu0 = procfs::cpu_us(server.pid(), ticks);
+        let progress = Arc::new(AtomicU64::new(0));
+        let stats = load::run(lo, Some(progress.clone()));
+        let cpu1 = procfs::cpu_us(server.pid(), ticks);
+        bar.inc(1);
+        match stats {
+            Ok(s) => {
+                let rep = s.report();
+                let cpu = cpu1.saturating_sub(cpu0);
+                runs.push(Run {
+                    cpu_us_per_conn: cpu as f64 / (rep.completed.max(1)) as f64,
+                    cpu_us_per_req: cpu as f64 / (rep.requests.max(1)) as f64,
+                    server_cpu_us: cpu,
+                    load: rep,
+                });
+            }
+            Err(e) => {
+                server.stop();
+                return fail(format!("failed: {e:#}"));
+            }
+        }
+        let _ = progress.load(Ordering::Relaxed);
+    }
+    server.stop();
+    let mut sorted = runs.clone();
+    sorted.sort_by(|a, b| a.cpu_us_per_conn.total_cmp(&b.cpu_us_per_conn));
+    let median = sorted.get(sorted.len() / 2).cloned();
+    let status = match &median {
+        Some(m) if m.load.completed == 0 => "failed: no session completed".into(),
+        _ => "ok".into(),
+    };
+    TargetResult { target: t, status, runs, median, idle: None }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn make_cert(dir: &Path, name: &str, newkey: &str) -> anyhow::Result<PathBuf> {
+    let pem = dir.join(format!("{name}.pem"));
+    let (key, crt) = (dir.join(format!("{name}.key")), dir.join(format!("{name}.crt")));
+    let (newkey_alg, opts) = newkey.split_once(' ').unwrap_or((newkey, ""));
+    let cmd = format!(
+        "openssl req -x509 -newkey {newkey_alg} {opts} -nodes -subj /CN=localhost -addext subjectAltName=DNS:localhost -days 30 -keyout {k} -out {c} 2>/dev/null && cat {c} {k} > {p}",
+        k = key.display(), c = crt.display(), p = pem.display()
+    );
+    let st = Command::new("sh").args(["-c", &cmd]).status().context("openssl is needed to make certificates")?;
+    anyhow::ensure!(st.success(), "openssl could not make the {name} certificate");
+    Ok(pem)
+}
+
+/// The origin, as a child process of this binary, pinned with the client.
+struct Origin(Child);
+
+impl Origin {
+    fn start(port: u16, pin: bool) -> anyhow::Result<Origin> {
+        let me = std::env::current_exe()?;
+        let mut cmd = if pin {
+            let mut c = Command::new("taskset");
+            c.args(["-c", "1"]).arg(&me);
+            c
+        } else {
+            Command::new(&me)
+        };
+        let child = cmd.args(["origin", "--listen", &format!("127.0.0.1:{port}")]).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(addr).is_err() {
+            anyhow::ensure!(Instant::now() < deadline, "the origin did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Origin(child))
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Servers and the client both need a descriptor per connection: as root, lift the limit
+/// well past 10,000 idle connections on each side; otherwise take the hard limit.
+pub fn raise_fd_limit() {
+    if rlimit::setrlimit(rlimit::Resource::NOFILE, 262_144, 262_144).is_err() {
+        let _ = rlimit::increase_nofile_limit(u64::MAX);
+    }
+}

@@ -1,0 +1,236 @@
+//! The servers compared: shuck and its peers, each started from a committed configuration
+//! under `bench/peers/`, pinned to one CPU, and stopped by its PID.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// TLS 1.2 suites every server is given (AES-128-GCM for both key types).
+pub const CIPHERS12: &str = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256";
+/// TLS 1.3 suite every server is given.
+pub const CIPHERS13: &str = "TLS_AES_128_GCM_SHA256";
+
+/// A server under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// This project.
+    Shuck,
+    /// hitch (stud's successor).
+    Hitch,
+    /// HAProxy in TCP mode.
+    Haproxy,
+    /// nginx's stream module.
+    Nginx,
+    /// stunnel.
+    Stunnel,
+}
+
+impl Target {
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Shuck => "shuck",
+            Target::Hitch => "hitch",
+            Target::Haproxy => "haproxy",
+            Target::Nginx => "nginx",
+            Target::Stunnel => "stunnel",
+        }
+    }
+
+    fn program(self) -> &'static str {
+        match self {
+            Target::Shuck => "shuck",
+            Target::Hitch => "hitch",
+            Target::Haproxy => "haproxy",
+            Target::Nginx => "nginx",
+            Target::Stunnel => "stunnel4",
+        }
+    }
+
+    fn packages(self) -> &'static str {
+        match self {
+            Target::Shuck => "",
+            Target::Hitch => "hitch",
+            Target::Haproxy => "haproxy",
+            Target::Nginx => "nginx libnginx-mod-stream",
+            Target::Stunnel => "stunnel4",
+        }
+    }
+
+    fn template(self) -> &'static str {
+        match self {
+            Target::Shuck => "shuck.args",
+            Target::Hitch => "hitch.conf",
+            Target::Haproxy => "haproxy.cfg",
+            Target::Nginx => "nginx.conf",
+            Target::Stunnel => "stunnel.conf",
+        }
+    }
+
+    /// The version line the program prints, for reports.
+    pub fn version(self, shuck: &Path) -> String {
+        let (prog, arg) = match self {
+            Target::Shuck => (shuck.to_str().unwrap_or("shuck"), "--version"),
+            Target::Hitch => ("hitch", "--version"),
+            Target::Haproxy => ("haproxy", "-v"),
+            Target::Nginx => ("nginx", "-v"),
+            Target::Stunnel => ("stunnel4", "-version"),
+        };
+        Command::new(prog)
+            .arg(arg)
+            .stdin(Stdio::null())
+            .output()
+            .ok()
+            .map(|o| {
+                let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+                text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_owned()
+            })
+            .unwrap_or_else(|| "unknown".into())
+    }
+}
+
+/// Finds the program, installing its Debian package when missing. `Err` says why it cannot
+/// be had, for the report.
+pub fn ensure_installed(t: Target, shuck: &Path) -> Result<PathBuf, String> {
+    if t == Target::Shuck {
+        return if shuck.exists() {
+            Ok(shuck.to_owned())
+        } else {
+            Err(format!("{} not found: build it with cargo build --release -p shuck", shuck.display()))
+        };
+    }
+    let find = || which(t.program());
+    if let Some(p) = find() {
+        return Ok(p);
+    }
+    let _ = Command::new("sh")
+        .args(["-c", &format!("(apt-get install -y -qq {p} || (apt-get update -qq && apt-get install -y -qq {p})) >/dev/null 2>&1", p = t.packages())])
+        .status();
+    find().ok_or_else(|| format!("{} is not installed and apt-get install {} failed", t.program(), t.packages()))
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    let out = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().ok()?;
+    let p = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (!p.is_empty()).then(|| PathBuf::from(p))
+}
+
+/// Values substituted into a template.
+pub struct Params<'a> {
+    /// Listening port.
+    pub port: u16,
+    /// Origin port.
+    pub origin_port: u16,
+    /// Certificate chain and key, one file.
+    pub pem: &'a Path,
+    /// Scratch directory for configs, logs and pid files.
+    pub dir: &'a Path,
+}
+
+/// A running server; stopped on drop.
+pub struct Server {
+    /// Which one.
+    pub target: Target,
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Server {
+    /// The PID of the server's main process.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops it: SIGTERM, then SIGKILL after 5 s.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        let pid = self.child.id();
+        let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The tail of what it logged, for error reports.
+    pub fn log_tail(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.dir.join(format!("{}.stderr", self.target.name()))) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.halt();
+        }
+    }
+}
+
+/// Writes the target's configuration and starts it pinned to `cpu`, waiting until it
+/// accepts TCP connections.
+pub fn start(t: Target, program: &Path, templates: &Path, p: &Params<'_>, cpu: Option<usize>) -> anyhow::Result<Server> {
+    let template = templates.join(t.template());
+    let text = std::fs::read_to_string(&template).with_context(|| format!("cannot read {}", template.display()))?;
+    let text = text
+        .replace("{{PORT}}", &p.port.to_string())
+        .replace("{{ORIGIN_PORT}}", &p.origin_port.to_string())
+        .replace("{{PEM}}", &p.pem.display().to_string())
+        .replace("{{DIR}}", &p.dir.display().to_string())
+        .replace("{{CIPHERS12}}", CIPHERS12)
+        .replace("{{CIPHERS13}}", CIPHERS13);
+    let conf = p.dir.join(t.template());
+    std::fs::write(&conf, &text)?;
+    let conf_s = conf.display().to_string();
+    let args: Vec<String> = match t {
+        Target::Shuck => text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).map(str::to_owned).collect(),
+        Target::Hitch => vec![format!("--config={conf_s}")],
+        Target::Haproxy => vec!["-db".into(), "-f".into(), conf_s],
+        Target::Nginx => vec!["-c".into(), conf_s, "-p".into(), p.dir.display().to_string()],
+        Target::Stunnel => vec![conf_s],
+    };
+    let mut cmd = match cpu {
+        Some(c) => {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", &c.to_string()]).arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    };
+    let stderr = std::fs::File::create(p.dir.join(format!("{}.stderr", t.name())))?;
+    let child = cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn()
+        .with_context(|| format!("cannot start {}", program.display()))?;
+    let mut server = Server { target: t, child, dir: p.dir.to_owned() };
+    let addr = SocketAddr::from(([127, 0, 0, 1], p.port));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(server);
+        }
+        if let Ok(Some(st)) = server.child.try_wait() {
+            bail!("{} exited ({st}) at start: {}", t.name(), server.log_tail());
+        }
+        if Instant::now() > deadline {
+            let tail = server.log_tail();
+            server.halt();
+            bail!("{} did not listen on {addr} within 15 s: {tail}", t.name());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
