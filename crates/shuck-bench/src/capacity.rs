@@ -34,7 +34,11 @@ pub struct Capacity {
 impl Capacity {
     /// The crypto floor of a full handshake, µs: one signature plus one key exchange.
     pub fn floor_us(&self, rsa: bool) -> f64 {
-        (if rsa { self.rsa2048_sign_us } else { self.ecdsa_p256_sign_us }) + self.x25519_us
+        (if rsa {
+            self.rsa2048_sign_us
+        } else {
+            self.ecdsa_p256_sign_us
+        }) + self.x25519_us
     }
 }
 
@@ -57,7 +61,8 @@ pub fn measure(budget: Duration) -> anyhow::Result<Capacity> {
     let rng = SystemRandom::new();
     let msg = [7u8; 64];
     let rsa = |size| -> anyhow::Result<f64> {
-        let key = RsaKeyPair::generate(size).map_err(|_| anyhow::anyhow!("RSA key generation failed"))?;
+        let key =
+            RsaKeyPair::generate(size).map_err(|_| anyhow::anyhow!("RSA key generation failed"))?;
         let mut sig = vec![0u8; key.public_modulus_len()];
         Ok(per_call(budget, || {
             let _ = key.sign(&signature::RSA_PSS_SHA256, &rng, &msg, &mut sig);
@@ -69,25 +74,39 @@ pub fn measure(budget: Duration) -> anyhow::Result<Capacity> {
     let ecdsa = per_call(budget, || {
         let _ = ec.sign(&rng, &msg);
     });
-    let peer = EphemeralPrivateKey::generate(&X25519, &rng).map_err(|_| anyhow::anyhow!("X25519"))?;
-    let peer_pub = peer.compute_public_key().map_err(|_| anyhow::anyhow!("X25519"))?;
+    let peer =
+        EphemeralPrivateKey::generate(&X25519, &rng).map_err(|_| anyhow::anyhow!("X25519"))?;
+    let peer_pub = peer
+        .compute_public_key()
+        .map_err(|_| anyhow::anyhow!("X25519"))?;
     let peer_pub = peer_pub.as_ref().to_vec();
     let x25519 = per_call(budget, || {
         if let Ok(k) = EphemeralPrivateKey::generate(&X25519, &rng) {
             let _ = k.compute_public_key();
-            let _ = agreement::agree_ephemeral(k, &UnparsedPublicKey::new(&X25519, &peer_pub), (), |s| {
-                std::hint::black_box(s.len());
-                Ok(())
-            });
+            let _ = agreement::agree_ephemeral(
+                k,
+                UnparsedPublicKey::new(&X25519, &peer_pub),
+                (),
+                |s| {
+                    std::hint::black_box(s.len());
+                    Ok(())
+                },
+            );
         }
     });
     let bulk = |alg| -> f64 {
-        let Ok(key) = UnboundKey::new(alg, &[3u8; 32][..alg.key_len()]) else { return 0.0 };
+        let Ok(key) = UnboundKey::new(alg, &[3u8; 32][..alg.key_len()]) else {
+            return 0.0;
+        };
         let key = LessSafeKey::new(key);
         let mut buf = vec![0u8; 16 * 1024];
         let us = per_call(budget, || {
             buf.truncate(16 * 1024);
-            let _ = key.seal_in_place_append_tag(Nonce::assume_unique_for_key([1u8; 12]), Aad::empty(), &mut buf);
+            let _ = key.seal_in_place_append_tag(
+                Nonce::assume_unique_for_key([1u8; 12]),
+                Aad::empty(),
+                &mut buf,
+            );
         });
         16.0 * 1024.0 / (us / 1e6)
     };
@@ -115,12 +134,37 @@ impl std::fmt::Display for Capacity {
         ] {
             writeln!(f, "{name:<24} {us:>8.1}  {:>12.0}", per_s(us))?;
         }
-        writeln!(f, "AES-128-GCM              {:>8.0} MB/s per core", self.aes128gcm_bytes_per_s / 1e6)?;
-        writeln!(f, "ChaCha20-Poly1305        {:>8.0} MB/s per core", self.chacha20_bytes_per_s / 1e6)?;
+        writeln!(
+            f,
+            "AES-128-GCM              {:>8.0} MB/s per core",
+            self.aes128gcm_bytes_per_s / 1e6
+        )?;
+        writeln!(
+            f,
+            "ChaCha20-Poly1305        {:>8.0} MB/s per core",
+            self.chacha20_bytes_per_s / 1e6
+        )?;
         writeln!(f)?;
-        writeln!(f, "estimated full handshakes per core (signature + X25519, the crypto floor):")?;
-        writeln!(f, "  RSA-2048:    {:>8.0}/s  ({:.1} µs each)", per_s(self.floor_us(true)), self.floor_us(true))?;
-        writeln!(f, "  ECDSA P-256: {:>8.0}/s  ({:.1} µs each)", per_s(self.floor_us(false)), self.floor_us(false))?;
-        write!(f, "estimated bulk bandwidth per core: {:.0} MB/s (AES-128-GCM)", self.aes128gcm_bytes_per_s / 1e6)
+        writeln!(
+            f,
+            "estimated full handshakes per core (signature + X25519, the crypto floor):"
+        )?;
+        writeln!(
+            f,
+            "  RSA-2048:    {:>8.0}/s  ({:.1} µs each)",
+            per_s(self.floor_us(true)),
+            self.floor_us(true)
+        )?;
+        writeln!(
+            f,
+            "  ECDSA P-256: {:>8.0}/s  ({:.1} µs each)",
+            per_s(self.floor_us(false)),
+            self.floor_us(false)
+        )?;
+        write!(
+            f,
+            "estimated bulk bandwidth per core: {:.0} MB/s (AES-128-GCM)",
+            self.aes128gcm_bytes_per_s / 1e6
+        )
     }
 }

@@ -29,7 +29,12 @@ pub struct CompareOpts {
     #[arg(long, default_value = "all")]
     pub scenario: String,
     /// Servers to measure, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "shuck,hitch,haproxy,nginx,stunnel")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "shuck,hitch,haproxy,nginx,stunnel"
+    )]
     pub targets: Vec<Target>,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 5.0)]
@@ -135,13 +140,31 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
     let scenarios = scenarios::select(&o.scenario).map_err(anyhow::Error::msg)?;
     raise_fd_limit();
     let shuck = o.shuck.clone().unwrap_or_else(|| {
-        std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join("shuck"))).unwrap_or_else(|| "shuck".into())
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("shuck")))
+            .unwrap_or_else(|| "shuck".into())
     });
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let pin = !o.no_pin && cpus >= 2;
+    let machine = report::machine();
+    let fd_limit = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
+    // A proxy holds two descriptors per idle client connection.
+    let idle_conns = o
+        .idle_conns
+        .min((fd_limit.saturating_sub(200) / 2) as usize);
+    if idle_conns < o.idle_conns {
+        eprintln!(
+            "idle-memory: {idle_conns} connections, not {}: the descriptor limit is {fd_limit}",
+            o.idle_conns
+        );
+    }
     if pin {
         // Client and origin on CPU 1, servers on CPU 0.
-        let _ = Command::new("taskset").args(["-a", "-p", "-c", "1", &std::process::id().to_string()]).stdout(Stdio::null()).status();
+        let _ = Command::new("taskset")
+            .args(["-a", "-p", "-c", "1", &std::process::id().to_string()])
+            .stdout(Stdio::null())
+            .status();
     }
     let dir = std::env::temp_dir().join(format!("shuck-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -155,13 +178,22 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
     eprintln!("measuring crypto costs (capacity)...");
     let capacity = capacity::measure(Duration::from_millis(300))?;
 
-    let installed: Vec<(Target, Result<PathBuf, String>)> =
-        o.targets.iter().map(|&t| (t, peers::ensure_installed(t, &shuck))).collect();
-    let versions = installed.iter().map(|(t, _)| (t.name().to_owned(), t.version(&shuck))).collect();
+    let installed: Vec<(Target, Result<PathBuf, String>)> = o
+        .targets
+        .iter()
+        .map(|&t| (t, peers::ensure_installed(t, &shuck)))
+        .collect();
+    let versions = installed
+        .iter()
+        .map(|(t, _)| (t.name().to_owned(), t.version(&shuck)))
+        .collect();
 
     let total = scenarios.len() * o.targets.len() * (o.repeats.max(1) + 1);
     let bar = ProgressBar::new(total as u64);
-    bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
 
     let mut results = Vec::new();
     for sc in &scenarios {
@@ -183,29 +215,59 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
             threads: 1,
         };
         let mut lo = sc.load_opts(&base);
-        let pem = if sc.key == KeyType::Rsa2048 { &rsa } else { &ec };
+        let pem = if sc.key == KeyType::Rsa2048 {
+            &rsa
+        } else {
+            &ec
+        };
         let mut targets = Vec::new();
         for (t, prog) in &installed {
             bar.set_message(format!("{} / {}", sc.name, t.name()));
             let r = match prog {
                 Err(why) => {
                     bar.inc(o.repeats as u64 + 1);
-                    TargetResult { target: *t, status: format!("unavailable: {why}"), runs: vec![], median: None, idle: None }
+                    TargetResult {
+                        target: *t,
+                        status: format!("unavailable: {why}"),
+                        runs: vec![],
+                        median: None,
+                        idle: None,
+                    }
                 }
-                Ok(prog) => measure(*t, prog, sc, &mut lo, pem, &dir, origin_port, o, pin, &bar),
+                Ok(prog) => measure(
+                    *t,
+                    prog,
+                    sc,
+                    &mut lo,
+                    pem,
+                    &dir,
+                    origin_port,
+                    o,
+                    idle_conns,
+                    pin,
+                    &bar,
+                ),
             };
             targets.push(r);
         }
-        results.push(ScenarioResult { scenario: *sc, load: lo.describe(), targets });
+        results.push(ScenarioResult {
+            scenario: *sc,
+            load: lo.describe(),
+            targets,
+        });
     }
     bar.finish_and_clear();
 
     let res = Results {
         date: report::utc_now(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
-        machine: report::machine(),
+        machine,
         versions,
-        pinning: if pin { "server on CPU 0; client and origin on CPU 1 (taskset)".into() } else { "none".into() },
+        pinning: if pin {
+            "server on CPU 0; client and origin on CPU 1 (taskset)".into()
+        } else {
+            "none".into()
+        },
         capacity,
         scenarios: results,
     };
@@ -213,13 +275,42 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn measure(t: Target, prog: &Path, sc: &Scenario, lo: &mut LoadOpts, pem: &Path, dir: &Path, origin_port: u16, o: &CompareOpts, pin: bool, bar: &ProgressBar) -> TargetResult {
-    let fail = |status: String| TargetResult { target: t, status, runs: vec![], median: None, idle: None };
+fn measure(
+    t: Target,
+    prog: &Path,
+    sc: &Scenario,
+    lo: &mut LoadOpts,
+    pem: &Path,
+    dir: &Path,
+    origin_port: u16,
+    o: &CompareOpts,
+    idle_conns: usize,
+    pin: bool,
+    bar: &ProgressBar,
+) -> TargetResult {
+    let fail = |status: String| TargetResult {
+        target: t,
+        status,
+        runs: vec![],
+        median: None,
+        idle: None,
+    };
     let port = match free_port() {
         Ok(p) => p,
         Err(e) => return fail(format!("failed: {e}")),
     };
-    let server = match peers::start(t, prog, &o.peers_dir, &Params { port, origin_port, pem, dir }, pin.then_some(0)) {
+    let server = match peers::start(
+        t,
+        prog,
+        &o.peers_dir,
+        &Params {
+            port,
+            origin_port,
+            pem,
+            dir,
+        },
+        pin.then_some(0),
+    ) {
         Ok(s) => s,
         Err(e) => {
             bar.inc(o.repeats as u64 + 1);
@@ -231,14 +322,18 @@ fn measure(t: Target, prog: &Path, sc: &Scenario, lo: &mut LoadOpts, pem: &Path,
 
     if sc.idle {
         let before = procfs::rss_bytes(server.pid());
-        let held = load::open_idle(lo, o.idle_conns, 64);
+        let held = load::open_idle(lo, idle_conns, 64);
         std::thread::sleep(Duration::from_secs(1));
         let after = procfs::rss_bytes(server.pid());
         bar.inc(o.repeats as u64 + 1);
         let r = match held {
             Ok(h) if !h.is_empty() => TargetResult {
                 target: t,
-                status: if h.failed() == 0 { "ok".into() } else { format!("ok ({} of {} connections failed)", h.failed(), o.idle_conns) },
+                status: if h.failed() == 0 {
+                    "ok".into()
+                } else {
+                    format!("ok ({} of {idle_conns} connections failed)", h.failed())
+                },
                 runs: vec![],
                 median: None,
                 idle: Some(Idle {
@@ -299,7 +394,13 @@ fn measure(t: Target, prog: &Path, sc: &Scenario, lo: &mut LoadOpts, pem: &Path,
         Some(m) if m.load.completed == 0 => "failed: no session completed".into(),
         _ => "ok".into(),
     };
-    TargetResult { target: t, status, runs, median, idle: None }
+    TargetResult {
+        target: t,
+        status,
+        runs,
+        median,
+        idle: None,
+    }
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -308,14 +409,23 @@ fn free_port() -> anyhow::Result<u16> {
 
 fn make_cert(dir: &Path, name: &str, newkey: &str) -> anyhow::Result<PathBuf> {
     let pem = dir.join(format!("{name}.pem"));
-    let (key, crt) = (dir.join(format!("{name}.key")), dir.join(format!("{name}.crt")));
+    let (key, crt) = (
+        dir.join(format!("{name}.key")),
+        dir.join(format!("{name}.crt")),
+    );
     let (newkey_alg, opts) = newkey.split_once(' ').unwrap_or((newkey, ""));
     let cmd = format!(
         "openssl req -x509 -newkey {newkey_alg} {opts} -nodes -subj /CN=localhost -addext subjectAltName=DNS:localhost -days 30 -keyout {k} -out {c} 2>/dev/null && cat {c} {k} > {p}",
         k = key.display(), c = crt.display(), p = pem.display()
     );
-    let st = Command::new("sh").args(["-c", &cmd]).status().context("openssl is needed to make certificates")?;
-    anyhow::ensure!(st.success(), "openssl could not make the {name} certificate");
+    let st = Command::new("sh")
+        .args(["-c", &cmd])
+        .status()
+        .context("openssl is needed to make certificates")?;
+    anyhow::ensure!(
+        st.success(),
+        "openssl could not make the {name} certificate"
+    );
     Ok(pem)
 }
 
@@ -332,7 +442,11 @@ impl Origin {
         } else {
             Command::new(&me)
         };
-        let child = cmd.args(["origin", "--listen", &format!("127.0.0.1:{port}")]).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
+        let child = cmd
+            .args(["origin", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let deadline = Instant::now() + Duration::from_secs(5);
         while std::net::TcpStream::connect(addr).is_err() {

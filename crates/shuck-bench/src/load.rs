@@ -138,7 +138,10 @@ impl LoadOpts {
             self.requests_per_conn,
             format_size(self.size),
             self.tls.as_deref().unwrap_or("any"),
-            self.cipher.as_deref().map(|c| format!(", {c}")).unwrap_or_default()
+            self.cipher
+                .as_deref()
+                .map(|c| format!(", {c}"))
+                .unwrap_or_default()
         )
     }
 }
@@ -149,13 +152,30 @@ impl LoadOpts {
 struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
 
 impl ServerCertVerifier for AnyCert {
-    fn verify_server_cert(&self, _: &CertificateDer<'_>, _: &[CertificateDer<'_>], _: &ServerName<'_>, _: &[u8], _: UnixTime) -> Result<ServerCertVerified, rustls::Error> {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
         Ok(ServerCertVerified::assertion())
     }
-    fn verify_tls12_signature(&self, m: &[u8], c: &CertificateDer<'_>, d: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
     }
-    fn verify_tls13_signature(&self, m: &[u8], c: &CertificateDer<'_>, d: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -184,7 +204,9 @@ fn clients(o: &LoadOpts) -> anyhow::Result<Clients> {
                     .map(|s| vec![*s])
                     .ok_or_else(|| anyhow::anyhow!("unknown cipher {c:?}"))
             })?;
-        provider.cipher_suites.retain(|s| wanted.iter().any(|w| w.suite() == s.suite()));
+        provider
+            .cipher_suites
+            .retain(|s| wanted.iter().any(|w| w.suite() == s.suite()));
     }
     let provider = Arc::new(provider);
     let versions: Vec<&'static rustls::SupportedProtocolVersion> = match o.tls.as_deref() {
@@ -206,8 +228,9 @@ fn clients(o: &LoadOpts) -> anyhow::Result<Clients> {
         ResumeBy::Ticket => Tls12Resumption::SessionIdOrTickets,
         ResumeBy::Id => Tls12Resumption::SessionIdOnly,
     };
+    let store = Arc::new(crate::sessions::DeepStore::default());
     Ok(Clients {
-        resuming: make(Resumption::in_memory_sessions(4096).tls12_resumption(tls12))?,
+        resuming: make(Resumption::store(store).tls12_resumption(tls12))?,
         fresh: make(Resumption::disabled())?,
         name: ServerName::try_from(o.sni.clone()).context("--sni is not a valid server name")?,
     })
@@ -229,7 +252,9 @@ pub fn run(opts: &LoadOpts, progress: Option<Arc<AtomicU64>>) -> anyhow::Result<
             o.max_in_flight = share(opts.max_in_flight, threads, i).max(1);
             let (c, seq, progress) = (clients.clone(), seq.clone(), progress.clone());
             std::thread::spawn(move || -> anyhow::Result<Stats> {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
                 let local = tokio::task::LocalSet::new();
                 Ok(local.block_on(&rt, run_thread(o, c, seq, progress)))
             })
@@ -237,7 +262,9 @@ pub fn run(opts: &LoadOpts, progress: Option<Arc<AtomicU64>>) -> anyhow::Result<
         .collect();
     let mut total = Stats::default();
     for h in handles {
-        let s = h.join().map_err(|_| anyhow::anyhow!("a load thread panicked"))??;
+        let s = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a load thread panicked"))??;
         total.merge(&s);
     }
     Ok(total)
@@ -248,14 +275,24 @@ fn share(n: usize, parts: usize, i: usize) -> usize {
 }
 
 fn check_key_type(o: &LoadOpts, c: &Clients, want: KeyType) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let der = rt.block_on(async {
-        let tcp = TcpStream::connect(o.target).await?;
-        let tls = c.fresh.connect(c.name.clone(), tcp).await?;
-        let cert = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec());
-        cert.ok_or_else(|| io::Error::other("no certificate"))
-    }).with_context(|| format!("cannot reach {} to check its key type", o.target))?;
-    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| anyhow::anyhow!("bad certificate: {e}"))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let der = rt
+        .block_on(async {
+            let tcp = TcpStream::connect(o.target).await?;
+            let tls = c.fresh.connect(c.name.clone(), tcp).await?;
+            let cert = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|c| c.to_vec());
+            cert.ok_or_else(|| io::Error::other("no certificate"))
+        })
+        .with_context(|| format!("cannot reach {} to check its key type", o.target))?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der)
+        .map_err(|e| anyhow::anyhow!("bad certificate: {e}"))?;
     let spki = cert.public_key();
     let found = match spki.parsed() {
         Ok(x509_parser::public_key::PublicKey::RSA(k)) => match k.key_size() {
@@ -264,7 +301,9 @@ fn check_key_type(o: &LoadOpts, c: &Clients, want: KeyType) -> anyhow::Result<()
             4096 => Some(KeyType::Rsa4096),
             _ => None,
         },
-        Ok(x509_parser::public_key::PublicKey::EC(p)) if p.key_size() == 256 => Some(KeyType::EcdsaP256),
+        Ok(x509_parser::public_key::PublicKey::EC(p)) if p.key_size() == 256 => {
+            Some(KeyType::EcdsaP256)
+        }
         _ => None,
     };
     if found != Some(want) {
@@ -273,7 +312,12 @@ fn check_key_type(o: &LoadOpts, c: &Clients, want: KeyType) -> anyhow::Result<()
     Ok(())
 }
 
-async fn run_thread(o: LoadOpts, c: Clients, seq: Arc<AtomicU64>, progress: Option<Arc<AtomicU64>>) -> Stats {
+async fn run_thread(
+    o: LoadOpts,
+    c: Clients,
+    seq: Arc<AtomicU64>,
+    progress: Option<Arc<AtomicU64>>,
+) -> Stats {
     let stats = Rc::new(RefCell::new(Stats::default()));
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(o.duration);
@@ -282,7 +326,13 @@ async fn run_thread(o: LoadOpts, c: Clients, seq: Arc<AtomicU64>, progress: Opti
         None => {
             let mut tasks = Vec::new();
             for _ in 0..o.concurrency {
-                let (o, c, stats, seq, progress) = (o.clone(), c.clone(), stats.clone(), seq.clone(), progress.clone());
+                let (o, c, stats, seq, progress) = (
+                    o.clone(),
+                    c.clone(),
+                    stats.clone(),
+                    seq.clone(),
+                    progress.clone(),
+                );
                 tasks.push(tokio::task::spawn_local(async move {
                     while Instant::now() < deadline {
                         one(&o, &c, &stats, &seq).await;
@@ -310,7 +360,14 @@ async fn run_thread(o: LoadOpts, c: Clients, seq: Arc<AtomicU64>, progress: Opti
                     continue;
                 }
                 in_flight.set(in_flight.get() + 1);
-                let (o, c, stats, seq, progress, in_flight) = (o.clone(), c.clone(), stats.clone(), seq.clone(), progress.clone(), in_flight.clone());
+                let (o, c, stats, seq, progress, in_flight) = (
+                    o.clone(),
+                    c.clone(),
+                    stats.clone(),
+                    seq.clone(),
+                    progress.clone(),
+                    in_flight.clone(),
+                );
                 tasks.push(tokio::task::spawn_local(async move {
                     one(&o, &c, &stats, &seq).await;
                     in_flight.set(in_flight.get() - 1);
@@ -371,7 +428,9 @@ async fn session(
 ) -> Result<bool, Failure> {
     let tcp = match tokio::time::timeout(timeout, TcpStream::connect(o.target)).await {
         Err(_) => return Err(Failure::Timeout),
-        Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => return Err(Failure::ConnectRefused),
+        Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            return Err(Failure::ConnectRefused)
+        }
         Ok(Err(_)) => return Err(Failure::ConnectError),
         Ok(Ok(s)) => s,
     };
@@ -383,13 +442,19 @@ async fn session(
     };
     Stats::record(&mut stats.borrow_mut().handshake_us, t0.elapsed());
     let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
-    let request = format!("GET /{} HTTP/1.1\r\nHost: {}\r\n\r\n", format_size(o.size), o.sni);
+    let request = format!(
+        "GET /{} HTTP/1.1\r\nHost: {}\r\n\r\n",
+        format_size(o.size),
+        o.sni
+    );
     let mut buf = vec![0u8; 16 * 1024];
     let mut filled = 0usize;
     for _ in 0..o.requests_per_conn {
         let t = Instant::now();
         let fut = async {
-            tls.write_all(request.as_bytes()).await.map_err(|_| Failure::Io)?;
+            tls.write_all(request.as_bytes())
+                .await
+                .map_err(|_| Failure::Io)?;
             read_response(&mut tls, &mut buf, &mut filled, o.size).await
         };
         match tokio::time::timeout(timeout, fut).await {
@@ -416,7 +481,12 @@ fn classify_tls(e: &io::Error) -> Failure {
 
 /// Reads one response: a `200` head and exactly `size` body bytes. Bytes after it stay in
 /// `buf` (there should be none: requests are not pipelined).
-async fn read_response<S: tokio::io::AsyncRead + Unpin>(s: &mut S, buf: &mut [u8], filled: &mut usize, size: usize) -> Result<(), Failure> {
+async fn read_response<S: tokio::io::AsyncRead + Unpin>(
+    s: &mut S,
+    buf: &mut [u8],
+    filled: &mut usize,
+    size: usize,
+) -> Result<(), Failure> {
     let head_end = loop {
         if let Some(i) = buf[..*filled].windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;
@@ -495,7 +565,9 @@ impl IdleSessions {
 /// keeps them open and idle.
 pub fn open_idle(o: &LoadOpts, count: usize, parallel: usize) -> anyhow::Result<IdleSessions> {
     let c = clients(o)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let timeout = Duration::from_secs_f64(o.timeout);
     let target = o.target;
     let (streams, failed) = rt.block_on(async {
@@ -535,5 +607,9 @@ pub fn open_idle(o: &LoadOpts, count: usize, parallel: usize) -> anyhow::Result<
             })
             .await
     });
-    Ok(IdleSessions { streams, failed, _rt: rt })
+    Ok(IdleSessions {
+        streams,
+        failed,
+        _rt: rt,
+    })
 }

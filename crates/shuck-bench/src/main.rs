@@ -16,6 +16,7 @@ mod procfs;
 mod ramp;
 mod report;
 mod scenarios;
+mod sessions;
 mod size;
 mod stats;
 
@@ -97,10 +98,18 @@ fn main() -> anyhow::Result<()> {
                 }
             })?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "steps": steps, "best_rate": best }))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "steps": steps, "best_rate": best })
+                    )?
+                );
             } else {
                 match best {
-                    Some(r) => println!("highest rate within {} ms average latency and {} % failures: {r:.0}/s", opts.max_latency_ms, opts.max_failures_pct),
+                    Some(r) => println!(
+                        "highest rate within {} ms average latency and {} % failures: {r:.0}/s",
+                        opts.max_latency_ms, opts.max_failures_pct
+                    ),
                     None => println!("no step stayed within the limits"),
                 }
             }

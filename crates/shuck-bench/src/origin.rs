@@ -18,12 +18,19 @@ const MAX_HEAD: usize = 16 * 1024;
 /// Serves forever on `addr` with `threads` runtime threads (1: a single-threaded runtime).
 pub fn run(addr: SocketAddr, threads: usize) -> anyhow::Result<()> {
     let rt = if threads <= 1 {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()?
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
     } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()?
     };
     rt.block_on(async move {
-        let listener = TcpListener::bind(addr).await.with_context(|| format!("origin: cannot listen on {addr}"))?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("origin: cannot listen on {addr}"))?;
         eprintln!("origin listening on {}", listener.local_addr()?);
         serve(listener).await
     })
@@ -31,7 +38,10 @@ pub fn run(addr: SocketAddr, threads: usize) -> anyhow::Result<()> {
 
 /// Accepts and serves on `listener` until the process ends.
 pub async fn serve(listener: TcpListener) -> anyhow::Result<()> {
-    let body: Arc<[u8]> = (0..CHUNK).map(|i| b'a' + (i % 26) as u8).collect::<Vec<u8>>().into();
+    let body: Arc<[u8]> = (0..CHUNK)
+        .map(|i| b'a' + (i % 26) as u8)
+        .collect::<Vec<u8>>()
+        .into();
     loop {
         let (s, _) = match listener.accept().await {
             Ok(x) => x,
@@ -75,7 +85,8 @@ async fn conn(mut s: TcpStream, body: Arc<[u8]>) -> std::io::Result<()> {
         buf.copy_within(end..filled, 0);
         filled -= end;
         let Some(size) = size else {
-            s.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n").await?;
+            s.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                .await?;
             continue;
         };
         let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {size}\r\ncontent-type: application/octet-stream\r\n\r\n");

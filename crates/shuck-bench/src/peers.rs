@@ -87,8 +87,18 @@ impl Target {
             .output()
             .ok()
             .map(|o| {
-                let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-                text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_owned()
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                let name = self.name();
+                text.lines()
+                    .find(|l| l.to_ascii_lowercase().contains(name))
+                    .or_else(|| text.lines().find(|l| !l.trim().is_empty()))
+                    .unwrap_or("")
+                    .trim()
+                    .to_owned()
             })
             .unwrap_or_else(|| "unknown".into())
     }
@@ -101,7 +111,10 @@ pub fn ensure_installed(t: Target, shuck: &Path) -> Result<PathBuf, String> {
         return if shuck.exists() {
             Ok(shuck.to_owned())
         } else {
-            Err(format!("{} not found: build it with cargo build --release -p shuck", shuck.display()))
+            Err(format!(
+                "{} not found: build it with cargo build --release -p shuck",
+                shuck.display()
+            ))
         };
     }
     let find = || which(t.program());
@@ -111,11 +124,28 @@ pub fn ensure_installed(t: Target, shuck: &Path) -> Result<PathBuf, String> {
     let _ = Command::new("sh")
         .args(["-c", &format!("(apt-get install -y -qq {p} || (apt-get update -qq && apt-get install -y -qq {p})) >/dev/null 2>&1", p = t.packages())])
         .status();
-    find().ok_or_else(|| format!("{} is not installed and apt-get install {} failed", t.program(), t.packages()))
+    find().ok_or_else(|| {
+        format!(
+            "{} is not installed and apt-get install {} failed",
+            t.program(),
+            t.packages()
+        )
+    })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
 }
 
 fn which(program: &str) -> Option<PathBuf> {
-    let out = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().ok()?;
+    let out = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .ok()?;
     let p = String::from_utf8(out.stdout).ok()?.trim().to_owned();
     (!p.is_empty()).then(|| PathBuf::from(p))
 }
@@ -153,7 +183,9 @@ impl Server {
 
     fn halt(&mut self) {
         let pid = self.child.id();
-        let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -168,10 +200,19 @@ impl Server {
     /// The tail of what it logged, for error reports.
     pub fn log_tail(&self) -> String {
         let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(self.dir.join(format!("{}.stderr", self.target.name()))) {
+        if let Ok(mut f) =
+            std::fs::File::open(self.dir.join(format!("{}.stderr", self.target.name())))
+        {
             let _ = f.read_to_string(&mut s);
         }
-        s.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ")
+        s.lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join(" | ")
     }
 }
 
@@ -185,24 +226,44 @@ impl Drop for Server {
 
 /// Writes the target's configuration and starts it pinned to `cpu`, waiting until it
 /// accepts TCP connections.
-pub fn start(t: Target, program: &Path, templates: &Path, p: &Params<'_>, cpu: Option<usize>) -> anyhow::Result<Server> {
+pub fn start(
+    t: Target,
+    program: &Path,
+    templates: &Path,
+    p: &Params<'_>,
+    cpu: Option<usize>,
+) -> anyhow::Result<Server> {
     let template = templates.join(t.template());
-    let text = std::fs::read_to_string(&template).with_context(|| format!("cannot read {}", template.display()))?;
+    let text = std::fs::read_to_string(&template)
+        .with_context(|| format!("cannot read {}", template.display()))?;
     let text = text
         .replace("{{PORT}}", &p.port.to_string())
         .replace("{{ORIGIN_PORT}}", &p.origin_port.to_string())
         .replace("{{PEM}}", &p.pem.display().to_string())
         .replace("{{DIR}}", &p.dir.display().to_string())
         .replace("{{CIPHERS12}}", CIPHERS12)
-        .replace("{{CIPHERS13}}", CIPHERS13);
+        .replace("{{CIPHERS13}}", CIPHERS13)
+        .replace(
+            "{{USER_LINE}}",
+            if is_root() { "user = \"nobody\"" } else { "" },
+        );
     let conf = p.dir.join(t.template());
     std::fs::write(&conf, &text)?;
     let conf_s = conf.display().to_string();
     let args: Vec<String> = match t {
-        Target::Shuck => text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).map(str::to_owned).collect(),
+        Target::Shuck => text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect(),
         Target::Hitch => vec![format!("--config={conf_s}")],
         Target::Haproxy => vec!["-db".into(), "-f".into(), conf_s],
-        Target::Nginx => vec!["-c".into(), conf_s, "-p".into(), p.dir.display().to_string()],
+        Target::Nginx => vec![
+            "-c".into(),
+            conf_s,
+            "-p".into(),
+            p.dir.display().to_string(),
+        ],
         Target::Stunnel => vec![conf_s],
     };
     let mut cmd = match cpu {
@@ -214,9 +275,18 @@ pub fn start(t: Target, program: &Path, templates: &Path, p: &Params<'_>, cpu: O
         None => Command::new(program),
     };
     let stderr = std::fs::File::create(p.dir.join(format!("{}.stderr", t.name())))?;
-    let child = cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn()
+    let child = cmd
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
         .with_context(|| format!("cannot start {}", program.display()))?;
-    let mut server = Server { target: t, child, dir: p.dir.to_owned() };
+    let mut server = Server {
+        target: t,
+        child,
+        dir: p.dir.to_owned(),
+    };
     let addr = SocketAddr::from(([127, 0, 0, 1], p.port));
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {

@@ -47,12 +47,17 @@ pub struct Step {
 
 /// Whether a step is within the limits.
 pub fn within(r: &LoadReport, max_latency_ms: f64, max_failures_pct: f64) -> bool {
-    r.completed > 0 && r.session_ms.mean < max_latency_ms && r.failure_ratio * 100.0 < max_failures_pct
+    r.completed > 0
+        && r.session_ms.mean < max_latency_ms
+        && r.failure_ratio * 100.0 < max_failures_pct
 }
 
 /// Runs the ramp, calling `on_step` after each step; stops after two failing steps in a row.
 /// Returns every step and the highest good rate.
-pub fn run(o: &RampOpts, mut on_step: impl FnMut(&Step)) -> anyhow::Result<(Vec<Step>, Option<f64>)> {
+pub fn run(
+    o: &RampOpts,
+    mut on_step: impl FnMut(&Step),
+) -> anyhow::Result<(Vec<Step>, Option<f64>)> {
     let mut steps = Vec::new();
     let mut best = None;
     let mut bad_in_a_row = 0;

@@ -19,11 +19,21 @@ pub fn utc_now() -> String {
 pub fn machine() -> String {
     let model = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
     let mem = sh("awk '/MemTotal/ {printf \"%.0f GiB\", $2/1048576}' /proc/meminfo");
-    format!("{}, {} cores, {}, Linux {}", model.trim(), sh("nproc"), mem, sh("uname -r"))
+    format!(
+        "{}, {} cores, {}, Linux {}",
+        model.trim(),
+        sh("nproc"),
+        mem,
+        sh("uname -r")
+    )
 }
 
 fn sh(cmd: &str) -> String {
-    Command::new("sh").args(["-c", cmd]).output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default()
+    Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
 }
 
 /// How a scenario is judged: the figure compared and the most shuck may spend relative to
@@ -56,7 +66,11 @@ pub fn figure(sc: &ScenarioResult, t: &TargetResult) -> Option<f64> {
 
 /// shuck's figure, the best peer's, and the ratio.
 pub fn standing(sc: &ScenarioResult) -> Option<(f64, Target, f64, f64)> {
-    let shuck = sc.targets.iter().find(|t| t.target == Target::Shuck).and_then(|t| figure(sc, t))?;
+    let shuck = sc
+        .targets
+        .iter()
+        .find(|t| t.target == Target::Shuck)
+        .and_then(|t| figure(sc, t))?;
     let (best_t, best) = sc
         .targets
         .iter()
@@ -69,7 +83,7 @@ pub fn standing(sc: &ScenarioResult) -> Option<(f64, Target, f64, f64)> {
 /// Writes `<out>/compare-<date>.{md,json}` and one SVG per scenario; returns the Markdown path.
 pub fn write(res: &Results, out: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let stem = format!("compare-{}", res.date.replace(':', "").replace('-', ""));
+    let stem = format!("compare-{}", res.date.replace([':', '-'], ""));
     let json = out.join(format!("{stem}.json"));
     std::fs::write(&json, serde_json::to_string_pretty(res)?)?;
     let fonts = load_font();
@@ -99,35 +113,83 @@ pub fn markdown(res: &Results, stem: &str, plots: &[(&str, PathBuf)], fonts: boo
     }
     let _ = writeln!(s, "- raw data: `{stem}.json`\n");
     let c = &res.capacity;
-    let _ = writeln!(s, "## Crypto floor on this machine (shuck-bench capacity)\n");
-    let _ = writeln!(s, "| operation | µs | per second per core |\n|---|---:|---:|");
-    for (n, us) in [("RSA-2048 sign", c.rsa2048_sign_us), ("RSA-3072 sign", c.rsa3072_sign_us), ("RSA-4096 sign", c.rsa4096_sign_us), ("ECDSA P-256 sign", c.ecdsa_p256_sign_us), ("X25519 keygen + agree", c.x25519_us), ("full handshake floor, RSA-2048", c.floor_us(true)), ("full handshake floor, ECDSA P-256", c.floor_us(false))] {
+    let _ = writeln!(
+        s,
+        "## Crypto floor on this machine (shuck-bench capacity)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| operation | µs | per second per core |\n|---|---:|---:|"
+    );
+    for (n, us) in [
+        ("RSA-2048 sign", c.rsa2048_sign_us),
+        ("RSA-3072 sign", c.rsa3072_sign_us),
+        ("RSA-4096 sign", c.rsa4096_sign_us),
+        ("ECDSA P-256 sign", c.ecdsa_p256_sign_us),
+        ("X25519 keygen + agree", c.x25519_us),
+        ("full handshake floor, RSA-2048", c.floor_us(true)),
+        ("full handshake floor, ECDSA P-256", c.floor_us(false)),
+    ] {
         let _ = writeln!(s, "| {n} | {us:.1} | {:.0} |", 1e6 / us);
     }
-    let _ = writeln!(s, "\nAES-128-GCM: {:.0} MB/s, ChaCha20-Poly1305: {:.0} MB/s per core.\n", c.aes128gcm_bytes_per_s / 1e6, c.chacha20_bytes_per_s / 1e6);
+    let _ = writeln!(
+        s,
+        "\nAES-128-GCM: {:.0} MB/s, ChaCha20-Poly1305: {:.0} MB/s per core.\n",
+        c.aes128gcm_bytes_per_s / 1e6,
+        c.chacha20_bytes_per_s / 1e6
+    );
 
     let _ = writeln!(s, "## Standing against the best peer\n");
     let _ = writeln!(s, "| scenario | figure | shuck | best peer | ratio | target | met |\n|---|---|---:|---|---:|---:|---|");
     for sc in &res.scenarios {
-        let Some((what, limit)) = criterion(sc.scenario.name) else { continue };
+        let Some((what, limit)) = criterion(sc.scenario.name) else {
+            continue;
+        };
         match standing(sc) {
             Some((mine, bt, best, ratio)) => {
-                let _ = writeln!(s, "| {} | {what} | {mine:.1} | {} {best:.1} | {ratio:.2} | ≤ {limit} | {} |", sc.scenario.name, bt.name(), if ratio <= limit { "yes" } else { "**no**" });
+                let _ = writeln!(
+                    s,
+                    "| {} | {what} | {mine:.1} | {} {best:.1} | {ratio:.2} | ≤ {limit} | {} |",
+                    sc.scenario.name,
+                    bt.name(),
+                    if ratio <= limit { "yes" } else { "**no**" }
+                );
             }
             None => {
-                let _ = writeln!(s, "| {} | {what} | – | – | – | ≤ {limit} | no figure |", sc.scenario.name);
+                let _ = writeln!(
+                    s,
+                    "| {} | {what} | – | – | – | ≤ {limit} | no figure |",
+                    sc.scenario.name
+                );
             }
         }
     }
-    for sc in res.scenarios.iter().filter(|sc| sc.scenario.name.starts_with("full-")) {
-        if let Some(t) = sc.targets.iter().find(|t| t.target == Target::Shuck).and_then(|t| figure(sc, t)) {
+    for sc in res
+        .scenarios
+        .iter()
+        .filter(|sc| sc.scenario.name.starts_with("full-"))
+    {
+        if let Some(t) = sc
+            .targets
+            .iter()
+            .find(|t| t.target == Target::Shuck)
+            .and_then(|t| figure(sc, t))
+        {
             let floor = c.floor_us(sc.scenario.name.contains("rsa"));
             let _ = writeln!(s, "\n{}: shuck spends {t:.1} µs per full handshake, {:.2}× the crypto floor ({floor:.1} µs; target ≤ 1.2×).", sc.scenario.name, t / floor);
         }
     }
     if let Some(sc) = res.scenarios.iter().find(|sc| sc.scenario.idle) {
-        if let Some(t) = sc.targets.iter().find(|t| t.target == Target::Shuck).and_then(|t| figure(sc, t)) {
-            let _ = writeln!(s, "\nidle-memory: shuck holds {t:.0} bytes per idle TLS connection (target < 10240).");
+        if let Some(t) = sc
+            .targets
+            .iter()
+            .find(|t| t.target == Target::Shuck)
+            .and_then(|t| figure(sc, t))
+        {
+            let _ = writeln!(
+                s,
+                "\nidle-memory: shuck holds {t:.0} bytes per idle TLS connection (target < 10240)."
+            );
         }
     }
 
@@ -138,7 +200,16 @@ pub fn markdown(res: &Results, stem: &str, plots: &[(&str, PathBuf)], fonts: boo
             for t in &sc.targets {
                 match &t.idle {
                     Some(i) => {
-                        let _ = writeln!(s, "| {} | {} | {} | {:.1} MB | {:.1} MB | {:.0} |", t.target.name(), t.status, i.established, i.rss_before as f64 / 1e6, i.rss_after as f64 / 1e6, i.bytes_per_conn);
+                        let _ = writeln!(
+                            s,
+                            "| {} | {} | {} | {:.1} MB | {:.1} MB | {:.0} |",
+                            t.target.name(),
+                            t.status,
+                            i.established,
+                            i.rss_before as f64 / 1e6,
+                            i.rss_after as f64 / 1e6,
+                            i.bytes_per_conn
+                        );
                     }
                     None => {
                         let _ = writeln!(s, "| {} | {} | | | | |", t.target.name(), t.status);
@@ -166,13 +237,19 @@ pub fn markdown(res: &Results, stem: &str, plots: &[(&str, PathBuf)], fonts: boo
         }
     }
     if !fonts {
-        let _ = writeln!(s, "\n(No plots: no TrueType font found; install fonts-dejavu-core.)");
+        let _ = writeln!(
+            s,
+            "\n(No plots: no TrueType font found; install fonts-dejavu-core.)"
+        );
     }
     s
 }
 
 fn load_font() -> bool {
-    for p in ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"] {
+    for p in [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    ] {
         if let Ok(bytes) = std::fs::read(p) {
             // Registered once for the life of the process, as plotters requires.
             let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
@@ -183,14 +260,27 @@ fn load_font() -> bool {
 }
 
 fn plot(sc: &ScenarioResult, path: &Path) -> anyhow::Result<()> {
-    let bars: Vec<(String, f64)> = sc.targets.iter().filter_map(|t| figure(sc, t).map(|f| (t.target.name().to_owned(), f))).collect();
+    let bars: Vec<(String, f64)> = sc
+        .targets
+        .iter()
+        .filter_map(|t| figure(sc, t).map(|f| (t.target.name().to_owned(), f)))
+        .collect();
     anyhow::ensure!(!bars.is_empty(), "nothing to plot");
-    let unit = if sc.scenario.idle { "bytes per idle connection" } else if matches!(criterion(sc.scenario.name), Some(("CPU µs/req", _))) { "server CPU µs per request" } else { "server CPU µs per connection" };
+    let unit = if sc.scenario.idle {
+        "bytes per idle connection"
+    } else if matches!(criterion(sc.scenario.name), Some(("CPU µs/req", _))) {
+        "server CPU µs per request"
+    } else {
+        "server CPU µs per connection"
+    };
     let max = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1e-9);
     let root = SVGBackend::new(path, (720, 400)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{}: {}", sc.scenario.name, unit), ("sans-serif", 18))
+        .caption(
+            format!("{}: {}", sc.scenario.name, unit),
+            ("sans-serif", 18),
+        )
         .margin(12)
         .x_label_area_size(32)
         .y_label_area_size(70)
@@ -200,14 +290,26 @@ fn plot(sc: &ScenarioResult, path: &Path) -> anyhow::Result<()> {
         .configure_mesh()
         .disable_x_mesh()
         .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => names.get(*i).cloned().unwrap_or_default(),
+            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+                names.get(*i).cloned().unwrap_or_default()
+            }
             SegmentValue::Last => String::new(),
         })
         .y_desc(unit)
         .draw()?;
     chart.draw_series(bars.iter().enumerate().map(|(i, (name, v))| {
-        let color = if name == "shuck" { RGBColor(200, 80, 40) } else { RGBColor(90, 110, 160) };
-        let mut r = Rectangle::new([(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), *v)], color.filled());
+        let color = if name == "shuck" {
+            RGBColor(200, 80, 40)
+        } else {
+            RGBColor(90, 110, 160)
+        };
+        let mut r = Rectangle::new(
+            [
+                (SegmentValue::Exact(i), 0.0),
+                (SegmentValue::Exact(i + 1), *v),
+            ],
+            color.filled(),
+        );
         r.set_margin(0, 0, 12, 12);
         r
     }))?;

@@ -28,8 +28,28 @@ pub struct Scenario {
     pub idle: bool,
 }
 
-const fn s(name: &'static str, about: &'static str, key: KeyType, tls: &'static str, reuse: Reuse, resume_by: ResumeBy, requests: u32, size: usize) -> Scenario {
-    Scenario { name, about, key, tls, reuse, resume_by, requests, size, idle: false }
+#[allow(clippy::too_many_arguments)] // a table row, read as one
+const fn s(
+    name: &'static str,
+    about: &'static str,
+    key: KeyType,
+    tls: &'static str,
+    reuse: Reuse,
+    resume_by: ResumeBy,
+    requests: u32,
+    size: usize,
+) -> Scenario {
+    Scenario {
+        name,
+        about,
+        key,
+        tls,
+        reuse,
+        resume_by,
+        requests,
+        size,
+        idle: false,
+    }
 }
 
 use KeyType::{EcdsaP256 as Ec, Rsa2048 as Rsa};
@@ -38,19 +58,137 @@ use Reuse::{Always, Never};
 
 /// Every scenario, in report order.
 pub const ALL: &[Scenario] = &[
-    s("full-rsa2048-tls12", "full handshake, RSA-2048, TLS 1.2", Rsa, "1.2", Never, Ticket, 1, 0),
-    s("full-rsa2048-tls13", "full handshake, RSA-2048, TLS 1.3", Rsa, "1.3", Never, Ticket, 1, 0),
-    s("full-ecdsa-tls12", "full handshake, ECDSA P-256, TLS 1.2", Ec, "1.2", Never, Ticket, 1, 0),
-    s("full-ecdsa-tls13", "full handshake, ECDSA P-256, TLS 1.3", Ec, "1.3", Never, Ticket, 1, 0),
-    s("resume-id-tls12", "resumed by session ID, TLS 1.2", Ec, "1.2", Always, Id, 1, 0),
-    s("resume-ticket-tls12", "resumed by ticket, TLS 1.2", Ec, "1.2", Always, Ticket, 1, 0),
-    s("resume-ticket-tls13", "resumed by ticket, TLS 1.3", Ec, "1.3", Always, Ticket, 1, 0),
-    s("keepalive-4", "4 requests per resumed session, 0 B objects", Ec, "1.3", Always, Ticket, 4, 0),
-    s("keepalive-80", "80 requests per resumed session, 0 B objects", Ec, "1.3", Always, Ticket, 80, 0),
-    s("size-1k", "1 KB object per resumed session", Ec, "1.3", Always, Ticket, 1, 1024),
-    s("size-100k", "100 KB object per resumed session", Ec, "1.3", Always, Ticket, 1, 100 * 1024),
-    s("size-1m", "1 MB object per resumed session", Ec, "1.3", Always, Ticket, 1, 1 << 20),
-    Scenario { name: "idle-memory", about: "server memory per idle TLS connection", key: Ec, tls: "1.3", reuse: Never, resume_by: Ticket, requests: 0, size: 0, idle: true },
+    s(
+        "full-rsa2048-tls12",
+        "full handshake, RSA-2048, TLS 1.2",
+        Rsa,
+        "1.2",
+        Never,
+        Ticket,
+        1,
+        0,
+    ),
+    s(
+        "full-rsa2048-tls13",
+        "full handshake, RSA-2048, TLS 1.3",
+        Rsa,
+        "1.3",
+        Never,
+        Ticket,
+        1,
+        0,
+    ),
+    s(
+        "full-ecdsa-tls12",
+        "full handshake, ECDSA P-256, TLS 1.2",
+        Ec,
+        "1.2",
+        Never,
+        Ticket,
+        1,
+        0,
+    ),
+    s(
+        "full-ecdsa-tls13",
+        "full handshake, ECDSA P-256, TLS 1.3",
+        Ec,
+        "1.3",
+        Never,
+        Ticket,
+        1,
+        0,
+    ),
+    s(
+        "resume-id-tls12",
+        "resumed by session ID, TLS 1.2",
+        Ec,
+        "1.2",
+        Always,
+        Id,
+        1,
+        0,
+    ),
+    s(
+        "resume-ticket-tls12",
+        "resumed by ticket, TLS 1.2",
+        Ec,
+        "1.2",
+        Always,
+        Ticket,
+        1,
+        0,
+    ),
+    s(
+        "resume-ticket-tls13",
+        "resumed by ticket, TLS 1.3",
+        Ec,
+        "1.3",
+        Always,
+        Ticket,
+        1,
+        0,
+    ),
+    s(
+        "keepalive-4",
+        "4 requests per resumed session, 0 B objects",
+        Ec,
+        "1.3",
+        Always,
+        Ticket,
+        4,
+        0,
+    ),
+    s(
+        "keepalive-80",
+        "80 requests per resumed session, 0 B objects",
+        Ec,
+        "1.3",
+        Always,
+        Ticket,
+        80,
+        0,
+    ),
+    s(
+        "size-1k",
+        "1 KB object per resumed session",
+        Ec,
+        "1.3",
+        Always,
+        Ticket,
+        1,
+        1024,
+    ),
+    s(
+        "size-100k",
+        "100 KB object per resumed session",
+        Ec,
+        "1.3",
+        Always,
+        Ticket,
+        1,
+        100 * 1024,
+    ),
+    s(
+        "size-1m",
+        "1 MB object per resumed session",
+        Ec,
+        "1.3",
+        Always,
+        Ticket,
+        1,
+        1 << 20,
+    ),
+    Scenario {
+        name: "idle-memory",
+        about: "server memory per idle TLS connection",
+        key: Ec,
+        tls: "1.3",
+        reuse: Never,
+        resume_by: Ticket,
+        requests: 0,
+        size: 0,
+        idle: true,
+    },
 ];
 
 /// Resolves `all` or a comma-separated list of names.
@@ -60,9 +198,15 @@ pub fn select(spec: &str) -> Result<Vec<Scenario>, String> {
     }
     spec.split(',')
         .map(|n| {
-            ALL.iter().find(|s| s.name == n.trim()).copied().ok_or_else(|| {
-                format!("unknown scenario {n:?}; known: all, {}", ALL.iter().map(|s| s.name).collect::<Vec<_>>().join(", "))
-            })
+            ALL.iter()
+                .find(|s| s.name == n.trim())
+                .copied()
+                .ok_or_else(|| {
+                    format!(
+                        "unknown scenario {n:?}; known: all, {}",
+                        ALL.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+                    )
+                })
         })
         .collect()
 }
@@ -77,7 +221,11 @@ impl Scenario {
         o.requests_per_conn = self.requests.max(1);
         o.size = self.size;
         o.key_type = Some(self.key);
-        o.cipher = Some(if self.tls == "1.2" { "AES128+AESGCM".into() } else { "TLS_AES_128_GCM_SHA256".into() });
+        o.cipher = Some(if self.tls == "1.2" {
+            "AES128+AESGCM".into()
+        } else {
+            "TLS_AES_128_GCM_SHA256".into()
+        });
         o
     }
 }

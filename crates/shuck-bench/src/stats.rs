@@ -116,8 +116,16 @@ impl Stats {
             conns_per_s: self.completed as f64 / secs,
             requests_per_s: self.requests as f64 / secs,
             failures: self.failures.clone(),
-            failure_ratio: if ended == 0 { 0.0 } else { self.failed() as f64 / ended as f64 },
-            resumed_share: if self.completed == 0 { 0.0 } else { self.resumed as f64 / self.completed as f64 },
+            failure_ratio: if ended == 0 {
+                0.0
+            } else {
+                self.failed() as f64 / ended as f64
+            },
+            resumed_share: if self.completed == 0 {
+                0.0
+            } else {
+                self.resumed as f64 / self.completed as f64
+            },
             session_ms: Latency::of(&self.session_us),
             handshake_ms: Latency::of(&self.handshake_us),
             request_ms: Latency::of(&self.request_us),
@@ -190,13 +198,42 @@ pub struct LoadReport {
 impl std::fmt::Display for LoadReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "duration        {:.2} s", self.duration_s)?;
-        writeln!(f, "sessions        attempted {} ({:.1}/s), completed {} ({:.1}/s)", self.attempted, self.attempted_per_s, self.completed, self.conns_per_s)?;
-        writeln!(f, "requests        {} ({:.1}/s)", self.requests, self.requests_per_s)?;
-        writeln!(f, "resumed         {:.1} % of completed sessions", self.resumed_share * 100.0)?;
-        let fails: Vec<String> = self.failures.iter().map(|(k, v)| format!("{k:?}={v}")).collect();
-        writeln!(f, "failures        {:.3} % {}", self.failure_ratio * 100.0, fails.join(" "))?;
-        for (name, l) in [("session", &self.session_ms), ("handshake", &self.handshake_ms), ("request", &self.request_ms)] {
-            writeln!(f, "{name:<9} ms    mean {:.2}  p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}", l.mean, l.p50, l.p90, l.p99, l.max)?;
+        writeln!(
+            f,
+            "sessions        attempted {} ({:.1}/s), completed {} ({:.1}/s)",
+            self.attempted, self.attempted_per_s, self.completed, self.conns_per_s
+        )?;
+        writeln!(
+            f,
+            "requests        {} ({:.1}/s)",
+            self.requests, self.requests_per_s
+        )?;
+        writeln!(
+            f,
+            "resumed         {:.1} % of completed sessions",
+            self.resumed_share * 100.0
+        )?;
+        let fails: Vec<String> = self
+            .failures
+            .iter()
+            .map(|(k, v)| format!("{k:?}={v}"))
+            .collect();
+        writeln!(
+            f,
+            "failures        {:.3} % {}",
+            self.failure_ratio * 100.0,
+            fails.join(" ")
+        )?;
+        for (name, l) in [
+            ("session", &self.session_ms),
+            ("handshake", &self.handshake_ms),
+            ("request", &self.request_ms),
+        ] {
+            writeln!(
+                f,
+                "{name:<9} ms    mean {:.2}  p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}",
+                l.mean, l.p50, l.p90, l.p99, l.max
+            )?;
         }
         Ok(())
     }
@@ -208,7 +245,14 @@ mod tests {
 
     #[test]
     fn report_arithmetic() {
-        let mut s = Stats { attempted: 110, completed: 100, requests: 400, resumed: 25, elapsed: Duration::from_secs(2), ..Default::default() };
+        let mut s = Stats {
+            attempted: 110,
+            completed: 100,
+            requests: 400,
+            resumed: 25,
+            elapsed: Duration::from_secs(2),
+            ..Default::default()
+        };
         s.fail(Failure::Timeout);
         s.fail(Failure::ConnectRefused);
         for ms in 1..=100u64 {
@@ -220,7 +264,11 @@ mod tests {
         assert_eq!(r.attempted_per_s, 55.0);
         assert!((r.failure_ratio - 2.0 / 102.0).abs() < 1e-9);
         assert_eq!(r.resumed_share, 0.25);
-        assert!((r.session_ms.mean - 50.5).abs() < 0.1, "{}", r.session_ms.mean);
+        assert!(
+            (r.session_ms.mean - 50.5).abs() < 0.1,
+            "{}",
+            r.session_ms.mean
+        );
         assert!((r.session_ms.p50 - 50.0).abs() < 0.2);
         assert!((r.session_ms.p99 - 99.0).abs() < 0.2);
         assert_eq!(r.failures[&Failure::Timeout], 1);
@@ -228,12 +276,23 @@ mod tests {
 
     #[test]
     fn merge_adds_counts_and_keeps_the_longest_time() {
-        let mut a = Stats { completed: 1, elapsed: Duration::from_secs(1), ..Default::default() };
-        let mut b = Stats { completed: 2, elapsed: Duration::from_secs(3), ..Default::default() };
+        let mut a = Stats {
+            completed: 1,
+            elapsed: Duration::from_secs(1),
+            ..Default::default()
+        };
+        let mut b = Stats {
+            completed: 2,
+            elapsed: Duration::from_secs(3),
+            ..Default::default()
+        };
         b.fail(Failure::Io);
         Stats::record(&mut b.request_us, Duration::from_millis(5));
         a.merge(&b);
-        assert_eq!((a.completed, a.failed(), a.elapsed), (3, 1, Duration::from_secs(3)));
+        assert_eq!(
+            (a.completed, a.failed(), a.elapsed),
+            (3, 1, Duration::from_secs(3))
+        );
         assert_eq!(a.request_us.len(), 1);
     }
 
