@@ -1,0 +1,188 @@
+//! shuck-bench end to end: the origin serves every size, and `load` counts what really
+//! happened against a real shuck (sessions, requests, resumption, failures).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_shuck-bench");
+
+/// The shuck binary next to shuck-bench, built if this test runs alone.
+fn shuck_bin() -> PathBuf {
+    let p = PathBuf::from(BENCH).with_file_name("shuck");
+    if !p.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo).args(["build", "-p", "shuck"]).status().unwrap();
+        assert!(st.success());
+    }
+    p
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "port {port} never opened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn origin() -> (Proc, u16) {
+    let port = free_port();
+    let child = Command::new(BENCH)
+        .args(["origin", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let p = Proc(child);
+    wait_port(port);
+    (p, port)
+}
+
+/// shuck in front of the origin; its stderr is kept for the final counters.
+fn shuck(origin_port: u16) -> (Proc, u16, PathBuf) {
+    let port = free_port();
+    let log = std::env::temp_dir().join(format!("shuck-bench-test-{}-{port}.log", std::process::id()));
+    let child = Command::new(shuck_bin())
+        .args(["-n", "1", "-f", &format!("[127.0.0.1]:{port}"), "-b", &format!("[127.0.0.1]:{origin_port}")])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let p = Proc(child);
+    wait_port(port);
+    (p, port, log)
+}
+
+fn load(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(BENCH).arg("load").args(args).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_origin_serves_every_size_with_keep_alive() {
+    let (_o, port) = origin();
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for (path, size) in [("0", 0usize), ("1k", 1024), ("4k", 4096), ("100k", 102_400), ("1m", 1 << 20), ("777", 777)] {
+        write!(w, "GET /{path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut status = String::new();
+        r.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200"), "{path}: {status}");
+        let mut len = None;
+        loop {
+            let mut h = String::new();
+            r.read_line(&mut h).unwrap();
+            if h == "\r\n" {
+                break;
+            }
+            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = Some(v.trim().parse::<usize>().unwrap());
+            }
+        }
+        assert_eq!(len, Some(size), "{path}");
+        let mut body = vec![0u8; size];
+        r.read_exact(&mut body).unwrap();
+    }
+    write!(w, "GET /nonsense HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut status = String::new();
+    r.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 404"), "{status}");
+}
+
+#[test]
+fn load_counts_sessions_requests_and_resumption_as_they_happened() {
+    let (_o, oport) = origin();
+    let (mut sh, port, log) = shuck(oport);
+    let target = format!("127.0.0.1:{port}");
+
+    let never = load(&["--target", &target, "--duration", "1.5", "--concurrency", "4", "--requests-per-conn", "3", "--size", "1k", "--tls", "1.3"]);
+    let completed = never["completed"].as_u64().unwrap();
+    assert!(completed > 20, "{never}");
+    assert_eq!(never["requests"].as_u64().unwrap(), completed * 3, "{never}");
+    assert_eq!(never["failures"].as_object().unwrap().len(), 0, "{never}");
+    assert_eq!(never["resumed_share"].as_f64().unwrap(), 0.0);
+    assert!(never["session_ms"]["p99"].as_f64().unwrap() > 0.0);
+
+    let always = load(&["--target", &target, "--duration", "1.5", "--concurrency", "8", "--reuse", "always", "--tls", "1.3"]);
+    assert!(always["resumed_share"].as_f64().unwrap() >= 0.99, "{always}");
+    let always12 = load(&["--target", &target, "--duration", "1", "--concurrency", "8", "--reuse", "always", "--tls", "1.2", "--resume-by", "id"]);
+    assert!(always12["resumed_share"].as_f64().unwrap() >= 0.99, "{always12}");
+
+    let every4 = load(&["--target", &target, "--duration", "1.5", "--rate", "200", "--reuse", "every:4"]);
+    let share = every4["resumed_share"].as_f64().unwrap();
+    assert!((0.15..=0.35).contains(&share), "every:4 resumed {share}: {every4}");
+    let attempted = every4["attempted"].as_u64().unwrap();
+    assert!((250..=350).contains(&attempted), "open loop at 200/s for 1.5 s attempted {attempted}");
+
+    // shuck's own counters agree with what the client saw.
+    let total_completed: u64 = [&never, &always, &always12, &every4].iter().map(|r| r["completed"].as_u64().unwrap()).sum();
+    let total_resumed: f64 = [&never, &always, &always12, &every4]
+        .iter()
+        .map(|r| r["completed"].as_f64().unwrap() * r["resumed_share"].as_f64().unwrap())
+        .sum();
+    let _ = Command::new("kill").args(["-TERM", &sh.0.id().to_string()]).status();
+    let _ = sh.0.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    let summary = text.lines().find(|l| l.contains("stopped;")).unwrap_or_else(|| panic!("{text}"));
+    let num = |key: &str| -> u64 {
+        let at = summary.find(key).unwrap_or_else(|| panic!("{key}: {summary}")) + key.len();
+        summary[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    let (full, resumed) = (num("handshakes full="), num(" resumed="));
+    assert_eq!(full + resumed, total_completed, "{summary}");
+    assert!((resumed as f64 - total_resumed).abs() < 1.5, "{summary} vs {total_resumed}");
+}
+
+#[test]
+fn a_stopped_target_is_counted_as_failures_not_a_hang() {
+    let port = free_port();
+    let start = Instant::now();
+    let r = load(&["--target", &format!("127.0.0.1:{port}"), "--duration", "1", "--concurrency", "4"]);
+    assert!(start.elapsed() < Duration::from_secs(8));
+    assert_eq!(r["completed"].as_u64().unwrap(), 0);
+    let refused = r["failures"]["connect_refused"].as_u64().unwrap();
+    assert!(refused > 0 && refused == r["attempted"].as_u64().unwrap(), "{r}");
+    assert_eq!(r["failure_ratio"].as_f64().unwrap(), 1.0);
+}
+
+#[test]
+fn ramp_finds_a_rate_within_the_limits_and_key_type_is_checked() {
+    let (_o, oport) = origin();
+    let (_s, port, log) = shuck(oport);
+    let target = format!("127.0.0.1:{port}");
+    let out = Command::new(BENCH)
+        .args(["ramp", "--target", &target, "--start", "50", "--step", "50", "--max", "100", "--step-duration", "0.5", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["steps"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["best_rate"].as_f64(), Some(100.0), "{v}");
+
+    // shuck's default certificate is ECDSA: claiming RSA stops the run.
+    let out = Command::new(BENCH).args(["load", "--target", &target, "--duration", "0.2", "--key-type", "rsa2048"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Rsa2048"));
+    let _ = std::fs::remove_file(log);
+}
