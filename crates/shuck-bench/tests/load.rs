@@ -15,14 +15,21 @@ fn shuck_bin() -> PathBuf {
     let p = PathBuf::from(BENCH).with_file_name("shuck");
     if !p.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo).args(["build", "-p", "shuck"]).status().unwrap();
+        let st = Command::new(cargo)
+            .args(["build", "-p", "shuck"])
+            .status()
+            .unwrap();
         assert!(st.success());
     }
     p
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 struct Proc(Child);
@@ -58,9 +65,19 @@ fn origin() -> (Proc, u16) {
 /// shuck in front of the origin; its stderr is kept for the final counters.
 fn shuck(origin_port: u16) -> (Proc, u16, PathBuf) {
     let port = free_port();
-    let log = std::env::temp_dir().join(format!("shuck-bench-test-{}-{port}.log", std::process::id()));
+    let log = std::env::temp_dir().join(format!(
+        "shuck-bench-test-{}-{port}.log",
+        std::process::id()
+    ));
     let child = Command::new(shuck_bin())
-        .args(["-n", "1", "-f", &format!("[127.0.0.1]:{port}"), "-b", &format!("[127.0.0.1]:{origin_port}")])
+        .args([
+            "-n",
+            "1",
+            "-f",
+            &format!("[127.0.0.1]:{port}"),
+            "-b",
+            &format!("[127.0.0.1]:{origin_port}"),
+        ])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -71,8 +88,17 @@ fn shuck(origin_port: u16) -> (Proc, u16, PathBuf) {
 }
 
 fn load(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(BENCH).arg("load").args(args).arg("--json").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BENCH)
+        .arg("load")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -83,7 +109,14 @@ fn the_origin_serves_every_size_with_keep_alive() {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut w = s.try_clone().unwrap();
     let mut r = BufReader::new(s);
-    for (path, size) in [("0", 0usize), ("1k", 1024), ("4k", 4096), ("100k", 102_400), ("1m", 1 << 20), ("777", 777)] {
+    for (path, size) in [
+        ("0", 0usize),
+        ("1k", 1024),
+        ("4k", 4096),
+        ("100k", 102_400),
+        ("1m", 1 << 20),
+        ("777", 777),
+    ] {
         write!(w, "GET /{path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
         let mut status = String::new();
         r.read_line(&mut status).unwrap();
@@ -115,54 +148,145 @@ fn load_counts_sessions_requests_and_resumption_as_they_happened() {
     let (mut sh, port, log) = shuck(oport);
     let target = format!("127.0.0.1:{port}");
 
-    let never = load(&["--target", &target, "--duration", "1.5", "--concurrency", "4", "--requests-per-conn", "3", "--size", "1k", "--tls", "1.3"]);
+    let never = load(&[
+        "--target",
+        &target,
+        "--duration",
+        "1.5",
+        "--concurrency",
+        "4",
+        "--requests-per-conn",
+        "3",
+        "--size",
+        "1k",
+        "--tls",
+        "1.3",
+    ]);
     let completed = never["completed"].as_u64().unwrap();
     assert!(completed > 20, "{never}");
-    assert_eq!(never["requests"].as_u64().unwrap(), completed * 3, "{never}");
+    assert_eq!(
+        never["requests"].as_u64().unwrap(),
+        completed * 3,
+        "{never}"
+    );
     assert_eq!(never["failures"].as_object().unwrap().len(), 0, "{never}");
     assert_eq!(never["resumed_share"].as_f64().unwrap(), 0.0);
     assert!(never["session_ms"]["p99"].as_f64().unwrap() > 0.0);
 
-    let always = load(&["--target", &target, "--duration", "1.5", "--concurrency", "8", "--reuse", "always", "--tls", "1.3"]);
-    assert!(always["resumed_share"].as_f64().unwrap() >= 0.99, "{always}");
-    let always12 = load(&["--target", &target, "--duration", "1", "--concurrency", "8", "--reuse", "always", "--tls", "1.2", "--resume-by", "id"]);
-    assert!(always12["resumed_share"].as_f64().unwrap() >= 0.99, "{always12}");
+    let always = load(&[
+        "--target",
+        &target,
+        "--duration",
+        "1.5",
+        "--concurrency",
+        "8",
+        "--reuse",
+        "always",
+        "--tls",
+        "1.3",
+    ]);
+    assert!(
+        always["resumed_share"].as_f64().unwrap() >= 0.99,
+        "{always}"
+    );
+    let always12 = load(&[
+        "--target",
+        &target,
+        "--duration",
+        "1",
+        "--concurrency",
+        "8",
+        "--reuse",
+        "always",
+        "--tls",
+        "1.2",
+        "--resume-by",
+        "id",
+    ]);
+    assert!(
+        always12["resumed_share"].as_f64().unwrap() >= 0.99,
+        "{always12}"
+    );
 
-    let every4 = load(&["--target", &target, "--duration", "1.5", "--rate", "200", "--reuse", "every:4"]);
+    let every4 = load(&[
+        "--target",
+        &target,
+        "--duration",
+        "1.5",
+        "--rate",
+        "200",
+        "--reuse",
+        "every:4",
+    ]);
     let share = every4["resumed_share"].as_f64().unwrap();
-    assert!((0.15..=0.35).contains(&share), "every:4 resumed {share}: {every4}");
+    assert!(
+        (0.15..=0.35).contains(&share),
+        "every:4 resumed {share}: {every4}"
+    );
     let attempted = every4["attempted"].as_u64().unwrap();
-    assert!((250..=350).contains(&attempted), "open loop at 200/s for 1.5 s attempted {attempted}");
+    assert!(
+        (250..=350).contains(&attempted),
+        "open loop at 200/s for 1.5 s attempted {attempted}"
+    );
 
     // shuck's own counters agree with what the client saw.
-    let total_completed: u64 = [&never, &always, &always12, &every4].iter().map(|r| r["completed"].as_u64().unwrap()).sum();
+    let total_completed: u64 = [&never, &always, &always12, &every4]
+        .iter()
+        .map(|r| r["completed"].as_u64().unwrap())
+        .sum();
     let total_resumed: f64 = [&never, &always, &always12, &every4]
         .iter()
         .map(|r| r["completed"].as_f64().unwrap() * r["resumed_share"].as_f64().unwrap())
         .sum();
-    let _ = Command::new("kill").args(["-TERM", &sh.0.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &sh.0.id().to_string()])
+        .status();
     let _ = sh.0.wait();
     let text = std::fs::read_to_string(&log).unwrap();
     let _ = std::fs::remove_file(&log);
-    let summary = text.lines().find(|l| l.contains("stopped;")).unwrap_or_else(|| panic!("{text}"));
+    let summary = text
+        .lines()
+        .find(|l| l.contains("stopped;"))
+        .unwrap_or_else(|| panic!("{text}"));
     let num = |key: &str| -> u64 {
-        let at = summary.find(key).unwrap_or_else(|| panic!("{key}: {summary}")) + key.len();
-        summary[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+        let at = summary
+            .find(key)
+            .unwrap_or_else(|| panic!("{key}: {summary}"))
+            + key.len();
+        summary[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
     };
     let (full, resumed) = (num("handshakes full="), num(" resumed="));
     assert_eq!(full + resumed, total_completed, "{summary}");
-    assert!((resumed as f64 - total_resumed).abs() < 1.5, "{summary} vs {total_resumed}");
+    assert!(
+        (resumed as f64 - total_resumed).abs() < 1.5,
+        "{summary} vs {total_resumed}"
+    );
 }
 
 #[test]
 fn a_stopped_target_is_counted_as_failures_not_a_hang() {
     let port = free_port();
     let start = Instant::now();
-    let r = load(&["--target", &format!("127.0.0.1:{port}"), "--duration", "1", "--concurrency", "4"]);
+    let r = load(&[
+        "--target",
+        &format!("127.0.0.1:{port}"),
+        "--duration",
+        "1",
+        "--concurrency",
+        "4",
+    ]);
     assert!(start.elapsed() < Duration::from_secs(8));
     assert_eq!(r["completed"].as_u64().unwrap(), 0);
     let refused = r["failures"]["connect_refused"].as_u64().unwrap();
-    assert!(refused > 0 && refused == r["attempted"].as_u64().unwrap(), "{r}");
+    assert!(
+        refused > 0 && refused == r["attempted"].as_u64().unwrap(),
+        "{r}"
+    );
     assert_eq!(r["failure_ratio"].as_f64().unwrap(), 1.0);
 }
 
@@ -172,16 +296,44 @@ fn ramp_finds_a_rate_within_the_limits_and_key_type_is_checked() {
     let (_s, port, log) = shuck(oport);
     let target = format!("127.0.0.1:{port}");
     let out = Command::new(BENCH)
-        .args(["ramp", "--target", &target, "--start", "50", "--step", "50", "--max", "100", "--step-duration", "0.5", "--json"])
+        .args([
+            "ramp",
+            "--target",
+            &target,
+            "--start",
+            "50",
+            "--step",
+            "50",
+            "--max",
+            "100",
+            "--step-duration",
+            "0.5",
+            "--json",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["steps"].as_array().unwrap().len(), 2, "{v}");
     assert_eq!(v["best_rate"].as_f64(), Some(100.0), "{v}");
 
     // shuck's default certificate is ECDSA: claiming RSA stops the run.
-    let out = Command::new(BENCH).args(["load", "--target", &target, "--duration", "0.2", "--key-type", "rsa2048"]).output().unwrap();
+    let out = Command::new(BENCH)
+        .args([
+            "load",
+            "--target",
+            &target,
+            "--duration",
+            "0.2",
+            "--key-type",
+            "rsa2048",
+        ])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("Rsa2048"));
     let _ = std::fs::remove_file(log);

@@ -46,8 +46,9 @@ pub async fn serve(
         tracing::debug!(client = %peer, error = %e, "cannot set socket options");
     }
 
-    // handshake
-    let mut tls = match handshake(tcp, &state.tls, limits.handshake_timeout).await {
+    // handshake: boxed, because its state (ClientHello acceptor and mid-handshake stream,
+    // ~3 KB) would otherwise stay reserved in this task for the connection's whole life.
+    let mut tls = match Box::pin(handshake(tcp, &state.tls, limits.handshake_timeout)).await {
         Ok(s) => s,
         Err(e) => {
             WorkerCounters::bump(&counters.handshakes_failed);
@@ -63,7 +64,7 @@ pub async fn serve(
     });
 
     // connect
-    let mut backend = match state.backend.connect(limits.connect_timeout).await {
+    let mut backend = match Box::pin(state.backend.connect(limits.connect_timeout)).await {
         Ok(b) => b,
         Err(e) => {
             WorkerCounters::bump(&counters.backend_failures);
