@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::tls::TlsState;
+use crate::proxy::ProxyState;
 
 /// One worker's counters; written by that worker only.
 #[derive(Debug, Default)]
@@ -72,8 +72,9 @@ impl Counters {
     }
 }
 
-/// One log line with every counter: handshakes, the session cache and tickets.
-pub fn summary(counters: &Counters, tls: &TlsState) -> String {
+/// One log line with every counter: handshakes, the session cache, tickets, backends.
+pub fn summary(counters: &Counters, state: &ProxyState) -> String {
+    let tls = &state.tls;
     let t = counters.totals();
     let mut line = format!(
         "connections accepted={} handshakes full={} resumed={} failed={} backend_failures={}",
@@ -96,6 +97,18 @@ pub fn summary(counters: &Counters, tls: &TlsState) -> String {
             k.stats.issued.load(Relaxed),
             k.stats.accepted.load(Relaxed),
             k.stats.refused.load(Relaxed)
+        ));
+    }
+    for s in state.pool.servers() {
+        let st = &s.stats;
+        line.push_str(&format!(
+            "; backend {} active={} queued={} queue_timeouts={} connect_failures={} marked_down={}",
+            s.name(),
+            st.active.load(Relaxed),
+            st.queued.load(Relaxed),
+            st.queue_timeouts.load(Relaxed),
+            st.connect_failures.load(Relaxed),
+            st.marked_down.load(Relaxed)
         ));
     }
     line

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::backend::Backend;
+use crate::backend::{Pool, PoolLimits, Server};
 use crate::config::{BackendTarget, Config};
 use crate::metrics::{self, Counters};
 use crate::proxy::{listener, ProxyState, Worker};
@@ -54,18 +54,31 @@ pub enum StartError {
 pub fn run(config: Config) -> Result<(), StartError> {
     raise_nofile_limit();
     let tls = Arc::new(TlsState::build(&config.tls, &config.certs)?);
-    let backend = match &config.backend {
-        BackendTarget::Server { endpoint, addrs } => {
-            Backend::new(endpoint.to_string(), addrs.clone())
-        }
+    let servers = match &config.backend {
+        BackendTarget::Servers(specs) => specs
+            .iter()
+            .map(|b| Server::new(b.endpoint.to_string(), b.addrs.clone(), b.maxconn, b.weight))
+            .collect(),
         BackendTarget::BuiltinOrigin => {
             let addr = crate::origin::start().map_err(StartError::Origin)?;
-            Backend::new(
+            vec![Server::new(
                 format!("built-in origin [{}]:{}", addr.ip(), addr.port()),
                 vec![addr],
-            )
+                None,
+                1,
+            )]
         }
     };
+    let l = &config.limits;
+    let pool = Pool::new(
+        servers,
+        PoolLimits {
+            connect_timeout: l.connect_timeout,
+            queue_timeout: l.queue_timeout,
+            queue_size: l.queue_size,
+            retry_after: l.retry_after,
+        },
+    );
 
     // Bind everything before serving anything, so a taken port is a clean start failure.
     let mut per_worker: Vec<Vec<std::net::TcpListener>> =
@@ -90,9 +103,13 @@ pub fn run(config: Config) -> Result<(), StartError> {
             "no certificate given: serving a self-signed certificate generated at start"
         );
     }
+    let forwarding: Vec<String> = pool.servers().iter().map(|s| s.name().to_owned()).collect();
     let state = Arc::new(ProxyState {
         tls,
-        backend,
+        pool,
+        preamble: config.preamble,
+        proxy_proxy: config.proxy_proxy,
+        http: config.http,
         limits: config.limits.clone(),
         conn_limit: (config.limits.max_conns > 0)
             .then(|| Arc::new(Semaphore::new(config.limits.max_conns))),
@@ -103,7 +120,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         env!("CARGO_PKG_VERSION"),
         listening.join(", "),
         config.workers,
-        state.backend
+        forwarding.join(", ")
     );
 
     let mut counters = Counters::default();
@@ -145,7 +162,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 _ = hup.recv() => reload(&state),
-                _ = report.tick() => tracing::debug!("{}", metrics::summary(&counters, &state.tls)),
+                _ = report.tick() => tracing::debug!("{}", metrics::summary(&counters, &state)),
                 _ = done_rx.recv() => {
                     tracing::error!("workers stopped unexpectedly");
                     return Err(StartError::System(io::Error::other("workers stopped")));
@@ -158,7 +175,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         );
         trigger.fire();
         tokio::select! {
-            _ = done_rx.recv() => tracing::info!("stopped; {}", metrics::summary(&counters, &state.tls)),
+            _ = done_rx.recv() => tracing::info!("stopped; {}", metrics::summary(&counters, &state)),
             _ = term.recv() => exit_now(),
             _ = int.recv() => exit_now(),
         }

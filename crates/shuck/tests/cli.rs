@@ -195,6 +195,7 @@ fn readme_documents_every_flag() {
         .split(|c: char| {
             c.is_whitespace() || c == ',' || c == '[' || c == ']' || c == '=' || c == '<'
         })
+        .map(|w| w.trim_end_matches(['.', ')', ':']))
         .filter(|w| w.starts_with("--") && w.len() > 2)
         .collect();
     flags.sort();

@@ -1,13 +1,21 @@
 //! Backends: where decrypted connections go. Knows nothing of TLS.
 //!
-//! One server for now; the pool, balancing and maxconn queue grow here.
+//! A pool of servers, chosen by smooth weighted round robin among those that are up. A
+//! server may have a `maxconn`: beyond it, connections wait in that server's FIFO queue
+//! (bounded in length and time) instead of being refused, as HAProxy does. A server that
+//! refuses or times out is marked down for a while and the connection tries the next.
 
-use std::fmt;
+mod server;
+
+use std::cell::RefCell;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
+
+pub use server::{Lease, Server, ServerStats};
 
 /// Why a backend connection could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -28,55 +36,188 @@ pub enum ConnectError {
         /// The limit.
         timeout: Duration,
     },
+    /// The server's queue is full.
+    #[error("{server}: queue full ({size} waiting)")]
+    QueueFull {
+        /// The server.
+        server: String,
+        /// The queue bound.
+        size: usize,
+    },
+    /// Waited in the server's queue past the queue timeout.
+    #[error("{server}: waited {timeout:?} in the queue for a free slot (maxconn)")]
+    QueueTimeout {
+        /// The server.
+        server: String,
+        /// The limit.
+        timeout: Duration,
+    },
 }
 
-/// A backend server: its name as configured and the addresses it resolved to.
-#[derive(Debug, Clone)]
-pub struct Backend {
-    name: String,
-    addrs: Vec<SocketAddr>,
+impl ConnectError {
+    /// True when the client waited in a queue and gave up or found it full, rather than
+    /// a server failing.
+    pub fn is_queue(&self) -> bool {
+        matches!(
+            self,
+            ConnectError::QueueFull { .. } | ConnectError::QueueTimeout { .. }
+        )
+    }
 }
 
-impl Backend {
-    /// A backend reached at `addrs` (tried in order), named `name` in logs.
-    pub fn new(name: impl Into<String>, addrs: Vec<SocketAddr>) -> Self {
-        Backend {
-            name: name.into(),
-            addrs,
+/// Timeouts and bounds of the pool.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolLimits {
+    /// Time to connect.
+    pub connect_timeout: Duration,
+    /// Longest wait in a server's queue.
+    pub queue_timeout: Duration,
+    /// Most connections waiting per server.
+    pub queue_size: usize,
+    /// How long a failed server stays down.
+    pub retry_after: Duration,
+}
+
+/// The servers connections are spread over; shared by every worker.
+#[derive(Debug)]
+pub struct Pool {
+    servers: Vec<Arc<Server>>,
+    limits: PoolLimits,
+}
+
+/// One worker's round-robin position (smooth weighted round robin, as nginx does it):
+/// per worker, so choosing a server takes no lock.
+#[derive(Debug, Default)]
+pub struct Picker {
+    current: RefCell<Vec<i64>>,
+}
+
+impl Pool {
+    /// A pool of `servers` (at least one).
+    pub fn new(servers: Vec<Server>, limits: PoolLimits) -> Self {
+        Pool {
+            servers: servers.into_iter().map(Arc::new).collect(),
+            limits,
         }
     }
 
-    /// How the backend is named in logs.
-    pub fn name(&self) -> &str {
-        &self.name
+    /// The servers, for counters and logs.
+    pub fn servers(&self) -> &[Arc<Server>] {
+        &self.servers
     }
 
-    /// Connects, trying each address in turn, all within `timeout`; sets TCP_NODELAY.
-    pub async fn connect(&self, timeout: Duration) -> Result<TcpStream, ConnectError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+    /// Connects to a server: the round robin's choice first, then the others in order,
+    /// skipping servers marked down (unless all are). Waits in a server's queue when it is
+    /// at maxconn. Each failure marks its server down and is logged.
+    pub async fn connect(&self, picker: &Picker) -> Result<(TcpStream, Lease), ConnectError> {
+        let n = self.servers.len();
+        let first = self.pick(picker);
+        let all_down = self.servers.iter().all(|s| s.is_down());
         let mut last = None;
-        for &addr in &self.addrs {
-            match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => {
-                    // Without it, small writes wait for ACKs (the seeds' 40 ms per request).
-                    stream
-                        .set_nodelay(true)
-                        .map_err(|source| ConnectError::Io { addr, source })?;
-                    return Ok(stream);
+        for k in 0..n {
+            let server = &self.servers[(first + k) % n];
+            if server.is_down() && !all_down {
+                continue;
+            }
+            let lease = match server
+                .acquire(self.limits.queue_timeout, self.limits.queue_size)
+                .await
+            {
+                Ok(l) => l,
+                Err(e) => return Err(e), // queueing is the answer to overload, not a reason to spill
+            };
+            match server.connect(self.limits.connect_timeout).await {
+                Ok(stream) => return Ok((stream, lease)),
+                Err(e) => {
+                    server.mark_down(self.limits.retry_after);
+                    tracing::warn!(backend = %server.name(), error = %e, "backend connection failed; marked down for {:?}", self.limits.retry_after);
+                    last = Some(e);
                 }
-                Ok(Err(source)) => last = Some(ConnectError::Io { addr, source }),
-                Err(_) => return Err(ConnectError::Timeout { addr, timeout }),
             }
         }
         Err(last.unwrap_or_else(|| ConnectError::Io {
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-            source: io::Error::new(io::ErrorKind::NotFound, "no backend address"),
+            source: io::Error::new(io::ErrorKind::NotFound, "no backend server"),
         }))
+    }
+
+    /// Smooth weighted round robin over servers that are up (all, if none is).
+    fn pick(&self, picker: &Picker) -> usize {
+        let mut cur = picker.current.borrow_mut();
+        if cur.len() != self.servers.len() {
+            *cur = vec![0; self.servers.len()];
+        }
+        let all_down = self.servers.iter().all(|s| s.is_down());
+        let mut total = 0i64;
+        let mut best: Option<usize> = None;
+        for (i, s) in self.servers.iter().enumerate() {
+            if s.is_down() && !all_down {
+                continue;
+            }
+            let w = i64::from(s.weight());
+            cur[i] += w;
+            total += w;
+            if best.is_none_or(|b| cur[i] > cur[b]) {
+                best = Some(i);
+            }
+        }
+        let b = best.unwrap_or(0);
+        if let Some(c) = cur.get_mut(b) {
+            *c -= total;
+        }
+        b
     }
 }
 
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.name)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(weights: &[u32]) -> Pool {
+        let servers = weights
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| {
+                Server::new(
+                    format!("s{i}"),
+                    vec![SocketAddr::from(([127, 0, 0, 1], 1))],
+                    None,
+                    w,
+                )
+            })
+            .collect();
+        Pool::new(
+            servers,
+            PoolLimits {
+                connect_timeout: Duration::from_secs(1),
+                queue_timeout: Duration::from_secs(1),
+                queue_size: 10,
+                retry_after: Duration::from_secs(2),
+            },
+        )
+    }
+
+    #[test]
+    fn weighted_round_robin_is_smooth_and_proportional() {
+        let p = pool(&[5, 1, 1]);
+        let picker = Picker::default();
+        let picks: Vec<usize> = (0..7).map(|_| p.pick(&picker)).collect();
+        assert_eq!(picks.iter().filter(|&&i| i == 0).count(), 5);
+        assert_eq!(picks.iter().filter(|&&i| i == 1).count(), 1);
+        // Smooth: the heavy server never takes more than 3 in a row here (nginx: a a b a c a a).
+        assert_eq!(picks, [0, 0, 1, 0, 2, 0, 0]);
+    }
+
+    #[test]
+    fn down_servers_are_skipped_until_they_come_back() {
+        let p = pool(&[1, 1]);
+        let picker = Picker::default();
+        p.servers[0].mark_down(Duration::from_millis(100));
+        for _ in 0..4 {
+            assert_eq!(p.pick(&picker), 1);
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        let picks: Vec<usize> = (0..4).map(|_| p.pick(&picker)).collect();
+        assert!(picks.contains(&0));
     }
 }

@@ -32,10 +32,67 @@ pub struct Cli {
     )]
     pub frontends: Vec<String>,
 
-    /// Backend endpoint: [HOST]:PORT. With none, shuck starts a small built-in HTTP origin
-    /// on a loopback port and forwards to it.
-    #[arg(short = 'b', long, value_name = "[HOST]:PORT")]
-    pub backend: Option<String>,
+    /// Backend server, repeatable: [HOST]:PORT[,maxconn=N][,weight=W]. Connections are
+    /// spread by weighted round robin over servers that are up. With none, shuck starts a
+    /// small built-in HTTP origin on a loopback port and forwards to it.
+    #[arg(
+        short = 'b',
+        long = "backend",
+        value_name = "[HOST]:PORT[,maxconn=N][,weight=W]"
+    )]
+    pub backends: Vec<String>,
+
+    /// Most connections waiting for a server at its maxconn (per server); beyond, new ones
+    /// are closed at once.
+    #[arg(long, value_name = "NUM", default_value_t = 1024)]
+    pub queue_size: usize,
+
+    /// Longest wait for a server at its maxconn; then the connection is closed (in --http
+    /// mode, after a 503).
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_duration)]
+    pub queue_timeout: Duration,
+
+    /// How long a server that refused or timed out stays marked down.
+    #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_duration)]
+    pub backend_retry_after: Duration,
+
+    /// Write a PROXY protocol v1 line (text) before the client's bytes.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub write_proxy_v1: bool,
+
+    /// Write a PROXY protocol v2 header (binary, with ALPN, authority and SSL TLVs).
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub write_proxy_v2: bool,
+
+    /// As in hitch: the same as --write-proxy-v2 (stud users wanting v1: --write-proxy-v1).
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub write_proxy: bool,
+
+    /// Write the client's IP address as 4 or 16 raw bytes (network order) before its bytes
+    /// (stud's --write-ip).
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub write_ip: bool,
+
+    /// Expect a PROXY v1 or v2 header from an L4 balancer in front, before TLS; the client
+    /// it names is the one passed on (the header itself is passed on when no --write-*
+    /// flag is given).
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub proxy_proxy: bool,
+
+    /// HTTP mode: on every request, remove the client's X-Forwarded-For, X-Forwarded-Proto
+    /// and Forwarded headers and add X-Forwarded-For and X-Forwarded-Proto: https.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub http: bool,
+
+    /// Largest request head accepted in --http mode; larger ones get 400.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024)]
+    pub max_header_bytes: usize,
 
     /// Number of workers, each a thread with its own listening socket (default: one per core).
     #[arg(short = 'n', long, value_name = "NUM")]

@@ -18,6 +18,7 @@ pub use cli::Cli;
 pub use endpoint::Endpoint;
 pub use error::ConfigError;
 
+use crate::proxy::preamble::Preamble;
 use crate::tls::tickets::TicketKeys;
 use crate::tls::{params, LoadedCert, TlsSettings};
 
@@ -30,16 +31,66 @@ pub struct Frontend {
     pub addrs: Vec<SocketAddr>,
 }
 
+/// One `-b` server.
+#[derive(Debug, Clone)]
+pub struct BackendSpec {
+    /// As written (without parameters).
+    pub endpoint: Endpoint,
+    /// Addresses to try in order.
+    pub addrs: Vec<SocketAddr>,
+    /// Most connections at once; `None` for no limit.
+    pub maxconn: Option<usize>,
+    /// Round-robin weight.
+    pub weight: u32,
+}
+
+impl BackendSpec {
+    /// Parses `[HOST]:PORT[,maxconn=N][,weight=W]`.
+    pub fn parse(spec: &str) -> Result<Self, ConfigError> {
+        let mut parts = spec.split(',');
+        let endpoint = Endpoint::parse("--backend", parts.next().unwrap_or(""))?;
+        let mut maxconn = None;
+        let mut weight = 1;
+        for p in parts {
+            let bad = |reason: String| ConfigError::BadAddress {
+                option: "--backend",
+                value: spec.to_owned(),
+                reason,
+            };
+            let (k, v) = p
+                .split_once('=')
+                .ok_or_else(|| bad(format!("{p:?}: expected maxconn=N or weight=W")))?;
+            let n: u32 = v
+                .trim()
+                .parse()
+                .map_err(|_| bad(format!("{k}={v}: expected a number")))?;
+            match k.trim() {
+                "maxconn" if n >= 1 => maxconn = Some(n as usize),
+                "weight" if (1..=1000).contains(&n) => weight = n,
+                "maxconn" => return Err(bad("maxconn must be at least 1".into())),
+                "weight" => return Err(bad("weight must be from 1 to 1000".into())),
+                other => {
+                    return Err(bad(format!(
+                        "unknown parameter {other:?} (maxconn, weight)"
+                    )))
+                }
+            }
+        }
+        let addrs = endpoint.resolve("--backend")?;
+        Ok(BackendSpec {
+            endpoint,
+            addrs,
+            maxconn,
+            weight,
+        })
+    }
+}
+
 /// Where decrypted traffic goes.
 #[derive(Debug, Clone)]
 pub enum BackendTarget {
-    /// A server named by `-b`, resolved at start.
-    Server {
-        /// As written.
-        endpoint: Endpoint,
-        /// Addresses to try in order.
-        addrs: Vec<SocketAddr>,
-    },
+    /// Servers named by `-b`, resolved at start.
+    Servers(Vec<BackendSpec>),
     /// No `-b`: the built-in origin, started on a loopback port.
     BuiltinOrigin,
 }
@@ -59,6 +110,12 @@ pub struct Limits {
     pub keepalive: Option<Duration>,
     /// Time live connections get to finish on SIGTERM.
     pub drain_timeout: Duration,
+    /// Most connections waiting per server at maxconn.
+    pub queue_size: usize,
+    /// Longest wait for a server at maxconn.
+    pub queue_timeout: Duration,
+    /// How long a failed server stays down.
+    pub retry_after: Duration,
 }
 
 /// A validated configuration.
@@ -82,6 +139,12 @@ pub struct Config {
     pub limits: Limits,
     /// Log one line per connection.
     pub log_connections: bool,
+    /// What to write before the client's bytes.
+    pub preamble: Preamble,
+    /// Read a PROXY header from the client side first.
+    pub proxy_proxy: bool,
+    /// HTTP mode, with the largest request head accepted.
+    pub http: Option<usize>,
 }
 
 impl Config {
@@ -96,14 +159,49 @@ impl Config {
                 Ok(Frontend { endpoint, addrs })
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
-        let backend = match &cli.backend {
-            None => BackendTarget::BuiltinOrigin,
-            Some(s) => {
-                let endpoint = Endpoint::parse("--backend", s)?;
-                let addrs = endpoint.resolve("--backend")?;
-                BackendTarget::Server { endpoint, addrs }
+        let backend = if cli.backends.is_empty() {
+            BackendTarget::BuiltinOrigin
+        } else {
+            BackendTarget::Servers(
+                cli.backends
+                    .iter()
+                    .map(|s| BackendSpec::parse(s))
+                    .collect::<Result<_, _>>()?,
+            )
+        };
+        let writes = [
+            (cli.write_proxy_v1, Preamble::ProxyV1),
+            (cli.write_proxy_v2 || cli.write_proxy, Preamble::ProxyV2),
+            (cli.write_ip, Preamble::WriteIp),
+        ];
+        let chosen: Vec<Preamble> = writes
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, p)| *p)
+            .collect();
+        let preamble = match chosen.as_slice() {
+            [] if cli.proxy_proxy => Preamble::PassThrough,
+            [] => Preamble::None,
+            [one] => *one,
+            _ => {
+                return Err(ConfigError::Invalid {
+                    option: "--write-proxy-v1/--write-proxy-v2/--write-ip",
+                    reason: "choose one way to tell the backend who the client is".into(),
+                })
             }
         };
+        if cli.http && cli.max_header_bytes < 256 {
+            return Err(ConfigError::Invalid {
+                option: "--max-header-bytes",
+                reason: "must be at least 256".into(),
+            });
+        }
+        if cli.queue_size == 0 {
+            return Err(ConfigError::Invalid {
+                option: "--queue-size",
+                reason: "must be at least 1".into(),
+            });
+        }
         let workers = match cli.workers {
             Some(0) => {
                 return Err(ConfigError::Invalid {
@@ -125,6 +223,7 @@ impl Config {
             ("--ticket-rotate", cli.ticket_rotate),
             ("--ssl-handshake-timeout", cli.ssl_handshake_timeout),
             ("--backend-connect-timeout", cli.backend_connect_timeout),
+            ("--queue-timeout", cli.queue_timeout),
             ("--idle-timeout", cli.idle_timeout),
         ] {
             if d.is_zero() {
@@ -157,8 +256,14 @@ impl Config {
                 idle_timeout: cli.idle_timeout,
                 keepalive: (cli.keepalive > 0).then(|| Duration::from_secs(cli.keepalive)),
                 drain_timeout: cli.drain_timeout,
+                queue_size: cli.queue_size,
+                queue_timeout: cli.queue_timeout,
+                retry_after: cli.backend_retry_after,
             },
             log_connections: cli.log_connections,
+            preamble,
+            proxy_proxy: cli.proxy_proxy,
+            http: cli.http.then_some(cli.max_header_bytes),
         })
     }
 }

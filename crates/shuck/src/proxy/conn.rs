@@ -1,5 +1,5 @@
 //! One connection's life, top to bottom as in DESIGN.md:
-//! admit → handshake → connect → relay → close.
+//! admit → (PROXY header in) → handshake → choose and connect → preamble → relay → close.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -9,7 +9,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::client_io::ClientIo;
 use super::handshake::handshake;
+use super::http::{self, Http};
+use super::preamble::{self, Origin, Preamble, TlsFacts};
 use super::relay::{relay, RelayEnd};
 use super::Worker;
 use crate::metrics::WorkerCounters;
@@ -29,7 +32,7 @@ impl Drop for LiveGuard<'_> {
 /// when the connection ends.
 pub async fn serve(
     worker: Rc<Worker>,
-    tcp: TcpStream,
+    mut tcp: TcpStream,
     peer: SocketAddr,
     _permit: Option<OwnedSemaphorePermit>,
 ) {
@@ -45,14 +48,50 @@ pub async fn serve(
     if let Err(e) = admit(&tcp, limits.keepalive) {
         tracing::debug!(client = %peer, error = %e, "cannot set socket options");
     }
+    let wants_dst = matches!(state.preamble, Preamble::ProxyV1 | Preamble::ProxyV2);
+    let socket_dst = if wants_dst || state.proxy_proxy {
+        tcp.local_addr().unwrap_or(peer)
+    } else {
+        peer
+    };
+    let (origin, io) = if state.proxy_proxy {
+        let received = Box::pin(tokio::time::timeout(
+            limits.handshake_timeout,
+            preamble::receive(&mut tcp, peer, socket_dst),
+        ))
+        .await;
+        match received {
+            Ok(Ok((origin, rest))) => (origin, ClientIo::with_prefix(tcp, rest)),
+            Ok(Err(e)) => {
+                WorkerCounters::bump(&counters.handshakes_failed);
+                tracing::debug!(client = %peer, error = %e, "PROXY header refused");
+                return;
+            }
+            Err(_) => {
+                WorkerCounters::bump(&counters.handshakes_failed);
+                tracing::debug!(client = %peer, "no PROXY header within the handshake timeout");
+                return;
+            }
+        }
+    } else {
+        (
+            Origin {
+                src: peer,
+                dst: socket_dst,
+                received: None,
+            },
+            ClientIo::new(tcp),
+        )
+    };
+    let client = origin.src;
 
     // handshake: boxed, because its state (ClientHello acceptor and mid-handshake stream,
     // ~3 KB) would otherwise stay reserved in this task for the connection's whole life.
-    let mut tls = match Box::pin(handshake(tcp, &state.tls, limits.handshake_timeout)).await {
+    let mut tls = match Box::pin(handshake(io, &state.tls, limits.handshake_timeout)).await {
         Ok(s) => s,
         Err(e) => {
             WorkerCounters::bump(&counters.handshakes_failed);
-            tracing::debug!(client = %peer, error = %e, "handshake failed");
+            tracing::debug!(client = %client, error = %e, "handshake failed");
             return;
         }
     };
@@ -63,37 +102,78 @@ pub async fn serve(
         &counters.handshakes_full
     });
 
-    // connect
-    let mut backend = match Box::pin(state.backend.connect(limits.connect_timeout)).await {
+    // choose and connect (boxed for the same reason as the handshake)
+    let (mut backend, lease) = match Box::pin(state.pool.connect(&worker.picker)).await {
         Ok(b) => b,
         Err(e) => {
             WorkerCounters::bump(&counters.backend_failures);
-            tracing::warn!(client = %peer, backend = %state.backend, error = %e, "backend connection failed");
+            if e.is_queue() {
+                tracing::debug!(client = %client, error = %e, "no backend slot");
+            } else {
+                tracing::warn!(client = %client, error = %e, "no backend could be reached");
+            }
+            if state.http.is_some() {
+                let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(http::SERVICE_UNAVAILABLE))
+                    .await;
+            }
             // close_notify, then FIN: the client learns at once that nothing will come.
-            let _ = tls.shutdown().await;
+            let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
             return;
         }
     };
 
+    // preamble
+    if state.preamble != Preamble::None {
+        let conn = tls.get_ref().1;
+        let facts = TlsFacts {
+            alpn: conn.alpn_protocol(),
+            sni: conn.server_name(),
+            version: version_name(conn.protocol_version()),
+            cipher: conn
+                .negotiated_cipher_suite()
+                .map(|s| preamble::openssl_cipher_name(s.suite())),
+        };
+        let bytes = preamble::build(state.preamble, &origin, &facts);
+        if let Err(e) = backend.write_all(&bytes).await {
+            tracing::warn!(client = %client, backend = %lease.server().name(), error = %e, "cannot write the preamble");
+            return;
+        }
+    }
+
     // relay
-    let out = relay(&mut tls, &mut backend, limits.idle_timeout, &worker.scratch).await;
+    let mut http = state.http.map(|max| Http::new(client.ip(), max));
+    let out = relay(
+        &mut tls,
+        &mut backend,
+        limits.idle_timeout,
+        &worker.scratch,
+        http.as_mut(),
+    )
+    .await;
 
     // close
-    if let RelayEnd::Error(side, e) = &out.end {
-        tracing::debug!(client = %peer, ?side, error = %e, "connection ended by an error");
+    match &out.end {
+        RelayEnd::Error(side, e) => {
+            tracing::debug!(client = %client, ?side, error = %e, "connection ended by an error")
+        }
+        RelayEnd::BadRequest(why) => {
+            tracing::debug!(client = %client, error = %why, "request refused");
+            let _ = tokio::time::timeout(CLOSE_GRACE, async {
+                tls.write_all(http::BAD_REQUEST).await?;
+                tls.shutdown().await
+            })
+            .await;
+        }
+        _ => {}
     }
     if state.log_connections {
         let (_, conn) = tls.get_ref();
         tracing::info!(
             worker = worker.id,
-            client = %peer,
-            backend = %state.backend,
+            client = %client,
+            backend = %lease.server().name(),
             sni = conn.server_name().unwrap_or("-"),
-            version = match conn.protocol_version() {
-                Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
-                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
-                _ => "-",
-            },
+            version = version_name(conn.protocol_version()).unwrap_or("-"),
             handshake = if resumed { "resumed" } else { "full" },
             bytes_in = out.client_to_backend,
             bytes_out = out.backend_to_client,
@@ -101,6 +181,17 @@ pub async fn serve(
             end = ?out.end,
             "connection closed"
         );
+    }
+}
+
+/// How long a closing message (400, 503, close_notify) may take to go out.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn version_name(v: Option<rustls::ProtocolVersion>) -> Option<&'static str> {
+    match v {
+        Some(rustls::ProtocolVersion::TLSv1_3) => Some("TLSv1.3"),
+        Some(rustls::ProtocolVersion::TLSv1_2) => Some("TLSv1.2"),
+        _ => None,
     }
 }
 

@@ -4,8 +4,7 @@
 use std::io;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::LazyConfigAcceptor;
 
@@ -30,11 +29,11 @@ pub enum HandshakeError {
 const UNRECOGNIZED_NAME_ALERT: [u8; 7] = [21, 3, 3, 0, 2, 2, 112];
 
 /// Runs the server side of the handshake on `tcp`.
-pub async fn handshake(
-    tcp: TcpStream,
+pub async fn handshake<IO: AsyncRead + AsyncWrite + Unpin>(
+    tcp: IO,
     tls: &TlsState,
     timeout: Duration,
-) -> Result<TlsStream<TcpStream>, HandshakeError> {
+) -> Result<TlsStream<IO>, HandshakeError> {
     let run = async {
         let mut start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
         if tls.sni_nomatch_abort {

@@ -2,9 +2,12 @@
 //! admits, `handshake` runs TLS, the backend is connected, `relay` moves bytes, and `conn`
 //! glues the stages in that order.
 
+pub mod client_io;
 pub mod conn;
 pub mod handshake;
+pub mod http;
 pub mod listener;
+pub mod preamble;
 pub mod relay;
 
 use std::cell::Cell;
@@ -12,7 +15,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Notify, Semaphore};
 
-use crate::backend::Backend;
+use crate::backend::{Picker, Pool};
 use crate::config::Limits;
 use crate::metrics::WorkerCounters;
 use crate::tls::TlsState;
@@ -23,7 +26,13 @@ pub struct ProxyState {
     /// Certificates and the rustls configuration.
     pub tls: Arc<TlsState>,
     /// Where connections go.
-    pub backend: Backend,
+    pub pool: Pool,
+    /// What to write before the client's bytes.
+    pub preamble: preamble::Preamble,
+    /// Read a PROXY header from the client side first.
+    pub proxy_proxy: bool,
+    /// HTTP mode, with the largest request head accepted.
+    pub http: Option<usize>,
     /// Timeouts and limits.
     pub limits: Limits,
     /// Permits for `--max-conns`, shared by all workers, taken before `accept()` so that
@@ -49,6 +58,8 @@ pub struct Worker {
     scratch: relay::Scratch,
     /// This worker's counters.
     pub counters: Arc<WorkerCounters>,
+    /// This worker's round-robin position over the backend servers.
+    pub picker: Picker,
 }
 
 impl Worker {
@@ -61,6 +72,7 @@ impl Worker {
             idle: Notify::new(),
             scratch: relay::new_scratch(),
             counters,
+            picker: Picker::default(),
         }
     }
 

@@ -15,6 +15,9 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::http::request::Rejected;
+use super::http::{Exchange, Http, RequestRewriter, ResponseTracker, Upgrade};
 use tokio::time::Instant;
 
 /// Size of a worker's scratch buffer: one TLS record of plaintext.
@@ -46,6 +49,8 @@ pub enum RelayEnd {
     IdleTimeout,
     /// Reading from or writing to one side failed.
     Error(Side, io::Error),
+    /// HTTP mode refused a request (the client is answered 400).
+    BadRequest(Rejected),
 }
 
 /// What a relay moved and how it ended.
@@ -60,12 +65,13 @@ pub struct RelayOutcome {
 }
 
 /// Copies `client` ⇄ `backend` until both directions end, one fails, or nothing moves for
-/// `idle`. `scratch` is the worker's read buffer.
+/// `idle`. `scratch` is the worker's read buffer; `http`, HTTP mode's state.
 pub async fn relay<C, B>(
     client: &mut C,
     backend: &mut B,
     idle: Duration,
     scratch: &Scratch,
+    mut http: Option<&mut Http>,
 ) -> RelayOutcome
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -78,7 +84,6 @@ where
     let mut last_active = Instant::now();
 
     let end = poll_fn(|cx| {
-        let mut active = false;
         let mut own;
         let mut shared;
         let buf: &mut [u8] = match scratch.try_borrow_mut() {
@@ -92,32 +97,46 @@ where
                 &mut own[..]
             }
         };
+        let mut filter = match http.as_deref_mut() {
+            Some(h) => Filter::Request(&mut h.request, &mut h.exchange),
+            None => Filter::None,
+        };
         let up_step = up.step(
             cx,
             &mut *client,
             &mut *backend,
             buf,
             (Side::Client, Side::Backend),
-            &mut active,
+            &mut filter,
         );
         if let Some(end) = up_step {
             return Poll::Ready(end);
         }
+        let mut filter = match http.as_deref_mut() {
+            Some(h) => Filter::Response(&mut h.response, &mut h.exchange),
+            None => Filter::None,
+        };
         let down_step = down.step(
             cx,
             &mut *backend,
             &mut *client,
             buf,
             (Side::Backend, Side::Client),
-            &mut active,
+            &mut filter,
         );
         if let Some(end) = down_step {
             return Poll::Ready(end);
         }
+        if let Some(h) = http.as_deref() {
+            // The backend answered an upgrade: let the request side release what it holds.
+            if h.request.is_holding() && h.exchange.upgrade != Upgrade::Awaiting {
+                cx.waker().wake_by_ref();
+            }
+        }
         if up.done && down.done {
             return Poll::Ready(RelayEnd::Closed);
         }
-        if active {
+        if std::mem::take(&mut up.moved) | std::mem::take(&mut down.moved) {
             // Only note the time; the timer is re-armed lazily when it fires, so busy
             // connections do not touch the timer wheel on every read.
             last_active = Instant::now();
@@ -143,6 +162,17 @@ where
 enum PumpError {
     Read(io::Error),
     Write(io::Error),
+    Http(Rejected),
+}
+
+/// What a direction does to the bytes it moves.
+enum Filter<'a> {
+    /// Nothing: plain relay.
+    None,
+    /// HTTP mode, client → backend: rewrite request heads.
+    Request(&'a mut RequestRewriter, &'a mut Exchange),
+    /// HTTP mode, backend → client: watch response framing.
+    Response(&'a mut ResponseTracker, &'a mut Exchange),
 }
 
 /// One direction of the relay.
@@ -159,6 +189,8 @@ struct Pump {
     done: bool,
     /// Bytes moved.
     total: u64,
+    /// Bytes were read since the relay last looked (for the idle timeout).
+    moved: bool,
 }
 
 impl Pump {
@@ -170,6 +202,7 @@ impl Pump {
             need_flush: false,
             done: false,
             total: 0,
+            moved: false,
         }
     }
 
@@ -182,7 +215,7 @@ impl Pump {
         w: &mut W,
         scratch: &mut [u8],
         sides: (Side, Side),
-        active: &mut bool,
+        filter: &mut Filter<'_>,
     ) -> Option<RelayEnd>
     where
         R: AsyncRead + Unpin,
@@ -191,13 +224,14 @@ impl Pump {
         if self.done {
             return None;
         }
-        match self.poll_copy(cx, Pin::new(r), Pin::new(w), scratch, active) {
+        match self.poll_copy(cx, Pin::new(r), Pin::new(w), scratch, filter) {
             Poll::Ready(Ok(())) => {
                 self.done = true;
                 None
             }
             Poll::Ready(Err(PumpError::Read(e))) => Some(RelayEnd::Error(sides.0, e)),
             Poll::Ready(Err(PumpError::Write(e))) => Some(RelayEnd::Error(sides.1, e)),
+            Poll::Ready(Err(PumpError::Http(e))) => Some(RelayEnd::BadRequest(e)),
             Poll::Pending => None,
         }
     }
@@ -208,13 +242,19 @@ impl Pump {
         mut r: Pin<&mut R>,
         mut w: Pin<&mut W>,
         scratch: &mut [u8],
-        active: &mut bool,
+        filter: &mut Filter<'_>,
     ) -> Poll<Result<(), PumpError>>
     where
         R: AsyncRead + ?Sized,
         W: AsyncWrite + ?Sized,
     {
         loop {
+            if let Filter::Request(rw, ex) = filter {
+                if rw.is_holding() && ex.upgrade != Upgrade::Awaiting {
+                    rw.feed(&[], &mut self.pending, ex)
+                        .map_err(PumpError::Http)?;
+                }
+            }
             // Bytes left over from an earlier read go first.
             while self.pos < self.pending.len() {
                 let n = ready!(w.as_mut().poll_write(cx, &self.pending[self.pos..]))
@@ -255,7 +295,18 @@ impl Pump {
                 self.eof = true;
                 continue;
             }
-            *active = true;
+            self.moved = true;
+            match filter {
+                Filter::None => {}
+                Filter::Response(t, ex) => t.observe(&scratch[..n], ex),
+                Filter::Request(rw, ex) => {
+                    // The rewritten bytes differ from those read: they go through `pending`.
+                    rw.feed(&scratch[..n], &mut self.pending, ex)
+                        .map_err(PumpError::Http)?;
+                    self.pos = 0;
+                    continue;
+                }
+            }
             let mut off = 0;
             while off < n {
                 match w.as_mut().poll_write(cx, &scratch[off..n]) {
@@ -310,7 +361,13 @@ mod tests {
             got
         };
         let (out, back, got) = tokio::join!(
-            relay(&mut proxy_c, &mut proxy_b, Duration::from_secs(5), &scratch),
+            relay(
+                &mut proxy_c,
+                &mut proxy_b,
+                Duration::from_secs(5),
+                &scratch,
+                None
+            ),
             client_side,
             backend_side
         );
@@ -349,7 +406,13 @@ mod tests {
             got
         };
         let (out, (), got) = tokio::join!(
-            relay(&mut proxy_c, &mut proxy_b, Duration::from_secs(5), &scratch),
+            relay(
+                &mut proxy_c,
+                &mut proxy_b,
+                Duration::from_secs(5),
+                &scratch,
+                None
+            ),
             client_side,
             backend_side
         );
@@ -375,7 +438,8 @@ mod tests {
                 &mut proxy_c,
                 &mut proxy_b,
                 Duration::from_secs(10),
-                &scratch
+                &scratch,
+                None
             ),
             client_side
         );

@@ -411,6 +411,66 @@ impl Origin {
     }
 }
 
+/// An origin that can be stopped: its port then refuses connections.
+pub struct StoppableOrigin {
+    pub port: u16,
+    pub port_spec: String,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    pub accepted: Arc<AtomicUsize>,
+}
+
+impl StoppableOrigin {
+    /// An echo origin.
+    pub fn echo() -> StoppableOrigin {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (st, acc) = (stop.clone(), accepted.clone());
+        thread::spawn(move || {
+            while !st.load(Ordering::SeqCst) {
+                match l.accept() {
+                    Ok((mut s, _)) => {
+                        acc.fetch_add(1, Ordering::SeqCst);
+                        s.set_nonblocking(false).unwrap();
+                        thread::spawn(move || {
+                            let mut buf = [0u8; 16384];
+                            while let Ok(n) = s.read(&mut buf) {
+                                if n == 0 || s.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        StoppableOrigin {
+            port,
+            port_spec: format!("[127.0.0.1]:{port}"),
+            stop,
+            accepted,
+        }
+    }
+
+    /// Stops listening (within a few milliseconds).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for StoppableOrigin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
 // ---------------------------------------------------------------- a rustls client
 
 /// Accepts any certificate but still checks the handshake signatures, so tests can assert
@@ -513,10 +573,18 @@ pub fn connect_with(
     cfg: &Arc<ClientConfig>,
     sni: Option<&str>,
 ) -> Result<Client, io::Error> {
+    tls_over(TcpStream::connect(addr)?, cfg, sni)
+}
+
+/// Runs a TLS handshake over an already connected socket (after a PROXY header, say).
+pub fn tls_over(
+    sock: TcpStream,
+    cfg: &Arc<ClientConfig>,
+    sni: Option<&str>,
+) -> Result<Client, io::Error> {
     let name = ServerName::try_from(sni.unwrap_or("localhost").to_owned())
         .map_err(|e| io::Error::other(e.to_string()))?;
     let conn = ClientConnection::new(cfg.clone(), name).map_err(io::Error::other)?;
-    let sock = TcpStream::connect(addr)?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut s = StreamOwned::new(conn, sock);
     while s.conn.is_handshaking() {

@@ -1,0 +1,184 @@
+//! One backend server: its addresses, weight, maxconn slots (a fair semaphore, so waiters
+//! are served first come, first served), health and counters.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::ConnectError;
+
+/// Counters of one server, shared by all workers (written once per connection, never per
+/// byte).
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Connections open to it now.
+    pub active: AtomicUsize,
+    /// Connections waiting in its queue now.
+    pub queued: AtomicUsize,
+    /// Waits that ended at the queue timeout or found the queue full.
+    pub queue_timeouts: AtomicU64,
+    /// Connection attempts that failed.
+    pub connect_failures: AtomicU64,
+    /// Times it was marked down.
+    pub marked_down: AtomicU64,
+}
+
+/// A backend server.
+#[derive(Debug)]
+pub struct Server {
+    name: String,
+    addrs: Vec<SocketAddr>,
+    weight: u32,
+    /// `maxconn` slots; `None` for no limit.
+    slots: Option<Arc<Semaphore>>,
+    maxconn: Option<usize>,
+    /// Down until this many ms after `epoch`; 0 when up.
+    down_until_ms: AtomicU64,
+    epoch: Instant,
+    /// Counters.
+    pub stats: ServerStats,
+}
+
+/// A connection's hold on a server: its maxconn slot and its place in `active`.
+#[derive(Debug)]
+pub struct Lease {
+    server: Arc<Server>,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl Lease {
+    /// The server this lease is on.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.server.stats.active.fetch_sub(1, Relaxed);
+    }
+}
+
+impl Server {
+    /// A server named `name` (for logs) at `addrs`.
+    pub fn new(name: String, addrs: Vec<SocketAddr>, maxconn: Option<usize>, weight: u32) -> Self {
+        Server {
+            name,
+            addrs,
+            weight: weight.max(1),
+            slots: maxconn.map(|n| Arc::new(Semaphore::new(n))),
+            maxconn,
+            down_until_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            stats: ServerStats::default(),
+        }
+    }
+
+    /// Its name in logs.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its weight.
+    pub fn weight(&self) -> u32 {
+        self.weight
+    }
+
+    /// Its maxconn.
+    pub fn maxconn(&self) -> Option<usize> {
+        self.maxconn
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// True while marked down.
+    pub fn is_down(&self) -> bool {
+        self.down_until_ms.load(Relaxed) > self.now_ms()
+    }
+
+    /// Marks the server down for `d`.
+    pub fn mark_down(&self, d: Duration) {
+        self.stats.connect_failures.fetch_add(1, Relaxed);
+        self.stats.marked_down.fetch_add(1, Relaxed);
+        self.down_until_ms
+            .store(self.now_ms() + d.as_millis() as u64, Relaxed);
+    }
+
+    /// Takes a slot, waiting in FIFO order up to `timeout` when the server is at maxconn.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        timeout: Duration,
+        queue_size: usize,
+    ) -> Result<Lease, ConnectError> {
+        let slot = match &self.slots {
+            None => None,
+            Some(sem) => match sem.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    let waiting = self.stats.queued.fetch_add(1, Relaxed);
+                    let _unqueue = Unqueue(&self.stats.queued);
+                    if waiting >= queue_size {
+                        self.stats.queue_timeouts.fetch_add(1, Relaxed);
+                        return Err(ConnectError::QueueFull {
+                            server: self.name.clone(),
+                            size: queue_size,
+                        });
+                    }
+                    match tokio::time::timeout(timeout, sem.clone().acquire_owned()).await {
+                        Ok(Ok(p)) => Some(p),
+                        _ => {
+                            self.stats.queue_timeouts.fetch_add(1, Relaxed);
+                            return Err(ConnectError::QueueTimeout {
+                                server: self.name.clone(),
+                                timeout,
+                            });
+                        }
+                    }
+                }
+            },
+        };
+        self.stats.active.fetch_add(1, Relaxed);
+        Ok(Lease {
+            server: self.clone(),
+            _slot: slot,
+        })
+    }
+
+    /// Connects, trying each address in turn, all within `timeout`; sets TCP_NODELAY.
+    pub async fn connect(&self, timeout: Duration) -> Result<TcpStream, ConnectError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last = None;
+        for &addr in &self.addrs {
+            match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => {
+                    // Without it, small writes wait for ACKs (the seeds' 40 ms per request).
+                    stream
+                        .set_nodelay(true)
+                        .map_err(|source| ConnectError::Io { addr, source })?;
+                    return Ok(stream);
+                }
+                Ok(Err(source)) => last = Some(ConnectError::Io { addr, source }),
+                Err(_) => return Err(ConnectError::Timeout { addr, timeout }),
+            }
+        }
+        Err(last.unwrap_or_else(|| ConnectError::Io {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
+        }))
+    }
+}
+
+/// Leaves the queue count however the wait ends.
+struct Unqueue<'a>(&'a AtomicUsize);
+
+impl Drop for Unqueue<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}

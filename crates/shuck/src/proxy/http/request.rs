@@ -1,0 +1,351 @@
+//! Client → backend in HTTP mode: parse each request head, refuse what is malformed or
+//! smuggling-prone, rewrite the forwarding headers, and pass bodies through.
+
+use std::net::IpAddr;
+
+use super::chunked::Chunked;
+use super::{head_end, Exchange, Pending, Upgrade, MAX_PIPELINE};
+
+/// Why a request was refused (answered 400 and closed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad request: {0}")]
+pub struct Rejected(pub &'static str);
+
+#[derive(Debug)]
+enum State {
+    Head,
+    Body(u64),
+    Chunked(Chunked),
+    /// An upgrade request was sent; client bytes wait in `held` for the backend's answer.
+    AwaitUpgrade,
+    Tunnel,
+}
+
+/// The request side of HTTP mode.
+#[derive(Debug)]
+pub struct RequestRewriter {
+    state: State,
+    /// A head being received.
+    head: Vec<u8>,
+    /// Client bytes held while an upgrade is pending.
+    held: Vec<u8>,
+    max_head: usize,
+    /// The injected headers, made once per connection.
+    forwarded: String,
+}
+
+/// Most bytes held while an upgrade is pending.
+const MAX_HELD: usize = 64 * 1024;
+
+impl RequestRewriter {
+    /// A rewriter for a client at `ip`.
+    pub fn new(ip: IpAddr, max_head: usize) -> Self {
+        RequestRewriter {
+            state: State::Head,
+            head: Vec::new(),
+            held: Vec::new(),
+            max_head,
+            forwarded: format!(
+                "X-Forwarded-For: {}\r\nX-Forwarded-Proto: https\r\n\r\n",
+                ip.to_canonical()
+            ),
+        }
+    }
+
+    /// True when nothing of the exchange needs parsing any more.
+    pub fn is_tunnel(&self) -> bool {
+        matches!(self.state, State::Tunnel)
+    }
+
+    /// True while client bytes are held waiting for the answer to an upgrade.
+    pub fn is_holding(&self) -> bool {
+        matches!(self.state, State::AwaitUpgrade)
+    }
+
+    /// Consumes all of `input`, appending what goes to the backend to `out`. Call with an
+    /// empty `input` after the exchange's upgrade state changes, to release held bytes.
+    pub fn feed(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        ex: &mut Exchange,
+    ) -> Result<(), Rejected> {
+        if let State::AwaitUpgrade = self.state {
+            if self.held.len() + input.len() > MAX_HELD {
+                return Err(Rejected("too much data before the upgrade was answered"));
+            }
+            self.held.extend_from_slice(input);
+            match ex.upgrade {
+                Upgrade::Awaiting if ex.lost => {
+                    return Err(Rejected("backend response not understood"))
+                }
+                Upgrade::Awaiting => return Ok(()),
+                Upgrade::Tunnel => self.state = State::Tunnel,
+                Upgrade::None => self.state = State::Head,
+            }
+            let held = std::mem::take(&mut self.held);
+            return self.feed(&held, out, ex);
+        }
+        let mut i = 0;
+        while i < input.len() {
+            match &mut self.state {
+                State::Tunnel => {
+                    out.extend_from_slice(&input[i..]);
+                    return Ok(());
+                }
+                State::AwaitUpgrade => {
+                    return self.feed(&input[i..], out, ex);
+                }
+                State::Body(left) => {
+                    let take = (*left).min((input.len() - i) as u64) as usize;
+                    out.extend_from_slice(&input[i..i + take]);
+                    i += take;
+                    *left -= take as u64;
+                    if *left == 0 {
+                        self.after_message(ex);
+                    }
+                }
+                State::Chunked(c) => {
+                    let n = c.advance(&input[i..]).map_err(|e| Rejected(e.0))?;
+                    out.extend_from_slice(&input[i..i + n]);
+                    i += n;
+                    if c.is_done() {
+                        self.after_message(ex);
+                    }
+                }
+                State::Head => {
+                    // Empty lines before a request line are allowed (RFC 9112 §2.2).
+                    if self.head.is_empty() && (input[i] == b'\r' || input[i] == b'\n') {
+                        i += 1;
+                        continue;
+                    }
+                    let before = self.head.len();
+                    let room = self.max_head.saturating_sub(before);
+                    let take = (input.len() - i).min(room + 1);
+                    self.head.extend_from_slice(&input[i..i + take]);
+                    match head_end(&self.head, before) {
+                        Some(end) => {
+                            i += end - before;
+                            self.head.truncate(end);
+                            let head = std::mem::take(&mut self.head);
+                            self.start_message(&head, out, ex)?;
+                        }
+                        None if self.head.len() > self.max_head => {
+                            return Err(Rejected("request head too large (--max-header-bytes)"));
+                        }
+                        None => i += take,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After a message's body: the next head, or wait for the upgrade's answer.
+    fn after_message(&mut self, ex: &Exchange) {
+        self.state = if ex.upgrade == Upgrade::Awaiting {
+            State::AwaitUpgrade
+        } else {
+            State::Head
+        };
+    }
+
+    fn start_message(
+        &mut self,
+        head: &[u8],
+        out: &mut Vec<u8>,
+        ex: &mut Exchange,
+    ) -> Result<(), Rejected> {
+        let mut headers = [httparse::EMPTY_HEADER; 128];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(head) {
+            Ok(httparse::Status::Complete(n)) if n == head.len() => {}
+            Ok(_) => return Err(Rejected("incomplete request head")),
+            Err(httparse::Error::TooManyHeaders) => return Err(Rejected("too many headers")),
+            Err(_) => return Err(Rejected("malformed request head")),
+        }
+        let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
+            return Err(Rejected("malformed request line"));
+        };
+        if method.eq_ignore_ascii_case("CONNECT") {
+            return Err(Rejected("CONNECT is not supported"));
+        }
+        if ex.pending.len() >= MAX_PIPELINE {
+            return Err(Rejected("too many pipelined requests"));
+        }
+        let mut length: Option<u64> = None;
+        let mut chunked = false;
+        let mut te_seen = false;
+        let mut upgrade_header = false;
+        let mut connection_upgrade = false;
+        out.reserve(head.len() + self.forwarded.len() + 16);
+        out.extend_from_slice(method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(path.as_bytes());
+        out.extend_from_slice(if version == 0 {
+            b" HTTP/1.0\r\n"
+        } else {
+            b" HTTP/1.1\r\n"
+        });
+        for h in req.headers.iter() {
+            let name = h.name;
+            if name.eq_ignore_ascii_case("x-forwarded-for")
+                || name.eq_ignore_ascii_case("x-forwarded-proto")
+                || name.eq_ignore_ascii_case("forwarded")
+            {
+                continue; // the client's own claims: never passed on
+            }
+            if name.eq_ignore_ascii_case("content-length") {
+                let v = std::str::from_utf8(h.value)
+                    .map_err(|_| Rejected("bad Content-Length"))?
+                    .trim();
+                if v.is_empty() || v.len() > 18 || !v.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(Rejected("bad Content-Length"));
+                }
+                let n: u64 = v.parse().map_err(|_| Rejected("bad Content-Length"))?;
+                match length {
+                    Some(m) if m != n => {
+                        return Err(Rejected("conflicting Content-Length headers"))
+                    }
+                    Some(_) => continue, // an identical duplicate: pass one
+                    None => length = Some(n),
+                }
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                te_seen = true;
+                let v =
+                    std::str::from_utf8(h.value).map_err(|_| Rejected("bad Transfer-Encoding"))?;
+                let last = v.rsplit(',').next().unwrap_or("").trim();
+                // Only the last coding of the last header decides; it must be chunked.
+                chunked = last.eq_ignore_ascii_case("chunked");
+            } else if name.eq_ignore_ascii_case("upgrade") {
+                upgrade_header = true;
+            } else if name.eq_ignore_ascii_case("connection") {
+                connection_upgrade |= h
+                    .value
+                    .split(|&b| b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
+            }
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(h.value);
+            out.extend_from_slice(b"\r\n");
+        }
+        if te_seen && length.is_some() {
+            return Err(Rejected("both Content-Length and Transfer-Encoding"));
+        }
+        if te_seen && (!chunked || version == 0) {
+            return Err(Rejected("unsupported Transfer-Encoding"));
+        }
+        out.extend_from_slice(self.forwarded.as_bytes());
+
+        let upgrade = upgrade_header && connection_upgrade && version == 1;
+        ex.pending.push_back(if upgrade {
+            Pending::Upgrade
+        } else if method.eq_ignore_ascii_case("HEAD") {
+            Pending::Head
+        } else {
+            Pending::Normal
+        });
+        if upgrade {
+            ex.upgrade = Upgrade::Awaiting;
+        }
+        self.state = if chunked {
+            State::Chunked(Chunked::new())
+        } else if let Some(n) = length.filter(|&n| n > 0) {
+            State::Body(n)
+        } else if upgrade {
+            State::AwaitUpgrade
+        } else {
+            State::Head
+        };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewrite(input: &[u8]) -> Result<String, Rejected> {
+        let mut r = RequestRewriter::new("203.0.113.5".parse().unwrap(), 16 * 1024);
+        let mut ex = Exchange::new();
+        let mut out = Vec::new();
+        for part in input.chunks(5) {
+            r.feed(part, &mut out, &mut ex)?;
+        }
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn strips_and_injects() {
+        let out = rewrite(b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\nx-forwarded-proto: http\r\nForwarded: for=1.2.3.4\r\n\r\n").unwrap();
+        assert_eq!(out, "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.5\r\nX-Forwarded-Proto: https\r\n\r\n");
+    }
+
+    #[test]
+    fn bodies_and_pipelining_pass_intact() {
+        let input = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloPOST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /c HTTP/1.1\r\n\r\n";
+        let out = rewrite(input).unwrap();
+        assert_eq!(out.matches("X-Forwarded-For: 203.0.113.5").count(), 3);
+        assert!(out.contains("\r\n\r\nhelloPOST /b"));
+        assert!(out.contains("\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /c"));
+    }
+
+    #[test]
+    fn smuggling_and_malformed_heads_are_refused() {
+        for (bad, why) in [
+            (
+                &b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+                "both",
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+                "conflicting",
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n",
+                "Content-Length",
+            ),
+            (b"GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n", "malformed"),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+                "Transfer-Encoding",
+            ),
+            (
+                b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+                "Transfer-Encoding",
+            ),
+            (b"GARBAGE\r\n\r\n", "malformed"),
+            (b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", "malformed"),
+            (b"CONNECT a:443 HTTP/1.1\r\n\r\n", "CONNECT"),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                "chunk",
+            ),
+        ] {
+            let e = rewrite(bad).unwrap_err();
+            assert!(e.0.contains(why), "{:?}: {e}", String::from_utf8_lossy(bad));
+        }
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+        assert!(rewrite(big.as_bytes()).unwrap_err().0.contains("too large"));
+        // An identical duplicate Content-Length is accepted and passed once.
+        let out = rewrite(b"POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok")
+            .unwrap();
+        assert_eq!(out.matches("Content-Length").count(), 1);
+    }
+
+    #[test]
+    fn upgrade_holds_bytes_until_answered() {
+        let mut r = RequestRewriter::new("203.0.113.5".parse().unwrap(), 16 * 1024);
+        let mut ex = Exchange::new();
+        let mut out = Vec::new();
+        r.feed(b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\r\nFRAME", &mut out, &mut ex).unwrap();
+        assert!(r.is_holding());
+        assert!(!String::from_utf8_lossy(&out).contains("FRAME"));
+        // Accepted (the response side saw 101): the held bytes and what follows pass as is.
+        ex.upgrade = Upgrade::Tunnel;
+        r.feed(b"MORE", &mut out, &mut ex).unwrap();
+        assert!(r.is_tunnel());
+        assert!(String::from_utf8_lossy(&out).ends_with("FRAMEMORE"));
+    }
+}

@@ -1,0 +1,169 @@
+//! Backend → client in HTTP mode: responses pass through unchanged; their framing is
+//! followed only to pair each with its request and to see an upgrade accepted (101).
+
+use super::chunked::Chunked;
+use super::{head_end, Exchange, Pending, Upgrade};
+
+#[derive(Debug)]
+enum State {
+    Head,
+    Body(u64),
+    Chunked(Chunked),
+    /// Read until the backend closes; or a tunnel after 101; or framing lost.
+    Opaque,
+}
+
+/// The response side of HTTP mode.
+#[derive(Debug)]
+pub struct ResponseTracker {
+    state: State,
+    head: Vec<u8>,
+    max_head: usize,
+}
+
+impl ResponseTracker {
+    /// A tracker refusing to follow heads over `max_head` bytes.
+    pub fn new(max_head: usize) -> Self {
+        ResponseTracker {
+            state: State::Head,
+            head: Vec::new(),
+            max_head,
+        }
+    }
+
+    /// Observes bytes on their way to the client.
+    pub fn observe(&mut self, input: &[u8], ex: &mut Exchange) {
+        let mut i = 0;
+        while i < input.len() {
+            match &mut self.state {
+                State::Opaque => return,
+                State::Body(left) => {
+                    let take = (*left).min((input.len() - i) as u64) as usize;
+                    i += take;
+                    *left -= take as u64;
+                    if *left == 0 {
+                        self.state = State::Head;
+                    }
+                }
+                State::Chunked(c) => match c.advance(&input[i..]) {
+                    Ok(n) => {
+                        i += n;
+                        if c.is_done() {
+                            self.state = State::Head;
+                        }
+                    }
+                    Err(_) => return self.lose(ex),
+                },
+                State::Head => {
+                    let before = self.head.len();
+                    let take = (input.len() - i).min(self.max_head + 1 - before.min(self.max_head));
+                    self.head.extend_from_slice(&input[i..i + take]);
+                    match head_end(&self.head, before) {
+                        Some(end) => {
+                            i += end - before;
+                            self.head.truncate(end);
+                            let head = std::mem::take(&mut self.head);
+                            self.start_response(&head, ex);
+                        }
+                        None if self.head.len() > self.max_head => return self.lose(ex),
+                        None => i += take,
+                    }
+                }
+            }
+        }
+    }
+
+    fn lose(&mut self, ex: &mut Exchange) {
+        self.state = State::Opaque;
+        self.head = Vec::new();
+        ex.lost = true;
+    }
+
+    fn start_response(&mut self, head: &[u8], ex: &mut Exchange) {
+        let mut headers = [httparse::EMPTY_HEADER; 128];
+        let mut resp = httparse::Response::new(&mut headers);
+        let Ok(httparse::Status::Complete(_)) = resp.parse(head) else {
+            return self.lose(ex);
+        };
+        let code = resp.code.unwrap_or(0);
+        if code == 101 {
+            ex.pending.pop_front();
+            ex.upgrade = Upgrade::Tunnel;
+            self.state = State::Opaque;
+            return;
+        }
+        if (100..200).contains(&code) {
+            return; // interim response: the final one follows
+        }
+        let Some(req) = ex.pending.pop_front() else {
+            return self.lose(ex); // a response nobody asked for
+        };
+        if req == Pending::Upgrade {
+            ex.upgrade = Upgrade::None; // refused: the client's bytes are HTTP again
+        }
+        let mut length = None;
+        let mut chunked = false;
+        for h in resp.headers.iter() {
+            if h.name.eq_ignore_ascii_case("content-length") {
+                length = std::str::from_utf8(h.value)
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok());
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = h
+                    .value
+                    .rsplit(|&b| b == b',')
+                    .next()
+                    .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            }
+        }
+        self.state = if req == Pending::Head || code == 204 || code == 304 {
+            State::Head
+        } else if chunked {
+            State::Chunked(Chunked::new())
+        } else {
+            match length {
+                Some(0) => State::Head,
+                Some(n) => State::Body(n),
+                None => State::Opaque,
+            }
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_responses_and_sees_upgrades() {
+        let mut t = ResponseTracker::new(16 * 1024);
+        let mut ex = Exchange::new();
+        ex.pending.extend([
+            Pending::Normal,
+            Pending::Head,
+            Pending::Normal,
+            Pending::Upgrade,
+        ]);
+        ex.upgrade = Upgrade::Awaiting;
+        let stream = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcHTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\nHTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x05hello";
+        for part in stream.chunks(7) {
+            t.observe(part, &mut ex);
+        }
+        assert_eq!(ex.upgrade, Upgrade::Tunnel);
+        assert!(ex.pending.is_empty());
+        assert!(!ex.lost);
+    }
+
+    #[test]
+    fn a_refused_upgrade_resumes_http() {
+        let mut t = ResponseTracker::new(16 * 1024);
+        let mut ex = Exchange::new();
+        ex.pending.push_back(Pending::Upgrade);
+        ex.upgrade = Upgrade::Awaiting;
+        t.observe(
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+            &mut ex,
+        );
+        assert_eq!(ex.upgrade, Upgrade::None);
+    }
+}

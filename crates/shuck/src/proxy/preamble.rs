@@ -1,0 +1,365 @@
+//! The preamble stage: what shuck writes to the backend before the client's bytes, to say
+//! who the client is (PROXY protocol v1 or v2 with TLS TLVs, stud's write-ip), and reading
+//! a PROXY header that an L4 balancer in front sent (`--proxy-proxy`).
+//!
+//! PROXY headers are parsed and built with the `ppp` crate: it implements both versions
+//! and their TLVs to the HAProxy specification, and is what other Rust proxies use.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+
+use ppp::v2;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+/// What to write before the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preamble {
+    /// Nothing.
+    None,
+    /// PROXY protocol v1 (text).
+    ProxyV1,
+    /// PROXY protocol v2 (binary, with TLVs).
+    ProxyV2,
+    /// stud's write-ip: the client address as 4 or 16 raw bytes (network order).
+    WriteIp,
+    /// `--proxy-proxy` alone: the PROXY header received from the client side, as received.
+    PassThrough,
+}
+
+/// Who the client is: from the socket, or from a PROXY header received in front.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// The client's address.
+    pub src: SocketAddr,
+    /// The address it connected to.
+    pub dst: SocketAddr,
+    /// The PROXY header received, byte for byte (`--proxy-proxy`).
+    pub received: Option<Vec<u8>>,
+}
+
+/// TLS facts for PROXY v2 TLVs.
+#[derive(Debug, Default)]
+pub struct TlsFacts<'a> {
+    /// Negotiated ALPN protocol.
+    pub alpn: Option<&'a [u8]>,
+    /// SNI sent by the client.
+    pub sni: Option<&'a str>,
+    /// "TLSv1.2" or "TLSv1.3".
+    pub version: Option<&'a str>,
+    /// The cipher suite, OpenSSL-style name.
+    pub cipher: Option<&'a str>,
+}
+
+/// Why a PROXY header from the client side was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PreambleError {
+    /// The client did not start with a PROXY header.
+    #[error("expected a PROXY protocol header (--proxy-proxy) from the client side")]
+    Missing,
+    /// The header is malformed.
+    #[error("malformed PROXY protocol header: {0}")]
+    Malformed(String),
+    /// Reading failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// Longest PROXY header accepted from the client side (v1: 107 bytes; v2 with TLVs).
+const MAX_RECEIVED: usize = 4096;
+const V2_SIG: &[u8] = b"\r\n\r\n\0\r\nQUIT\n";
+
+/// Reads a PROXY v1 or v2 header from `tcp`; returns the origin it names and any bytes
+/// read past it (the start of the TLS handshake).
+pub async fn receive(
+    tcp: &mut TcpStream,
+    socket_src: SocketAddr,
+    socket_dst: SocketAddr,
+) -> Result<(Origin, Vec<u8>), PreambleError> {
+    let mut buf = Vec::with_capacity(256);
+    loop {
+        if let Some((len, addrs)) = parse_received(&buf)? {
+            let (src, dst) = addrs.unwrap_or((socket_src, socket_dst));
+            let rest = buf.split_off(len);
+            return Ok((
+                Origin {
+                    src,
+                    dst,
+                    received: Some(buf),
+                },
+                rest,
+            ));
+        }
+        if buf.len() >= MAX_RECEIVED {
+            return Err(PreambleError::Malformed("longer than 4096 bytes".into()));
+        }
+        let mut chunk = [0u8; 512];
+        let want = chunk.len().min(MAX_RECEIVED - buf.len());
+        let n = tcp.read(&mut chunk[..want]).await?;
+        if n == 0 {
+            return Err(PreambleError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// `Ok(None)`: need more bytes. `Ok(Some((len, None)))`: a LOCAL/UNKNOWN header (use the
+/// socket's addresses).
+#[allow(clippy::type_complexity)]
+fn parse_received(
+    buf: &[u8],
+) -> Result<Option<(usize, Option<(SocketAddr, SocketAddr)>)>, PreambleError> {
+    let prefix = buf.len().min(V2_SIG.len());
+    if buf[..prefix] == V2_SIG[..prefix] {
+        if buf.len() < 16 {
+            return Ok(None);
+        }
+        let len = 16 + usize::from(u16::from_be_bytes([buf[14], buf[15]]));
+        if buf.len() < len {
+            return Ok(None);
+        }
+        let h = v2::Header::try_from(&buf[..len])
+            .map_err(|e| PreambleError::Malformed(e.to_string()))?;
+        let addrs = match (h.command, h.addresses) {
+            (v2::Command::Proxy, v2::Addresses::IPv4(a)) => Some((
+                SocketAddr::new(a.source_address.into(), a.source_port),
+                SocketAddr::new(a.destination_address.into(), a.destination_port),
+            )),
+            (v2::Command::Proxy, v2::Addresses::IPv6(a)) => Some((
+                SocketAddr::new(a.source_address.into(), a.source_port),
+                SocketAddr::new(a.destination_address.into(), a.destination_port),
+            )),
+            _ => None,
+        };
+        return Ok(Some((len, addrs)));
+    }
+    let prefix = buf.len().min(6);
+    if buf[..prefix] != b"PROXY "[..prefix] {
+        return Err(PreambleError::Missing);
+    }
+    let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
+        if buf.len() > 107 {
+            return Err(PreambleError::Malformed(
+                "v1 line longer than 107 bytes".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let len = end + 2;
+    let h = ppp::v1::Header::try_from(&buf[..len])
+        .map_err(|e| PreambleError::Malformed(e.to_string()))?;
+    let addrs = match h.addresses {
+        ppp::v1::Addresses::Tcp4(a) => Some((
+            SocketAddr::new(a.source_address.into(), a.source_port),
+            SocketAddr::new(a.destination_address.into(), a.destination_port),
+        )),
+        ppp::v1::Addresses::Tcp6(a) => Some((
+            SocketAddr::new(a.source_address.into(), a.source_port),
+            SocketAddr::new(a.destination_address.into(), a.destination_port),
+        )),
+        ppp::v1::Addresses::Unknown => None,
+    };
+    Ok(Some((len, addrs)))
+}
+
+/// IPv4 clients of a dual-stack socket appear as `::ffff:a.b.c.d`; backends want a.b.c.d.
+pub fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
+/// The bytes to write before the client's stream.
+pub fn build(kind: Preamble, origin: &Origin, tls: &TlsFacts<'_>) -> Vec<u8> {
+    let (src, dst) = (canonical(origin.src), canonical(origin.dst));
+    match kind {
+        Preamble::None => Vec::new(),
+        Preamble::PassThrough => origin.received.clone().unwrap_or_default(),
+        Preamble::WriteIp => match src.ip() {
+            IpAddr::V4(ip) => ip.octets().to_vec(),
+            IpAddr::V6(ip) => ip.octets().to_vec(),
+        },
+        Preamble::ProxyV1 => {
+            let addrs = if src.is_ipv4() == dst.is_ipv4() {
+                ppp::v1::Addresses::from((src, dst))
+            } else {
+                ppp::v1::Addresses::Unknown
+            };
+            addrs.to_string().into_bytes()
+        }
+        Preamble::ProxyV2 => build_v2(src, dst, tls),
+    }
+}
+
+fn build_v2(src: SocketAddr, dst: SocketAddr, tls: &TlsFacts<'_>) -> Vec<u8> {
+    let version_command = v2::Version::Two | v2::Command::Proxy;
+    let builder = if src.is_ipv4() == dst.is_ipv4() {
+        v2::Builder::with_addresses(version_command, v2::Protocol::Stream, (src, dst))
+    } else {
+        v2::Builder::with_addresses(
+            version_command,
+            v2::Protocol::Unspecified,
+            v2::Addresses::Unspecified,
+        )
+    };
+    // The SSL TLV: client flags (PP2_CLIENT_SSL), verify result (0: no client certificate
+    // failure), then sub-TLVs for the version and the cipher, as hitch and HAProxy send it.
+    let mut ssl = vec![0x01, 0, 0, 0, 0];
+    for (kind, value) in [
+        (v2::Type::SSLVersion, tls.version),
+        (v2::Type::SSLCipher, tls.cipher),
+    ] {
+        if let Some(v) = value {
+            let len = u16::try_from(v.len()).unwrap_or(u16::MAX);
+            ssl.push(kind.into());
+            ssl.extend_from_slice(&len.to_be_bytes());
+            ssl.extend_from_slice(&v.as_bytes()[..usize::from(len)]);
+        }
+    }
+    let with_tlvs = (|| -> io::Result<Vec<u8>> {
+        let mut b = builder;
+        if let Some(alpn) = tls.alpn {
+            b = b.write_tlv(v2::Type::ALPN, alpn)?;
+        }
+        if let Some(sni) = tls.sni {
+            b = b.write_tlv(v2::Type::Authority, sni.as_bytes())?;
+        }
+        b.write_tlv(v2::Type::SSL, &ssl)?.build()
+    })();
+    // Building into a Vec cannot fail short of allocation failure; fall back to a bare
+    // header rather than nothing.
+    with_tlvs.unwrap_or_else(|_| {
+        v2::Builder::with_addresses(version_command, v2::Protocol::Stream, (src, dst))
+            .build()
+            .unwrap_or_default()
+    })
+}
+
+/// The OpenSSL name of a rustls cipher suite, as backends that read the SSL TLV expect.
+pub fn openssl_cipher_name(s: rustls::CipherSuite) -> &'static str {
+    use rustls::CipherSuite as C;
+    match s {
+        C::TLS13_AES_128_GCM_SHA256 => "TLS_AES_128_GCM_SHA256",
+        C::TLS13_AES_256_GCM_SHA384 => "TLS_AES_256_GCM_SHA384",
+        C::TLS13_CHACHA20_POLY1305_SHA256 => "TLS_CHACHA20_POLY1305_SHA256",
+        C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 => "ECDHE-ECDSA-AES128-GCM-SHA256",
+        C::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 => "ECDHE-ECDSA-AES256-GCM-SHA384",
+        C::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 => "ECDHE-ECDSA-CHACHA20-POLY1305",
+        C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => "ECDHE-RSA-AES128-GCM-SHA256",
+        C::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 => "ECDHE-RSA-AES256-GCM-SHA384",
+        C::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256 => "ECDHE-RSA-CHACHA20-POLY1305",
+        _ => "UNKNOWN",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin(src: &str, dst: &str) -> Origin {
+        Origin {
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            received: None,
+        }
+    }
+
+    #[test]
+    fn v1_text() {
+        let o = origin("192.0.2.7:5555", "127.0.0.1:443");
+        assert_eq!(
+            build(Preamble::ProxyV1, &o, &TlsFacts::default()),
+            b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 443\r\n"
+        );
+        let o = origin("[2001:db8::1]:5555", "[::1]:443");
+        assert_eq!(
+            build(Preamble::ProxyV1, &o, &TlsFacts::default()),
+            b"PROXY TCP6 2001:db8::1 ::1 5555 443\r\n"
+        );
+        let o = origin("[::ffff:192.0.2.7]:5555", "[::ffff:127.0.0.1]:443");
+        assert_eq!(
+            build(Preamble::ProxyV1, &o, &TlsFacts::default()),
+            b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 443\r\n"
+        );
+    }
+
+    #[test]
+    fn write_ip() {
+        assert_eq!(
+            build(
+                Preamble::WriteIp,
+                &origin("192.0.2.7:1", "127.0.0.1:2"),
+                &TlsFacts::default()
+            ),
+            [192, 0, 2, 7]
+        );
+        let v6 = build(
+            Preamble::WriteIp,
+            &origin("[2001:db8::1]:1", "[::1]:2"),
+            &TlsFacts::default(),
+        );
+        assert_eq!(v6.len(), 16);
+        assert_eq!(&v6[..4], &[0x20, 0x01, 0x0d, 0xb8]);
+    }
+
+    #[test]
+    fn v2_tlvs_decode() {
+        let tls = TlsFacts {
+            alpn: Some(b"h2"),
+            sni: Some("example.com"),
+            version: Some("TLSv1.3"),
+            cipher: Some("TLS_AES_128_GCM_SHA256"),
+        };
+        let bytes = build(
+            Preamble::ProxyV2,
+            &origin("192.0.2.7:5555", "127.0.0.1:443"),
+            &tls,
+        );
+        let h = v2::Header::try_from(bytes.as_slice()).unwrap();
+        assert_eq!(h.command, v2::Command::Proxy);
+        match h.addresses {
+            v2::Addresses::IPv4(a) => {
+                assert_eq!(a.source_address.to_string(), "192.0.2.7");
+                assert_eq!(a.source_port, 5555);
+                assert_eq!(a.destination_port, 443);
+            }
+            other => panic!("{other:?}"),
+        }
+        let tlvs: Vec<_> = h.tlvs().map(|t| t.unwrap()).collect();
+        assert_eq!(tlvs[0].kind, 0x01);
+        assert_eq!(&*tlvs[0].value, b"h2");
+        assert_eq!(tlvs[1].kind, 0x02);
+        assert_eq!(&*tlvs[1].value, b"example.com");
+        assert_eq!(tlvs[2].kind, 0x20);
+        let ssl = &tlvs[2].value;
+        assert_eq!(ssl[0], 0x01, "PP2_CLIENT_SSL");
+        assert_eq!(&ssl[1..5], &[0, 0, 0, 0]);
+        assert_eq!(ssl[5], 0x21);
+        assert_eq!(&ssl[8..15], b"TLSv1.3");
+        assert_eq!(ssl[15], 0x23);
+        assert_eq!(&ssl[18..], b"TLS_AES_128_GCM_SHA256");
+    }
+
+    #[test]
+    fn received_headers() {
+        let v1 = b"PROXY TCP4 203.0.113.9 127.0.0.1 40000 443\r\n\x16\x03\x01";
+        let (len, addrs) = parse_received(v1).unwrap().unwrap();
+        assert_eq!(&v1[len..], b"\x16\x03\x01");
+        assert_eq!(addrs.unwrap().0, "203.0.113.9:40000".parse().unwrap());
+        assert!(parse_received(b"PROXY TCP4 203.0").unwrap().is_none());
+        assert!(matches!(
+            parse_received(b"\x16\x03\x01\x00"),
+            Err(PreambleError::Missing)
+        ));
+        assert!(parse_received(b"PROXY BOGUS x y\r\n").is_err());
+        let v2 = build(
+            Preamble::ProxyV2,
+            &origin("[2001:db8::9]:7", "[::1]:443"),
+            &TlsFacts::default(),
+        );
+        let (len, addrs) = parse_received(&v2).unwrap().unwrap();
+        assert_eq!(len, v2.len());
+        assert_eq!(addrs.unwrap().0, "[2001:db8::9]:7".parse().unwrap());
+        assert!(parse_received(&v2[..10]).unwrap().is_none());
+        let unknown = b"PROXY UNKNOWN\r\n";
+        assert_eq!(parse_received(unknown).unwrap().unwrap(), (15, None));
+    }
+}

@@ -1,0 +1,234 @@
+//! HTTP mode end to end: forwarding headers on every request, forged ones removed, bodies,
+//! pipelining and WebSocket upgrades intact, malformed heads answered 400.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+
+/// A keep-alive origin that records each request (head and body) and answers 200 with the
+/// body length; `GET /ws` with Upgrade gets 101 and then an echo.
+fn recording_http() -> (Origin, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let o = Origin::start(move |s| {
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut w = s;
+        loop {
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                match r.read_line(&mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                head.push_str(&line);
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let lower = head.to_ascii_lowercase();
+            let mut body = Vec::new();
+            if let Some(cl) = lower
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+            {
+                body.resize(cl.trim().parse().unwrap(), 0);
+                r.read_exact(&mut body).unwrap();
+            } else if lower.contains("transfer-encoding: chunked") {
+                loop {
+                    let mut size = String::new();
+                    if r.read_line(&mut size).is_err() {
+                        return;
+                    }
+                    let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+                        return;
+                    };
+                    let mut chunk = vec![0u8; n + 2];
+                    if r.read_exact(&mut chunk).is_err() {
+                        return;
+                    }
+                    if n == 0 {
+                        break;
+                    }
+                    body.extend_from_slice(&chunk[..n]);
+                }
+            }
+            s2.lock()
+                .unwrap()
+                .push(format!("{head}{}", String::from_utf8_lossy(&body)));
+            if lower.starts_with("get /ws ") {
+                w.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n").unwrap();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = r.read(&mut buf) {
+                    if n == 0 || w.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+                return;
+            }
+            let answer = format!("got {} bytes", body.len());
+            w.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{answer}",
+                    answer.len()
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+        }
+    });
+    (o, seen)
+}
+
+/// Reads one response (head with Content-Length, and its body).
+fn response(c: &mut Client) -> String {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if c.read(&mut b).unwrap() == 0 {
+            break;
+        }
+        head.push(b[0]);
+    }
+    let text = String::from_utf8(head).unwrap();
+    let len: usize = text
+        .to_ascii_lowercase()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("content-length: ")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    c.read_exact(&mut body).unwrap();
+    text + &String::from_utf8_lossy(&body)
+}
+
+#[test]
+fn forged_forwarding_headers_are_replaced_on_every_keep_alive_request() {
+    let (o, seen) = recording_http();
+    let shuck = Shuck::start(&["-n", "1", "-b", &o.addr(), "--http"]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    for i in 0..100 {
+        write!(c, "GET /{i} HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: http\r\nForwarded: for=6.6.6.6\r\n\r\n").unwrap();
+        assert!(response(&mut c).starts_with("HTTP/1.1 200"), "request {i}");
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 100);
+    for req in seen.iter() {
+        let lower = req.to_ascii_lowercase();
+        assert_eq!(lower.matches("x-forwarded-for:").count(), 1, "{req}");
+        assert!(req.contains("X-Forwarded-For: 127.0.0.1\r\n"), "{req}");
+        assert!(req.contains("X-Forwarded-Proto: https\r\n"), "{req}");
+        assert!(
+            !req.contains("6.6.6.6") && !lower.contains("forwarded: for"),
+            "{req}"
+        );
+    }
+}
+
+#[test]
+fn pipelined_requests_and_bodies_pass_intact_and_in_order() {
+    let (o, seen) = recording_http();
+    let shuck = Shuck::start(&["-n", "1", "-b", &o.addr(), "--http"]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    let big = "z".repeat(100_000);
+    let pipelined = format!(
+        "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
+         POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n\
+         PUT /c HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{big}\
+         GET /d HTTP/1.1\r\nHost: x\r\n\r\n",
+        big.len()
+    );
+    c.write_all(pipelined.as_bytes()).unwrap();
+    let answers: Vec<String> = (0..4).map(|_| response(&mut c)).collect();
+    assert!(answers[0].ends_with("got 5 bytes"));
+    assert!(answers[1].ends_with("got 7 bytes"));
+    assert!(answers[2].ends_with(&format!("got {} bytes", big.len())));
+    assert!(answers[3].ends_with("got 0 bytes"));
+    let seen = seen.lock().unwrap();
+    assert!(seen[0].starts_with("POST /a") && seen[0].ends_with("hello"));
+    assert!(seen[1].starts_with("POST /b") && seen[1].ends_with("abcdefg"));
+    assert!(seen[2].starts_with("PUT /c") && seen[2].ends_with(&big));
+    assert!(seen[3].starts_with("GET /d"));
+    assert!(seen
+        .iter()
+        .all(|r| r.contains("X-Forwarded-For: 127.0.0.1")));
+}
+
+#[test]
+fn a_websocket_upgrade_becomes_a_plain_relay() {
+    let (o, seen) = recording_http();
+    let shuck = Shuck::start(&["-n", "1", "-b", &o.addr(), "--http"]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    write!(c, "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
+    assert!(response(&mut c).starts_with("HTTP/1.1 101"));
+    // Bytes that look like HTTP are not touched after the upgrade.
+    let frame = b"\x81\x05hello GET / HTTP/1.1\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n";
+    c.write_all(frame).unwrap();
+    let mut back = vec![0u8; frame.len()];
+    c.read_exact(&mut back).unwrap();
+    assert_eq!(back, frame);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn malformed_and_smuggling_prone_heads_get_400_and_a_close() {
+    let (o, seen) = recording_http();
+    let shuck = Shuck::start(&[
+        "-n",
+        "1",
+        "-b",
+        &o.addr(),
+        "--http",
+        "--max-header-bytes",
+        "1024",
+    ]);
+    let cases: Vec<Vec<u8>> = vec![
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc"
+            .to_vec(),
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"
+            .to_vec(),
+        b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: a\r\n  folded\r\n\r\n".to_vec(),
+        b"THIS IS NOT HTTP\r\n\r\n".to_vec(),
+        format!(
+            "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+            "a".repeat(2000)
+        )
+        .into_bytes(),
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nnot-hex\r\n".to_vec(),
+    ];
+    for case in &cases {
+        let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+        c.write_all(case).unwrap();
+        let got = String::from_utf8_lossy(&read_all(&mut c).unwrap_or_default()).into_owned();
+        assert!(
+            got.starts_with("HTTP/1.1 400 Bad Request"),
+            "{:?} got {got:?}",
+            String::from_utf8_lossy(case)
+        );
+    }
+    // None of them reached the backend as a request (the chunked one had a valid head).
+    assert!(
+        seen.lock().unwrap().len() <= 1,
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    // A silent client in the middle of a head is still cut by the idle timeout, not hung.
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+    c.sock
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(
+        c.read(&mut [0u8; 1]).is_err(),
+        "nothing is answered to half a head"
+    );
+    let _ = TcpStream::connect(shuck.addr()).unwrap();
+}

@@ -1,0 +1,337 @@
+//! Telling the backend who the client is: PROXY v1/v2 read by real HAProxy and nginx,
+//! v2 TLVs decoded, write-ip, and PROXY headers received from a balancer in front.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// An origin that records the first `n` bytes of each connection and then echoes.
+fn recording_origin(n: usize) -> (Origin, Arc<Mutex<Vec<Vec<u8>>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let o = Origin::start(move |mut s| {
+        let mut head = vec![0u8; n];
+        if s.read_exact(&mut head).is_err() {
+            return;
+        }
+        s2.lock().unwrap().push(head);
+        let mut buf = [0u8; 4096];
+        while let Ok(k) = s.read(&mut buf) {
+            if k == 0 || s.write_all(&buf[..k]).is_err() {
+                break;
+            }
+        }
+    });
+    (o, seen)
+}
+
+fn wait_for<T>(f: impl Fn() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn write_ip_sends_the_raw_client_address() {
+    let (o4, seen4) = recording_origin(4);
+    let shuck = Shuck::start(&["-n", "1", "-b", &o4.addr(), "--write-ip"]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    echo_roundtrip(&mut c);
+    assert_eq!(seen4.lock().unwrap()[0], [127, 0, 0, 1]);
+
+    let (o6, seen6) = recording_origin(16);
+    let port = free_port();
+    let fe = format!("[::1]:{port}");
+    let s6 = Shuck::start_raw(
+        &["-f", &fe, "-n", "1", "-b", &o6.addr(), "--write-ip"],
+        port,
+    );
+    let mut c = tls_connect(
+        SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, s6.port)),
+        &ClientOpts::default(),
+    )
+    .unwrap();
+    echo_roundtrip(&mut c);
+    assert_eq!(
+        seen6.lock().unwrap()[0],
+        std::net::Ipv6Addr::LOCALHOST.octets()
+    );
+}
+
+#[test]
+fn proxy_v2_carries_addresses_and_tls_tlvs() {
+    // Read the whole v2 header: 16 bytes, then the length they announce.
+    let full = Arc::new(Mutex::new(Vec::new()));
+    let f2 = full.clone();
+    let o2 = Origin::start(move |mut s| {
+        let mut head = [0u8; 16];
+        s.read_exact(&mut head).unwrap();
+        let len = u16::from_be_bytes([head[14], head[15]]) as usize;
+        let mut rest = vec![0u8; len];
+        s.read_exact(&mut rest).unwrap();
+        let mut all = head.to_vec();
+        all.extend(rest);
+        *f2.lock().unwrap() = all;
+        let mut buf = [0u8; 4096];
+        while let Ok(k) = s.read(&mut buf) {
+            if k == 0 || s.write_all(&buf[..k]).is_err() {
+                break;
+            }
+        }
+    });
+    let shuck = Shuck::start(&[
+        "-n",
+        "1",
+        "-b",
+        &o2.addr(),
+        "--write-proxy-v2",
+        "--alpn-protos",
+        "h2,http/1.1",
+    ]);
+    let opts = ClientOpts {
+        version: Some(13),
+        sni: Some("shop.example".into()),
+        alpn: vec![b"h2".to_vec()],
+        ..Default::default()
+    };
+    let mut c = tls_connect(shuck.addr(), &opts).unwrap();
+    echo_roundtrip(&mut c);
+    let local_port = c.sock.local_addr().unwrap().port();
+    let bytes = wait_for(|| Some(full.lock().unwrap().clone()).filter(|b| !b.is_empty()));
+    let h = ppp::v2::Header::try_from(bytes.as_slice()).unwrap();
+    match h.addresses {
+        ppp::v2::Addresses::IPv4(a) => {
+            assert_eq!(a.source_address, std::net::Ipv4Addr::LOCALHOST);
+            assert_eq!(a.source_port, local_port, "the client's own port");
+            assert_eq!(a.destination_port, shuck.port);
+        }
+        other => panic!("{other:?}"),
+    }
+    let tlvs: Vec<(u8, Vec<u8>)> = h
+        .tlvs()
+        .map(|t| t.unwrap())
+        .map(|t| (t.kind, t.value.to_vec()))
+        .collect();
+    assert!(tlvs.contains(&(0x01, b"h2".to_vec())), "ALPN: {tlvs:?}");
+    assert!(
+        tlvs.contains(&(0x02, b"shop.example".to_vec())),
+        "authority: {tlvs:?}"
+    );
+    let ssl = &tlvs.iter().find(|t| t.0 == 0x20).expect("SSL TLV").1;
+    assert_eq!(ssl[0] & 0x01, 0x01);
+    let sub = String::from_utf8_lossy(&ssl[5..]).into_owned();
+    assert!(sub.contains("TLSv1.3") && sub.contains("TLS_AES_"), "{sub}");
+
+    // --write-proxy is hitch's name for v2.
+    let shuck = Shuck::start(&["-n", "1", "-b", &o2.addr(), "--write-proxy"]);
+    full.lock().unwrap().clear();
+    echo_roundtrip(&mut tls_connect(shuck.addr(), &ClientOpts::default()).unwrap());
+    let bytes = wait_for(|| Some(full.lock().unwrap().clone()).filter(|b| !b.is_empty()));
+    assert_eq!(&bytes[..12], b"\r\n\r\n\0\r\nQUIT\n");
+}
+
+#[test]
+fn proxy_proxy_passes_on_the_balancers_client() {
+    let header = b"PROXY TCP4 203.0.113.7 127.0.0.1 5555 443\r\n";
+    let (o, seen) = recording_origin(header.len());
+    let cfg = client_config(&ClientOpts::default());
+    // Alone: the header goes on as received.
+    let shuck = Shuck::start(&["-n", "1", "-b", &o.addr(), "--proxy-proxy"]);
+    let mut sock = TcpStream::connect(shuck.addr()).unwrap();
+    sock.write_all(header).unwrap();
+    let mut c = tls_over(sock, &cfg, None).unwrap();
+    echo_roundtrip(&mut c);
+    assert_eq!(seen.lock().unwrap()[0], header.to_vec());
+    // With --write-proxy-v1: re-encoded, with the balancer's client.
+    let (o1, seen1) = recording_origin(header.len());
+    let shuck = Shuck::start(&[
+        "-n",
+        "1",
+        "-b",
+        &o1.addr(),
+        "--proxy-proxy",
+        "--write-proxy-v1",
+    ]);
+    let mut sock = TcpStream::connect(shuck.addr()).unwrap();
+    // A v2 header from the balancer this time.
+    let v2 = ppp::v2::Builder::with_addresses(
+        ppp::v2::Version::Two | ppp::v2::Command::Proxy,
+        ppp::v2::Protocol::Stream,
+        (
+            "203.0.113.7:5555".parse::<SocketAddr>().unwrap(),
+            "127.0.0.1:443".parse::<SocketAddr>().unwrap(),
+        ),
+    )
+    .build()
+    .unwrap();
+    sock.write_all(&v2).unwrap();
+    let mut c = tls_over(sock, &cfg, None).unwrap();
+    echo_roundtrip(&mut c);
+    assert_eq!(
+        String::from_utf8_lossy(&seen1.lock().unwrap()[0]),
+        "PROXY TCP4 203.0.113.7 127.0.0.1 5555 443\r\n"
+    );
+    // Without a header: refused, nothing reaches the backend.
+    let before = o1.accepted.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(tls_connect(shuck.addr(), &ClientOpts::default()).is_err());
+    assert_eq!(
+        o1.accepted.load(std::sync::atomic::Ordering::SeqCst),
+        before
+    );
+}
+
+fn haproxy_backend(
+    dir: &TempDir,
+    origin_port: u16,
+) -> Option<(std::process::Child, u16, std::path::PathBuf)> {
+    if !require("haproxy", "haproxy") {
+        return None;
+    }
+    let port = free_port();
+    let log = dir.path("haproxy.out");
+    let cfg = dir.path("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n  log stdout format raw local0\n  maxconn 100\ndefaults\n  mode tcp\n  log global\n  timeout connect 2s\n  timeout client 10s\n  timeout server 10s\n\
+             frontend fe\n  bind 127.0.0.1:{port} accept-proxy\n  bind [::1]:{port} accept-proxy\n  log-format \"CLIENT %ci %cp\"\n  default_backend be\n\
+             backend be\n  server s 127.0.0.1:{origin_port}\n"
+        ),
+    )
+    .unwrap();
+    let child = Command::new("haproxy")
+        .args(["-db", "-f", cfg.to_str().unwrap()])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "haproxy did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some((child, port, log))
+}
+
+#[test]
+fn haproxy_reads_proxy_v1_and_v2_from_ipv4_and_ipv6_clients() {
+    let dir = TempDir::new("haproxy");
+    let origin = Origin::echo();
+    let Some((mut haproxy, hport, log)) = haproxy_backend(&dir, origin.port) else {
+        return;
+    };
+    let backend = format!("[127.0.0.1]:{hport}");
+    for flag in ["--write-proxy-v1", "--write-proxy-v2"] {
+        for v6 in [false, true] {
+            let port = free_port();
+            let fe = if v6 {
+                format!("[::1]:{port}")
+            } else {
+                format!("[127.0.0.1]:{port}")
+            };
+            let shuck = Shuck::start_raw(&["-f", &fe, "-n", "1", "-b", &backend, flag], port);
+            let addr: SocketAddr = if v6 {
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port))
+            } else {
+                shuck.addr()
+            };
+            let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
+            echo_roundtrip(&mut c);
+            let me = c.sock.local_addr().unwrap();
+            c.conn.send_close_notify();
+            let _ = c.flush();
+            drop(c);
+            let want = format!("CLIENT {} {}", me.ip(), me.port());
+            wait_for(|| {
+                std::fs::read_to_string(&log)
+                    .ok()
+                    .filter(|t| t.contains(&want))
+            })
+            .lines()
+            .find(|l| l.contains(&want))
+            .unwrap_or_else(|| panic!("{flag} v6={v6}: haproxy did not log {want}"));
+        }
+    }
+    let _ = haproxy.kill();
+    let _ = haproxy.wait();
+}
+
+#[test]
+fn nginx_reads_proxy_protocol() {
+    if !require("nginx", "nginx libnginx-mod-stream") {
+        return;
+    }
+    let module = [
+        "/usr/lib/nginx/modules/ngx_stream_module.so",
+        "/usr/share/nginx/modules/ngx_stream_module.so",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists());
+    let dir = TempDir::new("nginx");
+    let port = free_port();
+    let load = module
+        .map(|m| format!("load_module {m};\n"))
+        .unwrap_or_default();
+    let cfg = dir.path("nginx.conf");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{load}daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\n\
+             stream {{ server {{ listen 127.0.0.1:{port} proxy_protocol; return \"$proxy_protocol_addr $proxy_protocol_port\\n\"; }} }}\n",
+            d = dir.0.display()
+        ),
+    )
+    .unwrap();
+    let mut nginx = Command::new("nginx")
+        .args([
+            "-c",
+            cfg.to_str().unwrap(),
+            "-p",
+            dir.0.to_str().unwrap(),
+            "-e",
+            dir.path("error.log").to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(st)) = nginx.try_wait() {
+            panic!(
+                "nginx exited {st}: {}",
+                std::fs::read_to_string(dir.path("error.log")).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "nginx did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for flag in ["--write-proxy-v1", "--write-proxy-v2"] {
+        let shuck = Shuck::start(&["-n", "1", "-b", &format!("[127.0.0.1]:{port}"), flag]);
+        let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+        let me = c.sock.local_addr().unwrap();
+        let got = String::from_utf8(read_all(&mut c).unwrap()).unwrap();
+        assert_eq!(got, format!("{} {}\n", me.ip(), me.port()), "{flag}");
+    }
+    let _ = nginx.kill();
+    let _ = nginx.wait();
+}
+
+#[test]
+fn conflicting_preamble_flags_are_refused() {
+    let (code, err) = run_to_exit(&["--write-ip", "--write-proxy-v1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--write-ip"), "{err}");
+}
