@@ -5,8 +5,6 @@
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -364,8 +362,7 @@ fn measure(
     let mut runs = Vec::new();
     for _ in 0..o.repeats.max(1) {
         let cpu0 = procfs::cpu_us(server.pid(), ticks);
-        let progress = Arc::new(AtomicU64::new(0));
-        let stats = load::run(lo, Some(progress.clone()));
+        let stats = load::run(lo, None);
         let cpu1 = procfs::cpu_us(server.pid(), ticks);
         bar.inc(1);
         match stats {
@@ -384,7 +381,6 @@ fn measure(
                 return fail(format!("failed: {e:#}"));
             }
         }
-        let _ = progress.load(Ordering::Relaxed);
     }
     server.stop();
     let mut sorted = runs.clone();

@@ -30,9 +30,4 @@ impl Shutdown {
     pub async fn recv(&mut self) {
         let _ = self.0.wait_for(|&v| v).await;
     }
-
-    /// True once shutdown has been announced.
-    pub fn is_fired(&self) -> bool {
-        *self.0.borrow()
-    }
 }

@@ -35,7 +35,6 @@ pub struct Server {
     weight: u32,
     /// `maxconn` slots; `None` for no limit.
     slots: Option<Arc<Semaphore>>,
-    maxconn: Option<usize>,
     /// Down until this many ms after `epoch`; 0 when up.
     down_until_ms: AtomicU64,
     epoch: Instant,
@@ -71,7 +70,6 @@ impl Server {
             addrs,
             weight: weight.max(1),
             slots: maxconn.map(|n| Arc::new(Semaphore::new(n))),
-            maxconn,
             down_until_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             stats: ServerStats::default(),
@@ -86,11 +84,6 @@ impl Server {
     /// Its weight.
     pub fn weight(&self) -> u32 {
         self.weight
-    }
-
-    /// Its maxconn.
-    pub fn maxconn(&self) -> Option<usize> {
-        self.maxconn
     }
 
     fn now_ms(&self) -> u64 {

@@ -36,11 +36,6 @@ impl ClientIo {
             pos: 0,
         }
     }
-
-    /// The socket.
-    pub fn tcp(&self) -> &TcpStream {
-        &self.tcp
-    }
 }
 
 impl AsyncRead for ClientIo {
