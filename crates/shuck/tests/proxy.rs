@@ -381,6 +381,11 @@ fn accept_errors_do_not_stop_the_worker_and_nofile_is_raised() {
     assert_eq!(nums, ["48", "48"], "{line}");
 
     let mut c0 = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    // One round trip first, so that c0's backend connection exists before the descriptors
+    // run out (the client's handshake can finish before shuck has dialled the backend).
+    c0.write_all(b"hello").unwrap();
+    let mut b = [0u8; 5];
+    c0.read_exact(&mut b).unwrap();
     let filler: Vec<TcpStream> = (0..60)
         .map(|_| TcpStream::connect(shuck.addr()).unwrap())
         .collect();
