@@ -99,6 +99,27 @@ pub fn summary(counters: &Counters, state: &ProxyState) -> String {
             k.stats.refused.load(Relaxed)
         ));
     }
+    if let Some(r) = &state.replication {
+        let s = &r.stats;
+        line.push_str(&format!(
+            "; replication sent datagrams={} new={} del={} keys={} queue_full={} too_large={} send_errors={} received datagrams={} new={} del={} keys={} requests={} dropped",
+            s.sent_datagrams.load(Relaxed),
+            s.sent_new.load(Relaxed),
+            s.sent_del.load(Relaxed),
+            s.sent_keys.load(Relaxed),
+            s.queue_full.load(Relaxed),
+            s.too_large.load(Relaxed),
+            s.send_errors.load(Relaxed),
+            s.received.load(Relaxed),
+            s.received_new.load(Relaxed),
+            s.received_del.load(Relaxed),
+            s.received_keys.load(Relaxed),
+            s.requests.load(Relaxed),
+        ));
+        for reason in crate::session::sync::wire::Reject::ALL {
+            line.push_str(&format!(" {}={}", reason.name(), s.dropped(reason)));
+        }
+    }
     for s in state.pool.servers() {
         let st = &s.stats;
         line.push_str(&format!(

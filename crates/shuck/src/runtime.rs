@@ -45,6 +45,9 @@ pub enum StartError {
     /// The built-in origin could not start.
     #[error("cannot start the built-in origin: {0}")]
     Origin(io::Error),
+    /// Session replication could not start.
+    #[error(transparent)]
+    Sync(#[from] crate::session::sync::SyncError),
     /// Threads, runtimes or signal handlers could not be set up.
     #[error("cannot start: {0}")]
     System(#[from] io::Error),
@@ -97,6 +100,36 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
     }
 
+    let replication = match &config.replication {
+        Some(settings) => {
+            let r = crate::session::sync::Replication::start(
+                settings,
+                tls.cache.clone(),
+                tls.tickets.clone(),
+            )?;
+            tracing::info!(
+                "replicating sessions{} on udp {} with {}",
+                if tls.tickets.as_ref().is_some_and(|t| t.file().is_none()) {
+                    " and ticket keys"
+                } else {
+                    ""
+                },
+                r.local_addr(),
+                if settings.peers.is_empty() {
+                    "no peer (receive only)".to_owned()
+                } else {
+                    settings
+                        .peers
+                        .iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            );
+            Some(r)
+        }
+        None => None,
+    };
     if config.self_signed {
         tracing::info!(
             names = %crate::tls::selfsigned::NAMES.join(", "),
@@ -114,6 +147,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         conn_limit: (config.limits.max_conns > 0)
             .then(|| Arc::new(Semaphore::new(config.limits.max_conns))),
         log_connections: config.log_connections,
+        replication,
     });
     tracing::info!(
         "shuck {} listening on {} with {} worker(s), forwarding to {}",

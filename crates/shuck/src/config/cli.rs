@@ -163,6 +163,30 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub ticket_keys: Option<PathBuf>,
 
+    /// Receive session replication datagrams on UDP [HOST]:PORT (and send from it). Use
+    /// [*]:PORT (or the group address) to receive multicast.
+    #[arg(short = 'U', long, value_name = "[HOST]:PORT")]
+    pub shared_cache_listen: Option<String>,
+
+    /// Send new sessions and ticket keys to this peer, repeatable: a host's [HOST]:PORT, or
+    /// a multicast group's (IPv4 or IPv6). Needs --shared-cache-listen and -key.
+    #[arg(short = 'P', long, value_name = "[HOST]:PORT")]
+    pub shared_cache_peer: Vec<String>,
+
+    /// Interface for multicast replication, with the multicast TTL (default 1).
+    #[arg(short = 'M', long, value_name = "IFACE[,TTL]")]
+    pub shared_cache_if: Option<String>,
+
+    /// Pre-shared key sealing replication datagrams: a file holding base64 of 32 random
+    /// bytes (head -c 32 /dev/urandom | base64). Required: replication never runs unsealed.
+    #[arg(long, value_name = "FILE")]
+    pub shared_cache_key: Option<PathBuf>,
+
+    /// Replication datagrams older than this, or this far in the future, are dropped
+    /// (bounds replay; hosts' clocks must agree within it).
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_duration)]
+    pub shared_cache_window: Duration,
+
     /// Most client connections open at once over all workers (0: no limit). Beyond it new
     /// connections wait in the kernel's backlog instead of being accepted.
     #[arg(long, value_name = "NUM", default_value_t = 0)]

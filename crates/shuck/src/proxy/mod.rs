@@ -40,6 +40,9 @@ pub struct ProxyState {
     pub conn_limit: Option<Arc<Semaphore>>,
     /// Log a line per connection.
     pub log_connections: bool,
+    /// Session replication between hosts, when on (kept here so it runs as long as the
+    /// workers do).
+    pub replication: Option<crate::session::sync::Replication>,
 }
 
 /// One worker's view: the shared state plus its own bookkeeping (single-threaded, so plain

@@ -8,7 +8,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::num::NonZeroUsize;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
@@ -48,11 +48,32 @@ struct Shard {
     stats: CacheStats,
 }
 
+/// Told of the sessions this host stores and revokes, to pass them on to other hosts.
+/// Called on a handshake's path: must not block.
+pub trait SessionSink: Send + Sync {
+    /// A session was stored by a local handshake.
+    fn stored(&self, key: &[u8], value: &[u8]);
+    /// A session was removed for good (a single-use TLS 1.3 ticket was used).
+    fn removed(&self, key: &[u8]);
+}
+
+/// A session as copied out of the cache for another host.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Session id or stateful ticket.
+    pub key: Vec<u8>,
+    /// rustls' encoded session.
+    pub value: Vec<u8>,
+    /// Time since it was stored.
+    pub age: Duration,
+}
+
 /// A bounded, sharded, expiring LRU session store.
 pub struct SessionCache {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     lifetime: Duration,
+    sink: OnceLock<Arc<dyn SessionSink>>,
 }
 
 impl std::fmt::Debug for SessionCache {
@@ -87,7 +108,68 @@ impl SessionCache {
             shards,
             hasher: RandomState::new(),
             lifetime,
+            sink: OnceLock::new(),
         }
+    }
+
+    /// Passes every later local store and removal to `sink` (set once).
+    pub fn set_sink(&self, sink: Arc<dyn SessionSink>) {
+        let _ = self.sink.set(sink);
+    }
+
+    /// The lifetime of a session.
+    pub fn lifetime(&self) -> Duration {
+        self.lifetime
+    }
+
+    /// Stores a session received from another host, `age` old; not passed to the sink.
+    /// Returns false when it is already expired or too large.
+    pub fn insert_replicated(&self, key: Vec<u8>, value: Vec<u8>, age: Duration) -> bool {
+        if age >= self.lifetime {
+            return false;
+        }
+        let Some(stored) = Instant::now().checked_sub(age) else {
+            return false;
+        };
+        self.insert(key, Entry { value, stored })
+    }
+
+    /// Removes a session revoked by another host; not passed to the sink.
+    pub fn remove_replicated(&self, key: &[u8]) -> bool {
+        lock(self.shard(key)).lru.pop(key).is_some()
+    }
+
+    /// Copies of the live sessions, most recently used first within each shard.
+    pub fn snapshot(&self) -> Vec<Snapshot> {
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            let s = lock(s);
+            out.extend(s.lru.iter().filter_map(|(k, e)| {
+                let age = now.duration_since(e.stored);
+                (age < self.lifetime).then(|| Snapshot {
+                    key: k.clone(),
+                    value: e.value.clone(),
+                    age,
+                })
+            }));
+        }
+        out
+    }
+
+    fn insert(&self, key: Vec<u8>, entry: Entry) -> bool {
+        if entry.value.len() > MAX_VALUE {
+            return false;
+        }
+        let mut shard = lock(self.shard(&key));
+        if let Some((old_key, _)) = shard.lru.push(key, entry) {
+            // `push` returns the replaced entry too; only a different key is an eviction.
+            if shard.lru.peek(&old_key).is_none() {
+                shard.stats.evictions += 1;
+            }
+        }
+        shard.stats.stores += 1;
+        true
     }
 
     /// Counters summed over shards.
@@ -126,6 +208,12 @@ impl SessionCache {
         match found {
             Some(e) if now.duration_since(e.stored) < self.lifetime => {
                 shard.stats.hits += 1;
+                drop(shard);
+                if remove {
+                    if let Some(sink) = self.sink.get() {
+                        sink.removed(key);
+                    }
+                }
                 Some(e.value)
             }
             Some(_) => {
@@ -153,19 +241,16 @@ impl StoresServerSessions for SessionCache {
         if value.len() > MAX_VALUE {
             return false;
         }
-        let mut shard = lock(self.shard(&key));
-        let entry = Entry {
-            value,
-            stored: Instant::now(),
-        };
-        if let Some((old_key, _)) = shard.lru.push(key, entry) {
-            // `push` returns the replaced entry too; only a different key is an eviction.
-            if shard.lru.peek(&old_key).is_none() {
-                shard.stats.evictions += 1;
-            }
+        if let Some(sink) = self.sink.get() {
+            sink.stored(&key, &value);
         }
-        shard.stats.stores += 1;
-        true
+        self.insert(
+            key,
+            Entry {
+                value,
+                stored: Instant::now(),
+            },
+        )
     }
 
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
@@ -242,6 +327,49 @@ mod tests {
         assert!(c.get(&key(1)).is_none());
         let s = c.stats();
         assert_eq!((s.expirations, s.entries), (1, 0));
+    }
+
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<(bool, Vec<u8>)>>);
+
+    impl SessionSink for Recorder {
+        fn stored(&self, key: &[u8], _: &[u8]) {
+            self.0.lock().unwrap().push((true, key.to_vec()));
+        }
+        fn removed(&self, key: &[u8]) {
+            self.0.lock().unwrap().push((false, key.to_vec()));
+        }
+    }
+
+    #[test]
+    fn local_changes_reach_the_sink_and_replicated_ones_do_not() {
+        let c = cache(10, Duration::from_secs(60));
+        let sink = Arc::new(Recorder::default());
+        c.set_sink(sink.clone());
+        c.put(key(1), b"local".to_vec());
+        assert!(c.insert_replicated(key(2), b"remote".to_vec(), Duration::from_secs(1)));
+        assert!(!c.insert_replicated(key(3), b"old".to_vec(), Duration::from_secs(61)));
+        assert_eq!(c.get(&key(2)).unwrap(), b"remote");
+        assert_eq!(c.take(&key(1)).unwrap(), b"local");
+        assert!(c.remove_replicated(&key(2)));
+        assert!(c.get(&key(2)).is_none());
+        assert_eq!(
+            *sink.0.lock().unwrap(),
+            [(true, key(1)), (false, key(1))],
+            "only local stores and takes are passed on"
+        );
+    }
+
+    #[test]
+    fn snapshot_copies_live_sessions_with_their_age() {
+        let c = cache(100, Duration::from_millis(300));
+        c.insert_replicated(key(1), b"a".to_vec(), Duration::from_millis(250));
+        c.put(key(2), b"b".to_vec());
+        std::thread::sleep(Duration::from_millis(100));
+        let snap = c.snapshot();
+        assert_eq!(snap.len(), 1, "the expired one is left out");
+        assert_eq!((snap[0].key.clone(), snap[0].value.clone()), (key(2), b"b".to_vec()));
+        assert!(snap[0].age >= Duration::from_millis(100));
     }
 
     #[test]

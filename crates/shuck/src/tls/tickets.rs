@@ -6,12 +6,18 @@
 //! on SIGHUP. A ticket also carries the time it was issued, so `--session-timeout` bounds
 //! tickets as it bounds cached sessions.
 //!
+//! With replication on (`session::sync`), hosts send each other their timer keys: every
+//! host keeps decrypting with the keys of all hosts, so a ticket issued anywhere resumes
+//! everywhere. The key that will encrypt next is made one period early, so it reaches the
+//! other hosts before any ticket made with it does. Keys from a file are never sent: the
+//! file wins.
+//!
 //! Ticket layout: key name (16) ‖ issued at, unix ms (8) ‖ nonce (12) ‖ AES-256-GCM
 //! ciphertext and tag; the name and time are authenticated as associated data.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
@@ -31,6 +37,27 @@ const MAX_TICKET: usize = 16 * 1024;
 const CLOCK_SKEW_MS: u64 = 60_000;
 /// Bound on a key file, so that a wrong path cannot make shuck read a disk image.
 const MAX_KEY_FILE: u64 = 64 * 1024;
+/// Most keys in a ring (own and other hosts'); beyond, the soonest to retire are dropped.
+const MAX_KEYS: usize = 64;
+
+/// A timer key as hosts exchange it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SharedKey {
+    /// The key's name (the first 16 bytes of its tickets).
+    pub name: [u8; NAME_LEN],
+    /// The key material.
+    pub secret: [u8; 32],
+    /// Unix ms after which it no longer decrypts.
+    pub retire_at: u64,
+}
+
+impl std::fmt::Debug for SharedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedKey")
+            .field("retire_at", &self.retire_at)
+            .finish_non_exhaustive()
+    }
+}
 
 /// Counters of ticket use.
 #[derive(Debug, Default)]
@@ -48,6 +75,32 @@ struct TicketKey {
     key: LessSafeKey,
     /// Unix ms after which the key no longer decrypts (`None`: while it is in the file).
     retire_at: Option<u64>,
+    /// The material, kept to send to other hosts (timer keys only).
+    secret: Option<[u8; 32]>,
+    /// Received from another host: decrypts, never encrypts.
+    foreign: bool,
+}
+
+impl TicketKey {
+    fn random(retire_at: u64) -> Result<Self, TlsError> {
+        let mut name = [0u8; NAME_LEN];
+        let mut secret = [0u8; 32];
+        rand::fill(&mut name)
+            .map_err(|_| TlsError::Rustls("no randomness for ticket keys".into()))?;
+        rand::fill(&mut secret)
+            .map_err(|_| TlsError::Rustls("no randomness for ticket keys".into()))?;
+        Ok(TicketKey {
+            name,
+            key: aead_key(&secret),
+            retire_at: Some(retire_at),
+            secret: Some(secret),
+            foreign: false,
+        })
+    }
+
+    fn live(&self, now: u64) -> bool {
+        self.retire_at.is_none_or(|t| now < t)
+    }
 }
 
 struct Ring {
@@ -55,6 +108,8 @@ struct Ring {
     keys: Vec<Arc<TicketKey>>,
     /// Index of the key that encrypts.
     current: usize,
+    /// Index of the key that encrypts after the next rotation (timer rotation only).
+    next: Option<usize>,
     /// Unix ms at which the current key stops encrypting (timer rotation only).
     rotate_at: Option<u64>,
 }
@@ -73,6 +128,8 @@ pub struct TicketKeys {
     session_lifetime: Duration,
     /// Use counters.
     pub stats: TicketStats,
+    /// Told when the timer ring changes (replication sends the new keys).
+    on_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl std::fmt::Debug for TicketKeys {
@@ -93,6 +150,7 @@ impl TicketKeys {
             source: Source::Timer { period },
             session_lifetime,
             stats: TicketStats::default(),
+            on_change: OnceLock::new(),
         })
     }
 
@@ -104,6 +162,7 @@ impl TicketKeys {
             source: Source::File(path.to_owned()),
             session_lifetime,
             stats: TicketStats::default(),
+            on_change: OnceLock::new(),
         })
     }
 
@@ -126,6 +185,79 @@ impl TicketKeys {
         Ok(n)
     }
 
+    /// Calls `f` after every rotation of the timer ring (once set, for the process's life).
+    pub fn set_on_change(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.on_change.set(f);
+    }
+
+    /// The live timer keys (own and received), to send to other hosts; none when keys come
+    /// from a file.
+    pub fn export(&self) -> Vec<SharedKey> {
+        let now = now_ms();
+        self.ring
+            .load()
+            .keys
+            .iter()
+            .filter(|k| k.live(now))
+            .filter_map(|k| {
+                Some(SharedKey {
+                    name: k.name,
+                    secret: k.secret?,
+                    retire_at: k.retire_at?,
+                })
+            })
+            .collect()
+    }
+
+    /// Adds keys received from another host (decrypt only). Ignored when keys come from a
+    /// file. Returns how many were new.
+    pub fn merge(&self, received: &[SharedKey]) -> usize {
+        self.merge_at(received, now_ms())
+    }
+
+    fn merge_at(&self, received: &[SharedKey], now: u64) -> usize {
+        if self.file().is_some() {
+            return 0;
+        }
+        let mut added = 0;
+        self.ring.rcu(|r| {
+            let fresh: Vec<&SharedKey> = received
+                .iter()
+                .filter(|k| now < k.retire_at && !r.keys.iter().any(|o| o.name == k.name))
+                .collect();
+            added = fresh.len();
+            if fresh.is_empty() {
+                return Arc::clone(r);
+            }
+            let mut keys = r.keys.clone();
+            keys.extend(fresh.into_iter().map(|k| {
+                Arc::new(TicketKey {
+                    name: k.name,
+                    key: aead_key(&k.secret),
+                    retire_at: Some(k.retire_at),
+                    secret: Some(k.secret),
+                    foreign: true,
+                })
+            }));
+            // Over the bound, drop the received keys that retire soonest; own keys stay (at
+            // the front: the current and next indices do not move).
+            while keys.len() > MAX_KEYS {
+                let Some(victim) = keys
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, k)| k.foreign)
+                    .min_by_key(|(_, k)| k.retire_at)
+                    .map(|(i, _)| i)
+                else {
+                    break;
+                };
+                keys.remove(victim);
+            }
+            Arc::new(Ring::with_keys(keys, r))
+        });
+        added
+    }
+
     /// Starts a new encrypting key if the current one's period is over.
     fn maybe_rotate(&self, now: u64) {
         let Source::Timer { period } = self.source else {
@@ -145,6 +277,9 @@ impl TicketKeys {
                 Err(_) => Arc::clone(r),
             }
         });
+        if let Some(f) = self.on_change.get() {
+            f();
+        }
     }
 
     fn seal(&self, plain: &[u8], now: u64) -> Option<Vec<u8>> {
@@ -195,7 +330,7 @@ impl TicketKeys {
         }
         let ring = self.ring.load();
         let key = ring.keys.iter().find(|k| k.name[..] == *name)?;
-        if key.retire_at.is_some_and(|t| now >= t) {
+        if !key.live(now) {
             return None;
         }
         let (nonce, sealed) = rest.split_at(NONCE_LEN);
@@ -235,34 +370,46 @@ impl ProducesTickets for TicketKeys {
 }
 
 impl Ring {
-    /// A ring whose new random key encrypts from `now` for `period`, keeping the keys of
-    /// `previous` that have not retired.
+    /// The ring after a rotation at `now`: the key announced a period ago (or a new one)
+    /// encrypts until `now + period` and decrypts one period more; a new key is announced
+    /// for the next period; the keys of `previous` that have not retired still decrypt.
     fn fresh(now: u64, period: Duration, previous: Option<&Ring>) -> Result<Ring, TlsError> {
-        let period_ms = period.as_millis() as u64;
-        let mut name = [0u8; NAME_LEN];
-        let mut secret = [0u8; 32];
-        rand::fill(&mut name)
-            .map_err(|_| TlsError::Rustls("no randomness for ticket keys".into()))?;
-        rand::fill(&mut secret)
-            .map_err(|_| TlsError::Rustls("no randomness for ticket keys".into()))?;
-        let mut keys = vec![Arc::new(TicketKey {
-            name,
-            key: aead_key(&secret),
-            retire_at: Some(now.saturating_add(period_ms.saturating_mul(2))),
-        })];
+        let p = period.as_millis() as u64;
+        let announced = previous
+            .and_then(|r| r.next.and_then(|i| r.keys.get(i)))
+            .filter(|k| k.live(now))
+            .cloned();
+        let current = match announced {
+            Some(k) => k,
+            None => Arc::new(TicketKey::random(now.saturating_add(p.saturating_mul(2)))?),
+        };
+        let next = Arc::new(TicketKey::random(now.saturating_add(p.saturating_mul(3)))?);
+        let mut keys = vec![current, next];
         if let Some(prev) = previous {
             keys.extend(
                 prev.keys
                     .iter()
-                    .filter(|k| k.retire_at.is_some_and(|t| now < t))
-                    .cloned(),
+                    .filter(|k| k.live(now) && !keys.iter().any(|o| o.name == k.name))
+                    .cloned()
+                    .collect::<Vec<_>>(),
             );
         }
         Ok(Ring {
             keys,
             current: 0,
-            rotate_at: Some(now.saturating_add(period_ms)),
+            next: Some(1),
+            rotate_at: Some(now.saturating_add(p)),
         })
+    }
+
+    /// `old`'s roles over a new key list in which `old`'s keys keep their positions.
+    fn with_keys(keys: Vec<Arc<TicketKey>>, old: &Ring) -> Ring {
+        Ring {
+            keys,
+            current: old.current,
+            next: old.next,
+            rotate_at: old.rotate_at,
+        }
     }
 }
 
@@ -335,6 +482,8 @@ fn load_file(path: &Path) -> Result<Ring, TlsError> {
             name,
             key: aead_key(&raw[NAME_LEN..]),
             retire_at: None,
+            secret: None,
+            foreign: false,
         }));
     }
     if keys.is_empty() {
@@ -347,6 +496,7 @@ fn load_file(path: &Path) -> Result<Ring, TlsError> {
     Ok(Ring {
         keys,
         current,
+        next: None,
         rotate_at: None,
     })
 }
@@ -407,10 +557,68 @@ mod tests {
         // Two periods after K was made, it is retired.
         assert!(t.open(&k_ticket, t0 + 20_500).is_none());
         assert_eq!(t.open(&new_ticket, t0 + 20_500).unwrap(), b"k2");
-        // After a long pause the ring holds no retired key.
+        // After a long pause the ring holds no retired key: the current and the next.
         t.seal(b"k3", t0 + 100_000).unwrap();
-        assert_eq!(t.ring.load().keys.len(), 1);
+        assert_eq!(t.ring.load().keys.len(), 2);
         assert_eq!(t.lifetime(), 20);
+    }
+
+    #[test]
+    fn the_next_key_is_exported_a_period_before_it_encrypts() {
+        let period = Duration::from_secs(10);
+        let a = TicketKeys::rotating(period, HOUR).unwrap();
+        let b = TicketKeys::rotating(period, HOUR).unwrap();
+        let t0 = now_ms();
+        let changes = Arc::new(AtomicU64::new(0));
+        let seen = changes.clone();
+        a.set_on_change(Box::new(move || {
+            seen.fetch_add(1, Ordering::Relaxed);
+        }));
+        // B learns A's keys (current and next) once, before A rotates.
+        let exported = a.export();
+        assert_eq!(exported.len(), 2);
+        assert_eq!(b.merge_at(&exported, t0), 2);
+        assert_eq!(b.merge_at(&exported, t0), 0, "merging twice adds nothing");
+        let before = a.seal(b"before", t0).unwrap();
+        let after = a.seal(b"after", t0 + 10_500).unwrap();
+        assert_eq!(changes.load(Ordering::Relaxed), 1);
+        assert_ne!(before[..NAME_LEN], after[..NAME_LEN]);
+        // Both decrypt on B without another exchange; B never encrypts with A's keys.
+        assert_eq!(b.open(&before, t0 + 10_600).unwrap(), b"before");
+        assert_eq!(b.open(&after, t0 + 10_600).unwrap(), b"after");
+        let own = b.seal(b"b", t0 + 1).unwrap();
+        assert!(exported.iter().all(|k| k.name[..] != own[..NAME_LEN]));
+        // Received keys retire as their sender said.
+        assert!(b.open(&before, t0 + 20_500).is_none());
+    }
+
+    #[test]
+    fn received_keys_are_bounded_and_files_win() {
+        let t = TicketKeys::rotating(HOUR, HOUR).unwrap();
+        let now = now_ms();
+        let many: Vec<SharedKey> = (0..200u64)
+            .map(|i| SharedKey {
+                name: [(i % 256) as u8; NAME_LEN],
+                secret: [1; 32],
+                retire_at: now + 1000 + i,
+            })
+            .chain([SharedKey {
+                name: [0xee; NAME_LEN],
+                secret: [1; 32],
+                retire_at: now - 1,
+            }])
+            .collect();
+        t.merge_at(&many, now);
+        let ring = t.ring.load();
+        assert_eq!(ring.keys.len(), MAX_KEYS);
+        assert!(ring.keys.iter().all(|k| k.name != [0xee; NAME_LEN]), "retired key kept");
+        assert!(!ring.keys[ring.current].foreign && !ring.keys[1].foreign);
+        drop(ring);
+        let p = write("wins", &format!("{}\n", b64(&[1u8; 80])));
+        let f = TicketKeys::from_file(&p, HOUR).unwrap();
+        assert_eq!(f.merge_at(&many, now), 0);
+        assert!(f.export().is_empty());
+        let _ = std::fs::remove_file(p);
     }
 
     #[test]
