@@ -39,6 +39,105 @@ fn bad_flags_and_addresses() {
 }
 
 #[test]
+fn bad_replication_settings_are_named() {
+    let dir = TempDir::new("psk");
+    let key = dir.path("psk");
+    std::fs::write(&key, "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n").unwrap();
+    let short = dir.path("short");
+    std::fs::write(&short, "AAECAw==\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let k = key.to_str().unwrap();
+    refuses(
+        &["-U", "[127.0.0.1]:9999"],
+        &["--shared-cache-key", "unsealed"],
+    );
+    refuses(
+        &["-P", "[127.0.0.1]:9999"],
+        &["--shared-cache-peer", "--shared-cache-listen"],
+    );
+    refuses(
+        &[
+            "-U",
+            "[127.0.0.1]:9999",
+            "--shared-cache-key",
+            short.to_str().unwrap(),
+        ],
+        &["--shared-cache-key", "4 bytes", "urandom"],
+    );
+    refuses(
+        &[
+            "-U",
+            "[127.0.0.1]:9999",
+            "--shared-cache-key",
+            "/nonexistent/psk",
+        ],
+        &["/nonexistent/psk"],
+    );
+    refuses(
+        &[
+            "-U",
+            "[127.0.0.1]:9999",
+            "-P",
+            "[239.1.2.3]:9999",
+            "--shared-cache-key",
+            k,
+        ],
+        &["--shared-cache-listen", "239.1.2.3", "[*]:PORT"],
+    );
+    refuses(
+        &["-U", "[*]:9999", "-P", "[*]:9999", "--shared-cache-key", k],
+        &["--shared-cache-peer", "not *"],
+    );
+    refuses(
+        &[
+            "-U",
+            "[*]:9999",
+            "-P",
+            "[239.1.2.3]:9999",
+            "-M",
+            "lo,999",
+            "--shared-cache-key",
+            k,
+        ],
+        &["--shared-cache-if", "TTL"],
+    );
+    refuses(
+        &[
+            "-U",
+            "[*]:9999",
+            "-P",
+            "[239.1.2.3]:9999",
+            "-M",
+            "nosuchif0",
+            "--shared-cache-key",
+            k,
+        ],
+        &["--shared-cache-if nosuchif0", "no such interface"],
+    );
+    refuses(
+        &[
+            "-U",
+            "[*]:9999",
+            "--shared-cache-key",
+            k,
+            "--shared-cache-window",
+            "0",
+        ],
+        &["--shared-cache-window"],
+    );
+    // A UDP port already taken.
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let u = format!("[127.0.0.1]:{}", taken.local_addr().unwrap().port());
+    refuses(
+        &["-U", &u, "--shared-cache-key", k],
+        &["--shared-cache-listen", "bind"],
+    );
+}
+
+#[test]
 fn bad_tls_names_list_the_valid_ones() {
     refuses(
         &["--tls-protos", "TLSv1.1"],

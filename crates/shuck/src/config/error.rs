@@ -43,6 +43,9 @@ pub enum ConfigError {
         /// What went wrong.
         reason: String,
     },
+    /// Replication settings (the key file).
+    #[error(transparent)]
+    Sync(#[from] crate::session::sync::SyncError),
     /// Certificates, keys or TLS parameters.
     #[error(transparent)]
     Tls(#[from] TlsError),

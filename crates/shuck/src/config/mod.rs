@@ -238,8 +238,7 @@ impl Config {
         }
 
         let replication = replication(cli)?;
-        if replication.is_some() && cli.session_cache == 0 && !(cli.tickets && !cli.no_tickets)
-        {
+        if replication.is_some() && cli.session_cache == 0 && (cli.no_tickets || !cli.tickets) {
             tracing::warn!("replication is on but the session cache and tickets are off: only keys would be shared, and there are none");
         }
         let tls = tls_settings(cli)?;
@@ -335,12 +334,15 @@ fn replication(cli: &Cli) -> Result<Option<sync::Settings>, ConfigError> {
         if !cli.shared_cache_peer.is_empty() {
             return Err(ConfigError::Invalid {
                 option: "--shared-cache-peer",
-                reason: "needs --shared-cache-listen (replication sends and receives on one socket)"
-                    .into(),
+                reason:
+                    "needs --shared-cache-listen (replication sends and receives on one socket)"
+                        .into(),
             });
         }
         if cli.shared_cache_if.is_some() || cli.shared_cache_key.is_some() {
-            tracing::warn!("--shared-cache-if and --shared-cache-key do nothing without --shared-cache-listen");
+            tracing::warn!(
+                "--shared-cache-if and --shared-cache-key do nothing without --shared-cache-listen"
+            );
         }
         return Ok(None);
     };
@@ -350,10 +352,7 @@ fn replication(cli: &Cli) -> Result<Option<sync::Settings>, ConfigError> {
             reason: "needs --shared-cache-key FILE: replication never runs unsealed (make a key with: head -c 32 /dev/urandom | base64)".into(),
         });
     };
-    let key = sync::psk::load(key_path).map_err(|e| ConfigError::Invalid {
-        option: "--shared-cache-key",
-        reason: e.to_string(),
-    })?;
+    let key = sync::psk::load(key_path)?;
     let mut peers = Vec::new();
     for p in &cli.shared_cache_peer {
         let endpoint = Endpoint::parse("--shared-cache-peer", p)?;
@@ -404,23 +403,24 @@ fn replication(cli: &Cli) -> Result<Option<sync::Settings>, ConfigError> {
             )));
         }
     }
-    if peers
-        .iter()
-        .any(|p| p.is_ipv6() && listen_addr.is_ipv4())
-    {
+    if peers.iter().any(|p| p.is_ipv6() && listen_addr.is_ipv4()) {
         return Err(bad_listen(
             "an IPv6 peer needs an IPv6 (or [*]) listen address".into(),
         ));
     }
     let iface = match &cli.shared_cache_if {
-        Some(s) => Some(sync::MulticastIf::parse(s).map_err(|reason| ConfigError::Invalid {
-            option: "--shared-cache-if",
-            reason,
-        })?),
+        Some(s) => Some(
+            sync::MulticastIf::parse(s).map_err(|reason| ConfigError::Invalid {
+                option: "--shared-cache-if",
+                reason,
+            })?,
+        ),
         None => None,
     };
     if iface.is_some() && groups.is_empty() {
-        tracing::warn!("--shared-cache-if is for multicast, and no --shared-cache-peer is a multicast group");
+        tracing::warn!(
+            "--shared-cache-if is for multicast, and no --shared-cache-peer is a multicast group"
+        );
     }
     if cli.shared_cache_window < Duration::from_millis(100) {
         return Err(ConfigError::Invalid {

@@ -368,7 +368,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         let snap = c.snapshot();
         assert_eq!(snap.len(), 1, "the expired one is left out");
-        assert_eq!((snap[0].key.clone(), snap[0].value.clone()), (key(2), b"b".to_vec()));
+        assert_eq!(
+            (snap[0].key.clone(), snap[0].value.clone()),
+            (key(2), b"b".to_vec())
+        );
         assert!(snap[0].age >= Duration::from_millis(100));
     }
 

@@ -611,7 +611,10 @@ mod tests {
         t.merge_at(&many, now);
         let ring = t.ring.load();
         assert_eq!(ring.keys.len(), MAX_KEYS);
-        assert!(ring.keys.iter().all(|k| k.name != [0xee; NAME_LEN]), "retired key kept");
+        assert!(
+            ring.keys.iter().all(|k| k.name != [0xee; NAME_LEN]),
+            "retired key kept"
+        );
         assert!(!ring.keys[ring.current].foreign && !ring.keys[1].foreign);
         drop(ring);
         let p = write("wins", &format!("{}\n", b64(&[1u8; 80])));

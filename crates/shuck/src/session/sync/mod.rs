@@ -484,7 +484,12 @@ impl Sender {
             sequence: self.seq,
         };
         self.seq += 1;
-        if self.shared.sealer.seal(&header, records, &mut self.datagram).is_err() {
+        if self
+            .shared
+            .sealer
+            .seal(&header, records, &mut self.datagram)
+            .is_err()
+        {
             self.shared.stats.send_errors.fetch_add(1, Relaxed);
             return false;
         }
@@ -576,7 +581,12 @@ fn receive_loop(shared: &Shared, answers: SyncSender<Outgoing>, window_ms: u64) 
     while !shared.stop.load(Relaxed) {
         let (n, from) = match shared.sock.recv_from(&mut buf) {
             Ok(r) => r,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 continue
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -586,7 +596,14 @@ fn receive_loop(shared: &Shared, answers: SyncSender<Outgoing>, window_ms: u64) 
                 continue;
             }
         };
-        if let Err(reason) = accept(shared, &mut fresh, &mut buf[..n], from, &answers, &mut scratch) {
+        if let Err(reason) = accept(
+            shared,
+            &mut fresh,
+            &mut buf[..n],
+            from,
+            &answers,
+            &mut scratch,
+        ) {
             let count = shared.stats.dropped[reason.index()].fetch_add(1, Relaxed);
             // Own multicast loops back on every send: not worth a line.
             if reason != Reject::Own && count % 1000 == 0 {

@@ -18,9 +18,19 @@ pub fn open(
     peers: &[SocketAddr],
     iface: Option<&MulticastIf>,
 ) -> Result<UdpSocket, SyncError> {
-    let sys = |what: &'static str| move |source| SyncError::Socket { what, addr: listen, source };
-    let sock = Socket::new(Domain::for_address(listen), Type::DGRAM, Some(Protocol::UDP))
-        .map_err(sys("create"))?;
+    let sys = |what: &'static str| {
+        move |source| SyncError::Socket {
+            what,
+            addr: listen,
+            source,
+        }
+    };
+    let sock = Socket::new(
+        Domain::for_address(listen),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )
+    .map_err(sys("create"))?;
     if listen.is_ipv6() {
         // `[*]` with IPv4 peers too: one dual-stack socket.
         sock.set_only_v6(false).map_err(sys("set IPV6_V6ONLY on"))?;
@@ -28,10 +38,11 @@ pub fn open(
     // Best effort: the kernel caps these at its own maximum.
     let _ = sock.set_recv_buffer_size(RCVBUF);
     let _ = sock.set_send_buffer_size(SNDBUF);
-    sock.bind(&listen.into()).map_err(|source| SyncError::Bind {
-        addr: listen,
-        source,
-    })?;
+    sock.bind(&listen.into())
+        .map_err(|source| SyncError::Bind {
+            addr: listen,
+            source,
+        })?;
 
     let groups: Vec<IpAddr> = peers
         .iter()

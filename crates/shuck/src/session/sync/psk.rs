@@ -31,15 +31,22 @@ pub fn load(path: &Path) -> Result<[u8; 32], SyncError> {
     let line = match lines.as_slice() {
         [one] => *one,
         [] => return Err(bad(format!("holds no key; {HOW}"))),
-        _ => return Err(bad(format!("holds {} lines; expected one key", lines.len()))),
+        _ => {
+            return Err(bad(format!(
+                "holds {} lines; expected one key",
+                lines.len()
+            )))
+        }
     };
     let raw = base64::engine::general_purpose::STANDARD
         .decode(line)
         .map_err(|e| bad(format!("not base64 ({e}); {HOW}")))?;
-    let key: [u8; 32] = raw
-        .as_slice()
-        .try_into()
-        .map_err(|_| bad(format!("the key is {} bytes, expected 32; {HOW}", raw.len())))?;
+    let key: [u8; 32] = raw.as_slice().try_into().map_err(|_| {
+        bad(format!(
+            "the key is {} bytes, expected 32; {HOW}",
+            raw.len()
+        ))
+    })?;
     if key.iter().all(|&b| b == key[0]) {
         return Err(bad(format!("the key is one byte repeated; {HOW}")));
     }
@@ -91,7 +98,10 @@ mod tests {
         ] {
             let p = write(name, &text);
             let msg = load(&p).unwrap_err().to_string();
-            assert!(msg.contains(needle) && msg.contains(&*p.to_string_lossy()), "{msg}");
+            assert!(
+                msg.contains(needle) && msg.contains(&*p.to_string_lossy()),
+                "{msg}"
+            );
             let _ = std::fs::remove_file(p);
         }
         let msg = load(Path::new("/nonexistent/key")).unwrap_err().to_string();

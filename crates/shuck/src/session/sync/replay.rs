@@ -50,9 +50,7 @@ impl Seen {
         let bits = (n % 64) as u32;
         for i in (0..WORDS).rev() {
             let lo = i.checked_sub(words).map_or(0, |j| self.bits[j]);
-            let lower = i
-                .checked_sub(words + 1)
-                .map_or(0, |j| self.bits[j]);
+            let lower = i.checked_sub(words + 1).map_or(0, |j| self.bits[j]);
             self.bits[i] = if bits == 0 {
                 lo
             } else {
@@ -186,7 +184,9 @@ mod tests {
             } else {
                 highest.saturating_sub(step * 6)
             };
-            let expect = if all.contains(&seq) || highest.saturating_sub(seq) >= WINDOW_BITS && !all.is_empty() {
+            let expect = if all.contains(&seq)
+                || highest.saturating_sub(seq) >= WINDOW_BITS && !all.is_empty()
+            {
                 Err(Reject::Replay)
             } else {
                 Ok(())

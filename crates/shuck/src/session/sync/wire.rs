@@ -131,6 +131,17 @@ impl Reject {
     }
 }
 
+/// Why a datagram could not be sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    /// More than [`MAX_PLAINTEXT`] bytes of records.
+    #[error("records too long for one datagram")]
+    TooLong,
+    /// The system gave no randomness for the nonce, or the cipher refused.
+    #[error("cannot seal (no randomness?)")]
+    Crypto,
+}
+
 /// The clear part of a datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -173,12 +184,17 @@ impl Sealer {
 
     /// Seals `records` (at most [`MAX_PLAINTEXT`] bytes) into `out`, which is cleared first.
     /// Fails only when the system has no randomness or the records are too long.
-    pub fn seal(&self, header: &Header, records: &[u8], out: &mut Vec<u8>) -> Result<(), ()> {
+    pub fn seal(
+        &self,
+        header: &Header,
+        records: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), SealError> {
         if records.len() > MAX_PLAINTEXT {
-            return Err(());
+            return Err(SealError::TooLong);
         }
         let mut nonce = [0u8; NONCE_LEN];
-        rand::fill(&mut nonce).map_err(|_| ())?;
+        rand::fill(&mut nonce).map_err(|_| SealError::Crypto)?;
         out.clear();
         out.push(VERSION);
         out.push(CIPHER_AES_256_GCM);
@@ -195,7 +211,7 @@ impl Sealer {
                 Aad::from(&aad[..AAD_LEN]),
                 rest,
             )
-            .map_err(|_| ())?;
+            .map_err(|_| SealError::Crypto)?;
         out.extend_from_slice(tag.as_ref());
         Ok(())
     }
@@ -212,7 +228,8 @@ impl Sealer {
             return Err(Reject::Own);
         }
         let (head, sealed) = datagram.split_at_mut(HEADER_LEN);
-        let nonce = Nonce::try_assume_unique_for_key(&head[AAD_LEN..]).map_err(|_| Reject::Malformed)?;
+        let nonce =
+            Nonce::try_assume_unique_for_key(&head[AAD_LEN..]).map_err(|_| Reject::Malformed)?;
         let plain = self
             .key
             .open_in_place(nonce, Aad::from(&head[..AAD_LEN]), sealed)
@@ -427,12 +444,14 @@ mod tests {
         let mut r = Vec::new();
         push_new(&mut r, &[7; 32], 1500, b"session value").unwrap();
         push_del(&mut r, &[8; 32]).unwrap();
-        r.extend(keys_records(&[SharedKey {
-            name: [3; 16],
-            secret: [4; 32],
-            retire_at: 99,
-        }])
-        .concat());
+        r.extend(
+            keys_records(&[SharedKey {
+                name: [3; 16],
+                secret: [4; 32],
+                retire_at: 99,
+            }])
+            .concat(),
+        );
         push_request(&mut r, WANT_KEYS | WANT_SESSIONS);
         r
     }
@@ -460,7 +479,10 @@ mod tests {
             panic!("{:?}", recs[2])
         };
         let k: Vec<_> = keys(body).collect();
-        assert_eq!((k[0].name, k[0].secret, k[0].retire_at), ([3; 16], [4; 32], 99));
+        assert_eq!(
+            (k[0].name, k[0].secret, k[0].retire_at),
+            ([3; 16], [4; 32], 99)
+        );
         assert_eq!(
             recs[3],
             Record::Request {
@@ -475,8 +497,15 @@ mod tests {
         let mut d = Vec::new();
         s.seal(&header(), b"", &mut d).unwrap();
 
-        assert_eq!(s.open(&mut vec![0; MAX_DATAGRAM + 1], &ME).unwrap_err(), Reject::Oversized);
-        assert_eq!(s.open(&mut d.clone()[..HEADER_LEN + TAG_LEN - 1], &ME).unwrap_err(), Reject::Malformed);
+        assert_eq!(
+            s.open(&mut vec![0; MAX_DATAGRAM + 1], &ME).unwrap_err(),
+            Reject::Oversized
+        );
+        assert_eq!(
+            s.open(&mut d.clone()[..HEADER_LEN + TAG_LEN - 1], &ME)
+                .unwrap_err(),
+            Reject::Malformed
+        );
         let mut v = d.clone();
         v[0] = 2;
         assert_eq!(s.open(&mut v, &ME).unwrap_err(), Reject::Version);
@@ -489,7 +518,10 @@ mod tests {
             let mut v = d.clone();
             v[i] ^= 0x10;
             let r = s.open(&mut v, &ME);
-            assert!(matches!(r, Err(Reject::Forged | Reject::Own)), "byte {i}: {r:?}");
+            assert!(
+                matches!(r, Err(Reject::Forged | Reject::Own)),
+                "byte {i}: {r:?}"
+            );
         }
         let other = Sealer::new(&[10; 32]);
         assert_eq!(other.open(&mut d.clone(), &ME).unwrap_err(), Reject::Forged);
@@ -509,12 +541,12 @@ mod tests {
             }
         }
         for bad in [
-            &[kind::NEW, 0, 5, 0, 1, 2, 3, 4][..],          // key length 0
-            &[kind::NEW, 0, 3, 1, 9, 0][..],                // no room for age
-            &[kind::DEL, 0, 0][..],                         // empty key
-            &[kind::KEYS, 0, 3, 1, 2, 3][..],               // not a whole key
-            &[kind::REQUEST, 0, 2, 1, 2][..],               // request body of 2
-            &[kind::NEW, 0xff, 0xff, 1][..],                // length beyond the buffer
+            &[kind::NEW, 0, 5, 0, 1, 2, 3, 4][..], // key length 0
+            &[kind::NEW, 0, 3, 1, 9, 0][..],       // no room for age
+            &[kind::DEL, 0, 0][..],                // empty key
+            &[kind::KEYS, 0, 3, 1, 2, 3][..],      // not a whole key
+            &[kind::REQUEST, 0, 2, 1, 2][..],      // request body of 2
+            &[kind::NEW, 0xff, 0xff, 1][..],       // length beyond the buffer
         ] {
             let out: Vec<_> = records(bad).collect();
             assert_eq!(out, [Err(Reject::Malformed)], "{bad:?}");
@@ -547,7 +579,8 @@ mod tests {
             let _ = s.open(&mut d, &ME);
             let _ = records(&d).count();
             // Records that pass the seal but are garbage must not panic either.
-            s.seal(&header(), &d[..d.len().min(MAX_PLAINTEXT)], &mut sealed).unwrap();
+            s.seal(&header(), &d[..d.len().min(MAX_PLAINTEXT)], &mut sealed)
+                .unwrap();
             if let Ok((_, plain)) = s.open(&mut sealed, &ME) {
                 for r in records(plain) {
                     if let Ok(Record::Keys(b)) = r {
