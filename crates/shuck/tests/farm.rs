@@ -1,0 +1,350 @@
+//! A farm on a real network: three hosts, each a Linux network namespace joined to a bridge
+//! by a veth pair, each running shuck with replication on, behind HAProxy in TCP mode
+//! (round robin). A client making 300 connections through HAProxy, reusing its sessions,
+//! must resume at least 99 % of them, for TLS 1.2 session IDs, TLS 1.3 stateful tickets (the
+//! cache) and TLS 1.3 stateless tickets, with unicast and with multicast, while one host is
+//! killed a third of the way through and restarted two thirds of the way: no connection
+//! fails, and the restarted host resumes sessions made before it came back.
+//!
+//! Needs root (network namespaces) and HAProxy (installed with apt-get when missing); says
+//! SKIP otherwise. Every namespace, link and process is removed at the end, also on failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const HOSTS: usize = 3;
+const CONNECTIONS: usize = 300;
+const TLS_PORT: u16 = 8443;
+const SYNC_PORT: u16 = 8888;
+
+/// Three namespaces on a bridge in the root namespace, 10.77.N.{1,2,3}/24 and
+/// fd77:0:0:N::{1,2,3}/64; the bridge holds .254 and ::fe.
+struct Farm {
+    tag: String,
+    net: u8,
+    made: Vec<String>,
+}
+
+impl Farm {
+    fn create() -> Option<Farm> {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("sk{}{}", std::process::id() % 100_000, n);
+        let net = ((std::process::id() as usize * 4 + n) % 250 + 1) as u8;
+        let mut farm = Farm {
+            tag,
+            net,
+            made: Vec::new(),
+        };
+        let probe = format!("{}probe", farm.tag);
+        if !Command::new("ip")
+            .args(["netns", "add", &probe])
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            eprintln!("SKIP: cannot create network namespaces (not root?); the farm test did not run");
+            return None;
+        }
+        let _ = Command::new("ip").args(["netns", "del", &probe]).status();
+        let br = farm.bridge();
+        farm.made.push(format!("link:{br}"));
+        sh(&format!(
+            "ip link add {br} type bridge mcast_snooping 0 && ip addr add 10.77.{net}.254/24 dev {br} \
+             && ip -6 addr add fd77:0:0:{net}::fe/64 dev {br} nodad && ip link set {br} up",
+            net = farm.net
+        ));
+        for i in 1..=HOSTS {
+            let ns = farm.ns(i);
+            farm.made.push(format!("netns:{ns}"));
+            let (v, p) = (format!("{}v{i}", farm.tag), format!("{}p{i}", farm.tag));
+            sh(&format!(
+                "ip netns add {ns} && ip link add {v} type veth peer name {p} \
+                 && ip link set {p} netns {ns} && ip link set {v} master {br} && ip link set {v} up \
+                 && ip -n {ns} link set {p} name eth0 && ip -n {ns} link set lo up \
+                 && ip -n {ns} addr add 10.77.{net}.{i}/24 dev eth0 \
+                 && ip -n {ns} -6 addr add fd77:0:0:{net}::{i}/64 dev eth0 nodad \
+                 && ip -n {ns} link set eth0 up",
+                net = farm.net
+            ));
+        }
+        Some(farm)
+    }
+
+    fn bridge(&self) -> String {
+        format!("{}br", self.tag)
+    }
+
+    fn ns(&self, i: usize) -> String {
+        format!("{}h{i}", self.tag)
+    }
+
+    fn ip(&self, i: usize) -> String {
+        format!("10.77.{}.{i}", self.net)
+    }
+}
+
+impl Drop for Farm {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its end of the veth pair, and so the pair.
+        for what in self.made.iter().rev() {
+            let (kind, name) = what.split_once(':').unwrap();
+            let args: &[&str] = match kind {
+                "netns" => &["netns", "del", name],
+                _ => &["link", "del", name],
+            };
+            let _ = Command::new("ip").args(args).stderr(Stdio::null()).status();
+        }
+    }
+}
+
+/// HAProxy in the root namespace, TCP mode, round robin over the hosts; a connection to a
+/// dead host is retried on another.
+struct Balancer {
+    child: Child,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl Balancer {
+    fn start(farm: &Farm) -> Balancer {
+        let dir = TempDir::new("haproxy");
+        let port = free_port();
+        let mut cfg = format!(
+            "global\n  maxconn 2000\ndefaults\n  mode tcp\n  timeout connect 1s\n  timeout client 10s\n  timeout server 10s\n  retries 3\n  option redispatch 1\nlisten farm\n  bind 127.0.0.1:{port}\n  balance roundrobin\n"
+        );
+        for i in 1..=HOSTS {
+            cfg.push_str(&format!(
+                "  server h{i} {}:{TLS_PORT} check inter 200ms fall 1 rise 2\n",
+                farm.ip(i)
+            ));
+        }
+        let path = dir.path("haproxy.cfg");
+        std::fs::write(&path, cfg).unwrap();
+        let child = Command::new("haproxy")
+            .args(["-db", "-f"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "haproxy did not start");
+            thread::sleep(Duration::from_millis(50));
+        }
+        Balancer {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Tls12SessionIds,
+    Tls13Cache,
+    Tls13Tickets,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Transport {
+    Unicast,
+    Multicast,
+    MulticastV6,
+}
+
+fn key_file(dir: &TempDir) -> String {
+    let p = dir.path("farm.key");
+    std::fs::write(&p, "ZmFybSBrZXkgZm9yIHRoZSBzaHVjayB0ZXN0cyEhISE=\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
+fn start_host(farm: &Farm, i: usize, mode: Mode, transport: Transport, key: &str) -> Shuck {
+    let ns = farm.ns(i);
+    let fe = format!("[{}]:{TLS_PORT}", farm.ip(i));
+    let mut args: Vec<String> = vec![
+        "-f".into(),
+        fe,
+        "-n".into(),
+        "1".into(),
+        "--shared-cache-key".into(),
+        key.into(),
+        "-U".into(),
+        format!("[*]:{SYNC_PORT}"),
+    ];
+    match transport {
+        Transport::Unicast => {
+            for j in (1..=HOSTS).filter(|&j| j != i) {
+                args.extend(["-P".into(), format!("[{}]:{SYNC_PORT}", farm.ip(j))]);
+            }
+        }
+        Transport::Multicast => {
+            args.extend([
+                "-P".into(),
+                format!("[239.77.{}.1]:{SYNC_PORT}", farm.net),
+                "-M".into(),
+                "eth0,1".into(),
+            ]);
+        }
+        Transport::MulticastV6 => {
+            args.extend([
+                "-P".into(),
+                format!("[ff15::77:{}]:{SYNC_PORT}", farm.net),
+                "-M".into(),
+                "eth0".into(),
+            ]);
+        }
+    }
+    if matches!(mode, Mode::Tls12SessionIds | Mode::Tls13Cache) {
+        args.push("--no-tickets".into());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Shuck::start_with(&["ip", "netns", "exec", &ns], &args, TLS_PORT)
+}
+
+/// One request through the balancer; returns whether the handshake resumed.
+fn one_request(addr: SocketAddr, cfg: &std::sync::Arc<rustls::ClientConfig>) -> Result<bool, String> {
+    let mut c = connect_with(addr, cfg, None).map_err(|e| format!("handshake: {e}"))?;
+    c.write_all(b"GET / HTTP/1.1\r\nhost: farm\r\nconnection: close\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut resp = Vec::new();
+    // The origin closes after the response; rustls reports a missing close_notify as an
+    // error, which is the origin's doing, not a failure of the proxy.
+    let _ = c.read_to_end(&mut resp);
+    if !resp.starts_with(b"HTTP/1.1 200") {
+        return Err(format!(
+            "bad response: {:?}",
+            String::from_utf8_lossy(&resp[..resp.len().min(80)])
+        ));
+    }
+    Ok(resumed(&c))
+}
+
+fn run_farm(mode: Mode, transport: Transport) {
+    if !require("haproxy", "haproxy") {
+        return;
+    }
+    let Some(farm) = Farm::create() else { return };
+    let dir = TempDir::new("farm");
+    let key = key_file(&dir);
+    let mut hosts: Vec<Shuck> = (1..=HOSTS)
+        .map(|i| start_host(&farm, i, mode, transport, &key))
+        .collect();
+    let lb = Balancer::start(&farm);
+    // Let the health checks see every host up.
+    thread::sleep(Duration::from_millis(800));
+
+    let opts = ClientOpts {
+        version: Some(match mode {
+            Mode::Tls12SessionIds => 12,
+            _ => 13,
+        }),
+        session_id_only: matches!(mode, Mode::Tls12SessionIds),
+        ..ClientOpts::default()
+    };
+    let cfg = client_config(&opts);
+    let mut resumed_count = 0;
+    let mut failures = Vec::new();
+    for n in 0..CONNECTIONS {
+        if n == CONNECTIONS / 3 {
+            // Kill host 2 outright: no drain, no goodbye.
+            hosts[1].signal("KILL");
+            hosts[1].wait_exit(Duration::from_secs(5)).unwrap();
+        }
+        if n == 2 * CONNECTIONS / 3 {
+            hosts[1] = start_host(&farm, 2, mode, transport, &key);
+            // Back in the balancer after two good checks.
+            thread::sleep(Duration::from_millis(1000));
+        }
+        match one_request(lb.addr(), &cfg) {
+            Ok(true) => resumed_count += 1,
+            Ok(false) => {}
+            Err(e) => failures.push(format!("connection {n}: {e}")),
+        }
+    }
+    let logs: Vec<String> = hosts
+        .iter_mut()
+        .map(|h| {
+            h.signal("TERM");
+            h.wait_exit(Duration::from_secs(10));
+            h.log()
+        })
+        .collect();
+    let summary = |log: &str| {
+        log.lines()
+            .rev()
+            .find(|l| l.contains("stopped;"))
+            .unwrap_or("")
+            .to_owned()
+    };
+    eprintln!(
+        "{mode:?} over {transport:?}: {resumed_count}/{CONNECTIONS} resumed, {} failed",
+        failures.len()
+    );
+    for (i, l) in logs.iter().enumerate() {
+        eprintln!("host {}: {}", i + 1, summary(l));
+    }
+    assert!(failures.is_empty(), "failed connections: {failures:?}");
+    assert!(
+        resumed_count * 100 >= CONNECTIONS * 99,
+        "{mode:?} over {transport:?}: only {resumed_count} of {CONNECTIONS} resumed; logs: {logs:#?}"
+    );
+    // The restarted host served resumptions: of sessions made before it came back, since
+    // the client only ever got full handshakes (new sessions) at the very start.
+    let restarted = summary(&logs[1]);
+    let resumed_there: u64 = restarted
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("resumed="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        resumed_there > 0,
+        "the restarted host resumed nothing: {restarted}"
+    );
+    for l in &logs {
+        assert!(!l.contains("panicked"), "{l}");
+    }
+}
+
+#[test]
+fn farm_unicast_resumes_anywhere() {
+    for mode in [Mode::Tls12SessionIds, Mode::Tls13Cache, Mode::Tls13Tickets] {
+        run_farm(mode, Transport::Unicast);
+    }
+}
+
+#[test]
+fn farm_multicast_resumes_anywhere() {
+    for mode in [Mode::Tls12SessionIds, Mode::Tls13Cache, Mode::Tls13Tickets] {
+        run_farm(mode, Transport::Multicast);
+    }
+}
+
+#[test]
+fn farm_ipv6_multicast_resumes_anywhere() {
+    run_farm(Mode::Tls13Tickets, Transport::MulticastV6);
+}
+
