@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::capacity::{self, Capacity};
 use crate::load::{self, KeyType, LoadOpts};
-use crate::peers::{self, Params, Target};
+use crate::peers::{self, Params, SyncParams, Target};
 use crate::procfs;
 use crate::report;
 use crate::scenarios::{self, Scenario};
@@ -172,6 +172,15 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
 
     let origin_port = free_port()?;
     let _origin = Origin::start(origin_port, pin)?;
+    // shuck-sync's peers: one bound but never read (slow), one where nothing listens (lost).
+    let slow_peer = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    let sync_key = dir.join("farm.key");
+    std::fs::write(&sync_key, "c2h1Y2stYmVuY2ggcmVwbGljYXRpb24ga2V5IDMyIGI=\n")?;
+    let sync = SyncParams {
+        port: free_port()?,
+        slow_peer: slow_peer.local_addr()?.port(),
+        key: &sync_key,
+    };
 
     eprintln!("measuring crypto costs (capacity)...");
     let capacity = capacity::measure(Duration::from_millis(300))?;
@@ -239,7 +248,7 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
                     &mut lo,
                     pem,
                     &dir,
-                    origin_port,
+                    (origin_port, sync),
                     o,
                     idle_conns,
                     pin,
@@ -280,7 +289,7 @@ fn measure(
     lo: &mut LoadOpts,
     pem: &Path,
     dir: &Path,
-    origin_port: u16,
+    (origin_port, sync): (u16, SyncParams<'_>),
     o: &CompareOpts,
     idle_conns: usize,
     pin: bool,
@@ -306,6 +315,7 @@ fn measure(
             origin_port,
             pem,
             dir,
+            sync,
         },
         pin.then_some(0),
     ) {

@@ -20,6 +20,11 @@ pub const CIPHERS13: &str = "TLS_AES_128_GCM_SHA256";
 pub enum Target {
     /// This project.
     Shuck,
+    /// This project with replication on, to a peer that never reads and one that is gone:
+    /// its cost is shuck-sync's figure over shuck's in the same run.
+    #[value(name = "shuck-sync")]
+    #[serde(rename = "shuck-sync")]
+    ShuckSync,
     /// hitch (stud's successor).
     Hitch,
     /// HAProxy in TCP mode.
@@ -35,6 +40,7 @@ impl Target {
     pub fn name(self) -> &'static str {
         match self {
             Target::Shuck => "shuck",
+            Target::ShuckSync => "shuck-sync",
             Target::Hitch => "hitch",
             Target::Haproxy => "haproxy",
             Target::Nginx => "nginx",
@@ -44,7 +50,7 @@ impl Target {
 
     fn program(self) -> &'static str {
         match self {
-            Target::Shuck => "shuck",
+            Target::Shuck | Target::ShuckSync => "shuck",
             Target::Hitch => "hitch",
             Target::Haproxy => "haproxy",
             Target::Nginx => "nginx",
@@ -54,7 +60,7 @@ impl Target {
 
     fn packages(self) -> &'static str {
         match self {
-            Target::Shuck => "",
+            Target::Shuck | Target::ShuckSync => "",
             Target::Hitch => "hitch",
             Target::Haproxy => "haproxy",
             Target::Nginx => "nginx libnginx-mod-stream",
@@ -65,6 +71,7 @@ impl Target {
     fn template(self) -> &'static str {
         match self {
             Target::Shuck => "shuck.args",
+            Target::ShuckSync => "shuck-sync.args",
             Target::Hitch => "hitch.conf",
             Target::Haproxy => "haproxy.cfg",
             Target::Nginx => "nginx.conf",
@@ -72,10 +79,15 @@ impl Target {
         }
     }
 
+    /// shuck itself, with or without replication.
+    pub fn is_shuck(self) -> bool {
+        matches!(self, Target::Shuck | Target::ShuckSync)
+    }
+
     /// The version line the program prints, for reports.
     pub fn version(self, shuck: &Path) -> String {
         let (prog, arg) = match self {
-            Target::Shuck => (shuck.to_str().unwrap_or("shuck"), "--version"),
+            Target::Shuck | Target::ShuckSync => (shuck.to_str().unwrap_or("shuck"), "--version"),
             Target::Hitch => ("hitch", "--version"),
             Target::Haproxy => ("haproxy", "-v"),
             Target::Nginx => ("nginx", "-v"),
@@ -92,7 +104,7 @@ impl Target {
                     String::from_utf8_lossy(&o.stdout),
                     String::from_utf8_lossy(&o.stderr)
                 );
-                let name = self.name();
+                let name = self.program().trim_end_matches('4');
                 text.lines()
                     .find(|l| l.to_ascii_lowercase().contains(name))
                     .or_else(|| text.lines().find(|l| !l.trim().is_empty()))
@@ -107,7 +119,7 @@ impl Target {
 /// Finds the program, installing its Debian package when missing. `Err` says why it cannot
 /// be had, for the report.
 pub fn ensure_installed(t: Target, shuck: &Path) -> Result<PathBuf, String> {
-    if t == Target::Shuck {
+    if t.is_shuck() {
         return if shuck.exists() {
             Ok(shuck.to_owned())
         } else {
@@ -160,6 +172,19 @@ pub struct Params<'a> {
     pub pem: &'a Path,
     /// Scratch directory for configs, logs and pid files.
     pub dir: &'a Path,
+    /// shuck-sync: its UDP port, the port of a peer that never reads, the key file.
+    pub sync: SyncParams<'a>,
+}
+
+/// What shuck-sync's template needs.
+#[derive(Clone, Copy)]
+pub struct SyncParams<'a> {
+    /// Where it receives.
+    pub port: u16,
+    /// A bound UDP socket nobody reads (a slow peer).
+    pub slow_peer: u16,
+    /// The pre-shared key file.
+    pub key: &'a Path,
 }
 
 /// A running server; stopped on drop.
@@ -243,6 +268,9 @@ pub fn start(
         .replace("{{DIR}}", &p.dir.display().to_string())
         .replace("{{CIPHERS12}}", CIPHERS12)
         .replace("{{CIPHERS13}}", CIPHERS13)
+        .replace("{{SYNC_PORT}}", &p.sync.port.to_string())
+        .replace("{{SLOW_PEER_PORT}}", &p.sync.slow_peer.to_string())
+        .replace("{{SYNC_KEY}}", &p.sync.key.display().to_string())
         .replace(
             "{{USER_LINE}}",
             if is_root() { "user = \"nobody\"" } else { "" },
@@ -251,7 +279,7 @@ pub fn start(
     std::fs::write(&conf, &text)?;
     let conf_s = conf.display().to_string();
     let args: Vec<String> = match t {
-        Target::Shuck => text
+        Target::Shuck | Target::ShuckSync => text
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
             .map(str::to_owned)

@@ -74,7 +74,7 @@ pub fn standing(sc: &ScenarioResult) -> Option<(f64, Target, f64, f64)> {
     let (best_t, best) = sc
         .targets
         .iter()
-        .filter(|t| t.target != Target::Shuck)
+        .filter(|t| !t.target.is_shuck())
         .filter_map(|t| figure(sc, t).map(|f| (t.target, f)))
         .min_by(|a, b| a.1.total_cmp(&b.1))?;
     Some((shuck, best_t, best, shuck / best))
@@ -175,6 +175,14 @@ pub fn markdown(res: &Results, stem: &str, plots: &[(&str, PathBuf)], fonts: boo
             .find(|t| t.target == Target::Shuck)
             .and_then(|t| figure(sc, t))
         {
+            if let Some(with) = sc
+                .targets
+                .iter()
+                .find(|t| t.target == Target::ShuckSync)
+                .and_then(|t| figure(sc, t))
+            {
+                let _ = writeln!(s, "\n{}: with replication on (shuck-sync), {with:.1} µs per full handshake, {:+.1} % (target < +5 %).", sc.scenario.name, (with / t - 1.0) * 100.0);
+            }
             let floor = c.floor_us(sc.scenario.name.contains("rsa"));
             let _ = writeln!(s, "\n{}: shuck spends {t:.1} µs per full handshake, {:.2}× the crypto floor ({floor:.1} µs; target ≤ 1.2×).", sc.scenario.name, t / floor);
         }

@@ -51,7 +51,9 @@ impl Farm {
             .status()
             .is_ok_and(|s| s.success())
         {
-            eprintln!("SKIP: cannot create network namespaces (not root?); the farm test did not run");
+            eprintln!(
+                "SKIP: cannot create network namespaces (not root?); the farm test did not run"
+            );
             return None;
         }
         let _ = Command::new("ip").args(["netns", "del", &probe]).status();
@@ -226,7 +228,10 @@ fn start_host(farm: &Farm, i: usize, mode: Mode, transport: Transport, key: &str
 }
 
 /// One request through the balancer; returns whether the handshake resumed.
-fn one_request(addr: SocketAddr, cfg: &std::sync::Arc<rustls::ClientConfig>) -> Result<bool, String> {
+fn one_request(
+    addr: SocketAddr,
+    cfg: &std::sync::Arc<rustls::ClientConfig>,
+) -> Result<bool, String> {
     let mut c = connect_with(addr, cfg, None).map_err(|e| format!("handshake: {e}"))?;
     c.write_all(b"GET / HTTP/1.1\r\nhost: farm\r\nconnection: close\r\n\r\n")
         .map_err(|e| format!("write: {e}"))?;
@@ -347,4 +352,3 @@ fn farm_multicast_resumes_anywhere() {
 fn farm_ipv6_multicast_resumes_anywhere() {
     run_farm(Mode::Tls13Tickets, Transport::MulticastV6);
 }
-

@@ -37,6 +37,14 @@ pub const KEYS_EVERY: Duration = Duration::from_secs(10);
 const QUEUE: usize = 8192;
 /// Live senders tracked for replay protection.
 const MAX_SENDERS: usize = 4096;
+/// Under load (more than [`HOT_RECORDS`] records in a [`HOT_PERIOD`]), records gather for
+/// this long after a send before the next one: many records share a datagram and a
+/// wake-up, and the handshakes that queue them make no system call (the sending thread is
+/// asleep, not waiting on the queue). Below that rate a record goes out at once, so a
+/// client that reconnects at once to another host finds its session there.
+const BATCH_WINDOW: Duration = Duration::from_millis(2);
+const HOT_PERIOD: Duration = Duration::from_millis(100);
+const HOT_RECORDS: u64 = 100;
 /// How often the threads look at the stop flag.
 const POLL: Duration = Duration::from_millis(200);
 /// A session dump pauses this long every [`DUMP_BURST`] datagrams, so the requester's
@@ -377,6 +385,8 @@ struct Sender {
     pending_del: u64,
     datagram: Vec<u8>,
     last_ts: u64,
+    /// Records handled so far (for the load estimate).
+    records: u64,
 }
 
 impl Sender {
@@ -390,6 +400,7 @@ impl Sender {
             pending_del: 0,
             datagram: Vec::with_capacity(wire::MAX_DATAGRAM),
             last_ts: 0,
+            records: 0,
         }
     }
 
@@ -400,15 +411,28 @@ impl Sender {
         self.send_to_all(&req);
         self.send_keys(None);
         let mut keys_due = Instant::now() + KEYS_EVERY;
+        let mut last_send = Instant::now();
+        let (mut period, mut in_period, mut hot) = (Instant::now(), 0u64, false);
         while !self.shared.stop.load(Relaxed) {
             let wait = keys_due.saturating_duration_since(Instant::now()).min(POLL);
             match rx.recv_timeout(wait) {
                 Ok(first) => {
+                    if period.elapsed() >= HOT_PERIOD {
+                        hot = in_period >= HOT_RECORDS;
+                        (period, in_period) = (Instant::now(), 0);
+                    }
+                    let since = last_send.elapsed();
+                    if hot && since < BATCH_WINDOW {
+                        std::thread::sleep(BATCH_WINDOW - since);
+                    }
+                    last_send = Instant::now();
+                    let before = self.records;
                     self.handle(first);
                     // Pack what else is waiting into as few datagrams as fit.
                     while let Ok(more) = rx.try_recv() {
                         self.handle(more);
                     }
+                    in_period += self.records - before;
                     self.flush();
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -424,6 +448,7 @@ impl Sender {
     fn handle(&mut self, out: Outgoing) {
         match out {
             Outgoing::Record(r) => {
+                self.records += 1;
                 if self.pending.len() + r.len() > wire::PACK_TARGET {
                     self.flush();
                 }
