@@ -1,37 +1,67 @@
 //! The `shuck` binary: parse, validate, run. Every start-up error is one line on stderr and
 //! exit status 2.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 use shuck::config::{self, Cli, Config};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let raw: Vec<OsString> = std::env::args_os().collect();
+    let cli = match parse(&raw) {
         Ok(cli) => cli,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            // clap's own rendering spans several lines; keep the first, which names the fault.
-            let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("bad command line");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("shuck: error: {first} (see shuck --help)");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     init_logging(config::log_level(&cli));
     let config = match Config::from_cli(&cli) {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
+    if cli.test {
+        println!("shuck: configuration OK: {}", config.describe());
+        return ExitCode::SUCCESS;
+    }
     match shuck::runtime::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
+}
+
+/// The command line, with `--config`'s file read in first (flags given on the command
+/// line win over the file's keys).
+fn parse(raw: &[OsString]) -> Result<Cli, ExitCode> {
+    let matches = Cli::command()
+        .try_get_matches_from(raw)
+        .map_err(clap_fail)?;
+    let cli = Cli::from_arg_matches(&matches).map_err(clap_fail)?;
+    let Some(path) = &cli.config else {
+        return Ok(cli);
+    };
+    let on_command_line = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    let from_file = config::file::load(path, &on_command_line).map_err(|e| fail(&e))?;
+    let mut all: Vec<OsString> = raw.iter().take(1).cloned().collect();
+    all.extend(from_file.into_iter().map(OsString::from));
+    all.extend(raw.iter().skip(1).cloned());
+    let matches = Cli::command()
+        .try_get_matches_from(&all)
+        .map_err(clap_fail)?;
+    Cli::from_arg_matches(&matches).map_err(clap_fail)
+}
+
+fn clap_fail(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    // clap's own rendering spans several lines; keep the first, which names the fault.
+    let rendered = e.render().to_string();
+    let first = rendered.lines().next().unwrap_or("bad command line");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    eprintln!("shuck: error: {first} (see shuck --help)");
+    ExitCode::from(2)
 }
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {

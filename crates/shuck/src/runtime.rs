@@ -83,18 +83,31 @@ pub fn run(config: Config) -> Result<(), StartError> {
         },
     );
 
+    // Each frontend's TLS state: its own certificates, or the global ones.
+    let frontend_tls = config
+        .frontends
+        .iter()
+        .map(|fe| {
+            if fe.certs.is_empty() {
+                Ok(tls.clone())
+            } else {
+                tls.for_frontend(&config.tls, &fe.certs).map(Arc::new)
+            }
+        })
+        .collect::<Result<Vec<_>, TlsError>>()?;
+
     // Bind everything before serving anything, so a taken port is a clean start failure.
-    let mut per_worker: Vec<Vec<std::net::TcpListener>> =
+    let mut per_worker: Vec<Vec<(usize, std::net::TcpListener)>> =
         (0..config.workers).map(|_| Vec::new()).collect();
     let mut listening = Vec::new();
-    for fe in &config.frontends {
+    for (fe_index, fe) in config.frontends.iter().enumerate() {
         for &addr in &fe.addrs {
             let frontend = fe.endpoint.to_string();
             listener::check_free(addr).map_err(|source| classify_bind(&frontend, addr, source))?;
             for sockets in per_worker.iter_mut() {
                 let l = listener::bind(addr, config.backlog)
                     .map_err(|source| classify_bind(&frontend, addr, source))?;
-                sockets.push(l);
+                sockets.push((fe_index, l));
             }
             listening.push(format!("{frontend} ({addr})"));
         }
@@ -148,6 +161,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             .then(|| Arc::new(Semaphore::new(config.limits.max_conns))),
         log_connections: config.log_connections,
         replication,
+        frontend_tls,
     });
     tracing::info!(
         "shuck {} listening on {} with {} worker(s), forwarding to {}",
@@ -248,16 +262,17 @@ fn exit_now() {
 /// the drain deadline. Tasks still running then are dropped with the runtime.
 async fn worker_main(
     worker: Worker,
-    sockets: Vec<std::net::TcpListener>,
+    sockets: Vec<(usize, std::net::TcpListener)>,
     mut shutdown: Shutdown,
     drain: Duration,
 ) {
     let worker = Rc::new(worker);
-    for s in sockets {
+    for (frontend, s) in sockets {
         match tokio::net::TcpListener::from_std(s) {
             Ok(l) => {
                 tokio::task::spawn_local(listener::accept_loop(
                     l,
+                    frontend,
                     worker.clone(),
                     shutdown.clone(),
                 ));

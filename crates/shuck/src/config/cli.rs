@@ -11,8 +11,24 @@ use super::duration::parse_duration;
 
 /// shuck: a TLS termination proxy (stud and hitch's job, in Rust).
 #[derive(Debug, Parser)]
-#[command(name = "shuck", version, about, max_term_width = 100)]
+#[command(
+    name = "shuck",
+    version,
+    about,
+    max_term_width = 100,
+    args_override_self = true
+)]
 pub struct Cli {
+    /// Read settings from FILE (hitch.conf syntax: key = value, frontend = { ... } blocks);
+    /// flags given on the command line win over the file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Check the configuration, certificates and keys, print the result and exit: 0 when
+    /// good, 2 when not (as hitch -t and nginx -t).
+    #[arg(short = 't', long)]
+    pub test: bool,
+
     /// PEM files, each holding a certificate chain and its private key (RSA, ECDSA or
     /// Ed25519; PKCS#1, PKCS#8 or SEC1). The first is the default certificate. With none,
     /// shuck generates a self-signed certificate for localhost at start.
@@ -23,7 +39,8 @@ pub struct Cli {
     #[arg(long, value_name = "DIR")]
     pub pem_dir: Option<PathBuf>,
 
-    /// Frontend listen endpoint, repeatable: [HOST]:PORT, [*]:PORT, [::1]:PORT or HOST:PORT.
+    /// Frontend listen endpoint, repeatable: [HOST]:PORT, [*]:PORT, [::1]:PORT or HOST:PORT;
+    /// [HOST]:PORT+cert.pem[+more.pem] gives the frontend its own certificates.
     #[arg(
         short = 'f',
         long = "frontend",

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod duration;
 pub mod endpoint;
 pub mod error;
+pub mod file;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -24,12 +25,15 @@ use crate::tls::tickets::TicketKeys;
 use crate::tls::{params, LoadedCert, TlsSettings};
 
 /// A frontend: the endpoint as written and the addresses it listens on.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Frontend {
     /// As the operator wrote it, for messages.
     pub endpoint: Endpoint,
     /// Where to bind.
     pub addrs: Vec<SocketAddr>,
+    /// Certificates of this frontend only (`-f HOST:PORT+cert.pem`, or a frontend block's
+    /// pem-file); empty: the global ones.
+    pub certs: Vec<LoadedCert>,
 }
 
 /// One `-b` server.
@@ -157,9 +161,26 @@ impl Config {
             .frontends
             .iter()
             .map(|s| {
-                let endpoint = Endpoint::parse("--frontend", s)?;
+                let mut parts = s.split('+');
+                let endpoint = Endpoint::parse("--frontend", parts.next().unwrap_or(""))?;
                 let addrs = endpoint.listen_addrs("--frontend")?;
-                Ok(Frontend { endpoint, addrs })
+                let certs = parts
+                    .map(|p| {
+                        if p.is_empty() {
+                            return Err(ConfigError::BadAddress {
+                                option: "--frontend",
+                                value: s.clone(),
+                                reason: "empty certificate after +".into(),
+                            });
+                        }
+                        Ok(LoadedCert::from_file(std::path::Path::new(p))?)
+                    })
+                    .collect::<Result<Vec<_>, ConfigError>>()?;
+                Ok(Frontend {
+                    endpoint,
+                    addrs,
+                    certs,
+                })
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
         let backend = if cli.backends.is_empty() {
@@ -273,6 +294,50 @@ impl Config {
             http: cli.http.then_some(cli.max_header_bytes),
             replication,
         })
+    }
+}
+
+impl Config {
+    /// One line for `--test`: what would be served.
+    pub fn describe(&self) -> String {
+        let own: usize = self.frontends.iter().map(|f| f.certs.len()).sum();
+        format!(
+            "{} frontend(s) ({}), {} certificate(s){}{}, {} worker(s), backend: {}{}",
+            self.frontends.len(),
+            self.frontends
+                .iter()
+                .map(|f| f.endpoint.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.certs.len(),
+            if self.self_signed {
+                " (self-signed, generated)"
+            } else {
+                ""
+            },
+            if own > 0 {
+                format!(" + {own} frontend-specific")
+            } else {
+                String::new()
+            },
+            self.workers,
+            match &self.backend {
+                BackendTarget::Servers(s) => s
+                    .iter()
+                    .map(|b| b.endpoint.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                BackendTarget::BuiltinOrigin => "built-in origin".into(),
+            },
+            match &self.replication {
+                Some(r) => format!(
+                    ", replication on udp {} to {} peer(s)",
+                    r.listen,
+                    r.peers.len()
+                ),
+                None => String::new(),
+            }
+        )
     }
 }
 

@@ -32,6 +32,7 @@ impl Drop for LiveGuard<'_> {
 /// when the connection ends.
 pub async fn serve(
     worker: Rc<Worker>,
+    frontend: usize,
     mut tcp: TcpStream,
     peer: SocketAddr,
     _permit: Option<OwnedSemaphorePermit>,
@@ -87,7 +88,13 @@ pub async fn serve(
 
     // handshake: boxed, because its state (ClientHello acceptor and mid-handshake stream,
     // ~3 KB) would otherwise stay reserved in this task for the connection's whole life.
-    let mut tls = match Box::pin(handshake(io, &state.tls, limits.handshake_timeout)).await {
+    let mut tls = match Box::pin(handshake(
+        io,
+        tls_for(state, frontend),
+        limits.handshake_timeout,
+    ))
+    .await
+    {
         Ok(s) => s,
         Err(e) => {
             WorkerCounters::bump(&counters.handshakes_failed);
@@ -186,6 +193,11 @@ pub async fn serve(
 
 /// How long a closing message (400, 503, close_notify) may take to go out.
 const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The TLS state of a frontend (the global one if the index is unknown).
+fn tls_for(state: &super::ProxyState, frontend: usize) -> &crate::tls::TlsState {
+    state.frontend_tls.get(frontend).unwrap_or(&state.tls)
+}
 
 fn version_name(v: Option<rustls::ProtocolVersion>) -> Option<&'static str> {
     match v {

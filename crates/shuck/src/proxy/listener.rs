@@ -45,7 +45,12 @@ fn new_socket(addr: SocketAddr) -> io::Result<Socket> {
 }
 
 /// Accepts connections on `listener` until shutdown, spawning one task per connection.
-pub async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, mut shutdown: Shutdown) {
+pub async fn accept_loop(
+    listener: TcpListener,
+    frontend: usize,
+    worker: Rc<Worker>,
+    mut shutdown: Shutdown,
+) {
     let local = listener.local_addr().ok();
     let mut exhausted_logged = false;
     loop {
@@ -68,7 +73,7 @@ pub async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, mut shutdown
         match accepted {
             Ok((tcp, peer)) => {
                 exhausted_logged = false;
-                tokio::task::spawn_local(conn::serve(worker.clone(), tcp, peer, permit));
+                tokio::task::spawn_local(conn::serve(worker.clone(), frontend, tcp, peer, permit));
             }
             Err(e) if is_exhaustion(&e) => {
                 if !exhausted_logged {

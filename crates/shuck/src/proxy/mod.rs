@@ -43,6 +43,8 @@ pub struct ProxyState {
     /// Session replication between hosts, when on (kept here so it runs as long as the
     /// workers do).
     pub replication: Option<crate::session::sync::Replication>,
+    /// Per frontend (by index), the TLS state its connections use.
+    pub frontend_tls: Vec<Arc<TlsState>>,
 }
 
 /// One worker's view: the shared state plus its own bookkeeping (single-threaded, so plain

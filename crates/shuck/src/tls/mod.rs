@@ -206,6 +206,26 @@ pub struct TlsState {
 impl TlsState {
     /// Builds the server configuration from settings and loaded certificates.
     pub fn build(settings: &TlsSettings, certs: &[LoadedCert]) -> Result<Self, TlsError> {
+        let cache = NonZeroUsize::new(settings.session_cache)
+            .map(|n| Arc::new(SessionCache::new(n, settings.session_timeout)));
+        Self::build_with(settings, certs, cache)
+    }
+
+    /// The state of a frontend with its own certificates: the same settings, and the same
+    /// session cache and ticket keys as `self`.
+    pub fn for_frontend(
+        &self,
+        settings: &TlsSettings,
+        certs: &[LoadedCert],
+    ) -> Result<Self, TlsError> {
+        Self::build_with(settings, certs, self.cache.clone())
+    }
+
+    fn build_with(
+        settings: &TlsSettings,
+        certs: &[LoadedCert],
+        cache: Option<Arc<SessionCache>>,
+    ) -> Result<Self, TlsError> {
         let resolver = Arc::new(
             SniResolver::new(certs).ok_or_else(|| TlsError::Rustls("no certificate".into()))?,
         );
@@ -221,8 +241,6 @@ impl TlsState {
             .with_cert_resolver(resolver.clone());
         config.alpn_protocols = settings.alpn.clone();
         config.ignore_client_order = settings.prefer_server_ciphers;
-        let cache = NonZeroUsize::new(settings.session_cache)
-            .map(|n| Arc::new(SessionCache::new(n, settings.session_timeout)));
         config.session_storage = match &cache {
             Some(c) => c.clone(),
             None => Arc::new(rustls::server::NoServerSessionStorage {}),

@@ -1,0 +1,546 @@
+//! hitch.conf: `key = value` lines, `frontend = { ... }` and `pem-file = { ... }` blocks,
+//! `#` comments, quoted strings (with `\"` and `\\`), bare words (numbers, on/off, and
+//! hitch's unquoted `tls-protos = TLSv1.2 TLSv1.3`).
+//!
+//! A file becomes command-line arguments, one per key, under the flag of the same name (every
+//! hitch key shuck supports is spelled as its flag), placed before the real command line so
+//! that flags given there win. Each value is checked where it stands, so an error names the
+//! file and the line.
+
+use std::path::{Path, PathBuf};
+
+use clap::CommandFactory;
+
+use super::cli::Cli;
+use super::endpoint::Endpoint;
+
+/// Bound on a configuration file, so that a wrong path cannot make shuck read a disk image.
+const MAX_FILE: u64 = 1 << 20;
+
+/// A configuration file that cannot be used: the file, the line, what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{}{}: {reason}", path.display(), line.map(|l| format!(" line {l}")).unwrap_or_default())]
+pub struct FileError {
+    /// The file.
+    pub path: PathBuf,
+    /// The line at fault, when one is.
+    pub line: Option<usize>,
+    /// What is wrong and what was expected.
+    pub reason: String,
+}
+
+/// One `key = value`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The key as written.
+    pub key: String,
+    /// Its value.
+    pub value: Value,
+    /// The line of the key.
+    pub line: usize,
+}
+
+/// A value: words on the key's line, or a `{ ... }` block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A quoted string or the bare words up to the end of the line, joined by spaces.
+    Scalar(String),
+    /// The entries of a block.
+    Block(Vec<Entry>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    Word(String),
+    Quoted(String),
+    Eq,
+    Open,
+    Close,
+}
+
+fn lex(text: &str) -> Result<Vec<(Tok, usize)>, (usize, String)> {
+    let mut out = Vec::new();
+    let mut line = 1;
+    let mut chars = text.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        match c {
+            '\n' => {
+                line += 1;
+                chars.next();
+            }
+            c if c.is_whitespace() => {
+                chars.next();
+            }
+            '#' => {
+                while chars.peek().is_some_and(|&c| c != '\n') {
+                    chars.next();
+                }
+            }
+            '=' | '{' | '}' => {
+                chars.next();
+                out.push((
+                    match c {
+                        '=' => Tok::Eq,
+                        '{' => Tok::Open,
+                        _ => Tok::Close,
+                    },
+                    line,
+                ));
+            }
+            '"' => {
+                chars.next();
+                let start = line;
+                let mut s = String::new();
+                loop {
+                    match chars.next() {
+                        None => return Err((start, "unterminated string (missing \")".into())),
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(e @ ('"' | '\\')) => s.push(e),
+                            Some('n') => s.push('\n'),
+                            Some(other) => {
+                                return Err((line, format!("unknown escape \\{other} in a string")))
+                            }
+                            None => return Err((start, "unterminated string (missing \")".into())),
+                        },
+                        Some('\n') => {
+                            return Err((
+                                start,
+                                "unterminated string (missing \" before the end of the line)"
+                                    .into(),
+                            ))
+                        }
+                        Some(c) => s.push(c),
+                    }
+                }
+                out.push((Tok::Quoted(s), start));
+            }
+            _ => {
+                let mut s = String::new();
+                while let Some(&c) = chars.peek() {
+                    if c.is_whitespace() || matches!(c, '=' | '{' | '}' | '"' | '#') {
+                        break;
+                    }
+                    if c.is_control() {
+                        return Err((line, format!("unexpected control character {:?}", c)));
+                    }
+                    s.push(c);
+                    chars.next();
+                }
+                out.push((Tok::Word(s), line));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Parses the text of a file.
+pub fn parse(text: &str) -> Result<Vec<Entry>, (usize, String)> {
+    let toks = lex(text)?;
+    let mut pos = 0;
+    let entries = parse_entries(&toks, &mut pos, None)?;
+    Ok(entries)
+}
+
+fn parse_entries(
+    toks: &[(Tok, usize)],
+    pos: &mut usize,
+    open_line: Option<usize>,
+) -> Result<Vec<Entry>, (usize, String)> {
+    let mut entries = Vec::new();
+    loop {
+        let Some((tok, line)) = toks.get(*pos) else {
+            return match open_line {
+                Some(l) => Err((l, "block not closed (missing })".into())),
+                None => Ok(entries),
+            };
+        };
+        let line = *line;
+        let key = match tok {
+            Tok::Close if open_line.is_some() => {
+                *pos += 1;
+                return Ok(entries);
+            }
+            Tok::Word(k) if is_key(k) => k.clone(),
+            Tok::Close => return Err((line, "} without a block to close".into())),
+            other => return Err((line, format!("expected a key, found {}", describe(other)))),
+        };
+        *pos += 1;
+        match toks.get(*pos) {
+            Some((Tok::Eq, _)) => *pos += 1,
+            _ => return Err((line, format!("expected = after {key}"))),
+        }
+        let value = match toks.get(*pos) {
+            Some((Tok::Open, l)) => {
+                let l = *l;
+                *pos += 1;
+                Value::Block(parse_entries(toks, pos, Some(l))?)
+            }
+            Some((Tok::Quoted(s), _)) => {
+                *pos += 1;
+                Value::Scalar(s.clone())
+            }
+            Some((Tok::Word(_), l)) if *l == line => {
+                let mut words = Vec::new();
+                while let Some((Tok::Word(w), l)) = toks.get(*pos) {
+                    if *l != line || toks.get(*pos + 1).is_some_and(|(t, _)| *t == Tok::Eq) {
+                        break;
+                    }
+                    words.push(w.clone());
+                    *pos += 1;
+                }
+                Value::Scalar(words.join(" "))
+            }
+            _ => return Err((line, format!("{key} has no value"))),
+        };
+        entries.push(Entry { key, value, line });
+    }
+}
+
+fn is_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn describe(t: &Tok) -> String {
+    match t {
+        Tok::Word(w) => format!("{w:?}"),
+        Tok::Quoted(s) => format!("the string {s:?}"),
+        Tok::Eq => "=".into(),
+        Tok::Open => "{".into(),
+        Tok::Close => "}".into(),
+    }
+}
+
+/// hitch keys for features shuck does not have (yet): named in the error.
+const HITCH_UNSUPPORTED: &[&str] = &[
+    "ssl-engine",
+    "dhparams",
+    "ocsp-dir",
+    "ocsp-resp-tmo",
+    "ocsp-connect-tmo",
+    "ocsp-refresh-interval",
+    "ocsp-verify-staple",
+    "user",
+    "group",
+    "chroot",
+    "daemon",
+    "syslog",
+    "syslog-facility",
+    "log-filename",
+    "tcp-fastopen",
+    "recv-bufsize",
+    "send-bufsize",
+    "proxy-tlv",
+    "proxy-client-cert",
+    "client-verify",
+    "client-verify-ca",
+    "pem-dir-glob",
+    "host-header",
+    "sni-cert-regex",
+];
+
+/// Keys that make no sense in a file.
+const NOT_IN_FILE: &[&str] = &["config", "test", "help", "version"];
+
+/// Turns a file's entries into arguments. `on_command_line(id)` tells whether the command
+/// line sets the argument with that id (then the file's values for it are left out).
+pub fn to_args(
+    path: &Path,
+    entries: &[Entry],
+    on_command_line: &dyn Fn(&str) -> bool,
+) -> Result<Vec<String>, FileError> {
+    let err = |line: usize, reason: String| FileError {
+        path: path.to_owned(),
+        line: Some(line),
+        reason,
+    };
+    let cmd = Cli::command();
+    let mut args = Vec::new();
+    let mut pems = Vec::new();
+    for e in entries {
+        let scalar = |what: &str| match &e.value {
+            Value::Scalar(s) => Ok(s.clone()),
+            Value::Block(_) => Err(err(
+                e.line,
+                format!("{what} takes a value, not a {{ }} block"),
+            )),
+        };
+        match e.key.as_str() {
+            "frontend" => {
+                if on_command_line("frontends") {
+                    continue;
+                }
+                let spec = match &e.value {
+                    Value::Scalar(s) => s.clone(),
+                    Value::Block(b) => frontend_block(b, &err)?,
+                };
+                check_endpoint("frontend", &spec, e.line, &err)?;
+                args.push(format!("--frontend={spec}"));
+            }
+            "pem-file" => {
+                if on_command_line("pem_files") {
+                    continue;
+                }
+                pems.push(pem_value(&e.value, e.line, &err)?);
+            }
+            k if NOT_IN_FILE.contains(&k) => {
+                return Err(err(
+                    e.line,
+                    format!("{k} is a command-line option, not a configuration key"),
+                ))
+            }
+            k if HITCH_UNSUPPORTED.contains(&k) => {
+                return Err(err(
+                    e.line,
+                    format!("{k} is a hitch setting shuck does not support (yet); remove it"),
+                ))
+            }
+            k => {
+                let Some(arg) = cmd
+                    .get_arguments()
+                    .find(|a| a.get_long() == Some(k) && !a.is_positional())
+                else {
+                    return Err(err(e.line, format!("unknown key {k:?}")));
+                };
+                if on_command_line(arg.get_id().as_str()) {
+                    continue;
+                }
+                let value = scalar(k)?;
+                let one = if arg.get_action().takes_values() {
+                    format!("--{k}={value}")
+                } else {
+                    // A plain switch (e.g. no-tickets): on/off in the file.
+                    match value.to_ascii_lowercase().as_str() {
+                        "on" | "yes" | "true" | "1" => format!("--{k}"),
+                        "off" | "no" | "false" | "0" => continue,
+                        _ => {
+                            return Err(err(e.line, format!("{k} = {value:?}: expected on or off")))
+                        }
+                    }
+                };
+                // Check the value where it stands, so the error has its line.
+                if let Err(ce) = Cli::command().try_get_matches_from(["shuck", one.as_str()]) {
+                    return Err(err(e.line, format!("{k}: {}", clap_reason(&ce))));
+                }
+                if matches!(k, "backend" | "shared-cache-listen" | "shared-cache-peer") {
+                    let addr = value.split(',').next().unwrap_or("");
+                    check_endpoint(k, addr, e.line, &err)?;
+                }
+                args.push(one);
+            }
+        }
+    }
+    args.extend(pems);
+    Ok(args)
+}
+
+fn clap_reason(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let first = rendered.lines().next().unwrap_or("bad value");
+    first.strip_prefix("error: ").unwrap_or(first).to_owned()
+}
+
+fn check_endpoint(
+    key: &str,
+    spec: &str,
+    line: usize,
+    err: &dyn Fn(usize, String) -> FileError,
+) -> Result<(), FileError> {
+    let addr = spec.split('+').next().unwrap_or("");
+    Endpoint::parse("address", addr)
+        .map(|_| ())
+        .map_err(|e| err(line, format!("{key}: {e}")))
+}
+
+/// `pem-file = "x.pem"` or `pem-file = { cert = "x.pem" }`.
+fn pem_value(
+    v: &Value,
+    line: usize,
+    err: &dyn Fn(usize, String) -> FileError,
+) -> Result<String, FileError> {
+    match v {
+        Value::Scalar(s) => Ok(s.clone()),
+        Value::Block(b) => {
+            let mut cert = None;
+            for e in b {
+                match (e.key.as_str(), &e.value) {
+                    ("cert", Value::Scalar(s)) => cert = Some(s.clone()),
+                    ("ocsp-resp-file", _) => {
+                        return Err(err(e.line, "ocsp-resp-file: OCSP stapling is not supported yet".into()))
+                    }
+                    ("private-key", _) => {
+                        return Err(err(e.line, "private-key: give the key in the cert file (chain and key in one PEM file)".into()))
+                    }
+                    (k, _) => return Err(err(e.line, format!("unknown key {k:?} in a pem-file block (cert)"))),
+                }
+            }
+            cert.ok_or_else(|| err(line, "pem-file block without cert".into()))
+        }
+    }
+}
+
+/// `frontend = { host = "..." port = "..." pem-file = ... }` as `[HOST]:PORT+PEM+PEM`.
+fn frontend_block(
+    b: &[Entry],
+    err: &dyn Fn(usize, String) -> FileError,
+) -> Result<String, FileError> {
+    let (mut host, mut port, mut pems) = (None, None, Vec::new());
+    let first_line = b.first().map_or(0, |e| e.line);
+    for e in b {
+        match (e.key.as_str(), &e.value) {
+            ("host", Value::Scalar(s)) => host = Some(s.clone()),
+            ("port", Value::Scalar(s)) => port = Some(s.clone()),
+            ("pem-file", v) => pems.push(pem_value(v, e.line, err)?),
+            ("match-global-certs", Value::Scalar(s))
+                if matches!(s.as_str(), "off" | "no" | "false" | "0") => {}
+            (
+                k @ ("ciphers"
+                | "ciphersuites"
+                | "tls-protos"
+                | "prefer-server-ciphers"
+                | "sni-nomatch-abort"
+                | "match-global-certs"),
+                _,
+            ) => {
+                return Err(err(
+                    e.line,
+                    format!("{k} per frontend is not supported yet; set it globally"),
+                ))
+            }
+            (k, _) => {
+                return Err(err(
+                    e.line,
+                    format!("unknown key {k:?} in a frontend block (host, port, pem-file)"),
+                ))
+            }
+        }
+    }
+    let port = port.ok_or_else(|| err(first_line, "frontend block without port".into()))?;
+    let host = host.unwrap_or_else(|| "*".into());
+    let host = if host.is_empty() {
+        "*".to_owned()
+    } else {
+        host
+    };
+    let mut spec = format!("[{host}]:{port}");
+    for p in pems {
+        spec.push('+');
+        spec.push_str(&p);
+    }
+    Ok(spec)
+}
+
+/// Reads and converts a file (see [`to_args`]).
+pub fn load(path: &Path, on_command_line: &dyn Fn(&str) -> bool) -> Result<Vec<String>, FileError> {
+    let bad = |reason: String| FileError {
+        path: path.to_owned(),
+        line: None,
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if meta.len() > MAX_FILE {
+        return Err(bad(format!(
+            "larger than {MAX_FILE} bytes; is this a configuration file?"
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let entries = parse(&text).map_err(|(line, reason)| FileError {
+        path: path.to_owned(),
+        line: Some(line),
+        reason,
+    })?;
+    to_args(path, &entries, on_command_line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &str) -> Result<Vec<String>, String> {
+        let entries = parse(text).map_err(|(l, r)| format!("line {l}: {r}"))?;
+        to_args(Path::new("t.conf"), &entries, &|_| false).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn hitch_syntax() {
+        let a = args(
+            r#"
+# comment
+frontend = "[*]:443"
+frontend = {
+    host = "127.0.0.1"   # trailing comment
+    port = "8443"
+    pem-file = "/a.pem"
+    pem-file = { cert = "/b.pem" }
+}
+backend = "[127.0.0.1]:8000"
+pem-file = "/c.pem"
+tls-protos = TLSv1.2 TLSv1.3
+workers = 2
+prefer-server-ciphers = on
+ciphers = "EECDH+AESGCM"
+no-tickets = on
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            [
+                "--frontend=[*]:443",
+                "--frontend=[127.0.0.1]:8443+/a.pem+/b.pem",
+                "--backend=[127.0.0.1]:8000",
+                "--tls-protos=TLSv1.2 TLSv1.3",
+                "--workers=2",
+                "--prefer-server-ciphers=on",
+                "--ciphers=EECDH+AESGCM",
+                "--no-tickets",
+                "/c.pem"
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        for (text, line, needle) in [
+            ("workers = 2\nbogus = 1\n", 2, "unknown key \"bogus\""),
+            ("\n\nuser = \"nobody\"\n", 3, "user is a hitch setting"),
+            ("workers = many\n", 1, "many"),
+            ("backlog = \n", 1, "no value"),
+            ("frontend = \"[1.2.3.4]\"\n", 1, "frontend"),
+            ("frontend = {\n host = \"x\"\n", 1, "not closed"),
+            (
+                "frontend = {\n ciphers = \"x\"\n port = 1 }\n",
+                2,
+                "per frontend",
+            ),
+            ("ciphers = \"abc\n", 1, "unterminated"),
+            ("= 3\n", 1, "expected a key"),
+            ("workers 3\n", 1, "expected ="),
+            ("}\n", 1, "without a block"),
+            ("config = \"x\"\n", 1, "command-line option"),
+            ("quiet = perhaps\n", 1, "perhaps"),
+            (
+                "pem-file = { cert = \"a\" ocsp-resp-file = \"b\" }\n",
+                1,
+                "OCSP",
+            ),
+            ("shared-cache-peer = \"nowhere\"\n", 1, "shared-cache-peer"),
+        ] {
+            let e = args(text).unwrap_err();
+            assert!(e.contains(&format!("line {line}")), "{text:?}: {e}");
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_wins() {
+        let entries = parse("workers = 4\nfrontend = \"[*]:1\"\nbacklog = 5\n").unwrap();
+        let a = to_args(Path::new("t"), &entries, &|id| {
+            id == "workers" || id == "frontends"
+        })
+        .unwrap();
+        assert_eq!(a, ["--backlog=5"]);
+    }
+}

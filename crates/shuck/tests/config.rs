@@ -1,0 +1,290 @@
+//! hitch.conf files: every key shuck supports, in one file, checked through what shuck then
+//! does; the command line winning over the file; --test; and bad files named by line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// An echo origin that remembers the first bytes of each connection (a PROXY header).
+fn recording_origin() -> (Origin, Arc<Mutex<Vec<Vec<u8>>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let o = Origin::start(move |mut s| {
+        let mut head = [0u8; 16];
+        if s.read_exact(&mut head).is_err() {
+            return;
+        }
+        // PROXY v2: 16-byte header, then the address block of the length it gives.
+        let len = u16::from_be_bytes([head[14], head[15]]) as usize;
+        let mut rest = vec![0u8; len];
+        if s.read_exact(&mut rest).is_err() {
+            return;
+        }
+        s2.lock().unwrap().push(head.to_vec());
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    (o, seen)
+}
+
+fn write_conf(dir: &TempDir, text: &str) -> String {
+    let p = dir.path("shuck.conf");
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn every_supported_hitch_key_is_applied() {
+    let dir = TempDir::new("conf");
+    let (global, global_der) = openssl_cert(&dir, "global", Key::EcP256, &["global.test"]);
+    let (own, own_der) = openssl_cert(&dir, "own", Key::EcP256, &["own.test"]);
+    let key = dir.path("farm.key");
+    std::fs::write(&key, "ZmFybSBrZXkgZm9yIHRoZSBzaHVjayB0ZXN0cyEhISE=\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let (origin, heads) = recording_origin();
+    let (p1, p2) = (free_port(), free_port());
+    let sync_port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let conf = write_conf(
+        &dir,
+        &format!(
+            r#"# a hitch.conf
+frontend = "[127.0.0.1]:{p1}"
+frontend = {{
+    host = "127.0.0.1"
+    port = "{p2}"
+    pem-file = {{ cert = "{own}" }}
+}}
+backend = "[127.0.0.1]:{origin_port}"
+pem-file = "{global}"
+workers = 2
+backlog = 77
+keepalive = 123
+tls-protos = TLSv1.3
+ciphersuites = "TLS_AES_256_GCM_SHA384"
+ecdh-curve = "X25519"
+alpn-protos = "h2,http/1.1"
+sni-nomatch-abort = on
+prefer-server-ciphers = on
+write-proxy-v2 = on
+session-cache = 1000
+ssl-handshake-timeout = 1
+backend-connect-timeout = 2
+log-level = 2
+shared-cache-listen = "[127.0.0.1]:{sync_port}"
+shared-cache-key = "{key}"
+"#,
+            own = own.display(),
+            global = global.display(),
+            origin_port = origin.port,
+            key = key.display(),
+        ),
+    );
+    let shuck = Shuck::start_raw(&["--config", &conf], p1);
+    let log = shuck.log();
+    assert!(log.contains("with 2 worker(s)"), "workers: {log}");
+    assert!(
+        log.contains(&format!("udp 127.0.0.1:{sync_port}")),
+        "replication: {log}"
+    );
+
+    let opts = ClientOpts {
+        sni: Some("global.test".into()),
+        alpn: vec![b"http/1.1".to_vec()],
+        ..ClientOpts::default()
+    };
+    let addr1 = SocketAddr::from(([127, 0, 0, 1], p1));
+    let addr2 = SocketAddr::from(([127, 0, 0, 1], p2));
+    // frontend (string) + pem-file: the global certificate; tls-protos, ciphersuites,
+    // ecdh-curve and alpn-protos as negotiated.
+    let cfg = client_config(&opts);
+    let mut c = connect_with(addr1, &cfg, opts.sni.as_deref()).unwrap();
+    assert_eq!(served_cert(&c), global_der);
+    assert_eq!(
+        c.conn.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_3)
+    );
+    assert_eq!(
+        c.conn.negotiated_cipher_suite().unwrap().suite(),
+        rustls::CipherSuite::TLS13_AES_256_GCM_SHA384
+    );
+    assert_eq!(
+        c.conn.negotiated_key_exchange_group().unwrap().name(),
+        rustls::NamedGroup::X25519
+    );
+    assert_eq!(c.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    // backend + write-proxy-v2: the origin got a PROXY v2 header, then the bytes.
+    echo_roundtrip(&mut c);
+    assert_eq!(&heads.lock().unwrap()[0][..12], b"\r\n\r\n\0\r\nQUIT\n");
+    // session-cache (and tickets): the next connection resumes.
+    drop(c);
+    let c = connect_with(addr1, &cfg, opts.sni.as_deref()).unwrap();
+    assert!(resumed(&c));
+    // frontend block with its own pem-file: that certificate on the second port.
+    let own_opts = ClientOpts {
+        sni: Some("own.test".into()),
+        alpn: vec![b"h2".to_vec()],
+        ..ClientOpts::default()
+    };
+    let c2 = tls_connect(addr2, &own_opts).unwrap();
+    assert_eq!(served_cert(&c2), own_der);
+    // tls-protos: TLS 1.2 is refused.
+    let tls12 = ClientOpts {
+        version: Some(12),
+        ..opts.clone()
+    };
+    assert!(tls_connect(addr1, &tls12).is_err(), "TLS 1.2 accepted");
+    // sni-nomatch-abort: an unknown name is refused.
+    let unknown = ClientOpts {
+        sni: Some("nobody.test".into()),
+        ..opts.clone()
+    };
+    assert!(tls_connect(addr1, &unknown).is_err(), "unknown SNI served");
+    // ssl-handshake-timeout = 1: a silent client is cut after about a second.
+    let mut silent = TcpStream::connect(addr1).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let t = Instant::now();
+    let mut b = [0u8; 1];
+    assert!(matches!(silent.read(&mut b), Ok(0) | Err(_)));
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(800) && waited < Duration::from_secs(3),
+        "handshake timeout took {waited:?}"
+    );
+    // backlog and keepalive, as the kernel sees them.
+    let ss = sh_out(&format!("ss -ltn 'sport = :{p1}'"));
+    assert!(ss.contains(" 77 "), "backlog: {ss}");
+    let _keep = connect_with(addr1, &cfg, opts.sni.as_deref()).unwrap();
+    thread::sleep(Duration::from_millis(100));
+    let ss = sh_out(&format!("ss -tno state established 'sport = :{p1}'"));
+    assert!(ss.contains("keepalive,"), "keepalive: {ss}");
+    let timer: Vec<&str> = ss.matches("keepalive,").collect();
+    assert!(!timer.is_empty());
+    assert!(
+        ss.lines()
+            .any(|l| l.contains("keepalive,2min") || l.contains("keepalive,1min")),
+        "keepalive is not 123 s: {ss}"
+    );
+}
+
+#[test]
+fn the_command_line_wins_over_the_file() {
+    let dir = TempDir::new("conf");
+    let origin = Origin::echo();
+    let p_file = free_port();
+    let p_cli = free_port();
+    let conf = write_conf(
+        &dir,
+        &format!(
+            "frontend = \"[127.0.0.1]:{p_file}\"\nbackend = \"{}\"\nworkers = 2\n",
+            origin.addr()
+        ),
+    );
+    let fe = format!("[127.0.0.1]:{p_cli}");
+    let shuck = Shuck::start_raw(&["--config", &conf, "-f", &fe, "-n", "1"], p_cli);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    echo_roundtrip(&mut c);
+    assert!(shuck.log().contains("with 1 worker(s)"), "{}", shuck.log());
+    assert!(
+        TcpStream::connect(("127.0.0.1", p_file)).is_err(),
+        "the file's frontend is open too"
+    );
+}
+
+#[test]
+fn test_flag_checks_and_exits() {
+    let dir = TempDir::new("conf");
+    let (pem, _) = openssl_cert(&dir, "c", Key::EcP256, &["c.test"]);
+    let good = write_conf(
+        &dir,
+        &format!(
+            "frontend = \"[127.0.0.1]:1443\"\npem-file = \"{}\"\n",
+            pem.display()
+        ),
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["--config", &good, "--test"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("configuration OK") && stdout.contains("1 certificate"),
+        "{stdout}"
+    );
+    // Nothing listens after --test.
+    assert!(TcpStream::connect(("127.0.0.1", 1443)).is_err());
+
+    let missing = dir.path("missing.pem");
+    let bad = write_conf(&dir, &format!("pem-file = \"{}\"\n", missing.display()));
+    let (code, err) = run_to_exit(&["--config", &bad, "-t"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("missing.pem"), "{err}");
+}
+
+#[test]
+fn bad_files_are_named_with_their_line() {
+    let dir = TempDir::new("conf");
+    for (text, needles) in [
+        (
+            "workers = 2\nbogus-key = 1\n",
+            &["line 2", "unknown key \"bogus-key\""][..],
+        ),
+        (
+            "\n\nchroot = \"/var/empty\"\n",
+            &["line 3", "chroot", "does not support"][..],
+        ),
+        ("workers = lots\n", &["line 1", "lots"][..]),
+        ("frontend = \"[127.0.0.1]\"\n", &["line 1", "frontend"][..]),
+        (
+            "frontend = {\n  port = \"443\"\n",
+            &["line 1", "not closed"][..],
+        ),
+        ("ciphers = \"EECDH\n", &["line 1", "unterminated"][..]),
+        (
+            "frontend = {\n host = \"*\"\n port = 1\n tls-protos = TLSv1.3\n}\n",
+            &["line 4", "per frontend"][..],
+        ),
+        ("keepalive = -3\n", &["line 1", "keepalive"][..]),
+    ] {
+        let conf = write_conf(&dir, text);
+        let (code, err) = run_to_exit(&["--config", &conf]);
+        assert_eq!(code, Some(2), "{text:?}: {err}");
+        assert!(err.starts_with("shuck: error: "), "{err}");
+        assert!(
+            err.contains(&conf),
+            "{text:?}: the file is not named: {err}"
+        );
+        for n in needles {
+            assert!(err.contains(n), "{text:?}: {n:?} missing from {err}");
+        }
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let (code, err) = run_to_exit(&["--config", "/nonexistent/shuck.conf"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("/nonexistent/shuck.conf"), "{err}");
+}
