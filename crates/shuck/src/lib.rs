@@ -16,4 +16,5 @@ pub mod proxy;
 pub mod runtime;
 pub mod session;
 pub mod shutdown;
+pub mod stats;
 pub mod tls;

@@ -45,6 +45,14 @@ pub enum StartError {
     /// The built-in origin could not start.
     #[error("cannot start the built-in origin: {0}")]
     Origin(io::Error),
+    /// The metrics port could not be bound.
+    #[error("--stats {addr}: cannot listen: {source}")]
+    Stats {
+        /// The address.
+        addr: SocketAddr,
+        /// The system's reason.
+        source: io::Error,
+    },
     /// Session replication could not start.
     #[error(transparent)]
     Sync(#[from] crate::session::sync::SyncError),
@@ -113,6 +121,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
     }
 
+    let stats_listener = match config.stats {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| StartError::Stats { addr, source })?,
+        ),
+        None => None,
+    };
     let replication = match &config.replication {
         Some(settings) => {
             let r = crate::session::sync::Replication::start(
@@ -171,7 +187,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         forwarding.join(", ")
     );
 
-    let mut counters = Counters::default();
+    let mut counters = Counters::new(config.frontends.len());
     let (trigger, shutdown) = shutdown::channel();
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     for (id, sockets) in per_worker.into_iter().enumerate() {
@@ -199,7 +215,22 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let main_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let frontend_names: Vec<String> = config
+        .frontends
+        .iter()
+        .map(|f| f.endpoint.to_string())
+        .collect();
     main_rt.block_on(async move {
+        if let Some(l) = stats_listener {
+            let exposition = Arc::new(metrics::Exposition {
+                counters: counters.clone(),
+                state: state.clone(),
+                frontends: frontend_names,
+            });
+            let l = tokio::net::TcpListener::from_std(l)?;
+            tracing::info!("metrics at http://{}/metrics", l.local_addr()?);
+            tokio::spawn(crate::stats::serve(l, exposition));
+        }
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;

@@ -204,6 +204,11 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_duration)]
     pub shared_cache_window: Duration,
 
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics. A bare PORT listens on
+    /// 127.0.0.1 only.
+    #[arg(long, value_name = "[ADDR]:PORT")]
+    pub stats: Option<String>,
+
     /// Most client connections open at once over all workers (0: no limit). Beyond it new
     /// connections wait in the kernel's backlog instead of being accepted.
     #[arg(long, value_name = "NUM", default_value_t = 0)]

@@ -152,6 +152,8 @@ pub struct Config {
     pub http: Option<usize>,
     /// Session replication between hosts, when on.
     pub replication: Option<sync::Settings>,
+    /// Where to serve `/metrics`, when asked.
+    pub stats: Option<SocketAddr>,
 }
 
 impl Config {
@@ -293,6 +295,7 @@ impl Config {
             proxy_proxy: cli.proxy_proxy,
             http: cli.http.then_some(cli.max_header_bytes),
             replication,
+            stats: stats_addr(cli)?,
         })
     }
 }
@@ -392,6 +395,25 @@ fn tls_settings(cli: &Cli) -> Result<TlsSettings, ConfigError> {
         prefer_server_ciphers: cli.prefer_server_ciphers,
         sni_nomatch_abort: cli.sni_nomatch_abort,
     })
+}
+
+fn stats_addr(cli: &Cli) -> Result<Option<SocketAddr>, ConfigError> {
+    let Some(spec) = &cli.stats else {
+        return Ok(None);
+    };
+    if let Ok(port) = spec.trim().parse::<u16>() {
+        if port == 0 {
+            return Err(ConfigError::BadAddress {
+                option: "--stats",
+                value: spec.clone(),
+                reason: "the port must be a number from 1 to 65535".into(),
+            });
+        }
+        return Ok(Some(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)));
+    }
+    let ep = Endpoint::parse("--stats", spec)?;
+    let addrs = ep.listen_addrs("--stats")?;
+    Ok(addrs.first().copied())
 }
 
 fn replication(cli: &Cli) -> Result<Option<sync::Settings>, ConfigError> {

@@ -15,7 +15,7 @@ use super::http::{self, Http};
 use super::preamble::{self, Origin, Preamble, TlsFacts};
 use super::relay::{relay, RelayEnd};
 use super::Worker;
-use crate::metrics::WorkerCounters;
+use crate::metrics::{FailReason, Failure, FrontendCounters, WorkerCounters};
 use rustls::HandshakeKind;
 
 /// Keeps the worker's live count right however the connection ends (including a task
@@ -40,7 +40,9 @@ pub async fn serve(
     worker.conn_opened();
     let _live = LiveGuard(&worker);
     let counters = &worker.counters;
-    WorkerCounters::bump(&counters.accepted);
+    let fe_counters = counters.frontend(frontend);
+    WorkerCounters::bump(&fe_counters.accepted);
+    let _closed = ClosedGuard(fe_counters);
     let state = &worker.state;
     let limits = &state.limits;
     let started = Instant::now();
@@ -64,12 +66,12 @@ pub async fn serve(
         match received {
             Ok(Ok((origin, rest))) => (origin, ClientIo::with_prefix(tcp, rest)),
             Ok(Err(e)) => {
-                WorkerCounters::bump(&counters.handshakes_failed);
+                counters.failed(Failure::Reason(FailReason::ProxyHeader));
                 tracing::debug!(client = %peer, error = %e, "PROXY header refused");
                 return;
             }
             Err(_) => {
-                WorkerCounters::bump(&counters.handshakes_failed);
+                counters.failed(Failure::Reason(FailReason::ProxyHeader));
                 tracing::debug!(client = %peer, "no PROXY header within the handshake timeout");
                 return;
             }
@@ -97,7 +99,7 @@ pub async fn serve(
     {
         Ok(s) => s,
         Err(e) => {
-            WorkerCounters::bump(&counters.handshakes_failed);
+            counters.failed(e.failure());
             tracing::debug!(client = %client, error = %e, "handshake failed");
             return;
         }
@@ -114,6 +116,7 @@ pub async fn serve(
         Ok(b) => b,
         Err(e) => {
             WorkerCounters::bump(&counters.backend_failures);
+            WorkerCounters::bump(&fe_counters.refused);
             if e.is_queue() {
                 tracing::debug!(client = %client, error = %e, "no backend slot");
             } else {
@@ -159,6 +162,8 @@ pub async fn serve(
     .await;
 
     // close
+    WorkerCounters::add(&fe_counters.bytes_in, out.client_to_backend);
+    WorkerCounters::add(&fe_counters.bytes_out, out.backend_to_client);
     match &out.end {
         RelayEnd::Error(side, e) => {
             tracing::debug!(client = %client, ?side, error = %e, "connection ended by an error")
@@ -193,6 +198,15 @@ pub async fn serve(
 
 /// How long a closing message (400, 503, close_notify) may take to go out.
 const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Counts the connection closed however `serve` returns.
+struct ClosedGuard<'a>(&'a FrontendCounters);
+
+impl Drop for ClosedGuard<'_> {
+    fn drop(&mut self) {
+        WorkerCounters::bump(&self.0.closed);
+    }
+}
 
 /// The TLS state of a frontend (the global one if the index is unknown).
 fn tls_for(state: &super::ProxyState, frontend: usize) -> &crate::tls::TlsState {

@@ -8,6 +8,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::LazyConfigAcceptor;
 
+use rustls::AlertDescription;
+
+use crate::metrics::{FailReason, Failure};
 use crate::tls::TlsState;
 
 /// Why a handshake did not complete.
@@ -22,6 +25,53 @@ pub enum HandshakeError {
     /// TLS or I/O failure (bad ClientHello, alert, reset).
     #[error("{0}")]
     Io(#[from] io::Error),
+}
+
+impl HandshakeError {
+    /// How to count it: a reason, or the TLS alert sent or received.
+    pub fn failure(&self) -> Failure {
+        match self {
+            HandshakeError::Timeout(_) => Failure::Reason(FailReason::Timeout),
+            HandshakeError::UnknownName(_) => Failure::Reason(FailReason::SniNomatch),
+            HandshakeError::Io(e) => {
+                if let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                    return match tls {
+                        rustls::Error::AlertReceived(a) => Failure::AlertReceived(u8::from(*a)),
+                        other => Failure::AlertSent(u8::from(alert_for(other))),
+                    };
+                }
+                match e.kind() {
+                    io::ErrorKind::UnexpectedEof
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::BrokenPipe => Failure::Reason(FailReason::Closed),
+                    _ => Failure::Reason(FailReason::Other),
+                }
+            }
+        }
+    }
+}
+
+/// The fatal alert rustls sends for an error (its own mapping, for the common cases).
+fn alert_for(e: &rustls::Error) -> AlertDescription {
+    use rustls::Error as E;
+    match e {
+        E::InvalidMessage(_) => AlertDescription::DecodeError,
+        E::PeerIncompatible(rustls::PeerIncompatible::ServerDoesNotSupportTls12Or13)
+        | E::PeerIncompatible(rustls::PeerIncompatible::SupportedVersionsExtensionRequired) => {
+            AlertDescription::ProtocolVersion
+        }
+        E::PeerIncompatible(_) => AlertDescription::HandshakeFailure,
+        E::PeerMisbehaved(_) => AlertDescription::IllegalParameter,
+        E::NoApplicationProtocol => AlertDescription::NoApplicationProtocol,
+        E::NoCertificatesPresented => AlertDescription::CertificateRequired,
+        E::InvalidCertificate(_) => AlertDescription::BadCertificate,
+        E::DecryptError => AlertDescription::DecryptError,
+        E::InappropriateMessage { .. } | E::InappropriateHandshakeMessage { .. } => {
+            AlertDescription::UnexpectedMessage
+        }
+        _ => AlertDescription::InternalError,
+    }
 }
 
 /// A fatal unrecognized_name alert (RFC 8446 §6), as a plaintext record: nothing has been
