@@ -12,7 +12,8 @@ fn main() -> ExitCode {
     let raw: Vec<OsString> = std::env::args_os().collect();
     let cli = match parse(&raw) {
         Ok(cli) => cli,
-        Err(code) => return code,
+        Err(Fail::Printed) => return ExitCode::SUCCESS,
+        Err(Fail::Error(e)) => return fail(&e),
     };
     init_logging(config::log_level(&cli));
     let config = match Config::from_cli(&cli) {
@@ -23,15 +24,29 @@ fn main() -> ExitCode {
         println!("shuck: configuration OK: {}", config.describe());
         return ExitCode::SUCCESS;
     }
-    match shuck::runtime::run(config) {
+    // SIGHUP reads the same command line and file again.
+    let reparse: shuck::runtime::Reparse = Box::new(move || match parse(&raw) {
+        Ok(cli) => Config::from_cli(&cli).map_err(|e| e.to_string()),
+        Err(Fail::Printed) => Err("unexpected --help".into()),
+        Err(Fail::Error(e)) => Err(e),
+    });
+    match shuck::runtime::run(config, reparse) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
 }
 
+/// Why the command line did not give a configuration.
+enum Fail {
+    /// --help or --version: printed, exit 0.
+    Printed,
+    /// One line naming what is wrong.
+    Error(String),
+}
+
 /// The command line, with `--config`'s file read in first (flags given on the command
 /// line win over the file's keys).
-fn parse(raw: &[OsString]) -> Result<Cli, ExitCode> {
+fn parse(raw: &[OsString]) -> Result<Cli, Fail> {
     let matches = Cli::command()
         .try_get_matches_from(raw)
         .map_err(clap_fail)?;
@@ -40,7 +55,8 @@ fn parse(raw: &[OsString]) -> Result<Cli, ExitCode> {
         return Ok(cli);
     };
     let on_command_line = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
-    let from_file = config::file::load(path, &on_command_line).map_err(|e| fail(&e))?;
+    let from_file =
+        config::file::load(path, &on_command_line).map_err(|e| Fail::Error(e.to_string()))?;
     let mut all: Vec<OsString> = raw.iter().take(1).cloned().collect();
     all.extend(from_file.into_iter().map(OsString::from));
     all.extend(raw.iter().skip(1).cloned());
@@ -50,18 +66,17 @@ fn parse(raw: &[OsString]) -> Result<Cli, ExitCode> {
     Cli::from_arg_matches(&matches).map_err(clap_fail)
 }
 
-fn clap_fail(e: clap::Error) -> ExitCode {
+fn clap_fail(e: clap::Error) -> Fail {
     use clap::error::ErrorKind;
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         let _ = e.print();
-        return ExitCode::SUCCESS;
+        return Fail::Printed;
     }
     // clap's own rendering spans several lines; keep the first, which names the fault.
     let rendered = e.render().to_string();
     let first = rendered.lines().next().unwrap_or("bad command line");
     let first = first.strip_prefix("error: ").unwrap_or(first);
-    eprintln!("shuck: error: {first} (see shuck --help)");
-    ExitCode::from(2)
+    Fail::Error(format!("{first} (see shuck --help)"))
 }
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {

@@ -310,8 +310,8 @@ pub struct Exposition {
     pub counters: Counters,
     /// The shared state (cache, tickets, replication, backends).
     pub state: Arc<ProxyState>,
-    /// Frontend names, by index, for labels.
-    pub frontends: Vec<String>,
+    /// Frontend names, by counter slot, for labels (reloads add frontends).
+    pub frontends: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 type Enc<'a> = DescriptorEncoder<'a>;
@@ -355,11 +355,8 @@ fn as_i64(n: u64) -> i64 {
 impl prometheus_client::collector::Collector for Exposition {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         let t = self.counters.totals();
-        let fe: Vec<[(&str, &str); 1]> = self
-            .frontends
-            .iter()
-            .map(|n| [("frontend", n.as_str())])
-            .collect();
+        let names = self.frontends.lock().map(|n| n.clone()).unwrap_or_default();
+        let fe: Vec<[(&str, &str); 1]> = names.iter().map(|n| [("frontend", n.as_str())]).collect();
         let per_fe = |col: usize| -> Vec<(&[(&str, &str)], u64)> {
             fe.iter()
                 .zip(&t.frontends)

@@ -256,7 +256,9 @@ pub fn to_args(
         line: Some(line),
         reason,
     };
-    let cmd = Cli::command();
+    let mut cmd = Cli::command();
+    // Resolve each argument's number of values (an on|off option, or a plain switch).
+    cmd.build();
     let mut args = Vec::new();
     let mut pems = Vec::new();
     for e in entries {
@@ -308,7 +310,8 @@ pub fn to_args(
                     continue;
                 }
                 let value = scalar(k)?;
-                let one = if arg.get_action().takes_values() {
+                let takes_value = arg.get_num_args().is_some_and(|n| n.max_values() > 0);
+                let one = if takes_value {
                     format!("--{k}={value}")
                 } else {
                     // A plain switch (e.g. no-tickets): on/off in the file.
@@ -482,6 +485,7 @@ workers = 2
 prefer-server-ciphers = on
 ciphers = "EECDH+AESGCM"
 no-tickets = on
+tickets = off
 "#,
         )
         .unwrap();
@@ -496,6 +500,7 @@ no-tickets = on
                 "--prefer-server-ciphers=on",
                 "--ciphers=EECDH+AESGCM",
                 "--no-tickets",
+                "--tickets=off",
                 "/c.pem"
             ]
         );

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::io::AsyncWriteExt;
@@ -14,7 +15,7 @@ use super::handshake::handshake;
 use super::http::{self, Http};
 use super::preamble::{self, Origin, Preamble, TlsFacts};
 use super::relay::{relay, RelayEnd};
-use super::Worker;
+use super::{FrontendState, Worker};
 use crate::metrics::{FailReason, Failure, FrontendCounters, WorkerCounters};
 use rustls::HandshakeKind;
 
@@ -32,7 +33,7 @@ impl Drop for LiveGuard<'_> {
 /// when the connection ends.
 pub async fn serve(
     worker: Rc<Worker>,
-    frontend: usize,
+    frontend: Arc<FrontendState>,
     mut tcp: TcpStream,
     peer: SocketAddr,
     _permit: Option<OwnedSemaphorePermit>,
@@ -40,7 +41,9 @@ pub async fn serve(
     worker.conn_opened();
     let _live = LiveGuard(&worker);
     let counters = &worker.counters;
-    let fe_counters = counters.frontend(frontend);
+    let fe_counters = counters.frontend(frontend.slot);
+    // This connection keeps the TLS state it started with, whatever reloads happen.
+    let tls_state = frontend.tls.load_full();
     WorkerCounters::bump(&fe_counters.accepted);
     let _closed = ClosedGuard(fe_counters);
     let state = &worker.state;
@@ -90,13 +93,7 @@ pub async fn serve(
 
     // handshake: boxed, because its state (ClientHello acceptor and mid-handshake stream,
     // ~3 KB) would otherwise stay reserved in this task for the connection's whole life.
-    let mut tls = match Box::pin(handshake(
-        io,
-        tls_for(state, frontend),
-        limits.handshake_timeout,
-    ))
-    .await
-    {
+    let mut tls = match Box::pin(handshake(io, &tls_state, limits.handshake_timeout)).await {
         Ok(s) => s,
         Err(e) => {
             counters.failed(e.failure());
@@ -206,11 +203,6 @@ impl Drop for ClosedGuard<'_> {
     fn drop(&mut self) {
         WorkerCounters::bump(&self.0.closed);
     }
-}
-
-/// The TLS state of a frontend (the global one if the index is unknown).
-fn tls_for(state: &super::ProxyState, frontend: usize) -> &crate::tls::TlsState {
-    state.frontend_tls.get(frontend).unwrap_or(&state.tls)
 }
 
 fn version_name(v: Option<rustls::ProtocolVersion>) -> Option<&'static str> {

@@ -10,7 +10,9 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 
-use super::{conn, Worker};
+use std::sync::Arc;
+
+use super::{conn, FrontendState, Worker};
 use crate::shutdown::Shutdown;
 
 /// How long a worker pauses accepting when the system is out of descriptors or buffers:
@@ -47,9 +49,10 @@ fn new_socket(addr: SocketAddr) -> io::Result<Socket> {
 /// Accepts connections on `listener` until shutdown, spawning one task per connection.
 pub async fn accept_loop(
     listener: TcpListener,
-    frontend: usize,
+    frontend: Arc<FrontendState>,
     worker: Rc<Worker>,
     mut shutdown: Shutdown,
+    mut stop: Shutdown,
 ) {
     let local = listener.local_addr().ok();
     let mut exhausted_logged = false;
@@ -68,12 +71,22 @@ pub async fn accept_loop(
         let accepted = tokio::select! {
             biased;
             _ = shutdown.recv() => return,
+            _ = stop.recv() => {
+                tracing::debug!(worker = worker.id, frontend = %frontend.name, "frontend removed: closing its socket");
+                return;
+            }
             r = listener.accept() => r,
         };
         match accepted {
             Ok((tcp, peer)) => {
                 exhausted_logged = false;
-                tokio::task::spawn_local(conn::serve(worker.clone(), frontend, tcp, peer, permit));
+                tokio::task::spawn_local(conn::serve(
+                    worker.clone(),
+                    frontend.clone(),
+                    tcp,
+                    peer,
+                    permit,
+                ));
             }
             Err(e) if is_exhaustion(&e) => {
                 if !exhausted_logged {

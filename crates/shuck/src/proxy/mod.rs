@@ -13,6 +13,7 @@ pub mod relay;
 use std::cell::Cell;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::backend::{Picker, Pool};
@@ -43,8 +44,33 @@ pub struct ProxyState {
     /// Session replication between hosts, when on (kept here so it runs as long as the
     /// workers do).
     pub replication: Option<crate::session::sync::Replication>,
-    /// Per frontend (by index), the TLS state its connections use.
-    pub frontend_tls: Vec<Arc<TlsState>>,
+}
+
+/// A frontend as the workers see it. A reload swaps its TLS state: connections accepted
+/// afterwards use the new one, live ones keep theirs.
+#[derive(Debug)]
+pub struct FrontendState {
+    /// The endpoint as written, for logs and metrics.
+    pub name: String,
+    /// Its row in the workers' per-frontend counters.
+    pub slot: usize,
+    /// Certificates and rustls configuration for its new connections.
+    pub tls: ArcSwap<TlsState>,
+}
+
+/// What the main thread tells a worker.
+#[derive(Debug)]
+pub enum Control {
+    /// Accept on this socket for this frontend until `stop` (the frontend was removed by a
+    /// reload) or shutdown.
+    Listen {
+        /// The frontend.
+        frontend: Arc<FrontendState>,
+        /// This worker's SO_REUSEPORT socket for it.
+        listener: std::net::TcpListener,
+        /// Fired when a reload removes the frontend.
+        stop: crate::shutdown::Shutdown,
+    },
 }
 
 /// One worker's view: the shared state plus its own bookkeeping (single-threaded, so plain

@@ -1,6 +1,6 @@
 //! The process: bind every socket, start one worker thread per core (each with its own
 //! single-threaded runtime and SO_REUSEPORT sockets, stud's process-per-core model without
-//! processes), then wait for signals and drain.
+//! processes), then wait for signals: SIGHUP reloads ([`reload`]), SIGTERM drains.
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,9 +14,14 @@ use tokio::sync::{mpsc, Semaphore};
 use crate::backend::{Pool, PoolLimits, Server};
 use crate::config::{BackendTarget, Config};
 use crate::metrics::{self, Counters};
-use crate::proxy::{listener, ProxyState, Worker};
+use crate::proxy::{listener, Control, ProxyState, Worker};
 use crate::shutdown::{self, Shutdown};
 use crate::tls::{TlsError, TlsState};
+
+mod frontends;
+mod reload;
+
+use frontends::Frontends;
 
 /// Why shuck could not start serving.
 #[derive(Debug, thiserror::Error)]
@@ -61,8 +66,12 @@ pub enum StartError {
     System(#[from] io::Error),
 }
 
-/// Serves `config` until SIGTERM/SIGINT and the drain that follows.
-pub fn run(config: Config) -> Result<(), StartError> {
+/// Re-reads the configuration for a reload (SIGHUP): the same command line and file.
+pub type Reparse = Box<dyn Fn() -> Result<Config, String>>;
+
+/// Serves `config` until SIGTERM/SIGINT and the drain that follows; SIGHUP calls `reparse`
+/// and applies what it returns.
+pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
     raise_nofile_limit();
     let tls = Arc::new(TlsState::build(&config.tls, &config.certs)?);
     let servers = match &config.backend {
@@ -91,36 +100,23 @@ pub fn run(config: Config) -> Result<(), StartError> {
         },
     );
 
-    // Each frontend's TLS state: its own certificates, or the global ones.
-    let frontend_tls = config
-        .frontends
-        .iter()
-        .map(|fe| {
-            if fe.certs.is_empty() {
-                Ok(tls.clone())
-            } else {
-                tls.for_frontend(&config.tls, &fe.certs).map(Arc::new)
-            }
-        })
-        .collect::<Result<Vec<_>, TlsError>>()?;
-
     // Bind everything before serving anything, so a taken port is a clean start failure.
-    let mut per_worker: Vec<Vec<(usize, std::net::TcpListener)>> =
-        (0..config.workers).map(|_| Vec::new()).collect();
-    let mut listening = Vec::new();
-    for (fe_index, fe) in config.frontends.iter().enumerate() {
-        for &addr in &fe.addrs {
-            let frontend = fe.endpoint.to_string();
-            listener::check_free(addr).map_err(|source| classify_bind(&frontend, addr, source))?;
-            for sockets in per_worker.iter_mut() {
-                let l = listener::bind(addr, config.backlog)
-                    .map_err(|source| classify_bind(&frontend, addr, source))?;
-                sockets.push((fe_index, l));
-            }
-            listening.push(format!("{frontend} ({addr})"));
-        }
+    let mut controls = Vec::new();
+    let mut control_rxs = Vec::new();
+    for _ in 0..config.workers {
+        let (tx, rx) = mpsc::unbounded_channel::<Control>();
+        controls.push(tx);
+        control_rxs.push(rx);
     }
-
+    let mut frontends = Frontends::new(controls, config.backlog);
+    for fe in &config.frontends {
+        let fe_tls = if fe.certs.is_empty() {
+            tls.clone()
+        } else {
+            Arc::new(tls.for_frontend(&config.tls, &fe.certs)?)
+        };
+        frontends.open(fe, fe_tls)?;
+    }
     let stats_listener = match config.stats {
         Some(addr) => Some(
             std::net::TcpListener::bind(addr)
@@ -167,7 +163,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     }
     let forwarding: Vec<String> = pool.servers().iter().map(|s| s.name().to_owned()).collect();
     let state = Arc::new(ProxyState {
-        tls,
+        tls: tls.clone(),
         pool,
         preamble: config.preamble,
         proxy_proxy: config.proxy_proxy,
@@ -177,20 +173,19 @@ pub fn run(config: Config) -> Result<(), StartError> {
             .then(|| Arc::new(Semaphore::new(config.limits.max_conns))),
         log_connections: config.log_connections,
         replication,
-        frontend_tls,
     });
     tracing::info!(
         "shuck {} listening on {} with {} worker(s), forwarding to {}",
         env!("CARGO_PKG_VERSION"),
-        listening.join(", "),
+        frontends.describe().join(", "),
         config.workers,
         forwarding.join(", ")
     );
 
-    let mut counters = Counters::new(config.frontends.len());
+    let mut counters = Counters::new(frontends::MAX_SLOTS);
     let (trigger, shutdown) = shutdown::channel();
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
-    for (id, sockets) in per_worker.into_iter().enumerate() {
+    for (id, control) in control_rxs.into_iter().enumerate() {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -205,7 +200,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 let local = tokio::task::LocalSet::new();
                 local.block_on(
                     &rt,
-                    worker_main(Worker::new(id, state, mine), sockets, shutdown, drain),
+                    worker_main(Worker::new(id, state, mine), control, shutdown, drain),
                 );
                 drop(done);
             })?;
@@ -215,17 +210,13 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let main_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let frontend_names: Vec<String> = config
-        .frontends
-        .iter()
-        .map(|f| f.endpoint.to_string())
-        .collect();
+    let mut reloader = reload::Reloader::new(config, reparse, tls);
     main_rt.block_on(async move {
         if let Some(l) = stats_listener {
             let exposition = Arc::new(metrics::Exposition {
                 counters: counters.clone(),
                 state: state.clone(),
-                frontends: frontend_names,
+                frontends: frontends.names.clone(),
             });
             let l = tokio::net::TcpListener::from_std(l)?;
             tracing::info!("metrics at http://{}/metrics", l.local_addr()?);
@@ -240,7 +231,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => reload(&state),
+                _ = hup.recv() => reloader.reload(&mut frontends),
                 _ = report.tick() => tracing::debug!("{}", metrics::summary(&counters, &state)),
                 _ = done_rx.recv() => {
                     tracing::error!("workers stopped unexpectedly");
@@ -265,53 +256,44 @@ pub fn run(config: Config) -> Result<(), StartError> {
 /// How often the counters are logged (at debug level).
 const STATS_EVERY: Duration = Duration::from_secs(10);
 
-/// SIGHUP: re-read what can be re-read today (ticket keys); the rest waits for the
-/// configuration-reload work.
-fn reload(state: &ProxyState) {
-    match &state.tls.tickets {
-        Some(keys) if keys.file().is_some() => match keys.reload() {
-            Ok(n) => tracing::info!(
-                "SIGHUP: {n} ticket key(s) reloaded from {}",
-                keys.file()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            ),
-            Err(e) => tracing::error!("SIGHUP: {e}; the ticket keys in use stay"),
-        },
-        _ => {
-            tracing::warn!("SIGHUP received: only --ticket-keys is reloaded for now; nothing to do")
-        }
-    }
-}
-
 fn exit_now() {
     tracing::warn!("second signal: exiting now");
     std::process::exit(1);
 }
 
-/// One worker: accept on its sockets until shutdown, then wait for its connections up to
-/// the drain deadline. Tasks still running then are dropped with the runtime.
+/// One worker: accept on the sockets the main thread sends (at start and on reloads) until
+/// shutdown, then wait for its connections up to the drain deadline. Tasks still running
+/// then are dropped with the runtime.
 async fn worker_main(
     worker: Worker,
-    sockets: Vec<(usize, std::net::TcpListener)>,
+    mut control: mpsc::UnboundedReceiver<Control>,
     mut shutdown: Shutdown,
     drain: Duration,
 ) {
     let worker = Rc::new(worker);
-    for (frontend, s) in sockets {
-        match tokio::net::TcpListener::from_std(s) {
-            Ok(l) => {
-                tokio::task::spawn_local(listener::accept_loop(
-                    l,
-                    frontend,
-                    worker.clone(),
-                    shutdown.clone(),
-                ));
-            }
-            Err(e) => tracing::error!(worker = worker.id, error = %e, "cannot register a listener"),
+    loop {
+        tokio::select! {
+            _ = shutdown.recv() => break,
+            c = control.recv() => match c {
+                Some(Control::Listen { frontend, listener: s, stop }) => {
+                    match tokio::net::TcpListener::from_std(s) {
+                        Ok(l) => {
+                            tokio::task::spawn_local(listener::accept_loop(
+                                l,
+                                frontend,
+                                worker.clone(),
+                                shutdown.clone(),
+                                stop,
+                            ));
+                        }
+                        Err(e) => tracing::error!(worker = worker.id, error = %e, "cannot register a listener"),
+                    }
+                }
+                // The main thread is gone: as good as a shutdown.
+                None => break,
+            },
         }
     }
-    shutdown.recv().await;
     if tokio::time::timeout(drain, worker.all_closed())
         .await
         .is_err()

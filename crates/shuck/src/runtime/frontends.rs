@@ -1,0 +1,127 @@
+//! The set of frontends being served: binds each one's SO_REUSEPORT sockets (one per
+//! worker) and hands them to the workers; a reload updates a frontend's TLS state in place,
+//! opens new frontends and closes removed ones.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::StartError;
+use crate::config::Frontend;
+use crate::proxy::{listener, Control, FrontendState};
+use crate::shutdown::{self, Trigger};
+use crate::tls::TlsState;
+
+/// Most distinct frontends over the life of the process (each has a row of counters).
+pub const MAX_SLOTS: usize = 256;
+
+struct Live {
+    state: Arc<FrontendState>,
+    addrs: Vec<SocketAddr>,
+    stop: Trigger,
+}
+
+/// Frontends being served, and the way to the workers.
+pub struct Frontends {
+    live: Vec<Live>,
+    /// Names by counter slot, shared with the metrics.
+    pub names: Arc<Mutex<Vec<String>>>,
+    workers: Vec<UnboundedSender<Control>>,
+    backlog: u32,
+}
+
+impl Frontends {
+    /// An empty set for these workers.
+    pub fn new(workers: Vec<UnboundedSender<Control>>, backlog: u32) -> Self {
+        Frontends {
+            live: Vec::new(),
+            names: Arc::new(Mutex::new(Vec::new())),
+            workers,
+            backlog,
+        }
+    }
+
+    /// `frontend (address)` for each listening address.
+    pub fn describe(&self) -> Vec<String> {
+        self.live
+            .iter()
+            .flat_map(|l| {
+                l.addrs
+                    .iter()
+                    .map(move |a| format!("{} ({a})", l.state.name))
+            })
+            .collect()
+    }
+
+    /// Binds a frontend on every worker and starts accepting on it.
+    pub fn open(&mut self, fe: &Frontend, tls: Arc<TlsState>) -> Result<(), StartError> {
+        let name = fe.endpoint.to_string();
+        let mut sockets = Vec::new();
+        for &addr in &fe.addrs {
+            listener::check_free(addr)
+                .map_err(|source| super::classify_bind(&name, addr, source))?;
+            for _ in &self.workers {
+                let l = listener::bind(addr, self.backlog)
+                    .map_err(|source| super::classify_bind(&name, addr, source))?;
+                sockets.push(l);
+            }
+        }
+        let slot = self.slot(&name)?;
+        let state = Arc::new(FrontendState {
+            name,
+            slot,
+            tls: ArcSwap::new(tls),
+        });
+        let (stop, stopped) = shutdown::channel();
+        let per_worker = self.workers.len().max(1);
+        for (i, l) in sockets.into_iter().enumerate() {
+            let worker = &self.workers[i % per_worker];
+            // A worker that is gone is gone for good; shutdown is under way.
+            let _ = worker.send(Control::Listen {
+                frontend: state.clone(),
+                listener: l,
+                stop: stopped.clone(),
+            });
+        }
+        self.live.push(Live {
+            state,
+            addrs: fe.addrs.clone(),
+            stop,
+        });
+        Ok(())
+    }
+
+    fn slot(&self, name: &str) -> Result<usize, StartError> {
+        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = names.iter().position(|n| n == name) {
+            return Ok(i);
+        }
+        if names.len() >= MAX_SLOTS {
+            return Err(StartError::System(std::io::Error::other(format!(
+                "more than {MAX_SLOTS} distinct frontends over the life of the process; restart shuck"
+            ))));
+        }
+        names.push(name.to_owned());
+        Ok(names.len() - 1)
+    }
+
+    /// The frontend serving `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&Arc<FrontendState>> {
+        self.live.iter().map(|l| &l.state).find(|s| s.name == name)
+    }
+
+    /// Names of the frontends served now.
+    pub fn names_live(&self) -> Vec<String> {
+        self.live.iter().map(|l| l.state.name.clone()).collect()
+    }
+
+    /// Stops accepting on a frontend; its live connections go on.
+    pub fn close(&mut self, name: &str) {
+        if let Some(i) = self.live.iter().position(|l| l.state.name == name) {
+            let l = self.live.remove(i);
+            l.stop.fire();
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! SIGHUP: read the configuration again (the same command line and file), load every
+//! certificate, key and ticket-key file, and only when all of it is good, apply it: each
+//! frontend's TLS state is swapped (new connections use the new one, live connections keep
+//! theirs), frontends that appeared are opened, those that disappeared are closed. A reload
+//! that fails anywhere changes nothing and says why. Settings that only a restart can
+//! change (workers, backends, timeouts, ...) are named in a warning.
+
+use std::sync::Arc;
+
+use super::frontends::Frontends;
+use super::Reparse;
+use crate::config::{BackendTarget, Config};
+use crate::tls::TlsState;
+
+/// Holds what a reload compares against and builds from.
+pub struct Reloader {
+    current: Config,
+    reparse: Reparse,
+    /// The TLS state built at start: its session cache and ticket keys live for the process.
+    base: Arc<TlsState>,
+}
+
+impl Reloader {
+    /// Starts from the configuration being served.
+    pub fn new(current: Config, reparse: Reparse, base: Arc<TlsState>) -> Self {
+        Reloader {
+            current,
+            reparse,
+            base,
+        }
+    }
+
+    /// Re-reads and applies the configuration, or keeps the running one and logs why.
+    pub fn reload(&mut self, frontends: &mut Frontends) {
+        let new = match (self.reparse)() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("SIGHUP: configuration refused, the running one stays: {e}");
+                return;
+            }
+        };
+        // Session cache and ticket keys outlive reloads: resumption goes on across them.
+        let mut settings = new.tls.clone();
+        settings.tickets = self.base.tickets.clone();
+        let mut built = Vec::with_capacity(new.frontends.len());
+        for fe in &new.frontends {
+            let certs = if fe.certs.is_empty() {
+                &new.certs
+            } else {
+                &fe.certs
+            };
+            match self.base.for_frontend(&settings, certs) {
+                Ok(t) => built.push(Arc::new(t)),
+                Err(e) => {
+                    tracing::error!(
+                        "SIGHUP: frontend {}: {e}; the running configuration stays",
+                        fe.endpoint
+                    );
+                    return;
+                }
+            }
+        }
+        if let Some(keys) = &self.base.tickets {
+            if keys.file().is_some() {
+                match keys.reload() {
+                    Ok(n) => tracing::info!("SIGHUP: {n} ticket key(s) reloaded"),
+                    Err(e) => {
+                        tracing::error!("SIGHUP: {e}; the running configuration stays");
+                        return;
+                    }
+                }
+            }
+        }
+
+        // Everything loaded: apply.
+        let before = frontends.names_live();
+        let mut opened = Vec::new();
+        for (fe, tls) in new.frontends.iter().zip(built) {
+            let name = fe.endpoint.to_string();
+            match frontends.get(&name) {
+                Some(live) => live.tls.store(tls),
+                None => match frontends.open(fe, tls) {
+                    Ok(()) => opened.push(name),
+                    Err(e) => tracing::error!("SIGHUP: cannot open frontend {name}: {e}"),
+                },
+            }
+        }
+        let wanted: Vec<String> = new
+            .frontends
+            .iter()
+            .map(|f| f.endpoint.to_string())
+            .collect();
+        let mut closed = Vec::new();
+        for name in before.iter().filter(|n| !wanted.contains(n)) {
+            frontends.close(name);
+            closed.push(name.clone());
+        }
+        let changed: Vec<&str> = restart_only(&self.current)
+            .into_iter()
+            .zip(restart_only(&new))
+            .filter(|(a, b)| a != b)
+            .map(|(a, _)| a.0)
+            .collect();
+        if !changed.is_empty() {
+            tracing::warn!(
+                "SIGHUP: {} changed; restart shuck to apply (the running values stay)",
+                changed.join(", ")
+            );
+        }
+        tracing::info!(
+            "SIGHUP: configuration reloaded: {} frontend(s), {} certificate(s){}{}",
+            wanted.len(),
+            new.certs.len(),
+            if opened.is_empty() {
+                String::new()
+            } else {
+                format!(", opened {}", opened.join(", "))
+            },
+            if closed.is_empty() {
+                String::new()
+            } else {
+                format!(", closed {}", closed.join(", "))
+            }
+        );
+        self.current = new;
+    }
+}
+
+/// Settings a reload cannot change, by name, as comparable text.
+fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
+    vec![
+        ("workers", c.workers.to_string()),
+        (
+            "backends",
+            match &c.backend {
+                BackendTarget::Servers(s) => s
+                    .iter()
+                    .map(|b| format!("{}/{:?}/{}", b.endpoint, b.maxconn, b.weight))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                BackendTarget::BuiltinOrigin => "built-in".into(),
+            },
+        ),
+        ("timeouts and limits", format!("{:?}", c.limits)),
+        ("backlog", c.backlog.to_string()),
+        ("write-proxy/write-ip", format!("{:?}", c.preamble)),
+        ("proxy-proxy", c.proxy_proxy.to_string()),
+        ("http", format!("{:?}", c.http)),
+        ("session-cache", c.tls.session_cache.to_string()),
+        (
+            "tickets",
+            format!(
+                "{:?}",
+                c.tls
+                    .tickets
+                    .as_ref()
+                    .map(|t| t.file().map(|p| p.to_owned()))
+            ),
+        ),
+        (
+            "replication",
+            format!(
+                "{:?}",
+                c.replication.as_ref().map(|r| (r.listen, r.peers.clone()))
+            ),
+        ),
+        ("stats", format!("{:?}", c.stats)),
+    ]
+}
