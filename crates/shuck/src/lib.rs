@@ -17,4 +17,5 @@ pub mod runtime;
 pub mod session;
 pub mod shutdown;
 pub mod stats;
+pub mod system;
 pub mod tls;

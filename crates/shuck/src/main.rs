@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 use shuck::config::{self, Cli, Config};
+use shuck::system::log::{self, Sink};
 
 fn main() -> ExitCode {
     let raw: Vec<OsString> = std::env::args_os().collect();
@@ -15,7 +16,17 @@ fn main() -> ExitCode {
         Err(Fail::Printed) => return ExitCode::SUCCESS,
         Err(Fail::Error(e)) => return fail(&e),
     };
-    init_logging(config::log_level(&cli));
+    let sink = match log_sink(&cli) {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    let to_stderr = matches!(sink, Sink::Stderr);
+    init_logging(config::log_level(&cli), sink);
+    if cli.daemon && to_stderr && !cli.test {
+        tracing::warn!(
+            "--daemon without --syslog or --log-filename: nothing will be logged once detached"
+        );
+    }
     let config = match Config::from_cli(&cli) {
         Ok(c) => c,
         Err(e) => return fail(&e),
@@ -32,7 +43,13 @@ fn main() -> ExitCode {
     });
     match shuck::runtime::run(config, reparse) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e),
+        Err(e) => {
+            // After --daemon, stderr is /dev/null: the log is where the operator looks.
+            if !to_stderr {
+                tracing::error!("{e}");
+            }
+            fail(&e)
+        }
     }
 }
 
@@ -84,12 +101,29 @@ fn fail(e: &dyn std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn init_logging(level: tracing::level_filters::LevelFilter) {
+/// stderr, `--log-filename` or `--syslog`.
+fn log_sink(cli: &Cli) -> Result<Sink, String> {
+    if cli.syslog && cli.log_filename.is_some() {
+        return Err("--syslog and --log-filename: choose one".into());
+    }
+    if let Some(path) = &cli.log_filename {
+        return Sink::file(path).map_err(|e| e.to_string());
+    }
+    if cli.syslog {
+        let facility =
+            log::facility(&cli.syslog_facility).map_err(|e| format!("--syslog-facility: {e}"))?;
+        return Sink::syslog(facility).map_err(|e| e.to_string());
+    }
+    Ok(Sink::Stderr)
+}
+
+fn init_logging(level: tracing::level_filters::LevelFilter, sink: Sink) {
     use std::io::IsTerminal;
+    let ansi = matches!(sink, Sink::Stderr) && std::io::stderr().is_terminal();
     tracing_subscriber::fmt()
         .with_max_level(level)
         .with_target(false)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_writer(sink)
         .init();
 }

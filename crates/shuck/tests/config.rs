@@ -61,6 +61,8 @@ fn every_supported_hitch_key_is_applied() {
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     let (origin, heads) = recording_origin();
+    let pidfile = dir.path("shuck.pid");
+    let root = sh_out("id -u").trim() == "0";
     let (p1, p2) = (free_port(), free_port());
     let sync_port = std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -95,16 +97,33 @@ backend-connect-timeout = 2
 log-level = 2
 shared-cache-listen = "[127.0.0.1]:{sync_port}"
 shared-cache-key = "{key}"
+pidfile = "{pidfile}"
+{privileges}
 "#,
             own = own.display(),
             global = global.display(),
             origin_port = origin.port,
             key = key.display(),
+            pidfile = pidfile.display(),
+            privileges = if root {
+                "user = \"nobody\"\ngroup = \"nogroup\""
+            } else {
+                ""
+            },
         ),
     );
     let shuck = Shuck::start_raw(&["--config", &conf], p1);
     let log = shuck.log();
     assert!(log.contains("with 2 worker(s)"), "workers: {log}");
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    assert_eq!(pid.trim(), shuck.pid().to_string(), "pidfile");
+    if root {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", shuck.pid())).unwrap();
+        assert!(status.contains("Uid:\t65534\t65534"), "user: {status}");
+        assert!(status.contains("Gid:\t65534\t65534"), "group: {status}");
+    } else {
+        eprintln!("SKIP: user and group keys not checked (not root)");
+    }
     assert!(
         log.contains(&format!("udp 127.0.0.1:{sync_port}")),
         "replication: {log}"
@@ -255,8 +274,8 @@ fn bad_files_are_named_with_their_line() {
             &["line 2", "unknown key \"bogus-key\""][..],
         ),
         (
-            "\n\nchroot = \"/var/empty\"\n",
-            &["line 3", "chroot", "does not support"][..],
+            "\n\nocsp-dir = \"/var/lib/shuck\"\n",
+            &["line 3", "ocsp-dir", "does not support"][..],
         ),
         ("workers = lots\n", &["line 1", "lots"][..]),
         ("frontend = \"[127.0.0.1]\"\n", &["line 1", "frontend"][..]),

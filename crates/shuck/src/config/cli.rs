@@ -234,6 +234,42 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
+    /// After binding the ports and reading the keys, run as this user (shuck must start as
+    /// root). Reloads then read files as this user.
+    #[arg(short = 'u', long, value_name = "USER")]
+    pub user: Option<String>,
+
+    /// Run as this group (default: the primary group of the user).
+    #[arg(short = 'g', long, value_name = "GROUP")]
+    pub group: Option<String>,
+
+    /// Chroot into DIR after binding and reading keys (reloads then see paths inside DIR).
+    #[arg(short = 'r', long, value_name = "DIR")]
+    pub chroot: Option<PathBuf>,
+
+    /// Detach from the terminal once the ports are bound (log with --syslog or
+    /// --log-filename).
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub daemon: bool,
+
+    /// Write the process id to FILE (removed at exit).
+    #[arg(short = 'p', long, value_name = "FILE")]
+    pub pidfile: Option<PathBuf>,
+
+    /// Log to syslog (/dev/log) instead of stderr.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub syslog: bool,
+
+    /// syslog facility (daemon, local0 … local7, user, ...).
+    #[arg(long, value_name = "FACILITY", default_value = "daemon")]
+    pub syslog_facility: String,
+
+    /// Append log lines to FILE instead of stderr.
+    #[arg(long, value_name = "FILE")]
+    pub log_filename: Option<PathBuf>,
+
     /// Log level: 0 (silence), 1 (errors), 2 (info) as in hitch, or a name: off, error,
     /// warn, info, debug, trace.
     #[arg(short = 'L', long, value_name = "LEVEL", default_value = "info", value_parser = parse_log_level)]

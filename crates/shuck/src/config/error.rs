@@ -46,6 +46,9 @@ pub enum ConfigError {
     /// Replication settings (the key file).
     #[error(transparent)]
     Sync(#[from] crate::session::sync::SyncError),
+    /// Users, groups, directories.
+    #[error(transparent)]
+    System(#[from] crate::system::SystemError),
     /// Certificates, keys or TLS parameters.
     #[error(transparent)]
     Tls(#[from] TlsError),

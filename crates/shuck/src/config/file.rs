@@ -222,13 +222,6 @@ const HITCH_UNSUPPORTED: &[&str] = &[
     "ocsp-connect-tmo",
     "ocsp-refresh-interval",
     "ocsp-verify-staple",
-    "user",
-    "group",
-    "chroot",
-    "daemon",
-    "syslog",
-    "syslog-facility",
-    "log-filename",
     "tcp-fastopen",
     "recv-bufsize",
     "send-bufsize",
@@ -510,7 +503,7 @@ tickets = off
     fn errors_name_the_line() {
         for (text, line, needle) in [
             ("workers = 2\nbogus = 1\n", 2, "unknown key \"bogus\""),
-            ("\n\nuser = \"nobody\"\n", 3, "user is a hitch setting"),
+            ("\n\nocsp-dir = \"/x\"\n", 3, "ocsp-dir is a hitch setting"),
             ("workers = many\n", 1, "many"),
             ("backlog = \n", 1, "no value"),
             ("frontend = \"[1.2.3.4]\"\n", 1, "frontend"),

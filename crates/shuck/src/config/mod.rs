@@ -154,6 +154,12 @@ pub struct Config {
     pub replication: Option<sync::Settings>,
     /// Where to serve `/metrics`, when asked.
     pub stats: Option<SocketAddr>,
+    /// Whom to become after binding (`--user`, `--group`, `--chroot`).
+    pub privileges: crate::system::privileges::Target,
+    /// Detach from the terminal.
+    pub daemon: bool,
+    /// Where to write the process id.
+    pub pidfile: Option<PathBuf>,
 }
 
 impl Config {
@@ -296,6 +302,13 @@ impl Config {
             http: cli.http.then_some(cli.max_header_bytes),
             replication,
             stats: stats_addr(cli)?,
+            privileges: crate::system::privileges::Target::resolve(
+                cli.user.as_deref(),
+                cli.group.as_deref(),
+                cli.chroot.as_deref(),
+            )?,
+            daemon: cli.daemon,
+            pidfile: cli.pidfile.clone(),
         })
     }
 }

@@ -58,6 +58,9 @@ pub enum StartError {
         /// The system's reason.
         source: io::Error,
     },
+    /// Privileges, daemon, pid file.
+    #[error(transparent)]
+    Privileges(#[from] crate::system::SystemError),
     /// Session replication could not start.
     #[error(transparent)]
     Sync(#[from] crate::session::sync::SyncError),
@@ -74,6 +77,45 @@ pub type Reparse = Box<dyn Fn() -> Result<Config, String>>;
 pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
     raise_nofile_limit();
     let tls = Arc::new(TlsState::build(&config.tls, &config.certs)?);
+    // Bind everything before serving anything, so a taken port is a clean start failure.
+    let mut controls = Vec::new();
+    let mut control_rxs = Vec::new();
+    for _ in 0..config.workers {
+        let (tx, rx) = mpsc::unbounded_channel::<Control>();
+        controls.push(tx);
+        control_rxs.push(rx);
+    }
+    let mut frontends = Frontends::new(controls, config.backlog);
+    for fe in &config.frontends {
+        let fe_tls = if fe.certs.is_empty() {
+            tls.clone()
+        } else {
+            Arc::new(tls.for_frontend(&config.tls, &fe.certs)?)
+        };
+        frontends.open(fe, fe_tls)?;
+    }
+    let stats_listener = match config.stats {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| StartError::Stats { addr, source })?,
+        ),
+        None => None,
+    };
+    let sync_socket = match &config.replication {
+        Some(settings) => Some(crate::session::sync::Replication::bind(settings)?),
+        None => None,
+    };
+
+    // Everything privileged is done: detach, write the pid, become the unprivileged user.
+    // Detaching forks, so it comes before any thread starts.
+    if config.daemon {
+        crate::system::daemon::detach()?;
+    }
+    let _pidfile = match &config.pidfile {
+        Some(p) => Some(crate::system::daemon::PidFile::write(p)?),
+        None => None,
+    };
     let servers = match &config.backend {
         BackendTarget::Servers(specs) => specs
             .iter()
@@ -100,34 +142,33 @@ pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
         },
     );
 
-    // Bind everything before serving anything, so a taken port is a clean start failure.
-    let mut controls = Vec::new();
-    let mut control_rxs = Vec::new();
-    for _ in 0..config.workers {
-        let (tx, rx) = mpsc::unbounded_channel::<Control>();
-        controls.push(tx);
-        control_rxs.push(rx);
+    if !config.privileges.is_none() {
+        config.privileges.apply()?;
+        tracing::info!(
+            "running as {}{}{}",
+            config
+                .privileges
+                .user
+                .as_ref()
+                .map_or("the same user".to_owned(), |(n, u)| format!(
+                    "user {n} ({u})"
+                )),
+            config
+                .privileges
+                .group
+                .as_ref()
+                .map_or(String::new(), |(n, g)| format!(", group {n} ({g})")),
+            config
+                .privileges
+                .chroot
+                .as_ref()
+                .map_or(String::new(), |d| format!(", chroot {}", d.display())),
+        );
     }
-    let mut frontends = Frontends::new(controls, config.backlog);
-    for fe in &config.frontends {
-        let fe_tls = if fe.certs.is_empty() {
-            tls.clone()
-        } else {
-            Arc::new(tls.for_frontend(&config.tls, &fe.certs)?)
-        };
-        frontends.open(fe, fe_tls)?;
-    }
-    let stats_listener = match config.stats {
-        Some(addr) => Some(
-            std::net::TcpListener::bind(addr)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|source| StartError::Stats { addr, source })?,
-        ),
-        None => None,
-    };
-    let replication = match &config.replication {
-        Some(settings) => {
-            let r = crate::session::sync::Replication::start(
+    let replication = match (&config.replication, sync_socket) {
+        (Some(settings), Some(sock)) => {
+            let r = crate::session::sync::Replication::start_on(
+                sock,
                 settings,
                 tls.cache.clone(),
                 tls.tickets.clone(),
@@ -153,7 +194,7 @@ pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
             );
             Some(r)
         }
-        None => None,
+        _ => None,
     };
     if config.self_signed {
         tracing::info!(
@@ -206,6 +247,7 @@ pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
             })?;
     }
     drop(done_tx);
+    crate::system::notify::notify("READY=1");
 
     let main_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -231,7 +273,11 @@ pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => reloader.reload(&mut frontends),
+                _ = hup.recv() => {
+                    crate::system::notify::reloading();
+                    reloader.reload(&mut frontends);
+                    crate::system::notify::notify("READY=1");
+                }
                 _ = report.tick() => tracing::debug!("{}", metrics::summary(&counters, &state)),
                 _ = done_rx.recv() => {
                     tracing::error!("workers stopped unexpectedly");
@@ -243,6 +289,7 @@ pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
             "stopping: no new connections; live ones get up to {:?} to finish",
             state.limits.drain_timeout
         );
+        crate::system::notify::notify("STOPPING=1");
         trigger.fire();
         tokio::select! {
             _ = done_rx.recv() => tracing::info!("stopped; {}", metrics::summary(&counters, &state)),

@@ -279,7 +279,21 @@ impl Replication {
         cache: Option<Arc<SessionCache>>,
         tickets: Option<Arc<TicketKeys>>,
     ) -> Result<Self, SyncError> {
-        let sock = net::open(settings.listen, &settings.peers, settings.iface.as_ref())?;
+        Self::start_on(Self::bind(settings)?, settings, cache, tickets)
+    }
+
+    /// Binds the replication socket (before privileges are dropped; see [`Self::start_on`]).
+    pub fn bind(settings: &Settings) -> Result<UdpSocket, SyncError> {
+        net::open(settings.listen, &settings.peers, settings.iface.as_ref())
+    }
+
+    /// As [`Self::start`], on a socket from [`Self::bind`].
+    pub fn start_on(
+        sock: UdpSocket,
+        settings: &Settings,
+        cache: Option<Arc<SessionCache>>,
+        tickets: Option<Arc<TicketKeys>>,
+    ) -> Result<Self, SyncError> {
         sock.set_read_timeout(Some(POLL))
             .map_err(|source| SyncError::Socket {
                 what: "set a read timeout",

@@ -76,6 +76,7 @@ fn interface(name: &str) -> Result<Iface, SyncError> {
     let mine: Vec<_> = all.iter().filter(|i| i.name == name).collect();
     let Some(first) = mine.first() else {
         let mut names: Vec<&str> = all.iter().map(|i| i.name.as_str()).collect();
+        names.sort_unstable();
         names.dedup();
         return Err(bad(format!(
             "no such interface with an address (have: {})",

@@ -1,0 +1,177 @@
+//! Where log lines go: stderr (the default), a file (`--log-filename`, appended), or
+//! syslog (`--syslog`, RFC 3164 datagrams to /dev/log with `--syslog-facility`).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use tracing::Level;
+use tracing_subscriber::fmt::MakeWriter;
+
+use super::SystemError;
+
+/// syslog facilities by name, with their codes.
+const FACILITIES: &[(&str, u8)] = &[
+    ("kern", 0),
+    ("user", 1),
+    ("mail", 2),
+    ("daemon", 3),
+    ("auth", 4),
+    ("syslog", 5),
+    ("lpr", 6),
+    ("news", 7),
+    ("uucp", 8),
+    ("cron", 9),
+    ("authpriv", 10),
+    ("ftp", 11),
+    ("local0", 16),
+    ("local1", 17),
+    ("local2", 18),
+    ("local3", 19),
+    ("local4", 20),
+    ("local5", 21),
+    ("local6", 22),
+    ("local7", 23),
+];
+
+/// A facility's code, or the valid names.
+pub fn facility(name: &str) -> Result<u8, String> {
+    FACILITIES
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, c)| *c)
+        .ok_or_else(|| {
+            format!(
+                "{name:?} is not a syslog facility ({})",
+                FACILITIES
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+/// A log destination for tracing-subscriber.
+#[derive(Clone)]
+pub enum Sink {
+    /// Standard error.
+    Stderr,
+    /// An appended file.
+    File(Arc<Mutex<File>>),
+    /// The local syslog daemon.
+    Syslog(Arc<Syslog>),
+}
+
+/// A connected /dev/log socket.
+pub struct Syslog {
+    sock: UnixDatagram,
+    facility: u8,
+}
+
+impl Sink {
+    /// Opens `path` for appending.
+    pub fn file(path: &Path) -> Result<Self, SystemError> {
+        let f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| SystemError::call(format!("--log-filename {}", path.display()), e))?;
+        Ok(Sink::File(Arc::new(Mutex::new(f))))
+    }
+
+    /// Connects to /dev/log.
+    pub fn syslog(facility: u8) -> Result<Self, SystemError> {
+        let sock = UnixDatagram::unbound()
+            .and_then(|s| s.connect("/dev/log").map(|()| s))
+            .map_err(|e| SystemError::call("--syslog: cannot reach /dev/log", e))?;
+        Ok(Sink::Syslog(Arc::new(Syslog { sock, facility })))
+    }
+}
+
+/// One log line on its way out.
+pub enum LineWriter {
+    /// To stderr.
+    Stderr(io::Stderr),
+    /// To the file, written whole at flush.
+    File(Arc<Mutex<File>>, Vec<u8>),
+    /// To syslog, sent whole at drop.
+    Syslog(Arc<Syslog>, u8, Vec<u8>),
+}
+
+impl Write for LineWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            LineWriter::Stderr(s) => s.write(buf),
+            LineWriter::File(_, line) | LineWriter::Syslog(_, _, line) => {
+                line.extend_from_slice(buf);
+                Ok(buf.len())
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            LineWriter::Stderr(s) => s.flush(),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for LineWriter {
+    fn drop(&mut self) {
+        match self {
+            LineWriter::Stderr(_) => {}
+            LineWriter::File(f, line) => {
+                if let Ok(mut f) = f.lock() {
+                    let _ = f.write_all(line);
+                }
+            }
+            LineWriter::Syslog(s, severity, line) => {
+                let text = String::from_utf8_lossy(line);
+                let msg = format!(
+                    "<{}>shuck[{}]: {}",
+                    u16::from(s.facility) * 8 + u16::from(*severity),
+                    std::process::id(),
+                    text.trim_end()
+                );
+                let _ = s.sock.send(msg.as_bytes());
+            }
+        }
+    }
+}
+
+fn severity(level: &Level) -> u8 {
+    match *level {
+        Level::ERROR => 3,
+        Level::WARN => 4,
+        Level::INFO => 6,
+        _ => 7,
+    }
+}
+
+impl<'a> MakeWriter<'a> for Sink {
+    type Writer = LineWriter;
+
+    fn make_writer(&'a self) -> LineWriter {
+        self.writer(&Level::INFO)
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> LineWriter {
+        self.writer(meta.level())
+    }
+}
+
+impl Sink {
+    fn writer(&self, level: &Level) -> LineWriter {
+        match self {
+            Sink::Stderr => LineWriter::Stderr(io::stderr()),
+            Sink::File(f) => LineWriter::File(f.clone(), Vec::with_capacity(256)),
+            Sink::Syslog(s) => {
+                LineWriter::Syslog(s.clone(), severity(level), Vec::with_capacity(256))
+            }
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Running like hitch in production: an unprivileged user after binding, a chroot, a daemon
+//! with a pid file and a log file, and sd_notify for systemd.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn is_root() -> bool {
+    sh_out("id -u").trim() == "0"
+}
+
+fn status_field(pid: u32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[test]
+fn user_and_group_are_dropped_to_and_it_still_serves() {
+    if !is_root() {
+        eprintln!("SKIP: not root; --user needs root to start");
+        return;
+    }
+    let origin = Origin::echo();
+    let dir = TempDir::new("priv");
+    // Keys readable by root only: read before dropping.
+    let (pem, _) = openssl_cert(&dir, "k", Key::EcP256, &["localhost"]);
+    sh(&format!("chmod 600 {}", pem.display()));
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--user",
+        "nobody",
+        "--group",
+        "nogroup",
+        pem.to_str().unwrap(),
+    ]);
+    let uid = status_field(shuck.pid(), "Uid:");
+    let gid = status_field(shuck.pid(), "Gid:");
+    assert_eq!(
+        uid.split_whitespace().skip(1).collect::<Vec<_>>(),
+        ["65534"; 4],
+        "{uid}"
+    );
+    assert_eq!(
+        gid.split_whitespace().skip(1).collect::<Vec<_>>(),
+        ["65534"; 4],
+        "{gid}"
+    );
+    let groups = status_field(shuck.pid(), "Groups:");
+    assert_eq!(
+        groups.split_whitespace().skip(1).collect::<Vec<_>>(),
+        ["65534"],
+        "{groups}"
+    );
+    // Every thread, not only the main one.
+    for task in std::fs::read_dir(format!("/proc/{}/task", shuck.pid())).unwrap() {
+        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        assert!(
+            status.contains("Uid:\t65534\t65534\t65534\t65534"),
+            "{status}"
+        );
+    }
+    assert!(
+        shuck.log().contains("running as user nobody"),
+        "{}",
+        shuck.log()
+    );
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    echo_roundtrip(&mut c);
+    // A reload now reads the key as nobody: refused, said clearly, the old state stays.
+    shuck.signal("HUP");
+    assert!(
+        shuck.wait_log("Permission denied", Duration::from_secs(5)),
+        "{}",
+        shuck.log()
+    );
+    assert!(
+        shuck.log().contains("configuration refused"),
+        "{}",
+        shuck.log()
+    );
+    echo_roundtrip(&mut tls_connect(shuck.addr(), &ClientOpts::default()).unwrap());
+}
+
+#[test]
+fn chroot_shuts_the_process_in() {
+    if !is_root() {
+        eprintln!("SKIP: not root; --chroot needs root");
+        return;
+    }
+    let origin = Origin::echo();
+    let jail = TempDir::new("jail");
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--chroot",
+        jail.0.to_str().unwrap(),
+        "--user",
+        "nobody",
+    ]);
+    let root = std::fs::read_link(format!("/proc/{}/root", shuck.pid())).unwrap();
+    assert_eq!(root, jail.0);
+    echo_roundtrip(&mut tls_connect(shuck.addr(), &ClientOpts::default()).unwrap());
+}
+
+#[test]
+fn unknown_user_or_group_is_an_error() {
+    let (code, err) = run_to_exit(&["--user", "no-such-user-here"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--user") && err.contains("no-such-user-here"),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(&["--group", "no-such-group-here"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--group") && err.contains("no-such-group-here"),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(&["--chroot", "/nonexistent/jail"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--chroot"), "{err}");
+    let (code, err) = run_to_exit(&["--syslog-facility", "local9", "--syslog"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("local9") && err.contains("local7"), "{err}");
+}
+
+#[test]
+fn daemon_with_pidfile_and_log_file() {
+    let origin = Origin::echo();
+    let dir = TempDir::new("daemon");
+    let pidfile = dir.path("shuck.pid");
+    let logfile = dir.path("shuck.log");
+    let port = free_port();
+    let fe = format!("[127.0.0.1]:{port}");
+    // The command returns at once (the parent exits 0); the daemon lives on.
+    let st = Command::new(BIN)
+        .args(["-f", &fe, "-b", &origin.addr(), "--daemon", "--pidfile"])
+        .arg(&pidfile)
+        .arg("--log-filename")
+        .arg(&logfile)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid: u32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no pid file");
+        thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever happens below, end the daemon we started, by its pid.
+    struct Kill(u32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.0.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+    let guard = Kill(pid);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("shuck"), "{status}");
+    // Detached: its own session, not the test's.
+    let sid = sh_out(&format!("ps -o sid= -p {pid}")).trim().to_owned();
+    assert_eq!(sid, pid.to_string(), "not a session leader");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&logfile)
+        .unwrap_or_default()
+        .contains("listening on")
+    {
+        assert!(Instant::now() < deadline, "nothing logged to the file");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    echo_roundtrip(&mut tls_connect(addr, &ClientOpts::default()).unwrap());
+    sh(&format!("kill -TERM {pid}"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(Instant::now() < deadline, "the daemon did not stop");
+        thread::sleep(Duration::from_millis(20));
+    }
+    drop(guard);
+    assert!(!pidfile.exists(), "pid file left behind");
+    assert!(std::fs::read_to_string(&logfile)
+        .unwrap()
+        .contains("stopped;"));
+}
+
+#[test]
+fn sd_notify_ready_reloading_stopping() {
+    let dir = TempDir::new("notify");
+    let sock_path = dir.path("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let origin = Origin::echo();
+    let port = free_port();
+    let fe = format!("[127.0.0.1]:{port}");
+    let mut child = Command::new(BIN)
+        .args(["-f", &fe, "-b", &origin.addr()])
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut buf = [0u8; 256];
+    let mut recv = || {
+        let n = sock.recv(&mut buf).expect("no sd_notify datagram");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let first = recv();
+    assert_eq!(first, "READY=1");
+    // Ready means serving.
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    echo_roundtrip(&mut tls_connect(addr, &ClientOpts::default()).unwrap());
+    sh(&format!("kill -HUP {pid}"));
+    let reloading = recv();
+    assert!(
+        reloading.starts_with("RELOADING=1\nMONOTONIC_USEC="),
+        "{reloading}"
+    );
+    assert_eq!(recv(), "READY=1");
+    sh(&format!("kill -TERM {pid}"));
+    assert_eq!(recv(), "STOPPING=1");
+    let st = child.wait().unwrap();
+    assert!(st.success());
+}
