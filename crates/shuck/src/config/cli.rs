@@ -152,6 +152,27 @@ pub struct Cli {
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub sni_nomatch_abort: bool,
 
+    /// Ask clients for a certificate: none, optional (a bad one is refused, none is
+    /// fine) or required.
+    #[arg(long, value_name = "none|optional|required", default_value = "none",
+          value_parser = crate::tls::client_auth::Mode::parse)]
+    pub client_verify: crate::tls::client_auth::Mode,
+
+    /// PEM file of the CAs that client certificates must chain to.
+    #[arg(long, value_name = "FILE")]
+    pub client_verify_ca: Option<PathBuf>,
+
+    /// Send the verified client certificate's subject to the backend in the PROXY v2 SSL
+    /// TLV (its common name, with the client-certificate flags), as hitch.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub proxy_client_cert: bool,
+
+    /// In --http mode, send the verified client certificate's subject in this header (the
+    /// client's own copies are removed), e.g. X-SSL-Client-Subject.
+    #[arg(long, value_name = "NAME")]
+    pub client_cert_header: Option<String>,
+
     /// Session cache size in sessions, shared by all workers (TLS 1.2 session IDs and TLS 1.3
     /// stateful tickets); 0 disables it.
     #[arg(short = 'C', long, value_name = "NUM", default_value_t = 20_000)]

@@ -154,6 +154,10 @@ pub struct Config {
     pub replication: Option<sync::Settings>,
     /// Where to serve `/metrics`, when asked.
     pub stats: Option<SocketAddr>,
+    /// Pass the client certificate's CN in PROXY v2.
+    pub proxy_client_cert: bool,
+    /// The HTTP header for the client certificate's subject.
+    pub client_cert_header: Option<String>,
     /// Whom to become after binding (`--user`, `--group`, `--chroot`).
     pub privileges: crate::system::privileges::Target,
     /// Detach from the terminal.
@@ -302,6 +306,8 @@ impl Config {
             http: cli.http.then_some(cli.max_header_bytes),
             replication,
             stats: stats_addr(cli)?,
+            proxy_client_cert: cli.proxy_client_cert,
+            client_cert_header: client_cert_header(cli)?,
             privileges: crate::system::privileges::Target::resolve(
                 cli.user.as_deref(),
                 cli.group.as_deref(),
@@ -407,7 +413,50 @@ fn tls_settings(cli: &Cli) -> Result<TlsSettings, ConfigError> {
         alpn,
         prefer_server_ciphers: cli.prefer_server_ciphers,
         sni_nomatch_abort: cli.sni_nomatch_abort,
+        client_auth: crate::tls::client_auth::ClientAuth::load(
+            cli.client_verify,
+            cli.client_verify_ca.as_deref(),
+        )?,
     })
+}
+
+fn client_cert_header(cli: &Cli) -> Result<Option<String>, ConfigError> {
+    let Some(name) = &cli.client_cert_header else {
+        return Ok(None);
+    };
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token) {
+        return Err(ConfigError::Invalid {
+            option: "--client-cert-header",
+            reason: format!("{name:?} is not an HTTP header name"),
+        });
+    }
+    let lower = name.to_ascii_lowercase();
+    if [
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "forwarded",
+    ]
+    .contains(&lower.as_str())
+    {
+        return Err(ConfigError::Invalid {
+            option: "--client-cert-header",
+            reason: format!("{name} is a header shuck or HTTP already uses; choose another (e.g. X-SSL-Client-Subject)"),
+        });
+    }
+    if !cli.http {
+        tracing::warn!("--client-cert-header needs --http; it is ignored");
+    }
+    if cli.client_verify == crate::tls::client_auth::Mode::None
+        && (cli.proxy_client_cert || cli.client_cert_header.is_some())
+    {
+        tracing::warn!("--proxy-client-cert/--client-cert-header: --client-verify is none, so no client certificate is ever asked for");
+    }
+    Ok(Some(name.clone()))
 }
 
 fn stats_addr(cli: &Cli) -> Result<Option<SocketAddr>, ConfigError> {

@@ -17,6 +17,7 @@ use super::preamble::{self, Origin, Preamble, TlsFacts};
 use super::relay::{relay, RelayEnd};
 use super::{FrontendState, Worker};
 use crate::metrics::{FailReason, Failure, FrontendCounters, WorkerCounters};
+use crate::tls::client_auth::Subject;
 use rustls::HandshakeKind;
 
 /// Keeps the worker's live count right however the connection ends (including a task
@@ -129,6 +130,17 @@ pub async fn serve(
         }
     };
 
+    // Who the client certificate says the client is, when the backend is to be told.
+    let subject = if state.proxy_client_cert || state.client_cert_header.is_some() {
+        tls.get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .and_then(|der| Subject::of(der))
+    } else {
+        None
+    };
+
     // preamble
     if state.preamble != Preamble::None {
         let conn = tls.get_ref().1;
@@ -139,6 +151,10 @@ pub async fn serve(
             cipher: conn
                 .negotiated_cipher_suite()
                 .map(|s| preamble::openssl_cipher_name(s.suite())),
+            client_cn: subject
+                .as_ref()
+                .filter(|_| state.proxy_client_cert)
+                .map(|s| s.cn.as_deref().unwrap_or("")),
         };
         let bytes = preamble::build(state.preamble, &origin, &facts);
         if let Err(e) = backend.write_all(&bytes).await {
@@ -148,7 +164,13 @@ pub async fn serve(
     }
 
     // relay
-    let mut http = state.http.map(|max| Http::new(client.ip(), max));
+    let cert_header = state
+        .client_cert_header
+        .as_deref()
+        .map(|name| (name, subject.as_ref().map(|s| s.name.as_str())));
+    let mut http = state
+        .http
+        .map(|max| Http::new(client.ip(), max, cert_header));
     let out = relay(
         &mut tls,
         &mut backend,

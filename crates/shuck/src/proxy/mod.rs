@@ -41,6 +41,10 @@ pub struct ProxyState {
     pub conn_limit: Option<Arc<Semaphore>>,
     /// Log a line per connection.
     pub log_connections: bool,
+    /// Pass the verified client certificate's common name in PROXY v2.
+    pub proxy_client_cert: bool,
+    /// In HTTP mode, the header that carries the client certificate's subject.
+    pub client_cert_header: Option<String>,
     /// Session replication between hosts, when on (kept here so it runs as long as the
     /// workers do).
     pub replication: Option<crate::session::sync::Replication>,

@@ -49,6 +49,9 @@ pub struct TlsFacts<'a> {
     pub version: Option<&'a str>,
     /// The cipher suite, OpenSSL-style name.
     pub cipher: Option<&'a str>,
+    /// The verified client certificate's common name (`--proxy-client-cert`); `Some("")`
+    /// for a verified certificate without one.
+    pub client_cn: Option<&'a str>,
 }
 
 /// Why a PROXY header from the client side was refused.
@@ -202,9 +205,16 @@ fn build_v2(src: SocketAddr, dst: SocketAddr, tls: &TlsFacts<'_>) -> Vec<u8> {
     };
     // The SSL TLV: client flags (PP2_CLIENT_SSL), verify result (0: no client certificate
     // failure), then sub-TLVs for the version and the cipher, as hitch and HAProxy send it.
-    let mut ssl = vec![0x01, 0, 0, 0, 0];
+    // With a verified client certificate: PP2_CLIENT_CERT_CONN | PP2_CLIENT_CERT_SESS and
+    // its common name.
+    let client = if tls.client_cn.is_some() { 0x07 } else { 0x01 };
+    let mut ssl = vec![client, 0, 0, 0, 0];
     for (kind, value) in [
         (v2::Type::SSLVersion, tls.version),
+        (
+            v2::Type::SSLCommonName,
+            tls.client_cn.filter(|c| !c.is_empty()),
+        ),
         (v2::Type::SSLCipher, tls.cipher),
     ] {
         if let Some(v) = value {
@@ -307,6 +317,7 @@ mod tests {
             sni: Some("example.com"),
             version: Some("TLSv1.3"),
             cipher: Some("TLS_AES_128_GCM_SHA256"),
+            client_cn: None,
         };
         let bytes = build(
             Preamble::ProxyV2,
@@ -336,6 +347,25 @@ mod tests {
         assert_eq!(&ssl[8..15], b"TLSv1.3");
         assert_eq!(ssl[15], 0x23);
         assert_eq!(&ssl[18..], b"TLS_AES_128_GCM_SHA256");
+
+        // With a verified client certificate: the cert flags and its CN (0x22).
+        let with_cert = TlsFacts {
+            client_cn: Some("alice"),
+            ..tls
+        };
+        let bytes = build(
+            Preamble::ProxyV2,
+            &origin("192.0.2.7:5555", "127.0.0.1:443"),
+            &with_cert,
+        );
+        let h = v2::Header::try_from(bytes.as_slice()).unwrap();
+        let tlvs: Vec<_> = h.tlvs().map(|t| t.unwrap()).collect();
+        let ssl = &tlvs[2].value;
+        assert_eq!(ssl[0], 0x07, "SSL | CERT_CONN | CERT_SESS");
+        assert_eq!(&ssl[1..5], &[0, 0, 0, 0], "verified");
+        assert_eq!(ssl[15], 0x22);
+        assert_eq!(&ssl[16..18], &[0, 5]);
+        assert_eq!(&ssl[18..23], b"alice");
     }
 
     #[test]

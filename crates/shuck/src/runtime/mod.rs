@@ -213,6 +213,8 @@ pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
         conn_limit: (config.limits.max_conns > 0)
             .then(|| Arc::new(Semaphore::new(config.limits.max_conns))),
         log_connections: config.log_connections,
+        proxy_client_cert: config.proxy_client_cert,
+        client_cert_header: config.client_cert_header.clone(),
         replication,
     });
     tracing::info!(

@@ -2,6 +2,7 @@
 //!
 //! This module knows nothing of sockets; the handshake itself is driven by `proxy`.
 
+pub mod client_auth;
 pub mod params;
 pub mod pem;
 pub mod selfsigned;
@@ -160,6 +161,14 @@ pub enum TlsError {
         /// What is wrong.
         reason: String,
     },
+    /// The client CA file.
+    #[error("--client-verify-ca {}: {reason}", path.display())]
+    ClientCa {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// rustls refused the combination.
     #[error("TLS settings rejected: {0}")]
     Rustls(String),
@@ -186,6 +195,8 @@ pub struct TlsSettings {
     pub prefer_server_ciphers: bool,
     /// Refuse unknown server names with unrecognized_name.
     pub sni_nomatch_abort: bool,
+    /// Client certificates, when asked for.
+    pub client_auth: Option<client_auth::ClientAuth>,
 }
 
 /// What a worker needs to run handshakes; shared read-only by all workers.
@@ -234,11 +245,15 @@ impl TlsState {
             kx_groups: settings.groups.clone(),
             ..rustls::crypto::aws_lc_rs::default_provider()
         };
-        let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
+        let provider = Arc::new(provider);
+        let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&settings.versions)
-            .map_err(|e| TlsError::Rustls(e.to_string()))?
-            .with_no_client_auth()
-            .with_cert_resolver(resolver.clone());
+            .map_err(|e| TlsError::Rustls(e.to_string()))?;
+        let builder = match &settings.client_auth {
+            Some(ca) => builder.with_client_cert_verifier(ca.verifier(provider)?),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(resolver.clone());
         config.alpn_protocols = settings.alpn.clone();
         config.ignore_client_order = settings.prefer_server_ciphers;
         config.session_storage = match &cache {

@@ -523,6 +523,8 @@ pub struct ClientOpts {
     pub session_id_only: bool,
     /// No resumption at all: every handshake is full.
     pub no_resumption: bool,
+    /// Present this client certificate (a PEM file with the chain and its key).
+    pub client_pem: Option<PathBuf>,
 }
 
 pub type Client = StreamOwned<ClientConnection, TcpStream>;
@@ -549,12 +551,23 @@ pub fn client_config(opts: &ClientOpts) -> Arc<ClientConfig> {
         Some(13) => vec![&rustls::version::TLS13],
         _ => vec![&rustls::version::TLS13, &rustls::version::TLS12],
     };
-    let mut cfg = ClientConfig::builder_with_provider(provider.clone())
+    let cfg = ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(Arc::new(AnyCert(provider)));
+    let mut cfg = match &opts.client_pem {
+        None => cfg.with_no_client_auth(),
+        Some(pem) => {
+            use rustls::pki_types::pem::PemObject;
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(pem)
+                .unwrap()
+                .map(|c| c.unwrap())
+                .collect();
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(pem).unwrap();
+            cfg.with_client_auth_cert(chain, key).unwrap()
+        }
+    };
     cfg.alpn_protocols = opts.alpn.clone();
     cfg.enable_sni = opts.sni.is_some();
     if opts.session_id_only {

@@ -80,10 +80,15 @@ pub struct Http {
 }
 
 impl Http {
-    /// HTTP mode for a client at `client_ip`, refusing heads over `max_head` bytes.
-    pub fn new(client_ip: std::net::IpAddr, max_head: usize) -> Self {
+    /// HTTP mode for a client at `client_ip`, refusing heads over `max_head` bytes; with
+    /// `cert_header`, that header carries the client certificate's subject.
+    pub fn new(
+        client_ip: std::net::IpAddr,
+        max_head: usize,
+        cert_header: Option<(&str, Option<&str>)>,
+    ) -> Self {
         Http {
-            request: RequestRewriter::new(client_ip, max_head),
+            request: RequestRewriter::with_client_cert(client_ip, max_head, cert_header),
             response: ResponseTracker::new(max_head.max(16 * 1024)),
             exchange: Exchange::new(),
         }

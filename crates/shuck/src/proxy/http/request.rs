@@ -32,6 +32,8 @@ pub struct RequestRewriter {
     max_head: usize,
     /// The injected headers, made once per connection.
     forwarded: String,
+    /// Another header the client may not set (`--client-cert-header`).
+    strip: Option<String>,
 }
 
 /// Most bytes held while an upgrade is pending.
@@ -40,15 +42,35 @@ const MAX_HELD: usize = 64 * 1024;
 impl RequestRewriter {
     /// A rewriter for a client at `ip`.
     pub fn new(ip: IpAddr, max_head: usize) -> Self {
+        Self::with_client_cert(ip, max_head, None)
+    }
+
+    /// As [`Self::new`], also replacing header `name` with the client certificate's
+    /// subject (or removing it when the client sent no certificate).
+    pub fn with_client_cert(
+        ip: IpAddr,
+        max_head: usize,
+        cert_header: Option<(&str, Option<&str>)>,
+    ) -> Self {
+        let mut forwarded = format!(
+            "X-Forwarded-For: {}\r\nX-Forwarded-Proto: https\r\n",
+            ip.to_canonical()
+        );
+        let mut strip = None;
+        if let Some((name, subject)) = cert_header {
+            if let Some(subject) = subject {
+                forwarded.push_str(&format!("{name}: {subject}\r\n"));
+            }
+            strip = Some(name.to_owned());
+        }
+        forwarded.push_str("\r\n");
         RequestRewriter {
             state: State::Head,
             head: Vec::new(),
             held: Vec::new(),
             max_head,
-            forwarded: format!(
-                "X-Forwarded-For: {}\r\nX-Forwarded-Proto: https\r\n\r\n",
-                ip.to_canonical()
-            ),
+            forwarded,
+            strip,
         }
     }
 
@@ -192,6 +214,10 @@ impl RequestRewriter {
             if name.eq_ignore_ascii_case("x-forwarded-for")
                 || name.eq_ignore_ascii_case("x-forwarded-proto")
                 || name.eq_ignore_ascii_case("forwarded")
+                || self
+                    .strip
+                    .as_deref()
+                    .is_some_and(|s| name.eq_ignore_ascii_case(s))
             {
                 continue; // the client's own claims: never passed on
             }
