@@ -274,8 +274,8 @@ fn bad_files_are_named_with_their_line() {
             &["line 2", "unknown key \"bogus-key\""][..],
         ),
         (
-            "\n\nocsp-dir = \"/var/lib/shuck\"\n",
-            &["line 3", "ocsp-dir", "does not support"][..],
+            "\n\nssl-engine = \"rdrand\"\n",
+            &["line 3", "ssl-engine", "does not support"][..],
         ),
         ("workers = lots\n", &["line 1", "lots"][..]),
         ("frontend = \"[127.0.0.1]\"\n", &["line 1", "frontend"][..]),

@@ -173,6 +173,35 @@ pub struct Cli {
     #[arg(long, value_name = "NAME")]
     pub client_cert_header: Option<String>,
 
+    /// Staple this OCSP response (DER) with certificate PEM, repeatable: PEM=DER. The
+    /// response is checked first (signature by the issuer in PEM's chain, certificate,
+    /// status, dates); one that fails is not stapled, and the log says why.
+    #[arg(long, value_name = "PEM=DER")]
+    pub ocsp_resp_file: Vec<String>,
+
+    /// Fetch OCSP responses from each certificate's responder (its AIA URL), cache them
+    /// in DIR, staple them, and refresh them before they expire.
+    #[arg(long, value_name = "DIR")]
+    pub ocsp_dir: Option<PathBuf>,
+
+    /// Longest time between two fetches of a certificate's OCSP response.
+    #[arg(long, value_name = "SECS", default_value = "1800", value_parser = parse_duration)]
+    pub ocsp_refresh_interval: Duration,
+
+    /// Time to connect to an OCSP responder.
+    #[arg(long, value_name = "SECS", default_value = "4", value_parser = parse_duration)]
+    pub ocsp_connect_tmo: Duration,
+
+    /// Time for an OCSP responder's whole answer.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
+    pub ocsp_resp_tmo: Duration,
+
+    /// Check OCSP responses before stapling them. Always on in shuck (hitch's default is
+    /// off); off is accepted for hitch configurations and changes nothing.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
+    pub ocsp_verify_staple: bool,
+
     /// Session cache size in sessions, shared by all workers (TLS 1.2 session IDs and TLS 1.3
     /// stateful tickets); 0 disables it.
     #[arg(short = 'C', long, value_name = "NUM", default_value_t = 20_000)]

@@ -217,11 +217,6 @@ fn describe(t: &Tok) -> String {
 const HITCH_UNSUPPORTED: &[&str] = &[
     "ssl-engine",
     "dhparams",
-    "ocsp-dir",
-    "ocsp-resp-tmo",
-    "ocsp-connect-tmo",
-    "ocsp-refresh-interval",
-    "ocsp-verify-staple",
     "tcp-fastopen",
     "recv-bufsize",
     "send-bufsize",
@@ -275,7 +270,11 @@ pub fn to_args(
                 if on_command_line("pem_files") {
                     continue;
                 }
-                pems.push(pem_value(&e.value, e.line, &err)?);
+                let (pem, ocsp) = pem_value(&e.value, e.line, &err)?;
+                if let Some(o) = ocsp {
+                    args.push(format!("--ocsp-resp-file={pem}={o}"));
+                }
+                pems.push(pem);
             }
             k if NOT_IN_FILE.contains(&k) => {
                 return Err(err(
@@ -347,29 +346,29 @@ fn check_endpoint(
         .map_err(|e| err(line, format!("{key}: {e}")))
 }
 
-/// `pem-file = "x.pem"` or `pem-file = { cert = "x.pem" }`.
+/// `pem-file = "x.pem"` or `pem-file = { cert = "x.pem" ocsp-resp-file = "x.der" }`.
 fn pem_value(
     v: &Value,
     line: usize,
     err: &dyn Fn(usize, String) -> FileError,
-) -> Result<String, FileError> {
+) -> Result<(String, Option<String>), FileError> {
     match v {
-        Value::Scalar(s) => Ok(s.clone()),
+        Value::Scalar(s) => Ok((s.clone(), None)),
         Value::Block(b) => {
             let mut cert = None;
+            let mut ocsp = None;
             for e in b {
                 match (e.key.as_str(), &e.value) {
                     ("cert", Value::Scalar(s)) => cert = Some(s.clone()),
-                    ("ocsp-resp-file", _) => {
-                        return Err(err(e.line, "ocsp-resp-file: OCSP stapling is not supported yet".into()))
-                    }
+                    ("ocsp-resp-file", Value::Scalar(s)) => ocsp = Some(s.clone()),
                     ("private-key", _) => {
                         return Err(err(e.line, "private-key: give the key in the cert file (chain and key in one PEM file)".into()))
                     }
                     (k, _) => return Err(err(e.line, format!("unknown key {k:?} in a pem-file block (cert)"))),
                 }
             }
-            cert.ok_or_else(|| err(line, "pem-file block without cert".into()))
+            let cert = cert.ok_or_else(|| err(line, "pem-file block without cert".into()))?;
+            Ok((cert, ocsp))
         }
     }
 }
@@ -385,7 +384,13 @@ fn frontend_block(
         match (e.key.as_str(), &e.value) {
             ("host", Value::Scalar(s)) => host = Some(s.clone()),
             ("port", Value::Scalar(s)) => port = Some(s.clone()),
-            ("pem-file", v) => pems.push(pem_value(v, e.line, err)?),
+            ("pem-file", v) => {
+                let (pem, ocsp) = pem_value(v, e.line, err)?;
+                if ocsp.is_some() {
+                    return Err(err(e.line, "ocsp-resp-file in a frontend block is not supported yet; give the certificate and its response at the top level".into()));
+                }
+                pems.push(pem);
+            }
             ("match-global-certs", Value::Scalar(s))
                 if matches!(s.as_str(), "off" | "no" | "false" | "0") => {}
             (
@@ -500,7 +505,11 @@ tickets = off
     fn errors_name_the_line() {
         for (text, line, needle) in [
             ("workers = 2\nbogus = 1\n", 2, "unknown key \"bogus\""),
-            ("\n\nocsp-dir = \"/x\"\n", 3, "ocsp-dir is a hitch setting"),
+            (
+                "\n\nssl-engine = \"x\"\n",
+                3,
+                "ssl-engine is a hitch setting",
+            ),
             ("workers = many\n", 1, "many"),
             ("backlog = \n", 1, "no value"),
             ("frontend = \"[1.2.3.4]\"\n", 1, "frontend"),

@@ -158,6 +158,8 @@ pub struct Config {
     pub proxy_client_cert: bool,
     /// The HTTP header for the client certificate's subject.
     pub client_cert_header: Option<String>,
+    /// `--ocsp-dir`: fetch and refresh staples.
+    pub ocsp: Option<crate::tls::ocsp::manager::Settings>,
     /// Whom to become after binding (`--user`, `--group`, `--chroot`).
     pub privileges: crate::system::privileges::Target,
     /// Detach from the terminal.
@@ -275,7 +277,21 @@ impl Config {
             tracing::warn!("replication is on but the session cache and tickets are off: only keys would be shared, and there are none");
         }
         let tls = tls_settings(cli)?;
-        let (certs, self_signed) = load_certs(cli)?;
+        let (mut certs, self_signed) = load_certs(cli)?;
+        if let Some(dir) = &cli.ocsp_dir {
+            if !dir.is_dir() {
+                return Err(ConfigError::Invalid {
+                    option: "--ocsp-dir",
+                    reason: format!("{} is not a directory", dir.display()),
+                });
+            }
+        }
+        if !cli.ocsp_verify_staple {
+            tracing::warn!(
+                "--ocsp-verify-staple=off: shuck always checks OCSP responses before stapling them"
+            );
+        }
+        attach_ocsp_files(cli, &mut certs)?;
         let now = SystemTime::now();
         for c in certs.iter().filter(|c| c.is_expired(now)) {
             tracing::warn!(certificate = %c.source, "certificate has expired; serving it anyway");
@@ -308,6 +324,17 @@ impl Config {
             stats: stats_addr(cli)?,
             proxy_client_cert: cli.proxy_client_cert,
             client_cert_header: client_cert_header(cli)?,
+            ocsp: cli
+                .ocsp_dir
+                .as_ref()
+                .map(|dir| crate::tls::ocsp::manager::Settings {
+                    dir: dir.clone(),
+                    refresh: cli.ocsp_refresh_interval,
+                    timeouts: crate::tls::ocsp::fetch::Timeouts {
+                        connect: cli.ocsp_connect_tmo,
+                        response: cli.ocsp_resp_tmo,
+                    },
+                }),
             privileges: crate::system::privileges::Target::resolve(
                 cli.user.as_deref(),
                 cli.group.as_deref(),
@@ -413,6 +440,7 @@ fn tls_settings(cli: &Cli) -> Result<TlsSettings, ConfigError> {
         alpn,
         prefer_server_ciphers: cli.prefer_server_ciphers,
         sni_nomatch_abort: cli.sni_nomatch_abort,
+        ocsp: None,
         client_auth: crate::tls::client_auth::ClientAuth::load(
             cli.client_verify,
             cli.client_verify_ca.as_deref(),
@@ -584,6 +612,41 @@ fn replication(cli: &Cli) -> Result<Option<sync::Settings>, ConfigError> {
         key,
         window: cli.shared_cache_window,
     }))
+}
+
+/// `--ocsp-resp-file PEM=DER`: checks each response against its certificate and keeps the
+/// good ones for stapling; a bad response is logged and not stapled.
+fn attach_ocsp_files(cli: &Cli, certs: &mut [LoadedCert]) -> Result<(), ConfigError> {
+    for spec in &cli.ocsp_resp_file {
+        let bad = |reason: String| ConfigError::Invalid {
+            option: "--ocsp-resp-file",
+            reason: format!("{spec:?}: {reason}"),
+        };
+        let (pem, der_path) = spec.rsplit_once('=').ok_or_else(|| {
+            bad("expected PEM=DER (a certificate file and its OCSP response)".into())
+        })?;
+        let cert = certs
+            .iter_mut()
+            .find(|c| c.source == pem)
+            .ok_or_else(|| bad(format!("{pem} is not one of the certificates given")))?;
+        let der =
+            std::fs::read(der_path).map_err(|e| bad(format!("cannot read {der_path}: {e}")))?;
+        let chain = &cert.key.cert;
+        let (Some(leaf), Some(issuer)) = (chain.first(), chain.get(1)) else {
+            tracing::warn!(certificate = %pem, "OCSP response {der_path} not stapled: the issuer is not in the PEM file, so the response cannot be checked");
+            continue;
+        };
+        match crate::tls::ocsp::verify::verify(&der, leaf, issuer, SystemTime::now()) {
+            Ok(_) => {
+                tracing::info!(certificate = %pem, "stapling the OCSP response {der_path}");
+                cert.ocsp = Some(der);
+            }
+            Err(e) => {
+                tracing::warn!(certificate = %pem, "OCSP response {der_path} not stapled: {e}")
+            }
+        }
+    }
+    Ok(())
 }
 
 fn load_certs(cli: &Cli) -> Result<(Vec<LoadedCert>, bool), ConfigError> {

@@ -16,6 +16,7 @@ use crate::config::{BackendTarget, Config};
 use crate::metrics::{self, Counters};
 use crate::proxy::{listener, Control, ProxyState, Worker};
 use crate::shutdown::{self, Shutdown};
+use crate::tls::ocsp::{self, OcspStore};
 use crate::tls::{TlsError, TlsState};
 
 mod frontends;
@@ -74,8 +75,24 @@ pub type Reparse = Box<dyn Fn() -> Result<Config, String>>;
 
 /// Serves `config` until SIGTERM/SIGINT and the drain that follows; SIGHUP calls `reparse`
 /// and applies what it returns.
-pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
+pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
     raise_nofile_limit();
+    // --ocsp-dir: cached responses are checked and stapled from the first handshake.
+    let ocsp_targets = match &config.ocsp {
+        Some(settings) => {
+            let store = Arc::new(OcspStore::default());
+            let targets = ocsp::manager::targets(
+                config
+                    .certs
+                    .iter()
+                    .chain(config.frontends.iter().flat_map(|f| &f.certs)),
+            );
+            ocsp::manager::load_cached(settings, &targets, &store);
+            config.tls.ocsp = Some(store);
+            targets
+        }
+        None => Vec::new(),
+    };
     let tls = Arc::new(TlsState::build(&config.tls, &config.certs)?);
     // Bind everything before serving anything, so a taken port is a clean start failure.
     let mut controls = Vec::new();
@@ -165,6 +182,18 @@ pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
                 .map_or(String::new(), |d| format!(", chroot {}", d.display())),
         );
     }
+    let (restaple_tx, mut restaple_rx) = mpsc::unbounded_channel::<()>();
+    let ocsp_updates = match (&config.ocsp, &config.tls.ocsp) {
+        (Some(settings), Some(store)) => Some(ocsp::manager::start(
+            settings.clone(),
+            store.clone(),
+            ocsp_targets,
+            Box::new(move || {
+                let _ = restaple_tx.send(());
+            }),
+        )?),
+        _ => None,
+    };
     let replication = match (&config.replication, sync_socket) {
         (Some(settings), Some(sock)) => {
             let r = crate::session::sync::Replication::start_on(
@@ -254,7 +283,7 @@ pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
     let main_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let mut reloader = reload::Reloader::new(config, reparse, tls);
+    let mut reloader = reload::Reloader::new(config, reparse, tls, ocsp_updates);
     main_rt.block_on(async move {
         if let Some(l) = stats_listener {
             let exposition = Arc::new(metrics::Exposition {
@@ -275,6 +304,7 @@ pub fn run(config: Config, reparse: Reparse) -> Result<(), StartError> {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
+                Some(()) = restaple_rx.recv() => reloader.restaple(&frontends),
                 _ = hup.recv() => {
                     crate::system::notify::reloading();
                     reloader.reload(&mut frontends);

@@ -5,11 +5,13 @@
 //! that fails anywhere changes nothing and says why. Settings that only a restart can
 //! change (workers, backends, timeouts, ...) are named in a warning.
 
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use super::frontends::Frontends;
 use super::Reparse;
 use crate::config::{BackendTarget, Config};
+use crate::tls::ocsp::manager::{self as ocsp, Target};
 use crate::tls::TlsState;
 
 /// Holds what a reload compares against and builds from.
@@ -18,15 +20,42 @@ pub struct Reloader {
     reparse: Reparse,
     /// The TLS state built at start: its session cache and ticket keys live for the process.
     base: Arc<TlsState>,
+    /// Tells the OCSP thread which certificates to keep staples for.
+    ocsp_updates: Option<Sender<Vec<Target>>>,
 }
 
 impl Reloader {
     /// Starts from the configuration being served.
-    pub fn new(current: Config, reparse: Reparse, base: Arc<TlsState>) -> Self {
+    pub fn new(
+        current: Config,
+        reparse: Reparse,
+        base: Arc<TlsState>,
+        ocsp_updates: Option<Sender<Vec<Target>>>,
+    ) -> Self {
         Reloader {
             current,
             reparse,
             base,
+            ocsp_updates,
+        }
+    }
+
+    /// New OCSP staples arrived: rebuild every frontend's TLS state from the running
+    /// configuration (nothing is re-read), so new handshakes staple them.
+    pub fn restaple(&mut self, frontends: &Frontends) {
+        for fe in &self.current.frontends {
+            let certs = if fe.certs.is_empty() {
+                &self.current.certs
+            } else {
+                &fe.certs
+            };
+            let Some(live) = frontends.get(&fe.endpoint.to_string()) else {
+                continue;
+            };
+            match self.base.for_frontend(&self.current.tls, certs) {
+                Ok(t) => live.tls.store(Arc::new(t)),
+                Err(e) => tracing::error!("OCSP: cannot restaple frontend {}: {e}", fe.endpoint),
+            }
         }
     }
 
@@ -40,8 +69,10 @@ impl Reloader {
             }
         };
         // Session cache and ticket keys outlive reloads: resumption goes on across them.
-        let mut settings = new.tls.clone();
-        settings.tickets = self.base.tickets.clone();
+        let mut new = new;
+        new.tls.tickets = self.base.tickets.clone();
+        new.tls.ocsp = self.current.tls.ocsp.clone();
+        let settings = new.tls.clone();
         let mut built = Vec::with_capacity(new.frontends.len());
         for fe in &new.frontends {
             let certs = if fe.certs.is_empty() {
@@ -122,6 +153,14 @@ impl Reloader {
                 format!(", closed {}", closed.join(", "))
             }
         );
+        if let Some(tx) = &self.ocsp_updates {
+            let targets = ocsp::targets(
+                new.certs
+                    .iter()
+                    .chain(new.frontends.iter().flat_map(|f| &f.certs)),
+            );
+            let _ = tx.send(targets);
+        }
         self.current = new;
     }
 }

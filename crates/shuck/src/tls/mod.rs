@@ -3,6 +3,7 @@
 //! This module knows nothing of sockets; the handshake itself is driven by `proxy`.
 
 pub mod client_auth;
+pub mod ocsp;
 pub mod params;
 pub mod pem;
 pub mod selfsigned;
@@ -197,6 +198,8 @@ pub struct TlsSettings {
     pub sni_nomatch_abort: bool,
     /// Client certificates, when asked for.
     pub client_auth: Option<client_auth::ClientAuth>,
+    /// Staples fetched by `--ocsp-dir`, applied when this state is built.
+    pub ocsp: Option<Arc<ocsp::OcspStore>>,
 }
 
 /// What a worker needs to run handshakes; shared read-only by all workers.
@@ -238,7 +241,8 @@ impl TlsState {
         cache: Option<Arc<SessionCache>>,
     ) -> Result<Self, TlsError> {
         let resolver = Arc::new(
-            SniResolver::new(certs).ok_or_else(|| TlsError::Rustls("no certificate".into()))?,
+            SniResolver::new(certs, settings.ocsp.as_deref())
+                .ok_or_else(|| TlsError::Rustls("no certificate".into()))?,
         );
         let provider = CryptoProvider {
             cipher_suites: settings.suites.clone(),

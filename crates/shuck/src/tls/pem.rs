@@ -25,6 +25,8 @@ pub struct LoadedCert {
     pub names: Vec<String>,
     /// End of validity of the leaf certificate.
     pub not_after: Option<SystemTime>,
+    /// A checked OCSP response to staple (`--ocsp-resp-file`).
+    pub ocsp: Option<Vec<u8>>,
 }
 
 impl LoadedCert {
@@ -97,6 +99,7 @@ impl LoadedCert {
             key: Arc::new(key),
             names,
             not_after,
+            ocsp: None,
         })
     }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use super::ocsp::OcspStore;
 use super::pem::LoadedCert;
 
 /// Maps server names to certificates; built once per configuration, read by every worker.
@@ -20,18 +21,19 @@ pub struct SniResolver {
 
 impl SniResolver {
     /// Indexes `certs`; the first is the default. Returns `None` for an empty list.
-    pub fn new(certs: &[LoadedCert]) -> Option<Self> {
-        let default = certs.first()?.key.clone();
+    pub fn new(certs: &[LoadedCert], staples: Option<&OcspStore>) -> Option<Self> {
+        let keys: Vec<Arc<CertifiedKey>> = certs.iter().map(|c| served_key(c, staples)).collect();
+        let default = keys.first()?.clone();
         let mut exact = HashMap::new();
         let mut wildcard = HashMap::new();
-        for c in certs {
+        for (c, key) in certs.iter().zip(&keys) {
             for n in &c.names {
                 let n = n.trim_end_matches('.');
                 match n.strip_prefix("*.") {
                     Some(base) => wildcard
                         .entry(base.to_owned())
-                        .or_insert_with(|| c.key.clone()),
-                    None => exact.entry(n.to_owned()).or_insert_with(|| c.key.clone()),
+                        .or_insert_with(|| key.clone()),
+                    None => exact.entry(n.to_owned()).or_insert_with(|| key.clone()),
                 };
             }
         }
@@ -56,6 +58,23 @@ impl SniResolver {
             let (_, parent) = name.split_once('.')?;
             self.wildcard.get(parent)
         })
+    }
+}
+
+/// The key as served: with the freshest checked OCSP response (fetched, else from
+/// `--ocsp-resp-file`), if any.
+fn served_key(c: &LoadedCert, staples: Option<&OcspStore>) -> Arc<CertifiedKey> {
+    let fetched = staples
+        .zip(c.key.cert.first())
+        .and_then(|(s, leaf)| s.get(leaf))
+        .map(|s| s.der.clone());
+    match fetched.or_else(|| c.ocsp.clone()) {
+        Some(der) => {
+            let mut k = (*c.key).clone();
+            k.ocsp = Some(der);
+            Arc::new(k)
+        }
+        None => c.key.clone(),
     }
 }
 

@@ -1,0 +1,261 @@
+//! OCSP stapling against a real responder (`openssl ocsp -port` with a test CA), checked
+//! with `openssl s_client -status`: fetched and refreshed with --ocsp-dir, given with
+//! --ocsp-resp-file, and a response that fails its checks is not stapled, and logged.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A CA, a server certificate it signs naming the responder in its AIA, and a responder.
+struct Pki {
+    dir: TempDir,
+    /// Server certificate, then the CA, then the key.
+    pem: PathBuf,
+    ocsp_port: u16,
+}
+
+fn openssl(dir: &TempDir, cmd: &str) {
+    sh(&format!("cd {} && {cmd} 2>/dev/null", dir.0.display()));
+}
+
+fn pki() -> Pki {
+    assert!(require("openssl", "openssl"));
+    let dir = TempDir::new("ocsp");
+    let ocsp_port = free_port();
+    for ca in ["ca", "rogue"] {
+        openssl(&dir, &format!(
+            "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout {ca}.key \
+             -out {ca}.crt -days 3 -subj '/CN=OCSP test {ca}' \
+             -addext basicConstraints=critical,CA:true -addext keyUsage=critical,keyCertSign,cRLSign"
+        ));
+    }
+    std::fs::write(
+        dir.path("server.ext"),
+        format!(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n\
+             subjectAltName=DNS:localhost\nauthorityInfoAccess=OCSP;URI:http://127.0.0.1:{ocsp_port}/\n"
+        ),
+    )
+    .unwrap();
+    for name in ["server", "other"] {
+        openssl(
+            &dir,
+            &format!(
+            "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout {name}.key \
+             -out {name}.csr -subj /CN=localhost && openssl x509 -req -in {name}.csr -CA ca.crt \
+             -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out {name}.crt \
+             && cat {name}.crt ca.crt {name}.key > {name}.pem"
+        ),
+        );
+    }
+    // The responder's database: both certificates valid.
+    let mut index = String::new();
+    for name in ["server", "other"] {
+        let serial = sh_out(&format!(
+            "openssl x509 -in {} -noout -serial",
+            dir.path(&format!("{name}.crt")).display()
+        ));
+        let serial = serial.trim().trim_start_matches("serial=");
+        index.push_str(&format!(
+            "V\t301231235959Z\t\t{serial}\tunknown\t/CN=localhost\n"
+        ));
+    }
+    std::fs::write(dir.path("index.txt"), index).unwrap();
+    // Both certificates are for localhost: let the database hold two of the same subject.
+    std::fs::write(dir.path("index.txt.attr"), "unique_subject = no\n").unwrap();
+    let pem = dir.path("server.pem");
+    Pki {
+        dir,
+        pem,
+        ocsp_port,
+    }
+}
+
+/// `openssl ocsp` answering on the port, signing with `key` (the CA's, or a rogue one).
+struct Responder(Child);
+
+impl Responder {
+    fn start(pki: &Pki, signer: &str) -> Responder {
+        let child = Command::new("openssl")
+            .current_dir(&pki.dir.0)
+            .args(["ocsp", "-index", "index.txt", "-port"])
+            .arg(pki.ocsp_port.to_string())
+            .args([
+                "-rsigner",
+                &format!("{signer}.crt"),
+                "-rkey",
+                &format!("{signer}.key"),
+            ])
+            .args(["-CA", "ca.crt", "-ndays", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Wait for its listening socket without connecting: openssl ocsp serves one
+        // connection at a time and waits for ever on one that sends no request.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sh_out(&format!("ss -ltnH 'sport = :{}'", pki.ocsp_port)).contains("LISTEN") {
+            assert!(Instant::now() < deadline, "openssl ocsp did not start");
+            thread::sleep(Duration::from_millis(50));
+        }
+        Responder(child)
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What `openssl s_client -status` says of the stapled response.
+fn status(port: u16) -> String {
+    sh_out(&format!(
+        "openssl s_client -connect 127.0.0.1:{port} -servername localhost -status </dev/null 2>&1"
+    ))
+}
+
+fn stapled_good(port: u16) -> bool {
+    let s = status(port);
+    s.contains("OCSP Response Status: successful") && s.contains("Cert Status: good")
+}
+
+#[test]
+fn ocsp_dir_fetches_staples_caches_and_refreshes() {
+    let pki = pki();
+    let _responder = Responder::start(&pki, "ca");
+    let cache = TempDir::new("ocsp-cache");
+    let origin = Origin::echo();
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--ocsp-dir",
+        cache.0.to_str().unwrap(),
+        "--ocsp-refresh-interval",
+        "2",
+        pki.pem.to_str().unwrap(),
+    ]);
+    assert!(
+        shuck.wait_log("OCSP: fetched a good response", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    // The restaple is applied by the main thread just after the fetch.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !stapled_good(shuck.port) {
+        assert!(
+            Instant::now() < deadline,
+            "not stapled: {}",
+            status(shuck.port)
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    // Cached for the next start.
+    let cached: Vec<_> = std::fs::read_dir(&cache.0).unwrap().collect();
+    assert_eq!(cached.len(), 1, "{cached:?}");
+    // Refreshed on schedule (every 2 s here).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while shuck.log().matches("OCSP: fetched a good response").count() < 2 {
+        assert!(Instant::now() < deadline, "no refresh: {}", shuck.log());
+        thread::sleep(Duration::from_millis(100));
+    }
+    drop(shuck);
+
+    // A restart with the responder down staples the cached response at once.
+    drop(_responder);
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--ocsp-dir",
+        cache.0.to_str().unwrap(),
+        pki.pem.to_str().unwrap(),
+    ]);
+    assert!(
+        shuck.log().contains("OCSP: stapling the cached response"),
+        "{}",
+        shuck.log()
+    );
+    assert!(stapled_good(shuck.port), "{}", status(shuck.port));
+}
+
+#[test]
+fn ocsp_resp_file_is_checked_before_stapling() {
+    let pki = pki();
+    let origin = Origin::echo();
+    let get = |signer: &str, cert: &str, out: &str| {
+        let r = Responder::start(&pki, signer);
+        openssl(&pki.dir, &format!(
+            "openssl ocsp -issuer ca.crt -cert {cert}.crt -url http://127.0.0.1:{}/ -respout {out} -noverify",
+            pki.ocsp_port
+        ));
+        drop(r);
+        pki.dir.path(out).to_str().unwrap().to_owned()
+    };
+    let good = get("ca", "server", "good.der");
+    let rogue = get("rogue", "server", "rogue.der");
+    let other = get("ca", "other", "other.der");
+    let pem = pki.pem.to_str().unwrap();
+
+    // A good response for this certificate is stapled.
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--ocsp-resp-file",
+        &format!("{pem}={good}"),
+        pem,
+    ]);
+    assert!(stapled_good(shuck.port), "{}", status(shuck.port));
+    drop(shuck);
+
+    // Signed by a key the issuer never vouched for, or about another certificate: not
+    // stapled, and the log says why.
+    for (resp, why) in [
+        (&rogue, "signature does not verify"),
+        (&other, "another certificate"),
+    ] {
+        let shuck = Shuck::start(&[
+            "-b",
+            &origin.addr(),
+            "--ocsp-resp-file",
+            &format!("{pem}={resp}"),
+            pem,
+        ]);
+        assert!(
+            shuck.log().contains("not stapled") && shuck.log().contains(why),
+            "{}",
+            shuck.log()
+        );
+        let s = status(shuck.port);
+        assert!(s.contains("OCSP response: no response sent"), "{s}");
+    }
+
+    // Garbage is refused the same way; a PEM that is not one of the certificates is an error.
+    let junk = pki.dir.path("junk.der");
+    std::fs::write(&junk, b"not DER").unwrap();
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--ocsp-resp-file",
+        &format!("{pem}={}", junk.display()),
+        pem,
+    ]);
+    assert!(
+        shuck.log().contains("malformed OCSP data"),
+        "{}",
+        shuck.log()
+    );
+    drop(shuck);
+    let (code, err) = run_to_exit(&["--ocsp-resp-file", &format!("/nope.pem={good}"), pem]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("/nope.pem") && err.contains("not one of the certificates"),
+        "{err}"
+    );
+}
