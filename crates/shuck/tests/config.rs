@@ -78,6 +78,9 @@ frontend = {{
     host = "127.0.0.1"
     port = "{p2}"
     pem-file = {{ cert = "{own}" }}
+    tls-protos = TLSv1.2
+    ciphers = "ECDHE-ECDSA-AES256-GCM-SHA384"
+    match-global-certs = on
 }}
 backend = "[127.0.0.1]:{origin_port}"
 pem-file = "{global}"
@@ -169,6 +172,33 @@ pidfile = "{pidfile}"
     };
     let c2 = tls_connect(addr2, &own_opts).unwrap();
     assert_eq!(served_cert(&c2), own_der);
+    // ... with its own protocols and ciphers (TLS 1.2 only, AES-256), and the global
+    // certificate too (match-global-certs).
+    assert_eq!(
+        c2.conn.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_2)
+    );
+    assert_eq!(
+        c2.conn.negotiated_cipher_suite().unwrap().suite(),
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+    );
+    let tls13_only = ClientOpts {
+        version: Some(13),
+        ..own_opts.clone()
+    };
+    assert!(
+        tls_connect(addr2, &tls13_only).is_err(),
+        "frontend tls-protos ignored"
+    );
+    let global_on_2 = tls_connect(
+        addr2,
+        &ClientOpts {
+            version: Some(12),
+            ..opts.clone()
+        },
+    )
+    .unwrap();
+    assert_eq!(served_cert(&global_on_2), global_der);
     // tls-protos: TLS 1.2 is refused.
     let tls12 = ClientOpts {
         version: Some(12),
@@ -285,8 +315,8 @@ fn bad_files_are_named_with_their_line() {
         ),
         ("ciphers = \"EECDH\n", &["line 1", "unterminated"][..]),
         (
-            "frontend = {\n host = \"*\"\n port = 1\n tls-protos = TLSv1.3\n}\n",
-            &["line 4", "per frontend"][..],
+            "frontend = {\n host = \"*\"\n port = 1\n tls-protos = TLSv1.1\n}\n",
+            &["line 4", "tls-protos", "TLSv1.1"][..],
         ),
         ("keepalive = -3\n", &["line 1", "keepalive"][..]),
     ] {

@@ -379,6 +379,7 @@ fn frontend_block(
     err: &dyn Fn(usize, String) -> FileError,
 ) -> Result<String, FileError> {
     let (mut host, mut port, mut pems) = (None, None, Vec::new());
+    let mut settings = Vec::new();
     let first_line = b.first().map_or(0, |e| e.line);
     for e in b {
         match (e.key.as_str(), &e.value) {
@@ -391,8 +392,6 @@ fn frontend_block(
                 }
                 pems.push(pem);
             }
-            ("match-global-certs", Value::Scalar(s))
-                if matches!(s.as_str(), "off" | "no" | "false" | "0") => {}
             (
                 k @ ("ciphers"
                 | "ciphersuites"
@@ -400,17 +399,28 @@ fn frontend_block(
                 | "prefer-server-ciphers"
                 | "sni-nomatch-abort"
                 | "match-global-certs"),
-                _,
+                Value::Scalar(v),
             ) => {
-                return Err(err(
-                    e.line,
-                    format!("{k} per frontend is not supported yet; set it globally"),
-                ))
+                if v.contains(';') {
+                    return Err(err(e.line, format!("{k}: ';' is not allowed in the value")));
+                }
+                // Check the value here, where its line is known.
+                let checked = match k {
+                    "ciphers" => crate::tls::params::parse_tls12_ciphers(v).map(|_| ()).map_err(|e| e.to_string()),
+                    "ciphersuites" => crate::tls::params::parse_tls13_suites(v).map(|_| ()).map_err(|e| e.to_string()),
+                    "tls-protos" => crate::tls::params::parse_protocols(v).map(|_| ()).map_err(|e| e.to_string()),
+                    _ => match v.to_ascii_lowercase().as_str() {
+                        "on" | "yes" | "true" | "1" | "off" | "no" | "false" | "0" => Ok(()),
+                        _ => Err(format!("{v:?} is not on or off")),
+                    },
+                };
+                checked.map_err(|reason| err(e.line, format!("frontend {k}: {reason}")))?;
+                settings.push(format!(";{k}={v}"));
             }
             (k, _) => {
                 return Err(err(
                     e.line,
-                    format!("unknown key {k:?} in a frontend block (host, port, pem-file)"),
+                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs)"),
                 ))
             }
         }
@@ -426,6 +436,9 @@ fn frontend_block(
     for p in pems {
         spec.push('+');
         spec.push_str(&p);
+    }
+    for s in settings {
+        spec.push_str(&s);
     }
     Ok(spec)
 }
@@ -515,9 +528,14 @@ tickets = off
             ("frontend = \"[1.2.3.4]\"\n", 1, "frontend"),
             ("frontend = {\n host = \"x\"\n", 1, "not closed"),
             (
-                "frontend = {\n ciphers = \"x\"\n port = 1 }\n",
+                "frontend = {\n tls-protos = TLSv9\n port = 1 }\n",
                 2,
-                "per frontend",
+                "frontend tls-protos",
+            ),
+            (
+                "frontend = {\n port = 1\n colour = red }\n",
+                3,
+                "unknown key \"colour\"",
             ),
             ("ciphers = \"abc\n", 1, "unterminated"),
             ("= 3\n", 1, "expected a key"),
@@ -525,11 +543,6 @@ tickets = off
             ("}\n", 1, "without a block"),
             ("config = \"x\"\n", 1, "command-line option"),
             ("quiet = perhaps\n", 1, "perhaps"),
-            (
-                "pem-file = { cert = \"a\" ocsp-resp-file = \"b\" }\n",
-                1,
-                "OCSP",
-            ),
             ("shared-cache-peer = \"nowhere\"\n", 1, "shared-cache-peer"),
         ] {
             let e = args(text).unwrap_err();

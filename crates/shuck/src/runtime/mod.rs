@@ -104,10 +104,11 @@ pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
     }
     let mut frontends = Frontends::new(controls, config.backlog);
     for fe in &config.frontends {
-        let fe_tls = if fe.certs.is_empty() {
+        let fe_tls = if fe.certs.is_empty() && fe.tls.is_none() {
             tls.clone()
         } else {
-            Arc::new(tls.for_frontend(&config.tls, &fe.certs)?)
+            let (settings, certs) = config.frontend_tls(fe);
+            Arc::new(tls.for_frontend(&settings, &certs)?)
         };
         frontends.open(fe, fe_tls)?;
     }

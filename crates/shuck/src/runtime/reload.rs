@@ -44,15 +44,11 @@ impl Reloader {
     /// configuration (nothing is re-read), so new handshakes staple them.
     pub fn restaple(&mut self, frontends: &Frontends) {
         for fe in &self.current.frontends {
-            let certs = if fe.certs.is_empty() {
-                &self.current.certs
-            } else {
-                &fe.certs
-            };
             let Some(live) = frontends.get(&fe.endpoint.to_string()) else {
                 continue;
             };
-            match self.base.for_frontend(&self.current.tls, certs) {
+            let (settings, certs) = self.current.frontend_tls(fe);
+            match self.base.for_frontend(&settings, &certs) {
                 Ok(t) => live.tls.store(Arc::new(t)),
                 Err(e) => tracing::error!("OCSP: cannot restaple frontend {}: {e}", fe.endpoint),
             }
@@ -72,15 +68,10 @@ impl Reloader {
         let mut new = new;
         new.tls.tickets = self.base.tickets.clone();
         new.tls.ocsp = self.current.tls.ocsp.clone();
-        let settings = new.tls.clone();
         let mut built = Vec::with_capacity(new.frontends.len());
         for fe in &new.frontends {
-            let certs = if fe.certs.is_empty() {
-                &new.certs
-            } else {
-                &fe.certs
-            };
-            match self.base.for_frontend(&settings, certs) {
+            let (settings, certs) = new.frontend_tls(fe);
+            match self.base.for_frontend(&settings, &certs) {
                 Ok(t) => built.push(Arc::new(t)),
                 Err(e) => {
                     tracing::error!(

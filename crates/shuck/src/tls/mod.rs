@@ -222,22 +222,23 @@ impl TlsState {
     pub fn build(settings: &TlsSettings, certs: &[LoadedCert]) -> Result<Self, TlsError> {
         let cache = NonZeroUsize::new(settings.session_cache)
             .map(|n| Arc::new(SessionCache::new(n, settings.session_timeout)));
-        Self::build_with(settings, certs, cache)
+        let certs: Vec<&LoadedCert> = certs.iter().collect();
+        Self::build_with(settings, &certs, cache)
     }
 
-    /// The state of a frontend with its own certificates: the same settings, and the same
-    /// session cache and ticket keys as `self`.
+    /// The state of a frontend: its settings and certificates, with the same session
+    /// cache as `self` (the settings carry the ticket keys).
     pub fn for_frontend(
         &self,
         settings: &TlsSettings,
-        certs: &[LoadedCert],
+        certs: &[&LoadedCert],
     ) -> Result<Self, TlsError> {
         Self::build_with(settings, certs, self.cache.clone())
     }
 
     fn build_with(
         settings: &TlsSettings,
-        certs: &[LoadedCert],
+        certs: &[&LoadedCert],
         cache: Option<Arc<SessionCache>>,
     ) -> Result<Self, TlsError> {
         let resolver = Arc::new(

@@ -21,7 +21,7 @@ pub struct SniResolver {
 
 impl SniResolver {
     /// Indexes `certs`; the first is the default. Returns `None` for an empty list.
-    pub fn new(certs: &[LoadedCert], staples: Option<&OcspStore>) -> Option<Self> {
+    pub fn new(certs: &[&LoadedCert], staples: Option<&OcspStore>) -> Option<Self> {
         let keys: Vec<Arc<CertifiedKey>> = certs.iter().map(|c| served_key(c, staples)).collect();
         let default = keys.first()?.clone();
         let mut exact = HashMap::new();
