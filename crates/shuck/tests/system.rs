@@ -246,3 +246,64 @@ fn sd_notify_ready_reloading_stopping() {
     let st = child.wait().unwrap();
     assert!(st.success());
 }
+
+#[test]
+fn syslog_gets_the_log_with_its_facility() {
+    let dev_log = std::path::Path::new("/dev/log");
+    if dev_log.exists() {
+        eprintln!("SKIP: /dev/log exists (a syslog daemon runs); not intercepting it");
+        return;
+    }
+    if !is_root() {
+        eprintln!("SKIP: not root; cannot create /dev/log");
+        return;
+    }
+    // Stand in for the syslog daemon, and remove the socket whatever happens.
+    let sock = UnixDatagram::bind(dev_log).unwrap();
+    struct Remove;
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file("/dev/log");
+        }
+    }
+    let _remove = Remove;
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let origin = Origin::echo();
+    let port = free_port();
+    let fe = format!("[127.0.0.1]:{port}");
+    let mut child = Command::new(BIN)
+        .args([
+            "-f",
+            &fe,
+            "-b",
+            &origin.addr(),
+            "--syslog",
+            "--syslog-facility",
+            "local3",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut buf = [0u8; 2048];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let n = sock.recv(&mut buf).expect("nothing logged to syslog");
+        let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if line.contains("listening on") {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "no listening line in syslog");
+    };
+    // local3 (19) * 8 + info (6) = 158.
+    assert!(line.starts_with(&format!("<158>shuck[{pid}]: ")), "{line}");
+    sh(&format!("kill -TERM {pid}"));
+    let st = child.wait().unwrap();
+    assert!(st.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!err.contains("listening on"), "logged to stderr too: {err}");
+}

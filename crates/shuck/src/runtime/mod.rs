@@ -247,6 +247,19 @@ pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
         client_cert_header: config.client_cert_header.clone(),
         replication,
     });
+    // Signals are caught from here on, before anyone is told shuck listens: a SIGTERM
+    // right after "listening" is a drain, not a kill.
+    let main_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (mut term, mut int, mut hup) = {
+        let _in_runtime = main_rt.enter();
+        (
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
+        )
+    };
     tracing::info!(
         "shuck {} listening on {} with {} worker(s), forwarding to {}",
         env!("CARGO_PKG_VERSION"),
@@ -281,9 +294,6 @@ pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
     drop(done_tx);
     crate::system::notify::notify("READY=1");
 
-    let main_rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let mut reloader = reload::Reloader::new(config, reparse, tls, ocsp_updates);
     main_rt.block_on(async move {
         if let Some(l) = stats_listener {
@@ -296,9 +306,6 @@ pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
             tracing::info!("metrics at http://{}/metrics", l.local_addr()?);
             tokio::spawn(crate::stats::serve(l, exposition));
         }
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
         let mut report = tokio::time::interval(STATS_EVERY);
         report.tick().await;
         loop {
