@@ -337,3 +337,91 @@ fn bad_files_are_named_with_their_line() {
     assert_eq!(code, Some(2));
     assert!(err.contains("/nonexistent/shuck.conf"), "{err}");
 }
+
+#[test]
+fn operation_keys_in_one_file() {
+    if sh_out("id -u").trim() != "0" {
+        eprintln!("SKIP: not root; user, group and chroot need root");
+        return;
+    }
+    let dir = TempDir::new("conf-ops");
+    let origin = Origin::echo();
+    let (port, stats) = (free_port(), free_port());
+    let pidfile = dir.path("shuck.pid");
+    let logfile = dir.path("shuck.log");
+    let jail = TempDir::new("conf-jail");
+    let conf = write_conf(
+        &dir,
+        &format!(
+            "frontend = \"[127.0.0.1]:{port}\"\nbackend = \"{}\"\ndaemon = on\npidfile = \"{}\"\n\
+             log-filename = \"{}\"\nuser = \"nobody\"\ngroup = \"nogroup\"\nchroot = \"{}\"\n\
+             stats = \"{stats}\"\nquiet = off\nlog-level = info\n",
+            origin.addr(),
+            pidfile.display(),
+            logfile.display(),
+            jail.0.display(),
+        ),
+    );
+    let st = std::process::Command::new(BIN)
+        .args(["--config", &conf])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "daemon: the parent exits 0");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid: u32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "pidfile: no pid written");
+        thread::sleep(Duration::from_millis(20));
+    };
+    struct Kill(u32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &self.0.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+    let _kill = Kill(pid);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&logfile)
+        .unwrap_or_default()
+        .contains("running as user nobody")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "log-filename: {:?}",
+            std::fs::read_to_string(&logfile)
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("Uid:\t65534\t65534"), "user: {status}");
+    assert!(status.contains("Gid:\t65534\t65534"), "group: {status}");
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/root")).unwrap(),
+        jail.0,
+        "chroot"
+    );
+    let sid = sh_out(&format!("ps -o sid= -p {pid}")).trim().to_owned();
+    assert_eq!(sid, pid.to_string(), "daemon: not detached");
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    echo_roundtrip(&mut tls_connect(addr, &ClientOpts::default()).unwrap());
+    let mut s = TcpStream::connect(("127.0.0.1", stats)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    assert!(
+        body.contains("shuck_handshakes_total{kind=\"full\"} 1"),
+        "stats: {body}"
+    );
+}

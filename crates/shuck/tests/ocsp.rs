@@ -203,6 +203,24 @@ fn ocsp_resp_file_is_checked_before_stapling() {
     let other = get("ca", "other", "other.der");
     let pem = pki.pem.to_str().unwrap();
 
+    // The same good response, judged a day and a half later (the responder said -ndays 1):
+    // stale, and so not stapled.
+    {
+        use rustls::pki_types::pem::PemObject;
+        let chain: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(&pki.pem)
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect();
+        let der = std::fs::read(&good).unwrap();
+        let now = std::time::SystemTime::now();
+        assert!(shuck::tls::ocsp::verify::verify(&der, &chain[0], &chain[1], now).is_ok());
+        let later = now + Duration::from_secs(36 * 3600);
+        let e = shuck::tls::ocsp::verify::verify(&der, &chain[0], &chain[1], later).unwrap_err();
+        assert!(e.to_string().starts_with("stale"), "{e}");
+        // And about the wrong issuer: refused.
+        assert!(shuck::tls::ocsp::verify::verify(&der, &chain[0], &chain[0], now).is_err());
+    }
+
     // A good response for this certificate is stapled.
     let shuck = Shuck::start(&[
         "-b",

@@ -320,12 +320,47 @@ pub fn to_args(
                     let addr = value.split(',').next().unwrap_or("");
                     check_endpoint(k, addr, e.line, &err)?;
                 }
+                check_value(k, &value).map_err(|reason| err(e.line, reason))?;
                 args.push(one);
             }
         }
     }
     args.extend(pems);
     Ok(args)
+}
+
+/// Values whose meaning is checked past their syntax (names of ciphers, protocols,
+/// groups, users, ...), so that the error carries the line.
+fn check_value(key: &str, value: &str) -> Result<(), String> {
+    use crate::tls::params;
+    let r = match key {
+        "ciphers" => params::parse_tls12_ciphers(value)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        "ciphersuites" => params::parse_tls13_suites(value)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        "tls-protos" => params::parse_protocols(value)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        "ecdh-curve" => params::parse_groups(value)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        "alpn-protos" => params::parse_alpn(value)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        "user" => crate::system::privileges::Target::resolve(Some(value), None, None)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        "group" => crate::system::privileges::Target::resolve(None, Some(value), None)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        "syslog-facility" => crate::system::log::facility(value)
+            .map(drop)
+            .map_err(|e| format!("syslog-facility: {e}")),
+        _ => Ok(()),
+    };
+    r
 }
 
 fn clap_reason(e: &clap::Error) -> String {
@@ -543,6 +578,9 @@ tickets = off
             ("}\n", 1, "without a block"),
             ("config = \"x\"\n", 1, "command-line option"),
             ("quiet = perhaps\n", 1, "perhaps"),
+            ("workers = 2\nciphers = \"RC4-MD5\"\n", 2, "RC4-MD5"),
+            ("\ntls-protos = SSLv3\n", 2, "SSLv3"),
+            ("user = \"no-such-user-x\"\n", 1, "no-such-user-x"),
             ("shared-cache-peer = \"nowhere\"\n", 1, "shared-cache-peer"),
         ] {
             let e = args(text).unwrap_err();
