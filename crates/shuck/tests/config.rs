@@ -370,27 +370,8 @@ fn operation_keys_in_one_file() {
         .status()
         .unwrap();
     assert!(st.success(), "daemon: the parent exits 0");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let pid: u32 = loop {
-        if let Some(p) = std::fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-        {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "pidfile: no pid written");
-        thread::sleep(Duration::from_millis(20));
-    };
-    struct Kill(u32);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", &self.0.to_string()])
-                .stderr(std::process::Stdio::null())
-                .status();
-        }
-    }
-    let _kill = Kill(pid);
+    let daemon = Daemon::from_pidfile(&pidfile);
+    let pid = daemon.0;
     let deadline = Instant::now() + Duration::from_secs(10);
     while !std::fs::read_to_string(&logfile)
         .unwrap_or_default()

@@ -155,28 +155,9 @@ fn daemon_with_pidfile_and_log_file() {
         .status()
         .unwrap();
     assert!(st.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let pid: u32 = loop {
-        if let Some(p) = std::fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-        {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "no pid file");
-        thread::sleep(Duration::from_millis(20));
-    };
     // Whatever happens below, end the daemon we started, by its pid.
-    struct Kill(u32);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = Command::new("kill")
-                .args(["-KILL", &self.0.to_string()])
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-    let guard = Kill(pid);
+    let guard = Daemon::from_pidfile(&pidfile);
+    let pid = guard.0;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     assert!(status.contains("shuck"), "{status}");
     // Detached: its own session, not the test's.

@@ -415,7 +415,13 @@ impl Ring {
 
 fn aead_key(secret: &[u8]) -> LessSafeKey {
     // HKDF so that any key material (HAProxy's 48 or 80 bytes) yields one AES-256-GCM key.
-    let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, b"shuck tls ticket key v1");
+    derive_aes_256_gcm(b"shuck tls ticket key v1", secret)
+}
+
+/// An AES-256-GCM key derived from `secret` with HKDF-SHA256 under `salt` (info
+/// "aes-256-gcm"): key material from files is never used as a cipher key directly.
+pub(crate) fn derive_aes_256_gcm(salt: &[u8], secret: &[u8]) -> LessSafeKey {
+    let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, salt);
     let prk = salt.extract(secret);
     let mut key = [0u8; 32];
     // Expanding 32 bytes from SHA-256 cannot fail (the limit is 255 × 32).

@@ -294,6 +294,35 @@ impl Drop for Shuck {
     }
 }
 
+/// A daemon we started, killed by its pid (from its pid file) whatever happens.
+pub struct Daemon(pub u32);
+
+impl Daemon {
+    /// Waits up to 10 s for `pidfile` to name a process.
+    pub fn from_pidfile(pidfile: &std::path::Path) -> Daemon {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(p) = std::fs::read_to_string(pidfile)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                return Daemon(p);
+            }
+            assert!(Instant::now() < deadline, "no pid in {}", pidfile.display());
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 /// Runs shuck expecting it to exit by itself (bad input): status and stderr.
 pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
     let mut child = Command::new(BIN)

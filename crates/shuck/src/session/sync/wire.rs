@@ -18,8 +18,8 @@
 //! `Request` (4) `flags (1)`: bit 0 asks for ticket keys, bit 1 for sessions.
 //! Unknown record types are skipped, so a later version may add some.
 
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
-use aws_lc_rs::{hkdf, rand};
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, NONCE_LEN};
+use aws_lc_rs::rand;
 
 pub use crate::tls::tickets::SharedKey;
 
@@ -168,17 +168,8 @@ impl Sealer {
     /// Derives the datagram key from a 32-byte pre-shared key (HKDF-SHA256, so the file's
     /// bytes are never used as a cipher key directly).
     pub fn new(psk: &[u8; 32]) -> Self {
-        let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, b"shuck replication v1");
-        let prk = salt.extract(psk);
-        let mut key = [0u8; 32];
-        // Expanding 32 bytes from SHA-256 cannot fail (the limit is 255 x 32).
-        if let Ok(okm) = prk.expand(&[b"aes-256-gcm"], &AES_256_GCM) {
-            let _ = okm.fill(&mut key);
-        }
-        let unbound = UnboundKey::new(&AES_256_GCM, &key)
-            .unwrap_or_else(|_| unreachable!("AES-256-GCM takes 32-byte keys"));
         Sealer {
-            key: LessSafeKey::new(unbound),
+            key: crate::tls::tickets::derive_aes_256_gcm(b"shuck replication v1", psk),
         }
     }
 
