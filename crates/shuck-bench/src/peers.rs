@@ -25,6 +25,11 @@ pub enum Target {
     #[value(name = "shuck-sync")]
     #[serde(rename = "shuck-sync")]
     ShuckSync,
+    /// shuck-sync's baseline: the same settings (stateful sessions, --no-tickets) without
+    /// replication.
+    #[value(name = "shuck-cache")]
+    #[serde(rename = "shuck-cache")]
+    ShuckCache,
     /// hitch (stud's successor).
     Hitch,
     /// HAProxy in TCP mode.
@@ -41,6 +46,7 @@ impl Target {
         match self {
             Target::Shuck => "shuck",
             Target::ShuckSync => "shuck-sync",
+            Target::ShuckCache => "shuck-cache",
             Target::Hitch => "hitch",
             Target::Haproxy => "haproxy",
             Target::Nginx => "nginx",
@@ -50,7 +56,7 @@ impl Target {
 
     fn program(self) -> &'static str {
         match self {
-            Target::Shuck | Target::ShuckSync => "shuck",
+            Target::Shuck | Target::ShuckSync | Target::ShuckCache => "shuck",
             Target::Hitch => "hitch",
             Target::Haproxy => "haproxy",
             Target::Nginx => "nginx",
@@ -60,7 +66,7 @@ impl Target {
 
     fn packages(self) -> &'static str {
         match self {
-            Target::Shuck | Target::ShuckSync => "",
+            Target::Shuck | Target::ShuckSync | Target::ShuckCache => "",
             Target::Hitch => "hitch",
             Target::Haproxy => "haproxy",
             Target::Nginx => "nginx libnginx-mod-stream",
@@ -72,6 +78,7 @@ impl Target {
         match self {
             Target::Shuck => "shuck.args",
             Target::ShuckSync => "shuck-sync.args",
+            Target::ShuckCache => "shuck-cache.args",
             Target::Hitch => "hitch.conf",
             Target::Haproxy => "haproxy.cfg",
             Target::Nginx => "nginx.conf",
@@ -81,13 +88,15 @@ impl Target {
 
     /// shuck itself, with or without replication.
     pub fn is_shuck(self) -> bool {
-        matches!(self, Target::Shuck | Target::ShuckSync)
+        matches!(self, Target::Shuck | Target::ShuckSync | Target::ShuckCache)
     }
 
     /// The version line the program prints, for reports.
     pub fn version(self, shuck: &Path) -> String {
         let (prog, arg) = match self {
-            Target::Shuck | Target::ShuckSync => (shuck.to_str().unwrap_or("shuck"), "--version"),
+            Target::Shuck | Target::ShuckSync | Target::ShuckCache => {
+                (shuck.to_str().unwrap_or("shuck"), "--version")
+            }
             Target::Hitch => ("hitch", "--version"),
             Target::Haproxy => ("haproxy", "-v"),
             Target::Nginx => ("nginx", "-v"),
@@ -279,7 +288,7 @@ pub fn start(
     std::fs::write(&conf, &text)?;
     let conf_s = conf.display().to_string();
     let args: Vec<String> = match t {
-        Target::Shuck | Target::ShuckSync => text
+        Target::Shuck | Target::ShuckSync | Target::ShuckCache => text
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
             .map(str::to_owned)

@@ -65,6 +65,8 @@ impl Reloader {
             }
         };
         // Session cache and ticket keys outlive reloads: resumption goes on across them.
+        // Compared before the running ring and staples are carried over into it.
+        let fixed = restart_only(&new);
         let mut new = new;
         new.tls.tickets = self.base.tickets.clone();
         new.tls.ocsp = self.current.tls.ocsp.clone();
@@ -119,7 +121,7 @@ impl Reloader {
         }
         let changed: Vec<&str> = restart_only(&self.current)
             .into_iter()
-            .zip(restart_only(&new))
+            .zip(fixed)
             .filter(|(a, b)| a != b)
             .map(|(a, _)| a.0)
             .collect();
