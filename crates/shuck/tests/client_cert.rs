@@ -6,54 +6,9 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-
-struct Pki {
-    ca: PathBuf,
-    alice: PathBuf,
-    mallory: PathBuf,
-    _dir: TempDir,
-}
-
-/// A CA, a client certificate it signs (CN=alice, O=Example), and one from another CA.
-fn pki() -> Pki {
-    assert!(require("openssl", "openssl"));
-    let dir = TempDir::new("pki");
-    let d = dir.0.display().to_string();
-    for ca in ["ca", "other"] {
-        sh(&format!(
-            "cd {d} && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-             -keyout {ca}.key -out {ca}.crt -days 3 -subj '/CN=Test {ca}' \
-             -addext basicConstraints=critical,CA:true -addext keyUsage=critical,keyCertSign 2>/dev/null"
-        ));
-    }
-    std::fs::write(
-        dir.path("client.ext"),
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
-    )
-    .unwrap();
-    for (name, ca, subj) in [
-        ("alice", "ca", "/CN=alice/O=Example"),
-        ("mallory", "other", "/CN=mallory"),
-    ] {
-        sh(&format!(
-            "cd {d} && openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-             -keyout {name}.key -out {name}.csr -subj '{subj}' 2>/dev/null \
-             && openssl x509 -req -in {name}.csr -CA {ca}.crt -CAkey {ca}.key -CAcreateserial \
-             -days 2 -extfile client.ext -out {name}.crt 2>/dev/null \
-             && cat {name}.crt {name}.key > {name}.pem"
-        ));
-    }
-    Pki {
-        ca: dir.path("ca.crt"),
-        alice: dir.path("alice.pem"),
-        mallory: dir.path("mallory.pem"),
-        _dir: dir,
-    }
-}
 
 fn with_cert(pem: &std::path::Path) -> ClientOpts {
     ClientOpts {
@@ -77,7 +32,7 @@ fn try_echo(addr: std::net::SocketAddr, opts: &ClientOpts) -> Result<(), String>
 
 #[test]
 fn required_refuses_without_and_passes_the_subject_with_a_certificate() {
-    let pki = pki();
+    let pki = ClientPki::new();
     // An origin that records the PROXY v2 SSL TLV's CN, then echoes.
     let cns = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = cns.clone();
@@ -155,7 +110,7 @@ fn required_refuses_without_and_passes_the_subject_with_a_certificate() {
 
 #[test]
 fn http_header_carries_the_subject_and_optional_mode() {
-    let pki = pki();
+    let pki = ClientPki::new();
     // An HTTP origin answering with the value of the header it received.
     let origin = Origin::start(|s| {
         let mut r = BufReader::new(s.try_clone().unwrap());

@@ -27,7 +27,9 @@ fn recording_origin() -> (Origin, Arc<Mutex<Vec<Vec<u8>>>>) {
         if s.read_exact(&mut rest).is_err() {
             return;
         }
-        s2.lock().unwrap().push(head.to_vec());
+        let mut whole = head.to_vec();
+        whole.extend_from_slice(&rest);
+        s2.lock().unwrap().push(whole);
         let mut buf = [0u8; 4096];
         loop {
             match s.read(&mut buf) {
@@ -61,6 +63,15 @@ fn every_supported_hitch_key_is_applied() {
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     let (origin, heads) = recording_origin();
+    let client = ClientPki::new();
+    let pem_dir = TempDir::new("conf-pem-dir");
+    let (_, dir_der) = openssl_cert(&pem_dir, "fromdir", Key::EcP256, &["dir.test"]);
+    let ocsp_dir = TempDir::new("conf-ocsp");
+    let peer_port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let pidfile = dir.path("shuck.pid");
     let root = sh_out("id -u").trim() == "0";
     let (p1, p2) = (free_port(), free_port());
@@ -100,7 +111,17 @@ backend-connect-timeout = 2
 log-level = 2
 shared-cache-listen = "[127.0.0.1]:{sync_port}"
 shared-cache-key = "{key}"
+shared-cache-peer = "[127.0.0.1]:{peer_port}"
 pidfile = "{pidfile}"
+pem-dir = "{pem_dir}"
+client-verify = optional
+client-verify-ca = "{client_ca}"
+proxy-client-cert = on
+ocsp-dir = "{ocsp_dir}"
+ocsp-refresh-interval = 600
+ocsp-connect-tmo = 2
+ocsp-resp-tmo = 5
+ocsp-verify-staple = on
 {privileges}
 "#,
             own = own.display(),
@@ -108,6 +129,10 @@ pidfile = "{pidfile}"
             origin_port = origin.port,
             key = key.display(),
             pidfile = pidfile.display(),
+            peer_port = peer_port,
+            pem_dir = pem_dir.0.display(),
+            client_ca = client.ca.display(),
+            ocsp_dir = ocsp_dir.0.display(),
             privileges = if root {
                 "user = \"nobody\"\ngroup = \"nogroup\""
             } else {
@@ -131,6 +156,11 @@ pidfile = "{pidfile}"
         log.contains(&format!("udp 127.0.0.1:{sync_port}")),
         "replication: {log}"
     );
+    assert!(
+        log.contains(&format!("with 127.0.0.1:{peer_port}")),
+        "shared-cache-peer: {log}"
+    );
+    assert!(log.contains("OCSP: no responder URL"), "ocsp-dir: {log}");
 
     let opts = ClientOpts {
         sni: Some("global.test".into()),
@@ -160,6 +190,38 @@ pidfile = "{pidfile}"
     // backend + write-proxy-v2: the origin got a PROXY v2 header, then the bytes.
     echo_roundtrip(&mut c);
     assert_eq!(&heads.lock().unwrap()[0][..12], b"\r\n\r\n\0\r\nQUIT\n");
+    // pem-dir: its certificate serves its name.
+    let from_dir = tls_connect(
+        addr1,
+        &ClientOpts {
+            sni: Some("dir.test".into()),
+            ..opts.clone()
+        },
+    )
+    .unwrap();
+    assert_eq!(served_cert(&from_dir), dir_der);
+    // client-verify (optional) + client-verify-ca + proxy-client-cert: alice's CN reaches the
+    // backend in the PROXY v2 header.
+    let mut with_cert = tls_connect(
+        addr1,
+        &ClientOpts {
+            client_pem: Some(client.alice.clone()),
+            ..opts.clone()
+        },
+    )
+    .unwrap();
+    echo_roundtrip(&mut with_cert);
+    // (Headers are recorded by the origin's threads in no set order: look at all of them.)
+    let with_cn = heads
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|h| h.windows(5).any(|w| w == b"alice"))
+        .count();
+    assert_eq!(
+        with_cn, 1,
+        "the client's CN is not in exactly one PROXY header"
+    );
     // session-cache (and tickets): the next connection resumes.
     drop(c);
     let c = connect_with(addr1, &cfg, opts.sni.as_deref()).unwrap();

@@ -294,6 +294,53 @@ impl Drop for Shuck {
     }
 }
 
+/// A CA, a client certificate it signs (CN=alice, O=Example) and one from another CA
+/// (CN=mallory), each as a PEM file with its key, made with openssl.
+pub struct ClientPki {
+    pub ca: PathBuf,
+    pub alice: PathBuf,
+    pub mallory: PathBuf,
+    _dir: TempDir,
+}
+
+impl ClientPki {
+    pub fn new() -> ClientPki {
+        assert!(require("openssl", "openssl"));
+        let dir = TempDir::new("pki");
+        let d = dir.0.display().to_string();
+        for ca in ["ca", "other"] {
+            sh(&format!(
+                "cd {d} && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+                 -keyout {ca}.key -out {ca}.crt -days 3 -subj '/CN=Test {ca}' \
+                 -addext basicConstraints=critical,CA:true -addext keyUsage=critical,keyCertSign 2>/dev/null"
+            ));
+        }
+        std::fs::write(
+            dir.path("client.ext"),
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
+        )
+        .unwrap();
+        for (name, ca, subj) in [
+            ("alice", "ca", "/CN=alice/O=Example"),
+            ("mallory", "other", "/CN=mallory"),
+        ] {
+            sh(&format!(
+                "cd {d} && openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+                 -keyout {name}.key -out {name}.csr -subj '{subj}' 2>/dev/null \
+                 && openssl x509 -req -in {name}.csr -CA {ca}.crt -CAkey {ca}.key -CAcreateserial \
+                 -days 2 -extfile client.ext -out {name}.crt 2>/dev/null \
+                 && cat {name}.crt {name}.key > {name}.pem"
+            ));
+        }
+        ClientPki {
+            ca: dir.path("ca.crt"),
+            alice: dir.path("alice.pem"),
+            mallory: dir.path("mallory.pem"),
+            _dir: dir,
+        }
+    }
+}
+
 /// A daemon we started, killed by its pid (from its pid file) whatever happens.
 pub struct Daemon(pub u32);
 
