@@ -43,8 +43,6 @@ pub async fn serve(
     let _live = LiveGuard(&worker);
     let counters = &worker.counters;
     let fe_counters = counters.frontend(frontend.slot);
-    // This connection keeps the TLS state it started with, whatever reloads happen.
-    let tls_state = frontend.tls.load_full();
     WorkerCounters::bump(&fe_counters.accepted);
     let _closed = ClosedGuard(fe_counters);
     let state = &worker.state;
@@ -94,7 +92,16 @@ pub async fn serve(
 
     // handshake: boxed, because its state (ClientHello acceptor and mid-handshake stream,
     // ~3 KB) would otherwise stay reserved in this task for the connection's whole life.
-    let mut tls = match Box::pin(handshake(io, &tls_state, limits.handshake_timeout)).await {
+    // The TLS state of this moment (a reload during the handshake does not touch it). No
+    // named result here: a variable would keep a second TlsStream-sized slot in this task
+    // for the connection's whole life.
+    let mut tls = match Box::pin(handshake(
+        io,
+        &frontend.tls.load_full(),
+        limits.handshake_timeout,
+    ))
+    .await
+    {
         Ok(s) => s,
         Err(e) => {
             counters.failed(e.failure());
@@ -130,33 +137,47 @@ pub async fn serve(
         }
     };
 
-    // Who the client certificate says the client is, when the backend is to be told.
-    let subject = if state.proxy_client_cert || state.client_cert_header.is_some() {
-        tls.get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|c| c.first())
-            .and_then(|der| Subject::of(der))
-    } else {
-        None
+    // What the backend is told first, and the HTTP rewriter; the client certificate's
+    // subject is only needed to build them, so it does not stay in this task while the
+    // connection idles.
+    let (preamble_bytes, mut http) = {
+        let subject = if state.proxy_client_cert || state.client_cert_header.is_some() {
+            tls.get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|der| Subject::of(der))
+        } else {
+            None
+        };
+        let bytes = (state.preamble != Preamble::None).then(|| {
+            let conn = tls.get_ref().1;
+            let facts = TlsFacts {
+                alpn: conn.alpn_protocol(),
+                sni: conn.server_name(),
+                version: version_name(conn.protocol_version()),
+                cipher: conn
+                    .negotiated_cipher_suite()
+                    .map(|s| preamble::openssl_cipher_name(s.suite())),
+                client_cn: subject
+                    .as_ref()
+                    .filter(|_| state.proxy_client_cert)
+                    .map(|s| s.cn.as_deref().unwrap_or("")),
+            };
+            preamble::build(state.preamble, &origin, &facts)
+        });
+        let cert_header = state
+            .client_cert_header
+            .as_deref()
+            .map(|name| (name, subject.as_ref().map(|s| s.name.as_str())));
+        let http = state
+            .http
+            .map(|max| Http::new(client.ip(), max, cert_header));
+        (bytes, http)
     };
 
     // preamble
-    if state.preamble != Preamble::None {
-        let conn = tls.get_ref().1;
-        let facts = TlsFacts {
-            alpn: conn.alpn_protocol(),
-            sni: conn.server_name(),
-            version: version_name(conn.protocol_version()),
-            cipher: conn
-                .negotiated_cipher_suite()
-                .map(|s| preamble::openssl_cipher_name(s.suite())),
-            client_cn: subject
-                .as_ref()
-                .filter(|_| state.proxy_client_cert)
-                .map(|s| s.cn.as_deref().unwrap_or("")),
-        };
-        let bytes = preamble::build(state.preamble, &origin, &facts);
+    if let Some(bytes) = preamble_bytes {
         if let Err(e) = backend.write_all(&bytes).await {
             tracing::warn!(client = %client, backend = %lease.server().name(), error = %e, "cannot write the preamble");
             return;
@@ -164,13 +185,6 @@ pub async fn serve(
     }
 
     // relay
-    let cert_header = state
-        .client_cert_header
-        .as_deref()
-        .map(|name| (name, subject.as_ref().map(|s| s.name.as_str())));
-    let mut http = state
-        .http
-        .map(|max| Http::new(client.ip(), max, cert_header));
     let out = relay(
         &mut tls,
         &mut backend,
