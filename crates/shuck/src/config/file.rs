@@ -332,35 +332,23 @@ pub fn to_args(
 /// Values whose meaning is checked past their syntax (names of ciphers, protocols,
 /// groups, users, ...), so that the error carries the line.
 fn check_value(key: &str, value: &str) -> Result<(), String> {
+    use crate::system::privileges::Target;
     use crate::tls::params;
-    let r = match key {
-        "ciphers" => params::parse_tls12_ciphers(value)
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        "ciphersuites" => params::parse_tls13_suites(value)
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        "tls-protos" => params::parse_protocols(value)
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        "ecdh-curve" => params::parse_groups(value)
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        "alpn-protos" => params::parse_alpn(value)
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        "user" => crate::system::privileges::Target::resolve(Some(value), None, None)
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        "group" => crate::system::privileges::Target::resolve(None, Some(value), None)
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        "syslog-facility" => crate::system::log::facility(value)
-            .map(drop)
+    fn checked<T, E: std::fmt::Display>(r: Result<T, E>) -> Result<(), String> {
+        r.map(drop).map_err(|e| e.to_string())
+    }
+    match key {
+        "ciphers" => checked(params::parse_tls12_ciphers(value)),
+        "ciphersuites" => checked(params::parse_tls13_suites(value)),
+        "tls-protos" => checked(params::parse_protocols(value)),
+        "ecdh-curve" => checked(params::parse_groups(value)),
+        "alpn-protos" => checked(params::parse_alpn(value)),
+        "user" => checked(Target::resolve(Some(value), None, None)),
+        "group" => checked(Target::resolve(None, Some(value), None)),
+        "syslog-facility" => checked(crate::system::log::facility(value))
             .map_err(|e| format!("syslog-facility: {e}")),
         _ => Ok(()),
-    };
-    r
+    }
 }
 
 fn clap_reason(e: &clap::Error) -> String {

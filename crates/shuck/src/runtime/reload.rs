@@ -43,16 +43,33 @@ impl Reloader {
     /// New OCSP staples arrived: rebuild every frontend's TLS state from the running
     /// configuration (nothing is re-read), so new handshakes staple them.
     pub fn restaple(&mut self, frontends: &Frontends) {
-        for fe in &self.current.frontends {
-            let Some(live) = frontends.get(&fe.endpoint.to_string()) else {
-                continue;
-            };
-            let (settings, certs) = self.current.frontend_tls(fe);
-            match self.base.for_frontend(&settings, &certs) {
-                Ok(t) => live.tls.store(Arc::new(t)),
-                Err(e) => tracing::error!("OCSP: cannot restaple frontend {}: {e}", fe.endpoint),
+        let built = match self.build(&self.current) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!("OCSP: cannot restaple: {e}; the staples in use stay");
+                return;
+            }
+        };
+        for (fe, tls) in self.current.frontends.iter().zip(built) {
+            if let Some(live) = frontends.get(&fe.endpoint.to_string()) {
+                live.tls.store(tls);
             }
         }
+    }
+
+    /// Every frontend's TLS state for `cfg`, sharing the process's session cache; the
+    /// first failure names its frontend.
+    fn build(&self, cfg: &Config) -> Result<Vec<Arc<TlsState>>, String> {
+        cfg.frontends
+            .iter()
+            .map(|fe| {
+                let (settings, certs) = cfg.frontend_tls(fe);
+                self.base
+                    .for_frontend(&settings, &certs)
+                    .map(Arc::new)
+                    .map_err(|e| format!("frontend {}: {e}", fe.endpoint))
+            })
+            .collect()
     }
 
     /// Re-reads and applies the configuration, or keeps the running one and logs why.
@@ -70,20 +87,13 @@ impl Reloader {
         let mut new = new;
         new.tls.tickets = self.base.tickets.clone();
         new.tls.ocsp = self.current.tls.ocsp.clone();
-        let mut built = Vec::with_capacity(new.frontends.len());
-        for fe in &new.frontends {
-            let (settings, certs) = new.frontend_tls(fe);
-            match self.base.for_frontend(&settings, &certs) {
-                Ok(t) => built.push(Arc::new(t)),
-                Err(e) => {
-                    tracing::error!(
-                        "SIGHUP: frontend {}: {e}; the running configuration stays",
-                        fe.endpoint
-                    );
-                    return;
-                }
+        let built = match self.build(&new) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!("SIGHUP: {e}; the running configuration stays");
+                return;
             }
-        }
+        };
         if let Some(keys) = &self.base.tickets {
             if keys.file().is_some() {
                 match keys.reload() {
