@@ -76,6 +76,14 @@ fn sessions_deletions_and_keys_reach_the_peer() {
     let (a_addr, b_addr) = (free_udp(), free_udp());
     let a = host(a_addr, &[b_addr]);
     let b = host(b_addr, &[a_addr]);
+    // Let the start-up exchange end first: A's Request may reach B (if B was bound in time)
+    // and B then answers with a dump of its cache, which would count as B sending sessions.
+    eventually("B's Request reaches A", || {
+        a.sync.stats.requests.load(Relaxed) == 1
+    });
+    thread::sleep(Duration::from_millis(200));
+    let b_dumped = b.sync.stats.sent_new.load(Relaxed);
+    assert_eq!(b_dumped, 0, "B had no sessions to dump");
 
     assert!(a.cache.put(sid(1), b"session one".to_vec()));
     eventually("New reaches B", || b.cache.get(&sid(1)).is_some());
@@ -116,6 +124,10 @@ fn a_host_that_starts_late_gets_the_sessions_and_keys_it_missed() {
         a.cache.put(sid(i), vec![i; 300]);
     }
     let ticket = a.tickets.encrypt(b"before").unwrap();
+    // A's own New records went out (to nobody) before C binds, so only the dump can fill C.
+    eventually("A sends its sessions", || {
+        a.sync.stats.sent_new.load(Relaxed) == 200
+    });
     // C comes up afterwards (a restart: a new process, a new sender id) and asks.
     let c = host(c_addr, &[a_addr]);
     eventually("dump reaches C", || c.cache.stats().entries == 200);
