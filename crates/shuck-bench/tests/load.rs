@@ -142,6 +142,14 @@ fn the_origin_serves_every_size_with_keep_alive() {
     assert!(status.starts_with("HTTP/1.1 404"), "{status}");
 }
 
+/// `reuse=always` resumed every session except at most the first of each slot.
+fn assert_all_resumed_but_first(report: &serde_json::Value, slots: u64) {
+    let completed = report["completed"].as_u64().unwrap();
+    let resumed = (completed as f64 * report["resumed_share"].as_f64().unwrap()).round() as u64;
+    assert!(completed > 50, "{report}");
+    assert!(resumed + slots >= completed, "{report}");
+}
+
 #[test]
 fn load_counts_sessions_requests_and_resumption_as_they_happened() {
     let (_o, oport) = origin();
@@ -185,10 +193,9 @@ fn load_counts_sessions_requests_and_resumption_as_they_happened() {
         "--tls",
         "1.3",
     ]);
-    assert!(
-        always["resumed_share"].as_f64().unwrap() >= 0.99,
-        "{always}"
-    );
+    // Every session resumes but the first of each of the 8 slots, which has nothing to
+    // resume yet (on a slow machine those 8 are more than 1 % of the run).
+    assert_all_resumed_but_first(&always, 8);
     let always12 = load(&[
         "--target",
         &target,
@@ -203,10 +210,7 @@ fn load_counts_sessions_requests_and_resumption_as_they_happened() {
         "--resume-by",
         "id",
     ]);
-    assert!(
-        always12["resumed_share"].as_f64().unwrap() >= 0.99,
-        "{always12}"
-    );
+    assert_all_resumed_but_first(&always12, 8);
 
     let every4 = load(&[
         "--target",
