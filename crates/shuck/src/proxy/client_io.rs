@@ -36,6 +36,14 @@ impl ClientIo {
             pos: 0,
         }
     }
+
+    /// Ready once a read would find bytes (or end of stream, or an error).
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.pos < self.prefix.len() {
+            return Poll::Ready(Ok(()));
+        }
+        self.tcp.poll_read_ready(cx)
+    }
 }
 
 impl AsyncRead for ClientIo {

@@ -95,10 +95,12 @@ pub async fn serve(
     // The TLS state of this moment (a reload during the handshake does not touch it). No
     // named result here: a variable would keep a second TlsStream-sized slot in this task
     // for the connection's whole life.
+    let want_sni = state.log_connections || state.preamble == Preamble::ProxyV2;
     let mut tls = match Box::pin(handshake(
         io,
         &frontend.tls.load_full(),
         limits.handshake_timeout,
+        want_sni,
     ))
     .await
     {
@@ -109,7 +111,7 @@ pub async fn serve(
             return;
         }
     };
-    let resumed = tls.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed);
+    let resumed = tls.conn().handshake_kind() == Some(HandshakeKind::Resumed);
     WorkerCounters::bump(if resumed {
         &counters.handshakes_resumed
     } else {
@@ -142,8 +144,7 @@ pub async fn serve(
     // connection idles.
     let (preamble_bytes, mut http) = {
         let subject = if state.proxy_client_cert || state.client_cert_header.is_some() {
-            tls.get_ref()
-                .1
+            tls.conn()
                 .peer_certificates()
                 .and_then(|c| c.first())
                 .and_then(|der| Subject::of(der))
@@ -151,10 +152,10 @@ pub async fn serve(
             None
         };
         let bytes = (state.preamble != Preamble::None).then(|| {
-            let conn = tls.get_ref().1;
+            let conn = tls.conn();
             let facts = TlsFacts {
                 alpn: conn.alpn_protocol(),
-                sni: conn.server_name(),
+                sni: tls.sni(),
                 version: version_name(conn.protocol_version()),
                 cipher: conn
                     .negotiated_cipher_suite()
@@ -212,12 +213,12 @@ pub async fn serve(
         _ => {}
     }
     if state.log_connections {
-        let (_, conn) = tls.get_ref();
+        let conn = tls.conn();
         tracing::info!(
             worker = worker.id,
             client = %client,
             backend = %lease.server().name(),
-            sni = conn.server_name().unwrap_or("-"),
+            sni = tls.sni().unwrap_or("-"),
             version = version_name(conn.protocol_version()).unwrap_or("-"),
             handshake = if resumed { "resumed" } else { "full" },
             bytes_in = out.client_to_backend,

@@ -4,11 +4,10 @@
 use std::io;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio_rustls::server::TlsStream;
-use tokio_rustls::LazyConfigAcceptor;
-
 use rustls::AlertDescription;
+
+use super::client_io::ClientIo;
+use super::tls_stream::TlsStream;
 
 use crate::metrics::{FailReason, Failure};
 use crate::tls::TlsState;
@@ -74,32 +73,15 @@ fn alert_for(e: &rustls::Error) -> AlertDescription {
     }
 }
 
-/// A fatal unrecognized_name alert (RFC 8446 §6), as a plaintext record: nothing has been
-/// negotiated yet, so the record layer is still in clear.
-const UNRECOGNIZED_NAME_ALERT: [u8; 7] = [21, 3, 3, 0, 2, 2, 112];
-
-/// Runs the server side of the handshake on `tcp`.
-pub async fn handshake<IO: AsyncRead + AsyncWrite + Unpin>(
-    tcp: IO,
+/// Runs the server side of the handshake on `io` within `timeout`; `want_sni` keeps the
+/// server name the client asked for.
+pub async fn handshake(
+    io: ClientIo,
     tls: &TlsState,
     timeout: Duration,
-) -> Result<TlsStream<IO>, HandshakeError> {
-    let run = async {
-        let mut start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
-        if tls.sni_nomatch_abort {
-            if let Some(name) = start.client_hello().server_name() {
-                if tls.resolver.lookup(name).is_none() {
-                    let name = name.to_owned();
-                    // Best effort: the client may already be gone.
-                    let _ = start.io.write_all(&UNRECOGNIZED_NAME_ALERT).await;
-                    let _ = start.io.shutdown().await;
-                    return Err(HandshakeError::UnknownName(name));
-                }
-            }
-        }
-        Ok(start.into_stream(tls.config.clone()).await?)
-    };
-    tokio::time::timeout(timeout, run)
+    want_sni: bool,
+) -> Result<TlsStream, HandshakeError> {
+    tokio::time::timeout(timeout, TlsStream::accept(io, tls, want_sni))
         .await
         .unwrap_or(Err(HandshakeError::Timeout(timeout)))
 }

@@ -9,6 +9,7 @@ pub mod http;
 pub mod listener;
 pub mod preamble;
 pub mod relay;
+pub mod tls_stream;
 
 use std::cell::Cell;
 use std::sync::Arc;
