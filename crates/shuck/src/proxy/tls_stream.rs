@@ -6,6 +6,7 @@
 //! Reads wait for the socket to be readable before a receive buffer is allocated; writes
 //! encrypt straight into a send buffer that is freed once the socket has taken it.
 
+use std::cell::Cell;
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
@@ -27,6 +28,33 @@ const READ_SIZE: usize = 4096;
 const MAX_INCOMING: usize = 0x10000 + 18 * 1024;
 /// Most plaintext one write takes: four full records.
 const MAX_WRITE: usize = 4 * 16 * 1024;
+
+/// Largest buffer kept as a worker's spare.
+const MAX_SPARE: usize = MAX_INCOMING;
+
+thread_local! {
+    /// The worker's spare receive buffer. A connection takes it when bytes arrive and gives
+    /// it back once it has processed them all, so that a busy worker neither allocates nor
+    /// zeroes a buffer per record, and an idle connection holds none.
+    static SPARE_IN: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+    /// The worker's spare send buffer, lent the same way until the socket has taken it all.
+    static SPARE_OUT: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// Gives a buffer back to a worker's spare slot (when the slot is free and the buffer not
+/// too large), or frees it.
+fn give_back(slot: &'static std::thread::LocalKey<Cell<Vec<u8>>>, buf: Vec<u8>) {
+    if buf.len() <= MAX_SPARE {
+        slot.with(|s| {
+            let held = s.take();
+            s.set(if held.capacity() >= buf.capacity() {
+                held
+            } else {
+                buf
+            });
+        });
+    }
+}
 
 /// A server-side TLS connection over the client's socket.
 pub struct TlsStream {
@@ -379,7 +407,7 @@ impl TlsStream {
         self.incoming.copy_within(n..self.filled, 0);
         self.filled -= n;
         if self.filled == 0 {
-            self.incoming = Vec::new();
+            give_back(&SPARE_IN, std::mem::take(&mut self.incoming));
         }
     }
 
@@ -388,6 +416,9 @@ impl TlsStream {
     fn read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.filled == 0 {
             ready!(self.io.poll_read_ready(cx))?;
+        }
+        if self.incoming.is_empty() {
+            self.incoming = SPARE_IN.take();
         }
         if self.filled == self.incoming.len() {
             let len = match self.incoming.len() {
@@ -412,7 +443,7 @@ impl TlsStream {
             other => {
                 // Readiness that was not: give the buffer back while waiting.
                 if self.filled == 0 {
-                    self.incoming = Vec::new();
+                    give_back(&SPARE_IN, std::mem::take(&mut self.incoming));
                 }
                 other.map_ok(|()| 0)
             }
@@ -429,7 +460,7 @@ impl TlsStream {
             self.sent += n;
         }
         if !self.out.is_empty() {
-            self.out = Vec::new();
+            give_back(&SPARE_OUT, std::mem::take(&mut self.out));
             (self.sent, self.end) = (0, 0);
         }
         Poll::Ready(Ok(()))
@@ -444,6 +475,9 @@ fn append(
     first: usize,
     mut f: impl FnMut(&mut [u8]) -> Result<usize, Option<usize>>,
 ) -> io::Result<()> {
+    if out.is_empty() {
+        *out = SPARE_OUT.take();
+    }
     let mut room = first;
     for _ in 0..3 {
         if out.len() < *end + room {
