@@ -163,3 +163,69 @@ fn a_client_that_leaves_mid_handshake_is_an_error_not_a_hang() {
     );
     assert!(err.unwrap().contains("closed"));
 }
+
+#[test]
+fn records_that_arrive_while_writing_are_read_in_order() {
+    let tls = state(&[]);
+    let got = run(
+        async move |tcp| {
+            let mut s = TlsStream::accept(ClientIo::new(tcp), &tls, false)
+                .await
+                .unwrap();
+            // The first record only: the second came in the same read and stays queued.
+            let mut first = [0u8; 5];
+            s.read_exact(&mut first).await.unwrap();
+            // Writing processes what is queued; it must still come to the next read.
+            s.write_all(b"reply").await.unwrap();
+            s.flush().await.unwrap();
+            let mut second = [0u8; 6];
+            s.read_exact(&mut second).await.unwrap();
+            s.shutdown().await.unwrap();
+            [first.to_vec(), second.to_vec()].concat()
+        },
+        |addr| {
+            let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
+            // Two records in one TCP segment.
+            c.conn.writer().write_all(b"first").unwrap();
+            c.conn.writer().write_all(b"second").unwrap();
+            c.flush().unwrap();
+            let mut reply = [0u8; 5];
+            c.read_exact(&mut reply).unwrap();
+            assert_eq!(&reply, b"reply");
+            let _ = read_all(&mut c);
+        },
+    );
+    assert_eq!(got, b"firstsecond");
+}
+
+#[test]
+fn an_altered_record_is_refused_with_bad_record_mac() {
+    let tls = state(&[]);
+    let err = run(
+        async move |tcp| {
+            let mut s = TlsStream::accept(ClientIo::new(tcp), &tls, false)
+                .await
+                .unwrap();
+            let mut buf = [0u8; 64];
+            let e = s.read(&mut buf).await.unwrap_err();
+            // Later calls report the failure too, and never touch the bad bytes again.
+            assert!(s.read(&mut buf).await.is_err());
+            assert!(s.write(b"x").await.is_err());
+            let _ = s.shutdown().await;
+            e.to_string()
+        },
+        |addr| {
+            let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
+            // Encrypt one record, flip a bit of its ciphertext, send it raw.
+            c.conn.writer().write_all(b"hello").unwrap();
+            let mut record = Vec::new();
+            c.conn.write_tls(&mut record).unwrap();
+            let last = record.len() - 1;
+            record[last] ^= 1;
+            c.sock.write_all(&record).unwrap();
+            let e = read_all(&mut c).unwrap_err();
+            assert!(e.to_string().contains("BadRecordMac"), "{e}");
+        },
+    );
+    assert!(err.contains("decrypt"), "{err}");
+}
