@@ -114,6 +114,35 @@ fn chroot_shuts_the_process_in() {
 }
 
 #[test]
+fn the_pid_file_outside_the_chroot_is_removed_at_exit() {
+    if !is_root() {
+        eprintln!("SKIP: not root; --chroot needs root");
+        return;
+    }
+    let origin = Origin::echo();
+    let jail = TempDir::new("jail-pid");
+    let dir = TempDir::new("pid-outside");
+    let pidfile = dir.path("shuck.pid");
+    let mut shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--chroot",
+        jail.0.to_str().unwrap(),
+        "--pidfile",
+        pidfile.to_str().unwrap(),
+    ]);
+    let written = std::fs::read_to_string(&pidfile).unwrap();
+    assert_eq!(written.trim(), shuck.pid().to_string());
+    shuck.signal("TERM");
+    assert!(
+        shuck.wait_exit(Duration::from_secs(10)).is_some(),
+        "{}",
+        shuck.log()
+    );
+    assert!(!pidfile.exists(), "pid file left behind: {}", shuck.log());
+}
+
+#[test]
 fn unknown_user_or_group_is_an_error() {
     let (code, err) = run_to_exit(&["--user", "no-such-user-here"]);
     assert_eq!(code, Some(2), "{err}");

@@ -1,7 +1,7 @@
 //! `--daemon` and `--pidfile`, for init systems that want them.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::SystemError;
 
@@ -15,7 +15,10 @@ pub fn detach() -> Result<(), SystemError> {
 /// A pid file, removed when dropped (if the process still may).
 #[derive(Debug)]
 pub struct PidFile {
-    path: PathBuf,
+    /// The directory that holds it, opened before any chroot, so that the file can still
+    /// be removed from inside one.
+    dir: std::fs::File,
+    name: std::ffi::OsString,
 }
 
 impl PidFile {
@@ -23,17 +26,29 @@ impl PidFile {
     pub fn write(path: &Path) -> Result<Self, SystemError> {
         let fail =
             |e: std::io::Error| SystemError::call(format!("--pidfile {}", path.display()), e);
+        let name = path
+            .file_name()
+            .ok_or_else(|| fail(std::io::Error::other("not a file name")))?
+            .to_owned();
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = std::fs::File::open(parent).map_err(fail)?;
         let mut f = std::fs::File::create(path).map_err(fail)?;
         writeln!(f, "{}", std::process::id()).map_err(fail)?;
-        Ok(PidFile {
-            path: path.to_owned(),
-        })
+        Ok(PidFile { dir, name })
     }
 }
 
 impl Drop for PidFile {
     fn drop(&mut self) {
-        // After dropping privileges or into a chroot this may fail: nothing to do then.
-        let _ = std::fs::remove_file(&self.path);
+        // Relative to the directory opened at start, so a chroot does not hide it. After
+        // dropping privileges this may be refused: nothing to do then.
+        let _ = nix::unistd::unlinkat(
+            &self.dir,
+            self.name.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
     }
 }
