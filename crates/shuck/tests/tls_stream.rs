@@ -47,6 +47,21 @@ fn run<T: Send + 'static>(
     })
 }
 
+/// Runs a handshake that must fail against `client`; returns the server's error.
+fn refused(
+    tls: TlsState,
+    want_sni: bool,
+    client: impl FnOnce(std::net::SocketAddr) + Send + 'static,
+) -> String {
+    run(
+        async move |tcp| match TlsStream::accept(ClientIo::new(tcp), &tls, want_sni).await {
+            Ok(_) => panic!("the handshake succeeded"),
+            Err(e) => e.to_string(),
+        },
+        client,
+    )
+}
+
 #[test]
 fn records_of_every_size_both_ways_and_nothing_kept_while_idle() {
     for version in [12u8, 13] {
@@ -108,64 +123,40 @@ fn records_of_every_size_both_ways_and_nothing_kept_while_idle() {
 #[test]
 fn a_client_that_does_not_speak_tls_gets_a_decode_error_alert() {
     let tls = state(&[]);
-    let err = run(
-        async move |tcp| {
-            TlsStream::accept(ClientIo::new(tcp), &tls, false)
-                .await
-                .err()
-                .map(|e| e.to_string())
-        },
-        |addr| {
-            let mut c = TcpStream::connect(addr).unwrap();
-            c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
-            let mut got = Vec::new();
-            c.read_to_end(&mut got).unwrap();
-            // A plaintext fatal alert record: decode_error (50).
-            assert_eq!(got, [21, 3, 3, 0, 2, 2, 50]);
-        },
-    );
-    assert!(err.is_some());
+    let err = refused(tls, false, |addr| {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        // A plaintext fatal alert record: decode_error (50).
+        assert_eq!(got, [21, 3, 3, 0, 2, 2, 50]);
+    });
+    assert!(err.contains("corrupt message"), "{err}");
 }
 
 #[test]
 fn unknown_names_get_unrecognized_name_when_asked() {
     let tls = state(&["--sni-nomatch-abort"]);
-    let err = run(
-        async move |tcp| {
-            TlsStream::accept(ClientIo::new(tcp), &tls, false)
-                .await
-                .err()
-                .map(|e| e.to_string())
-        },
-        |addr| {
-            let opts = ClientOpts {
-                sni: Some("other.example".into()),
-                ..ClientOpts::default()
-            };
-            let e = tls_connect(addr, &opts).err().unwrap();
-            assert!(e.to_string().contains("UnrecognisedName"), "{e}");
-        },
-    );
-    assert!(err.unwrap().contains("other.example"));
+    let err = refused(tls, false, |addr| {
+        let opts = ClientOpts {
+            sni: Some("other.example".into()),
+            ..ClientOpts::default()
+        };
+        let e = tls_connect(addr, &opts).err().unwrap();
+        assert!(e.to_string().contains("UnrecognisedName"), "{e}");
+    });
+    assert!(err.contains("other.example"), "{err}");
 }
 
 #[test]
 fn a_client_that_leaves_mid_handshake_is_an_error_not_a_hang() {
     let tls = state(&[]);
-    let err = run(
-        async move |tcp| {
-            TlsStream::accept(ClientIo::new(tcp), &tls, true)
-                .await
-                .err()
-                .map(|e| e.to_string())
-        },
-        |addr| {
-            let mut c = TcpStream::connect(addr).unwrap();
-            // The first bytes of a ClientHello record, then nothing.
-            c.write_all(&[22, 3, 1, 0, 200, 1, 0]).unwrap();
-        },
-    );
-    assert!(err.unwrap().contains("closed"));
+    let err = refused(tls, true, |addr| {
+        let mut c = TcpStream::connect(addr).unwrap();
+        // The first bytes of a ClientHello record, then nothing.
+        c.write_all(&[22, 3, 1, 0, 200, 1, 0]).unwrap();
+    });
+    assert!(err.contains("closed"), "{err}");
 }
 
 #[test]

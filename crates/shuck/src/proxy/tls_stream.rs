@@ -261,12 +261,7 @@ impl TlsStream {
                 }
                 Ok(ConnectionState::EncodeTlsData(mut encode)) => {
                     match append(&mut self.out, &mut self.end, 256, |buf| {
-                        encode.encode(buf).map_err(|e| match e {
-                            EncodeError::InsufficientSize(InsufficientSizeError {
-                                required_size,
-                            }) => Some(required_size),
-                            _ => None,
-                        })
+                        encode.encode(buf).map_err(encode_room)
                     }) {
                         Ok(_) => Step::Continue,
                         Err(e) => Step::Fail(e),
@@ -283,24 +278,14 @@ impl TlsStream {
                     Want::Write(data) => {
                         let guess = data.len() + (data.len() / (16 * 1024) + 1) * 64;
                         match append(&mut self.out, &mut self.end, guess, |buf| {
-                            traffic.encrypt(data, buf).map_err(|e| match e {
-                                EncryptError::InsufficientSize(InsufficientSizeError {
-                                    required_size,
-                                }) => Some(required_size),
-                                _ => None,
-                            })
+                            traffic.encrypt(data, buf).map_err(encrypt_room)
                         }) {
                             Ok(_) => Step::Return(Pumped::Done(data.len())),
                             Err(e) => Step::Fail(e),
                         }
                     }
                     Want::Close => match append(&mut self.out, &mut self.end, 64, |buf| {
-                        traffic.queue_close_notify(buf).map_err(|e| match e {
-                            EncryptError::InsufficientSize(InsufficientSizeError {
-                                required_size,
-                            }) => Some(required_size),
-                            _ => None,
-                        })
+                        traffic.queue_close_notify(buf).map_err(encrypt_room)
                     }) {
                         Ok(_) => Step::Return(Pumped::Done(0)),
                         Err(e) => Step::Fail(e),
@@ -380,12 +365,7 @@ impl TlsStream {
             let encoded = match state {
                 Ok(ConnectionState::EncodeTlsData(mut encode)) => {
                     append(&mut self.out, &mut self.end, 64, |buf| {
-                        encode.encode(buf).map_err(|e| match e {
-                            EncodeError::InsufficientSize(InsufficientSizeError {
-                                required_size,
-                            }) => Some(required_size),
-                            _ => None,
-                        })
+                        encode.encode(buf).map_err(encode_room)
                     })
                     .is_ok()
                 }
@@ -493,6 +473,26 @@ fn append(
         }
     }
     Err(io::Error::other("TLS record could not be encoded"))
+}
+
+/// The room an encoding asks for, for [`append`].
+fn encode_room(e: EncodeError) -> Option<usize> {
+    match e {
+        EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
+            Some(required_size)
+        }
+        _ => None,
+    }
+}
+
+/// The room an encryption asks for, for [`append`].
+fn encrypt_room(e: EncryptError) -> Option<usize> {
+    match e {
+        EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => {
+            Some(required_size)
+        }
+        _ => None,
+    }
 }
 
 /// A rustls error as tokio-rustls reports it, so that callers find it with `downcast`.
