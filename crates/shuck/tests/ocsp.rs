@@ -277,3 +277,55 @@ fn ocsp_resp_file_is_checked_before_stapling() {
         "{err}"
     );
 }
+
+#[test]
+fn a_responder_that_never_answers_holds_back_no_other_staple() {
+    let pki = pki();
+    let _responder = Responder::start(&pki, "ca");
+    // A second certificate whose responder accepts connections and never answers.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hung_port = hung.local_addr().unwrap().port();
+    std::fs::write(
+        pki.dir.path("hung.ext"),
+        format!(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n\
+             subjectAltName=DNS:hung.example\nauthorityInfoAccess=OCSP;URI:http://127.0.0.1:{hung_port}/\n"
+        ),
+    )
+    .unwrap();
+    openssl(
+        &pki.dir,
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout hung.key \
+         -out hung.csr -subj /CN=hung.example && openssl x509 -req -in hung.csr -CA ca.crt \
+         -CAkey ca.key -CAcreateserial -days 2 -extfile hung.ext -out hung.crt \
+         && cat hung.crt ca.crt hung.key > hung.pem",
+    );
+    let cache = TempDir::new("ocsp-cache-hung");
+    let origin = Origin::echo();
+    // The hung certificate comes first: fetched one after the other, the good one would
+    // wait for the 20 s response timeout.
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--ocsp-dir",
+        cache.0.to_str().unwrap(),
+        "--ocsp-resp-tmo",
+        "20",
+        pki.dir.path("hung.pem").to_str().unwrap(),
+        pki.pem.to_str().unwrap(),
+    ]);
+    assert!(
+        shuck.wait_log("OCSP: fetched a good response", Duration::from_secs(8)),
+        "{}",
+        shuck.log()
+    );
+    let log = shuck.log();
+    let fetched = log
+        .lines()
+        .find(|l| l.contains("fetched a good response"))
+        .unwrap();
+    assert!(fetched.contains("server.pem"), "{fetched}");
+    // The hung fetch is still waiting: nothing said of it yet.
+    assert!(!log.contains("retrying"), "{log}");
+    drop(hung);
+}

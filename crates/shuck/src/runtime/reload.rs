@@ -5,13 +5,12 @@
 //! that fails anywhere changes nothing and says why. Settings that only a restart can
 //! change (workers, backends, timeouts, ...) are named in a warning.
 
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use super::frontends::Frontends;
 use super::Reparse;
 use crate::config::{BackendTarget, Config};
-use crate::tls::ocsp::manager::{self as ocsp, Target};
+use crate::tls::ocsp::manager as ocsp;
 use crate::tls::TlsState;
 
 /// Holds what a reload compares against and builds from.
@@ -21,7 +20,7 @@ pub struct Reloader {
     /// The TLS state built at start: its session cache and ticket keys live for the process.
     base: Arc<TlsState>,
     /// Tells the OCSP thread which certificates to keep staples for.
-    ocsp_updates: Option<Sender<Vec<Target>>>,
+    ocsp_updates: Option<ocsp::Updates>,
 }
 
 impl Reloader {
@@ -30,7 +29,7 @@ impl Reloader {
         current: Config,
         reparse: Reparse,
         base: Arc<TlsState>,
-        ocsp_updates: Option<Sender<Vec<Target>>>,
+        ocsp_updates: Option<ocsp::Updates>,
     ) -> Self {
         Reloader {
             current,
@@ -162,7 +161,7 @@ impl Reloader {
                     .iter()
                     .chain(new.frontends.iter().flat_map(|f| &f.certs)),
             );
-            let _ = tx.send(targets);
+            tx.send(targets);
         }
         self.current = new;
     }

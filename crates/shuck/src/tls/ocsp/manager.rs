@@ -12,6 +12,8 @@ use crate::tls::LoadedCert;
 
 /// Retry delay after a failed fetch (or sooner, if the refresh interval is shorter).
 const RETRY: Duration = Duration::from_secs(30);
+/// Fetches under way at once at most.
+const PARALLEL: usize = 8;
 /// Ask again this long before nextUpdate at the latest.
 const BEFORE_EXPIRY: Duration = Duration::from_secs(60);
 
@@ -98,70 +100,127 @@ pub fn start(
     store: Arc<OcspStore>,
     targets: Vec<Target>,
     on_change: Box<dyn Fn() + Send>,
-) -> std::io::Result<Sender<Vec<Target>>> {
+) -> std::io::Result<Updates> {
     let (tx, rx) = mpsc::channel();
+    let results = tx.clone();
     std::thread::Builder::new()
         .name("shuck-ocsp".into())
-        .spawn(move || run(&settings, &store, targets, &rx, &*on_change))?;
-    Ok(tx)
+        .spawn(move || run(&settings, &store, targets, &rx, &results, &*on_change))?;
+    Ok(Updates(tx))
+}
+
+/// Tells the OCSP thread which certificates to keep staples for (after a reload).
+#[derive(Debug, Clone)]
+pub struct Updates(Sender<Msg>);
+
+impl Updates {
+    /// Replaces the certificates looked after.
+    pub fn send(&self, targets: Vec<Target>) {
+        let _ = self.0.send(Msg::Targets(targets));
+    }
+}
+
+/// What the OCSP thread hears.
+#[derive(Debug)]
+pub enum Msg {
+    /// New certificates to look after (a reload).
+    Targets(Vec<Target>),
+    /// A fetch ended.
+    Fetched {
+        /// The certificate's leaf.
+        leaf: Vec<u8>,
+        /// The checked response, or why there is none.
+        result: Result<verify::Staple, String>,
+    },
 }
 
 fn run(
     settings: &Settings,
     store: &OcspStore,
     mut targets: Vec<Target>,
-    rx: &Receiver<Vec<Target>>,
+    rx: &Receiver<Msg>,
+    results: &Sender<Msg>,
     on_change: &dyn Fn(),
 ) {
-    // When to ask next, per target (by leaf).
+    // When to ask next, per target (by leaf), and the fetches under way: each runs in a
+    // thread of its own, so that a slow or unreachable responder holds back no other
+    // certificate's staple.
     let mut due: Vec<(Vec<u8>, Instant)> = Vec::new();
+    let mut in_flight: Vec<Vec<u8>> = Vec::new();
     loop {
         let now = Instant::now();
-        let mut changed = false;
         for t in &targets {
+            if in_flight.contains(&t.leaf) {
+                continue;
+            }
             let when = due.iter().find(|(l, _)| *l == t.leaf).map(|(_, w)| *w);
             let when = when.unwrap_or_else(|| match store.get(&t.leaf) {
                 // A cached staple: refresh on the usual schedule.
                 Some(s) => now + next_in(settings, &s),
                 None => now,
             });
-            let next = if when <= now {
-                match refresh(settings, t) {
-                    Ok(s) => {
-                        let wait = next_in(settings, &s);
-                        tracing::info!(certificate = %t.name, "OCSP: fetched a good response from {}; next fetch in {} s", t.url, wait.as_secs());
-                        store.put(&t.leaf, s);
-                        changed = true;
-                        now + wait
-                    }
-                    Err(e) => {
-                        let retry = RETRY.min(settings.refresh);
-                        tracing::warn!(certificate = %t.name, "OCSP: {e}; not stapling a new response, retrying in {} s", retry.as_secs());
-                        now + retry
-                    }
+            set_due(&mut due, &t.leaf, when);
+            if when <= now && in_flight.len() < PARALLEL {
+                in_flight.push(t.leaf.clone());
+                let (s2, t2, tx) = (settings.clone(), t.clone(), results.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("shuck-ocsp-fetch".into())
+                    .spawn(move || {
+                        let result = refresh(&s2, &t2);
+                        let _ = tx.send(Msg::Fetched {
+                            leaf: t2.leaf,
+                            result,
+                        });
+                    });
+                if spawned.is_err() {
+                    // No thread to be had: fetch here.
+                    let _ = results.send(Msg::Fetched {
+                        leaf: t.leaf.clone(),
+                        result: refresh(settings, t),
+                    });
                 }
-            } else {
-                when
-            };
-            match due.iter_mut().find(|(l, _)| *l == t.leaf) {
-                Some(d) => d.1 = next,
-                None => due.push((t.leaf.clone(), next)),
             }
-        }
-        if changed {
-            on_change();
         }
         let earliest = due
             .iter()
-            .filter(|(l, _)| targets.iter().any(|t| t.leaf == *l))
+            .filter(|(l, _)| !in_flight.contains(l) && targets.iter().any(|t| t.leaf == *l))
             .map(|(_, w)| *w)
             .min()
             .unwrap_or(now + settings.refresh);
         match rx.recv_timeout(earliest.saturating_duration_since(Instant::now())) {
-            Ok(new) => targets = new,
+            Ok(Msg::Targets(new)) => targets = new,
+            Ok(Msg::Fetched { leaf, result }) => {
+                in_flight.retain(|l| *l != leaf);
+                // A reload may have dropped the certificate meanwhile.
+                let Some(t) = targets.iter().find(|t| t.leaf == leaf) else {
+                    continue;
+                };
+                let next = match result {
+                    Ok(s) => {
+                        let wait = next_in(settings, &s);
+                        tracing::info!(certificate = %t.name, "OCSP: fetched a good response from {}; next fetch in {} s", t.url, wait.as_secs());
+                        store.put(&t.leaf, s);
+                        on_change();
+                        wait
+                    }
+                    Err(e) => {
+                        let retry = RETRY.min(settings.refresh);
+                        tracing::warn!(certificate = %t.name, "OCSP: {e}; not stapling a new response, retrying in {} s", retry.as_secs());
+                        retry
+                    }
+                };
+                set_due(&mut due, &leaf, Instant::now() + next);
+            }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
+    }
+}
+
+fn set_due(due: &mut Vec<(Vec<u8>, Instant)>, leaf: &[u8], when: Instant) {
+    match due.iter_mut().find(|(l, _)| *l == leaf) {
+        Some(d) => d.1 = when,
+        None => due.push((leaf.to_vec(), when)),
     }
 }
 
