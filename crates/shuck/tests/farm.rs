@@ -13,11 +13,11 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -148,11 +148,7 @@ impl Balancer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "haproxy did not start");
-            thread::sleep(Duration::from_millis(50));
-        }
+        wait_listening(port, "haproxy");
         Balancer {
             child,
             port,

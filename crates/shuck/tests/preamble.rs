@@ -217,11 +217,7 @@ fn haproxy_backend(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "haproxy did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(port, "haproxy");
     Some((child, port, log))
 }
 

@@ -1,10 +1,12 @@
-//! The client's side of TLS, on rustls's unbuffered API: the connection owns its record
-//! buffers and frees each one as soon as it is empty, so an idle connection holds no TLS
-//! buffer at all. (rustls's buffered connection keeps a 4 KB receive buffer for its whole
-//! life: 40 % of what an idle connection cost.)
+//! The client's side of TLS, on rustls's unbuffered API: the connection holds record
+//! buffers only while bytes are in flight, so an idle connection holds no TLS buffer at all.
+//! (rustls's buffered connection keeps a 4 KB receive buffer for its whole life: 40 % of
+//! what an idle connection cost.)
 //!
-//! Reads wait for the socket to be readable before a receive buffer is allocated; writes
-//! encrypt straight into a send buffer that is freed once the socket has taken it.
+//! Reads wait for the socket to be readable before taking a receive buffer; writes encrypt
+//! straight into a send buffer. Both are lent by the worker (one spare of each per thread)
+//! and given back once empty; only a connection that keeps bytes across polls (a partial
+//! record, a send the socket did not take) makes the worker allocate another.
 
 use std::cell::Cell;
 use std::future::poll_fn;
@@ -41,8 +43,8 @@ thread_local! {
     static SPARE_OUT: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
-/// Gives a buffer back to a worker's spare slot (when the slot is free and the buffer not
-/// too large), or frees it.
+/// Gives a buffer back to a worker's spare slot, which keeps the larger of the one it holds
+/// and this one (up to [`MAX_SPARE`]); the other is freed.
 fn give_back(slot: &'static std::thread::LocalKey<Cell<Vec<u8>>>, buf: Vec<u8>) {
     if buf.len() <= MAX_SPARE {
         slot.with(|s| {

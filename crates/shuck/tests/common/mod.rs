@@ -52,6 +52,16 @@ impl Drop for TempDir {
     }
 }
 
+/// Waits until something accepts TCP connections on 127.0.0.1:`port` (at most 10 s);
+/// `what` names it in the failure.
+pub fn wait_listening(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 // ---------------------------------------------------------------- peer programs
 
 /// Finds a program, installing its Debian package when missing and we are root. Prints a

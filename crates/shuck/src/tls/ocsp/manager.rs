@@ -183,12 +183,16 @@ fn run(
         }
         let earliest = due
             .iter()
-            .filter(|(l, _)| !in_flight.contains(l) && targets.iter().any(|t| t.leaf == *l))
+            .filter(|(l, _)| !in_flight.contains(l))
             .map(|(_, w)| *w)
             .min()
             .unwrap_or(now + settings.refresh);
         match rx.recv_timeout(earliest.saturating_duration_since(Instant::now())) {
-            Ok(Msg::Targets(new)) => targets = new,
+            Ok(Msg::Targets(new)) => {
+                // Certificates a reload dropped are forgotten.
+                due.retain(|(l, _)| new.iter().any(|t| t.leaf == *l));
+                targets = new;
+            }
             Ok(Msg::Fetched { leaf, result }) => {
                 in_flight.retain(|l| *l != leaf);
                 // A reload may have dropped the certificate meanwhile.
