@@ -256,11 +256,12 @@ pub fn run(opts: &LoadOpts, progress: Option<Arc<AtomicU64>>) -> anyhow::Result<
                     .enable_all()
                     .build()?;
                 let local = tokio::task::LocalSet::new();
-                Ok(local.block_on(&rt, run_thread(o, c, seq, progress)))
+                let stats = Stats::new()?;
+                Ok(local.block_on(&rt, run_thread(o, c, seq, progress, stats)))
             })
         })
         .collect();
-    let mut total = Stats::default();
+    let mut total = Stats::new()?;
     for h in handles {
         let s = h
             .join()
@@ -317,8 +318,9 @@ async fn run_thread(
     c: Clients,
     seq: Arc<AtomicU64>,
     progress: Option<Arc<AtomicU64>>,
+    stats: Stats,
 ) -> Stats {
-    let stats = Rc::new(RefCell::new(Stats::default()));
+    let stats = Rc::new(RefCell::new(stats));
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(o.duration);
     let o = Rc::new(o);

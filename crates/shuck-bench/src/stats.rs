@@ -51,28 +51,27 @@ pub struct Stats {
     pub elapsed: Duration,
 }
 
-fn histogram() -> Histogram<u64> {
+fn histogram() -> Result<Histogram<u64>, hdrhistogram::CreationError> {
     // 1 µs to 100 s, 3 significant digits: a few tens of KB.
-    Histogram::new_with_bounds(1, 100_000_000, 3).unwrap_or_else(|_| unreachable!("valid bounds"))
+    Histogram::new_with_bounds(1, 100_000_000, 3)
 }
 
-impl Default for Stats {
-    fn default() -> Self {
-        Stats {
+impl Stats {
+    /// Nothing counted yet.
+    pub fn new() -> Result<Self, hdrhistogram::CreationError> {
+        Ok(Stats {
             attempted: 0,
             completed: 0,
             requests: 0,
             resumed: 0,
             failures: BTreeMap::new(),
-            session_us: histogram(),
-            handshake_us: histogram(),
-            request_us: histogram(),
+            session_us: histogram()?,
+            handshake_us: histogram()?,
+            request_us: histogram()?,
             elapsed: Duration::ZERO,
-        }
+        })
     }
-}
 
-impl Stats {
     /// Counts one failure.
     pub fn fail(&mut self, f: Failure) {
         *self.failures.entry(f).or_default() += 1;
@@ -251,7 +250,7 @@ mod tests {
             requests: 400,
             resumed: 25,
             elapsed: Duration::from_secs(2),
-            ..Default::default()
+            ..Stats::new().unwrap()
         };
         s.fail(Failure::Timeout);
         s.fail(Failure::ConnectRefused);
@@ -279,12 +278,12 @@ mod tests {
         let mut a = Stats {
             completed: 1,
             elapsed: Duration::from_secs(1),
-            ..Default::default()
+            ..Stats::new().unwrap()
         };
         let mut b = Stats {
             completed: 2,
             elapsed: Duration::from_secs(3),
-            ..Default::default()
+            ..Stats::new().unwrap()
         };
         b.fail(Failure::Io);
         Stats::record(&mut b.request_us, Duration::from_millis(5));
@@ -298,7 +297,7 @@ mod tests {
 
     #[test]
     fn empty_report_has_no_nan() {
-        let r = Stats::default().report();
+        let r = Stats::new().unwrap().report();
         assert_eq!(r.failure_ratio, 0.0);
         assert_eq!(r.resumed_share, 0.0);
         assert_eq!(r.session_ms.mean, 0.0);

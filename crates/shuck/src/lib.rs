@@ -10,7 +10,7 @@
 
 pub mod backend;
 pub mod config;
-pub mod metrics;
+pub mod counters;
 pub mod origin;
 pub mod proxy;
 pub mod runtime;

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rustls::server::{ProducesTickets, StoresServerSessions};
 use shuck::session::sync::wire::{self, Header, Reject, Sealer};
 use shuck::session::sync::{Replication, Settings};
+use shuck::session::tickets::TicketKeys;
 use shuck::session::SessionCache;
-use shuck::tls::tickets::TicketKeys;
 
 const KEY: [u8; 32] = *b"0123456789abcdef0123456789abcdef";
 
@@ -191,12 +191,13 @@ fn bad_datagrams_are_dropped_counted_and_change_nothing() {
     };
     let mut d = Vec::new();
     Sealer::new(&[7; 32])
+        .unwrap()
         .seal(&header(1, now_ms()), &records, &mut d)
         .unwrap();
     send(&d);
     eventually("wrong key counted", || dropped(Reject::Forged) == 2);
     // 4. The right key but stale, or from the future.
-    let right = Sealer::new(&KEY);
+    let right = Sealer::new(&KEY).unwrap();
     right
         .seal(&header(2, now_ms() - 60_000), &records, &mut d)
         .unwrap();

@@ -13,7 +13,7 @@ use clap::Parser;
 use common::*;
 use shuck::config::{Cli, Config};
 use shuck::proxy::client_io::ClientIo;
-use shuck::proxy::tls_stream::TlsStream;
+use shuck::proxy::handshake;
 use shuck::tls::TlsState;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -54,7 +54,7 @@ fn refused(
     client: impl FnOnce(std::net::SocketAddr) + Send + 'static,
 ) -> String {
     run(
-        async move |tcp| match TlsStream::accept(ClientIo::new(tcp), &tls, want_sni).await {
+        async move |tcp| match handshake::accept(ClientIo::new(tcp), &tls, want_sni).await {
             Ok(_) => panic!("the handshake succeeded"),
             Err(e) => e.to_string(),
         },
@@ -68,7 +68,7 @@ fn records_of_every_size_both_ways_and_nothing_kept_while_idle() {
         let tls = state(&[]);
         let (idle, after_use, sni) = run(
             async move |tcp| {
-                let mut s = TlsStream::accept(ClientIo::new(tcp), &tls, true)
+                let mut s = handshake::accept(ClientIo::new(tcp), &tls, true)
                     .await
                     .unwrap();
                 let idle = s.buffered();
@@ -164,7 +164,7 @@ fn records_that_arrive_while_writing_are_read_in_order() {
     let tls = state(&[]);
     let got = run(
         async move |tcp| {
-            let mut s = TlsStream::accept(ClientIo::new(tcp), &tls, false)
+            let mut s = handshake::accept(ClientIo::new(tcp), &tls, false)
                 .await
                 .unwrap();
             // The first record only: the second came in the same read and stays queued.
@@ -198,7 +198,7 @@ fn an_altered_record_is_refused_with_bad_record_mac() {
     let tls = state(&[]);
     let err = run(
         async move |tcp| {
-            let mut s = TlsStream::accept(ClientIo::new(tcp), &tls, false)
+            let mut s = handshake::accept(ClientIo::new(tcp), &tls, false)
                 .await
                 .unwrap();
             let mut buf = [0u8; 64];

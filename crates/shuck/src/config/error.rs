@@ -49,6 +49,9 @@ pub enum ConfigError {
     /// Users, groups, directories.
     #[error(transparent)]
     System(#[from] crate::system::SystemError),
+    /// The ticket key ring (`--ticket-keys`).
+    #[error(transparent)]
+    Tickets(#[from] crate::session::tickets::TicketError),
     /// Certificates, keys or TLS parameters.
     #[error(transparent)]
     Tls(#[from] TlsError),

@@ -2,108 +2,30 @@
 //! [`Config`] that the runtime can serve without further checks. Certificates are loaded
 //! here so that every bad file is reported before anything listens.
 
+pub mod backend;
 pub mod cli;
 pub mod duration;
 pub mod endpoint;
 pub mod error;
 pub mod file;
+pub mod frontend;
+pub mod replication;
+pub mod tls;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tracing::level_filters::LevelFilter;
 
+pub use backend::{BackendSpec, BackendTarget, Preamble};
 pub use cli::Cli;
 pub use endpoint::Endpoint;
 pub use error::ConfigError;
+pub use frontend::Frontend;
 
-use crate::proxy::preamble::Preamble;
 use crate::session::sync;
-use crate::tls::tickets::TicketKeys;
-use crate::tls::{params, LoadedCert, TlsSettings};
-
-/// A frontend: the endpoint as written and the addresses it listens on.
-#[derive(Debug)]
-pub struct Frontend {
-    /// As the operator wrote it, for messages.
-    pub endpoint: Endpoint,
-    /// Where to bind.
-    pub addrs: Vec<SocketAddr>,
-    /// Certificates of this frontend only (`-f HOST:PORT+cert.pem`, or a frontend block's
-    /// pem-file); empty: the global ones.
-    pub certs: Vec<LoadedCert>,
-    /// Also serve the global certificates (by SNI) besides its own.
-    pub match_global_certs: bool,
-    /// TLS settings of this frontend when they differ from the global ones
-    /// (`;ciphers=...;tls-protos=...`, or a frontend block's keys).
-    pub tls: Option<TlsSettings>,
-}
-
-/// One `-b` server.
-#[derive(Debug, Clone)]
-pub struct BackendSpec {
-    /// As written (without parameters).
-    pub endpoint: Endpoint,
-    /// Addresses to try in order.
-    pub addrs: Vec<SocketAddr>,
-    /// Most connections at once; `None` for no limit.
-    pub maxconn: Option<usize>,
-    /// Round-robin weight.
-    pub weight: u32,
-}
-
-impl BackendSpec {
-    /// Parses `[HOST]:PORT[,maxconn=N][,weight=W]`.
-    pub fn parse(spec: &str) -> Result<Self, ConfigError> {
-        let mut parts = spec.split(',');
-        let endpoint = Endpoint::parse("--backend", parts.next().unwrap_or(""))?;
-        let mut maxconn = None;
-        let mut weight = 1;
-        for p in parts {
-            let bad = |reason: String| ConfigError::BadAddress {
-                option: "--backend",
-                value: spec.to_owned(),
-                reason,
-            };
-            let (k, v) = p
-                .split_once('=')
-                .ok_or_else(|| bad(format!("{p:?}: expected maxconn=N or weight=W")))?;
-            let n: u32 = v
-                .trim()
-                .parse()
-                .map_err(|_| bad(format!("{k}={v}: expected a number")))?;
-            match k.trim() {
-                "maxconn" if n >= 1 => maxconn = Some(n as usize),
-                "weight" if (1..=1000).contains(&n) => weight = n,
-                "maxconn" => return Err(bad("maxconn must be at least 1".into())),
-                "weight" => return Err(bad("weight must be from 1 to 1000".into())),
-                other => {
-                    return Err(bad(format!(
-                        "unknown parameter {other:?} (maxconn, weight)"
-                    )))
-                }
-            }
-        }
-        let addrs = endpoint.resolve("--backend")?;
-        Ok(BackendSpec {
-            endpoint,
-            addrs,
-            maxconn,
-            weight,
-        })
-    }
-}
-
-/// Where decrypted traffic goes.
-#[derive(Debug, Clone)]
-pub enum BackendTarget {
-    /// Servers named by `-b`, resolved at start.
-    Servers(Vec<BackendSpec>),
-    /// No `-b`: the built-in origin, started on a loopback port.
-    BuiltinOrigin,
-}
+use crate::tls::{LoadedCert, TlsSettings};
 
 /// Limits and timeouts of the data path.
 #[derive(Debug, Clone)]
@@ -176,37 +98,8 @@ pub struct Config {
 impl Config {
     /// Validates a parsed command line. Warnings (expired certificates) go to the log.
     pub fn from_cli(cli: &Cli) -> Result<Self, ConfigError> {
-        let backend = if cli.backends.is_empty() {
-            BackendTarget::BuiltinOrigin
-        } else {
-            BackendTarget::Servers(
-                cli.backends
-                    .iter()
-                    .map(|s| BackendSpec::parse(s))
-                    .collect::<Result<_, _>>()?,
-            )
-        };
-        let writes = [
-            (cli.write_proxy_v1, Preamble::ProxyV1),
-            (cli.write_proxy_v2 || cli.write_proxy, Preamble::ProxyV2),
-            (cli.write_ip, Preamble::WriteIp),
-        ];
-        let chosen: Vec<Preamble> = writes
-            .iter()
-            .filter(|(on, _)| *on)
-            .map(|(_, p)| *p)
-            .collect();
-        let preamble = match chosen.as_slice() {
-            [] if cli.proxy_proxy => Preamble::PassThrough,
-            [] => Preamble::None,
-            [one] => *one,
-            _ => {
-                return Err(ConfigError::Invalid {
-                    option: "--write-proxy-v1/--write-proxy-v2/--write-ip",
-                    reason: "choose one way to tell the backend who the client is".into(),
-                })
-            }
-        };
+        let backend = backend::target(cli)?;
+        let preamble = backend::preamble(cli)?;
         if cli.http && cli.max_header_bytes < 256 {
             return Err(ConfigError::Invalid {
                 option: "--max-header-bytes",
@@ -251,17 +144,17 @@ impl Config {
             }
         }
 
-        let replication = replication(cli)?;
+        let replication = replication::settings(cli)?;
         if replication.is_some() && cli.session_cache == 0 && (cli.no_tickets || !cli.tickets) {
             tracing::warn!("replication is on but the session cache and tickets are off: only keys would be shared, and there are none");
         }
-        let tls = tls_settings(cli)?;
+        let tls = tls::settings(cli)?;
         let frontends = cli
             .frontends
             .iter()
-            .map(|s| parse_frontend(s, &tls))
+            .map(|s| frontend::parse(s, &tls))
             .collect::<Result<Vec<_>, ConfigError>>()?;
-        let (mut certs, self_signed) = load_certs(cli)?;
+        let (mut certs, self_signed) = tls::load_certs(cli)?;
         if let Some(dir) = &cli.ocsp_dir {
             if !dir.is_dir() {
                 return Err(ConfigError::Invalid {
@@ -275,7 +168,7 @@ impl Config {
                 "--ocsp-verify-staple=off: shuck always checks OCSP responses before stapling them"
             );
         }
-        attach_ocsp_files(cli, &mut certs)?;
+        tls::attach_ocsp_files(cli, &mut certs)?;
         let now = SystemTime::now();
         for c in certs.iter().filter(|c| c.is_expired(now)) {
             tracing::warn!(certificate = %c.source, "certificate has expired; serving it anyway");
@@ -383,55 +276,6 @@ pub fn log_level(cli: &Cli) -> LevelFilter {
     }
 }
 
-fn tls_settings(cli: &Cli) -> Result<TlsSettings, ConfigError> {
-    let versions = params::parse_protocols(&cli.tls_protos)?;
-    let (default12, default13) = params::default_suites();
-    let tls12 = match &cli.ciphers {
-        Some(s) => params::parse_tls12_ciphers(s)?,
-        None => default12,
-    };
-    let tls13 = match &cli.ciphersuites {
-        Some(s) => params::parse_tls13_suites(s)?,
-        None => default13,
-    };
-    let groups = match &cli.ecdh_curve {
-        Some(s) => params::parse_groups(s)?,
-        None => rustls::crypto::aws_lc_rs::DEFAULT_KX_GROUPS.to_vec(),
-    };
-    let alpn = match &cli.alpn_protos {
-        Some(s) => params::parse_alpn(s)?,
-        None => Vec::new(),
-    };
-    let tickets_on = cli.tickets && !cli.no_tickets;
-    let tickets = match (&cli.ticket_keys, tickets_on) {
-        (_, false) => None,
-        (Some(path), true) => Some(Arc::new(TicketKeys::from_file(path, cli.session_timeout)?)),
-        (None, true) => Some(Arc::new(TicketKeys::rotating(
-            cli.ticket_rotate,
-            cli.session_timeout,
-        )?)),
-    };
-    if cli.ticket_keys.is_some() && !tickets_on {
-        tracing::warn!("--ticket-keys is ignored: tickets are off");
-    }
-    Ok(TlsSettings {
-        session_cache: cli.session_cache,
-        session_timeout: cli.session_timeout,
-        tickets,
-        versions,
-        suites: tls13.into_iter().chain(tls12).collect(),
-        groups,
-        alpn,
-        prefer_server_ciphers: cli.prefer_server_ciphers,
-        sni_nomatch_abort: cli.sni_nomatch_abort,
-        ocsp: None,
-        client_auth: crate::tls::client_auth::ClientAuth::load(
-            cli.client_verify,
-            cli.client_verify_ca.as_deref(),
-        )?,
-    })
-}
-
 fn client_cert_header(cli: &Cli) -> Result<Option<String>, ConfigError> {
     let Some(name) = &cli.client_cert_header else {
         return Ok(None);
@@ -488,264 +332,4 @@ fn stats_addr(cli: &Cli) -> Result<Option<SocketAddr>, ConfigError> {
     let ep = Endpoint::parse("--stats", spec)?;
     let addrs = ep.listen_addrs("--stats")?;
     Ok(addrs.first().copied())
-}
-
-fn replication(cli: &Cli) -> Result<Option<sync::Settings>, ConfigError> {
-    let Some(listen) = &cli.shared_cache_listen else {
-        if !cli.shared_cache_peer.is_empty() {
-            return Err(ConfigError::Invalid {
-                option: "--shared-cache-peer",
-                reason:
-                    "needs --shared-cache-listen (replication sends and receives on one socket)"
-                        .into(),
-            });
-        }
-        if cli.shared_cache_if.is_some() || cli.shared_cache_key.is_some() {
-            tracing::warn!(
-                "--shared-cache-if and --shared-cache-key do nothing without --shared-cache-listen"
-            );
-        }
-        return Ok(None);
-    };
-    let Some(key_path) = &cli.shared_cache_key else {
-        return Err(ConfigError::Invalid {
-            option: "--shared-cache-listen",
-            reason: "needs --shared-cache-key FILE: replication never runs unsealed (make a key with: head -c 32 /dev/urandom | base64)".into(),
-        });
-    };
-    let key = sync::psk::load(key_path)?;
-    let mut peers = Vec::new();
-    for p in &cli.shared_cache_peer {
-        let endpoint = Endpoint::parse("--shared-cache-peer", p)?;
-        if endpoint.host == endpoint::Host::Any {
-            return Err(ConfigError::BadAddress {
-                option: "--shared-cache-peer",
-                value: p.clone(),
-                reason: "a peer is a host or a multicast group, not *".into(),
-            });
-        }
-        peers.extend(endpoint.resolve("--shared-cache-peer")?);
-    }
-    let listen_ep = Endpoint::parse("--shared-cache-listen", listen)?;
-    let groups: Vec<IpAddr> = peers
-        .iter()
-        .map(SocketAddr::ip)
-        .filter(IpAddr::is_multicast)
-        .collect();
-    let listen_addr = match &listen_ep.host {
-        // One socket: IPv6 (dual-stack) only when some peer needs it.
-        endpoint::Host::Any if peers.iter().any(SocketAddr::is_ipv6) => {
-            SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), listen_ep.port)
-        }
-        endpoint::Host::Any => SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), listen_ep.port),
-        _ => *listen_ep
-            .resolve("--shared-cache-listen")?
-            .first()
-            .ok_or_else(|| ConfigError::Invalid {
-                option: "--shared-cache-listen",
-                reason: "no address".into(),
-            })?,
-    };
-    let bad_listen = |reason: String| ConfigError::BadAddress {
-        option: "--shared-cache-listen",
-        value: listen.clone(),
-        reason,
-    };
-    for g in &groups {
-        let ip = listen_addr.ip();
-        if !(ip.is_unspecified() || ip == *g) {
-            return Err(bad_listen(format!(
-                "to receive the multicast group {g}, listen on [*]:PORT or on the group's address"
-            )));
-        }
-        if g.is_ipv4() != ip.is_ipv4() {
-            return Err(bad_listen(format!(
-                "the multicast group {g} and the listen address are of different IP families"
-            )));
-        }
-    }
-    if peers.iter().any(|p| p.is_ipv6() && listen_addr.is_ipv4()) {
-        return Err(bad_listen(
-            "an IPv6 peer needs an IPv6 (or [*]) listen address".into(),
-        ));
-    }
-    let iface = match &cli.shared_cache_if {
-        Some(s) => Some(
-            sync::MulticastIf::parse(s).map_err(|reason| ConfigError::Invalid {
-                option: "--shared-cache-if",
-                reason,
-            })?,
-        ),
-        None => None,
-    };
-    if iface.is_some() && groups.is_empty() {
-        tracing::warn!(
-            "--shared-cache-if is for multicast, and no --shared-cache-peer is a multicast group"
-        );
-    }
-    if cli.shared_cache_window < Duration::from_millis(100) {
-        return Err(ConfigError::Invalid {
-            option: "--shared-cache-window",
-            reason: "must be at least 100ms".into(),
-        });
-    }
-    Ok(Some(sync::Settings {
-        listen: listen_addr,
-        peers,
-        iface,
-        key,
-        window: cli.shared_cache_window,
-    }))
-}
-
-/// `--ocsp-resp-file PEM=DER`: checks each response against its certificate and keeps the
-/// good ones for stapling; a bad response is logged and not stapled.
-fn attach_ocsp_files(cli: &Cli, certs: &mut [LoadedCert]) -> Result<(), ConfigError> {
-    for spec in &cli.ocsp_resp_file {
-        let bad = |reason: String| ConfigError::Invalid {
-            option: "--ocsp-resp-file",
-            reason: format!("{spec:?}: {reason}"),
-        };
-        let (pem, der_path) = spec.rsplit_once('=').ok_or_else(|| {
-            bad("expected PEM=DER (a certificate file and its OCSP response)".into())
-        })?;
-        let cert = certs
-            .iter_mut()
-            .find(|c| c.source == pem)
-            .ok_or_else(|| bad(format!("{pem} is not one of the certificates given")))?;
-        let der =
-            std::fs::read(der_path).map_err(|e| bad(format!("cannot read {der_path}: {e}")))?;
-        let chain = &cert.key.cert;
-        let (Some(leaf), Some(issuer)) = (chain.first(), chain.get(1)) else {
-            tracing::warn!(certificate = %pem, "OCSP response {der_path} not stapled: the issuer is not in the PEM file, so the response cannot be checked");
-            continue;
-        };
-        match crate::tls::ocsp::verify::verify(&der, leaf, issuer, SystemTime::now()) {
-            Ok(_) => {
-                tracing::info!(certificate = %pem, "stapling the OCSP response {der_path}");
-                cert.ocsp = Some(der);
-            }
-            Err(e) => {
-                tracing::warn!(certificate = %pem, "OCSP response {der_path} not stapled: {e}")
-            }
-        }
-    }
-    Ok(())
-}
-
-/// `[HOST]:PORT[+PEM...][;key=value...]`: a frontend with, optionally, its own
-/// certificates and TLS settings (ciphers, ciphersuites, tls-protos, prefer-server-ciphers,
-/// sni-nomatch-abort, match-global-certs), as a hitch frontend block gives them.
-fn parse_frontend(spec: &str, global: &TlsSettings) -> Result<Frontend, ConfigError> {
-    let bad = |reason: String| ConfigError::BadAddress {
-        option: "--frontend",
-        value: spec.to_owned(),
-        reason,
-    };
-    let mut sections = spec.split(';');
-    let head = sections.next().unwrap_or("");
-    let mut parts = head.split('+');
-    let endpoint = Endpoint::parse("--frontend", parts.next().unwrap_or(""))?;
-    let addrs = endpoint.listen_addrs("--frontend")?;
-    let certs = parts
-        .map(|p| {
-            if p.is_empty() {
-                return Err(bad("empty certificate after +".into()));
-            }
-            Ok(LoadedCert::from_file(std::path::Path::new(p))?)
-        })
-        .collect::<Result<Vec<_>, ConfigError>>()?;
-    let mut tls: Option<TlsSettings> = None;
-    let mut match_global_certs = false;
-    for setting in sections.filter(|s| !s.trim().is_empty()) {
-        let (k, v) = setting
-            .split_once('=')
-            .ok_or_else(|| bad(format!("{setting:?}: expected key=value")))?;
-        let (k, v) = (k.trim(), v.trim());
-        let on_off = |v: &str| match v.to_ascii_lowercase().as_str() {
-            "on" | "yes" | "true" | "1" => Ok(true),
-            "off" | "no" | "false" | "0" => Ok(false),
-            _ => Err(bad(format!("{k}={v}: expected on or off"))),
-        };
-        let t = tls.get_or_insert_with(|| global.clone());
-        match k {
-            "ciphers" | "ciphersuites" => {
-                let (tls12, tls13): (Vec<_>, Vec<_>) = t
-                    .suites
-                    .iter()
-                    .partition(|s| s.version() == &rustls::version::TLS12);
-                let (tls12, tls13) = if k == "ciphers" {
-                    (params::parse_tls12_ciphers(v)?, tls13)
-                } else {
-                    (tls12, params::parse_tls13_suites(v)?)
-                };
-                t.suites = tls13.into_iter().chain(tls12).collect();
-            }
-            "tls-protos" => t.versions = params::parse_protocols(v)?,
-            "prefer-server-ciphers" => t.prefer_server_ciphers = on_off(v)?,
-            "sni-nomatch-abort" => t.sni_nomatch_abort = on_off(v)?,
-            "match-global-certs" => match_global_certs = on_off(v)?,
-            other => {
-                return Err(bad(format!(
-                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs)"
-                )))
-            }
-        }
-    }
-    if match_global_certs && certs.is_empty() {
-        return Err(bad(
-            "match-global-certs needs certificates of the frontend's own".into(),
-        ));
-    }
-    Ok(Frontend {
-        endpoint,
-        addrs,
-        certs,
-        match_global_certs,
-        tls,
-    })
-}
-
-impl Config {
-    /// The TLS settings and certificates a frontend serves with. Session cache, ticket
-    /// keys, OCSP staples and client verification are the process's.
-    pub fn frontend_tls<'a>(&'a self, fe: &'a Frontend) -> (TlsSettings, Vec<&'a LoadedCert>) {
-        let mut s = fe.tls.clone().unwrap_or_else(|| self.tls.clone());
-        s.tickets = self.tls.tickets.clone();
-        s.ocsp = self.tls.ocsp.clone();
-        s.client_auth = self.tls.client_auth.clone();
-        let mut certs: Vec<&LoadedCert> = fe.certs.iter().collect();
-        if certs.is_empty() || fe.match_global_certs {
-            certs.extend(self.certs.iter());
-        }
-        (s, certs)
-    }
-}
-
-fn load_certs(cli: &Cli) -> Result<(Vec<LoadedCert>, bool), ConfigError> {
-    let mut paths: Vec<PathBuf> = cli.pem_files.clone();
-    if let Some(dir) = &cli.pem_dir {
-        let bad = |reason: String| ConfigError::PemDir {
-            path: dir.clone(),
-            reason,
-        };
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|e| bad(e.to_string()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "pem"))
-            .collect();
-        if found.is_empty() {
-            return Err(bad("holds no *.pem file".into()));
-        }
-        found.sort();
-        paths.extend(found);
-    }
-    if paths.is_empty() {
-        return Ok((vec![crate::tls::selfsigned::generate()?], true));
-    }
-    let certs = paths
-        .iter()
-        .map(|p| LoadedCert::from_file(p))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((certs, false))
 }

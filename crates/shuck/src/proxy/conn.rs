@@ -16,7 +16,7 @@ use super::http::{self, Http};
 use super::preamble::{self, Origin, Preamble, TlsFacts};
 use super::relay::{relay, RelayEnd};
 use super::{FrontendState, Worker};
-use crate::metrics::{FailReason, Failure, FrontendCounters, WorkerCounters};
+use crate::counters::{FailReason, Failure, FrontendCounters, WorkerCounters};
 use crate::tls::client_auth::Subject;
 use rustls::HandshakeKind;
 

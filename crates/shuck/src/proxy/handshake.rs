@@ -1,5 +1,6 @@
 //! The handshake stage: read the ClientHello, refuse unknown server names when asked, and
-//! complete the TLS handshake, all within the handshake deadline.
+//! complete the TLS handshake, all within the handshake deadline. The policy lives here;
+//! [`TlsStream`] only offers the means (peek the name, send an alert, run the handshake).
 
 use std::io;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use rustls::AlertDescription;
 use super::client_io::ClientIo;
 use super::tls_stream::TlsStream;
 
-use crate::metrics::{FailReason, Failure};
+use crate::counters::{FailReason, Failure};
 use crate::tls::TlsState;
 
 /// Why a handshake did not complete.
@@ -81,7 +82,29 @@ pub async fn handshake(
     timeout: Duration,
     want_sni: bool,
 ) -> Result<TlsStream, HandshakeError> {
-    tokio::time::timeout(timeout, TlsStream::accept(io, tls, want_sni))
+    tokio::time::timeout(timeout, accept(io, tls, want_sni))
         .await
         .unwrap_or(Err(HandshakeError::Timeout(timeout)))
+}
+
+/// The handshake without a deadline. With `want_sni` (or `--sni-nomatch-abort`) the
+/// ClientHello's server name is read first, and a name no certificate serves is refused
+/// with unrecognized_name when `--sni-nomatch-abort` asks for it.
+pub async fn accept(
+    io: ClientIo,
+    tls: &TlsState,
+    want_sni: bool,
+) -> Result<TlsStream, HandshakeError> {
+    let mut s = TlsStream::new(io, tls.config.clone())?;
+    if want_sni || tls.sni_nomatch_abort {
+        if let Some(name) = s.peek_server_name().await? {
+            if tls.sni_nomatch_abort && tls.resolver.lookup(name).is_none() {
+                let name = name.to_owned();
+                s.refuse(AlertDescription::UnrecognisedName).await;
+                return Err(HandshakeError::UnknownName(name));
+            }
+        }
+    }
+    s.complete_handshake().await?;
+    Ok(s)
 }

@@ -19,14 +19,12 @@ use tokio::sync::{Notify, Semaphore};
 
 use crate::backend::{Picker, Pool};
 use crate::config::Limits;
-use crate::metrics::WorkerCounters;
+use crate::counters::WorkerCounters;
 use crate::tls::TlsState;
 
 /// What every connection of every worker reads: built once, shared read-only.
 #[derive(Debug)]
 pub struct ProxyState {
-    /// Certificates and the rustls configuration.
-    pub tls: Arc<TlsState>,
     /// Where connections go.
     pub pool: Pool,
     /// What to write before the client's bytes.
@@ -46,9 +44,6 @@ pub struct ProxyState {
     pub proxy_client_cert: bool,
     /// In HTTP mode, the header that carries the client certificate's subject.
     pub client_cert_header: Option<String>,
-    /// Session replication between hosts, when on (kept here so it runs as long as the
-    /// workers do).
-    pub replication: Option<crate::session::sync::Replication>,
 }
 
 /// A frontend as the workers see it. A reload swaps its TLS state: connections accepted

@@ -5,27 +5,13 @@
 //! PROXY headers are parsed and built with the `ppp` crate: it implements both versions
 //! and their TLVs to the HAProxy specification, and is what other Rust proxies use.
 
+pub use crate::config::Preamble;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 use ppp::v2;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-
-/// What to write before the stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Preamble {
-    /// Nothing.
-    None,
-    /// PROXY protocol v1 (text).
-    ProxyV1,
-    /// PROXY protocol v2 (binary, with TLVs).
-    ProxyV2,
-    /// stud's write-ip: the client address as 4 or 16 raw bytes (network order).
-    WriteIp,
-    /// `--proxy-proxy` alone: the PROXY header received from the client side, as received.
-    PassThrough,
-}
 
 /// Who the client is: from the socket, or from a PROXY header received in front.
 #[derive(Debug, Clone)]

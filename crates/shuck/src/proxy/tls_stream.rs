@@ -12,13 +12,14 @@ use std::cell::Cell;
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use rustls::server::{Acceptor, UnbufferedServerConnection};
 use rustls::unbuffered::{
     ConnectionState, EncodeError, EncryptError, InsufficientSizeError, UnbufferedStatus,
 };
-use rustls::CommonState;
+use rustls::{AlertDescription, CommonState, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::client_io::ClientIo;
@@ -115,17 +116,12 @@ enum Step {
 }
 
 impl TlsStream {
-    /// Runs the server side of the handshake on `io` with `tls`'s configuration. With
-    /// `want_sni` (or `--sni-nomatch-abort`), the ClientHello's server name is read first:
-    /// unknown names are refused with the unrecognized_name alert when asked.
-    pub async fn accept(
-        io: ClientIo,
-        tls: &crate::tls::TlsState,
-        want_sni: bool,
-    ) -> Result<Self, super::handshake::HandshakeError> {
-        use super::handshake::HandshakeError;
-        let conn = UnbufferedServerConnection::new(tls.config.clone()).map_err(tls_error)?;
-        let mut s = TlsStream {
+    /// A server connection over `io` with `config`, before any byte is read. The caller
+    /// drives the handshake ([`Self::complete_handshake`]), after looking at the server
+    /// name if it wishes ([`Self::peek_server_name`]).
+    pub fn new(io: ClientIo, config: Arc<ServerConfig>) -> io::Result<Self> {
+        let conn = UnbufferedServerConnection::new(config).map_err(tls_error)?;
+        Ok(TlsStream {
             io,
             conn,
             incoming: Vec::new(),
@@ -139,42 +135,47 @@ impl TlsStream {
             close_sent: false,
             failed: false,
             sni: None,
-        };
-        if want_sni || tls.sni_nomatch_abort {
-            s.sni = s.read_server_name().await?;
-            if let Some(name) = s.sni.as_deref() {
-                if tls.sni_nomatch_abort && tls.resolver.lookup(name).is_none() {
-                    let name = name.to_owned();
-                    s.out = UNRECOGNIZED_NAME_ALERT.to_vec();
-                    s.end = s.out.len();
-                    // Best effort: the client may already be gone.
-                    let _ = poll_fn(|cx| s.poll_send(cx)).await;
-                    let _ = poll_fn(|cx| Pin::new(&mut s.io).poll_shutdown(cx)).await;
-                    return Err(HandshakeError::UnknownName(name));
-                }
-            }
-        }
+        })
+    }
+
+    /// Reads the ClientHello far enough to know the server name the client asks for, and
+    /// keeps it (see [`Self::sni`]); the bytes stay for the handshake proper.
+    pub async fn peek_server_name(&mut self) -> io::Result<Option<&str>> {
+        self.sni = self.read_server_name().await?;
+        Ok(self.sni.as_deref())
+    }
+
+    /// Refuses the connection before the handshake with a fatal `alert`, in clear (nothing
+    /// has been negotiated), and closes it. Best effort: the client may already be gone.
+    pub async fn refuse(&mut self, alert: AlertDescription) {
+        self.out = vec![21, 3, 3, 0, 2, 2, u8::from(alert)];
+        (self.sent, self.end) = (0, self.out.len());
+        self.failed = true;
+        let _ = poll_fn(|cx| self.poll_send(cx)).await;
+        let _ = poll_fn(|cx| Pin::new(&mut self.io).poll_shutdown(cx)).await;
+    }
+
+    /// Runs the server side of the handshake to its end, and sends the session tickets
+    /// issued as it ends.
+    pub async fn complete_handshake(&mut self) -> io::Result<()> {
         loop {
-            let step = s.pump(Want::Handshake);
-            match step {
+            match self.pump(Want::Handshake) {
                 Ok(Pumped::Done(_)) => break,
                 Ok(Pumped::NeedData) => {
-                    poll_fn(|cx| s.poll_send(cx)).await?;
-                    if poll_fn(|cx| s.read_more(cx)).await? == 0 {
-                        return Err(closed_early().into());
+                    poll_fn(|cx| self.poll_send(cx)).await?;
+                    if poll_fn(|cx| self.read_more(cx)).await? == 0 {
+                        return Err(closed_early());
                     }
                 }
-                Ok(Pumped::Eof) => return Err(closed_early().into()),
+                Ok(Pumped::Eof) => return Err(closed_early()),
                 Err(e) => {
                     // The alert rustls queued goes out before the connection is dropped.
-                    let _ = poll_fn(|cx| s.poll_send(cx)).await;
-                    return Err(e.into());
+                    let _ = poll_fn(|cx| self.poll_send(cx)).await;
+                    return Err(e);
                 }
             }
         }
-        // Session tickets, issued as the handshake ends.
-        poll_fn(|cx| s.poll_send(cx)).await?;
-        Ok(s)
+        poll_fn(|cx| self.poll_send(cx)).await
     }
 
     /// The negotiated connection: version, cipher, ALPN, client certificate, resumption.
@@ -183,7 +184,7 @@ impl TlsStream {
     }
 
     /// The server name the client asked for, when it was looked for (see
-    /// [`TlsStream::accept`]).
+    /// [`TlsStream::peek_server_name`]).
     pub fn sni(&self) -> Option<&str> {
         self.sni.as_deref()
     }
@@ -508,10 +509,6 @@ fn closed_early() -> io::Error {
         "client closed the connection during the handshake",
     )
 }
-
-/// A fatal unrecognized_name alert (RFC 8446 §6), as a plaintext record: nothing has been
-/// negotiated yet, so the record layer is still in clear.
-const UNRECOGNIZED_NAME_ALERT: [u8; 7] = [21, 3, 3, 0, 2, 2, 112];
 
 impl AsyncRead for TlsStream {
     fn poll_read(

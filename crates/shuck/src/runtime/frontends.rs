@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::StartError;
+use super::error::StartError;
 use crate::config::Frontend;
 use crate::proxy::{listener, Control, FrontendState};
 use crate::shutdown::{self, Trigger};
@@ -60,11 +60,10 @@ impl Frontends {
         let name = fe.endpoint.to_string();
         let mut sockets = Vec::new();
         for &addr in &fe.addrs {
-            listener::check_free(addr)
-                .map_err(|source| super::classify_bind(&name, addr, source))?;
+            listener::check_free(addr).map_err(|source| StartError::bind(&name, addr, source))?;
             for _ in &self.workers {
                 let l = listener::bind(addr, self.backlog)
-                    .map_err(|source| super::classify_bind(&name, addr, source))?;
+                    .map_err(|source| StartError::bind(&name, addr, source))?;
                 sockets.push(l);
             }
         }

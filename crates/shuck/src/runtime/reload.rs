@@ -7,18 +7,19 @@
 
 use std::sync::Arc;
 
+use super::frontend_tls;
 use super::frontends::Frontends;
 use super::Reparse;
 use crate::config::{BackendTarget, Config};
+use crate::session::Resumption;
 use crate::tls::ocsp::manager as ocsp;
-use crate::tls::TlsState;
 
 /// Holds what a reload compares against and builds from.
 pub struct Reloader {
     current: Config,
     reparse: Reparse,
-    /// The TLS state built at start: its session cache and ticket keys live for the process.
-    base: Arc<TlsState>,
+    /// The session cache and ticket keys built at start: they live for the process.
+    resumption: Resumption,
     /// Tells the OCSP thread which certificates to keep staples for.
     ocsp_updates: Option<ocsp::Updates>,
 }
@@ -28,13 +29,13 @@ impl Reloader {
     pub fn new(
         current: Config,
         reparse: Reparse,
-        base: Arc<TlsState>,
+        resumption: Resumption,
         ocsp_updates: Option<ocsp::Updates>,
     ) -> Self {
         Reloader {
             current,
             reparse,
-            base,
+            resumption,
             ocsp_updates,
         }
     }
@@ -56,19 +57,9 @@ impl Reloader {
         }
     }
 
-    /// Every frontend's TLS state for `cfg`, sharing the process's session cache; the
-    /// first failure names its frontend.
-    fn build(&self, cfg: &Config) -> Result<Vec<Arc<TlsState>>, String> {
-        cfg.frontends
-            .iter()
-            .map(|fe| {
-                let (settings, certs) = cfg.frontend_tls(fe);
-                self.base
-                    .for_frontend(&settings, &certs)
-                    .map(Arc::new)
-                    .map_err(|e| format!("frontend {}: {e}", fe.endpoint))
-            })
-            .collect()
+    /// Every frontend's TLS state for `cfg`, on the process's session cache and keys.
+    fn build(&self, cfg: &Config) -> Result<Vec<Arc<crate::tls::TlsState>>, String> {
+        frontend_tls::build(cfg, &self.resumption).map_err(|e| e.to_string())
     }
 
     /// Re-reads and applies the configuration, or keeps the running one and logs why.
@@ -84,7 +75,7 @@ impl Reloader {
         // Compared before the running ring and staples are carried over into it.
         let fixed = restart_only(&new);
         let mut new = new;
-        new.tls.tickets = self.base.tickets.clone();
+        new.tls.tickets = self.resumption.tickets.clone();
         new.tls.ocsp = self.current.tls.ocsp.clone();
         let built = match self.build(&new) {
             Ok(b) => b,
@@ -93,7 +84,7 @@ impl Reloader {
                 return;
             }
         };
-        if let Some(keys) = &self.base.tickets {
+        if let Some(keys) = &self.resumption.tickets {
             if keys.file().is_some() {
                 match keys.reload() {
                     Ok(n) => tracing::info!("SIGHUP: {n} ticket key(s) reloaded"),

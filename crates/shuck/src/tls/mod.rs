@@ -8,9 +8,7 @@ pub mod params;
 pub mod pem;
 pub mod selfsigned;
 pub mod sni;
-pub mod tickets;
 
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -20,7 +18,8 @@ use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 pub use pem::LoadedCert;
 pub use sni::SniResolver;
 
-use crate::session::SessionCache;
+use crate::session::tickets::TicketKeys;
+use crate::session::{Resumption, SessionCache};
 
 /// What can be wrong with certificates, keys and TLS parameters.
 #[derive(Debug, thiserror::Error)]
@@ -152,16 +151,6 @@ pub enum TlsError {
         /// What is wrong.
         reason: String,
     },
-    /// A ticket key file that cannot be used.
-    #[error("ticket key file {}{}: {reason}", path.display(), line.map(|l| format!(" line {l}")).unwrap_or_default())]
-    BadTicketKeys {
-        /// The file.
-        path: PathBuf,
-        /// The line at fault, when one is.
-        line: Option<usize>,
-        /// What is wrong.
-        reason: String,
-    },
     /// The client CA file.
     #[error("--client-verify-ca {}: {reason}", path.display())]
     ClientCa {
@@ -183,7 +172,7 @@ pub struct TlsSettings {
     /// Lifetime of cached sessions.
     pub session_timeout: std::time::Duration,
     /// The ticket key ring, when tickets are on.
-    pub tickets: Option<Arc<tickets::TicketKeys>>,
+    pub tickets: Option<Arc<TicketKeys>>,
     /// Protocol versions accepted.
     pub versions: Vec<&'static SupportedProtocolVersion>,
     /// TLS 1.2 suites then TLS 1.3 suites, in preference order.
@@ -214,26 +203,30 @@ pub struct TlsState {
     /// The session cache shared by all workers, when on.
     pub cache: Option<Arc<SessionCache>>,
     /// The ticket key ring, when tickets are on.
-    pub tickets: Option<Arc<tickets::TicketKeys>>,
+    pub tickets: Option<Arc<TicketKeys>>,
 }
 
 impl TlsState {
-    /// Builds the server configuration from settings and loaded certificates.
+    /// Builds the server configuration from settings and loaded certificates, with a
+    /// session cache of its own.
     pub fn build(settings: &TlsSettings, certs: &[LoadedCert]) -> Result<Self, TlsError> {
-        let cache = NonZeroUsize::new(settings.session_cache)
-            .map(|n| Arc::new(SessionCache::new(n, settings.session_timeout)));
+        let resumption = Resumption::new(
+            settings.session_cache,
+            settings.session_timeout,
+            settings.tickets.clone(),
+        );
         let certs: Vec<&LoadedCert> = certs.iter().collect();
-        Self::build_with(settings, &certs, cache)
+        Self::build_with(settings, &certs, resumption.cache)
     }
 
-    /// The state of a frontend: its settings and certificates, with the same session
-    /// cache as `self` (the settings carry the ticket keys).
+    /// The state of one frontend: its settings and certificates, with the process's
+    /// session cache (the settings carry the ticket keys).
     pub fn for_frontend(
-        &self,
         settings: &TlsSettings,
         certs: &[&LoadedCert],
+        resumption: &Resumption,
     ) -> Result<Self, TlsError> {
-        Self::build_with(settings, certs, self.cache.clone())
+        Self::build_with(settings, certs, resumption.cache.clone())
     }
 
     fn build_with(

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_lc_rs::rand;
 
+use crate::session::tickets::TicketKeys;
 use crate::session::{SessionCache, SessionSink};
-use crate::tls::tickets::TicketKeys;
 use wire::{Header, Record, Reject, Sealer, SenderId};
 
 /// How often a host sends its ticket keys unasked (datagrams can be lost).
@@ -315,10 +315,17 @@ impl Replication {
         let stats = Arc::new(SyncStats::default());
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel(QUEUE);
-        let shared = |sock| {
+        let sealer = || {
+            Sealer::new(&settings.key).map_err(|_| SyncError::Socket {
+                what: "derive the datagram key",
+                addr: settings.listen,
+                source: io::Error::other("key derivation failed"),
+            })
+        };
+        let shared = |sock, sealer| {
             Arc::new(Shared {
                 sock,
-                sealer: Sealer::new(&settings.key),
+                sealer,
                 id,
                 stats: stats.clone(),
                 stop: stop.clone(),
@@ -326,8 +333,8 @@ impl Replication {
                 tickets: tickets.clone(),
             })
         };
-        let recv_side = shared(sock);
-        let send_side = shared(send_sock);
+        let recv_side = shared(sock, sealer()?);
+        let send_side = shared(send_sock, sealer()?);
 
         if let Some(c) = &cache {
             c.set_sink(Arc::new(Outbox {

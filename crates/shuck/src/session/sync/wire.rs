@@ -21,7 +21,7 @@
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, NONCE_LEN};
 use aws_lc_rs::rand;
 
-pub use crate::tls::tickets::SharedKey;
+pub use crate::session::tickets::SharedKey;
 
 /// The version this code writes and reads.
 pub const VERSION: u8 = 1;
@@ -167,10 +167,10 @@ impl std::fmt::Debug for Sealer {
 impl Sealer {
     /// Derives the datagram key from a 32-byte pre-shared key (HKDF-SHA256, so the file's
     /// bytes are never used as a cipher key directly).
-    pub fn new(psk: &[u8; 32]) -> Self {
-        Sealer {
-            key: crate::tls::tickets::derive_aes_256_gcm(b"shuck replication v1", psk),
-        }
+    pub fn new(psk: &[u8; 32]) -> Result<Self, aws_lc_rs::error::Unspecified> {
+        Ok(Sealer {
+            key: crate::session::tickets::derive_aes_256_gcm(b"shuck replication v1", psk)?,
+        })
     }
 
     /// Seals `records` (at most [`MAX_PLAINTEXT`] bytes) into `out`, which is cleared first.
@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn seal_open_round_trip() {
-        let s = Sealer::new(&[9; 32]);
+        let s = Sealer::new(&[9; 32]).unwrap();
         let mut d = Vec::new();
         s.seal(&header(), &sample_records(), &mut d).unwrap();
         assert!(d.len() <= MAX_DATAGRAM);
@@ -484,7 +484,7 @@ mod tests {
 
     #[test]
     fn every_rejection_of_open() {
-        let s = Sealer::new(&[9; 32]);
+        let s = Sealer::new(&[9; 32]).unwrap();
         let mut d = Vec::new();
         s.seal(&header(), b"", &mut d).unwrap();
 
@@ -514,7 +514,7 @@ mod tests {
                 "byte {i}: {r:?}"
             );
         }
-        let other = Sealer::new(&[10; 32]);
+        let other = Sealer::new(&[10; 32]).unwrap();
         assert_eq!(other.open(&mut d.clone(), &ME).unwrap_err(), Reject::Forged);
         assert!(s.open(&mut d, &ME).is_ok());
     }
@@ -551,7 +551,7 @@ mod tests {
 
     #[test]
     fn random_datagrams_never_panic() {
-        let s = Sealer::new(&[9; 32]);
+        let s = Sealer::new(&[9; 32]).unwrap();
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
             seed ^= seed << 13;

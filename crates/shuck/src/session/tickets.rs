@@ -22,11 +22,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use aws_lc_rs::error::Unspecified;
 use aws_lc_rs::{hkdf, rand};
 use base64::Engine;
 use rustls::server::ProducesTickets;
-
-use super::TlsError;
 
 const NAME_LEN: usize = 16;
 const HEADER_LEN: usize = NAME_LEN + 8;
@@ -39,6 +38,27 @@ const CLOCK_SKEW_MS: u64 = 60_000;
 const MAX_KEY_FILE: u64 = 64 * 1024;
 /// Most keys in a ring (own and other hosts'); beyond, the soonest to retire are dropped.
 const MAX_KEYS: usize = 64;
+
+/// Why a ticket key ring could not be made or read.
+#[derive(Debug, thiserror::Error)]
+pub enum TicketError {
+    /// A ticket key file that cannot be used.
+    #[error("ticket key file {}{}: {reason}", path.display(), line.map(|l| format!(" line {l}")).unwrap_or_default())]
+    BadKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// The line at fault, when one is.
+        line: Option<usize>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The system gave no random bytes for a new key.
+    #[error("no randomness for ticket keys")]
+    NoRandomness,
+    /// The cryptographic library refused to derive a key.
+    #[error("cannot derive a ticket key")]
+    Derive,
+}
 
 /// A timer key as hosts exchange it.
 #[derive(Clone, PartialEq, Eq)]
@@ -82,16 +102,14 @@ struct TicketKey {
 }
 
 impl TicketKey {
-    fn random(retire_at: u64) -> Result<Self, TlsError> {
+    fn random(retire_at: u64) -> Result<Self, TicketError> {
         let mut name = [0u8; NAME_LEN];
         let mut secret = [0u8; 32];
-        rand::fill(&mut name)
-            .map_err(|_| TlsError::Rustls("no randomness for ticket keys".into()))?;
-        rand::fill(&mut secret)
-            .map_err(|_| TlsError::Rustls("no randomness for ticket keys".into()))?;
+        rand::fill(&mut name).map_err(|_| TicketError::NoRandomness)?;
+        rand::fill(&mut secret).map_err(|_| TicketError::NoRandomness)?;
         Ok(TicketKey {
             name,
-            key: aead_key(&secret),
+            key: aead_key(&secret).map_err(|_| TicketError::Derive)?,
             retire_at: Some(retire_at),
             secret: Some(secret),
             foreign: false,
@@ -142,7 +160,7 @@ impl std::fmt::Debug for TicketKeys {
 
 impl TicketKeys {
     /// Random keys, a new one every `period`, each decrypting for two periods.
-    pub fn rotating(period: Duration, session_lifetime: Duration) -> Result<Self, TlsError> {
+    pub fn rotating(period: Duration, session_lifetime: Duration) -> Result<Self, TicketError> {
         let now = now_ms();
         let ring = Ring::fresh(now, period, None)?;
         Ok(TicketKeys {
@@ -155,7 +173,7 @@ impl TicketKeys {
     }
 
     /// Keys from an HAProxy-style key file.
-    pub fn from_file(path: &Path, session_lifetime: Duration) -> Result<Self, TlsError> {
+    pub fn from_file(path: &Path, session_lifetime: Duration) -> Result<Self, TicketError> {
         let ring = load_file(path)?;
         Ok(TicketKeys {
             ring: ArcSwap::from_pointee(ring),
@@ -175,7 +193,7 @@ impl TicketKeys {
     }
 
     /// Re-reads the key file; on error the keys in use stay. Returns how many keys loaded.
-    pub fn reload(&self) -> Result<usize, TlsError> {
+    pub fn reload(&self) -> Result<usize, TicketError> {
         let Source::File(path) = &self.source else {
             return Ok(self.ring.load().keys.len());
         };
@@ -230,14 +248,14 @@ impl TicketKeys {
                 return Arc::clone(r);
             }
             let mut keys = r.keys.clone();
-            keys.extend(fresh.into_iter().map(|k| {
-                Arc::new(TicketKey {
+            keys.extend(fresh.into_iter().filter_map(|k| {
+                Some(Arc::new(TicketKey {
                     name: k.name,
-                    key: aead_key(&k.secret),
+                    key: aead_key(&k.secret).ok()?,
                     retire_at: Some(k.retire_at),
                     secret: Some(k.secret),
                     foreign: true,
-                })
+                }))
             }));
             // Over the bound, drop the received keys that retire soonest; own keys stay (at
             // the front: the current and next indices do not move).
@@ -373,7 +391,7 @@ impl Ring {
     /// The ring after a rotation at `now`: the key announced a period ago (or a new one)
     /// encrypts until `now + period` and decrypts one period more; a new key is announced
     /// for the next period; the keys of `previous` that have not retired still decrypt.
-    fn fresh(now: u64, period: Duration, previous: Option<&Ring>) -> Result<Ring, TlsError> {
+    fn fresh(now: u64, period: Duration, previous: Option<&Ring>) -> Result<Ring, TicketError> {
         let p = period.as_millis() as u64;
         let announced = previous
             .and_then(|r| r.next.and_then(|i| r.keys.get(i)))
@@ -413,33 +431,26 @@ impl Ring {
     }
 }
 
-fn aead_key(secret: &[u8]) -> LessSafeKey {
+fn aead_key(secret: &[u8]) -> Result<LessSafeKey, Unspecified> {
     // HKDF so that any key material (HAProxy's 48 or 80 bytes) yields one AES-256-GCM key.
     derive_aes_256_gcm(b"shuck tls ticket key v1", secret)
 }
 
 /// An AES-256-GCM key derived from `secret` with HKDF-SHA256 under `salt` (info
-/// "aes-256-gcm"): key material from files is never used as a cipher key directly.
-pub(crate) fn derive_aes_256_gcm(salt: &[u8], secret: &[u8]) -> LessSafeKey {
-    let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, salt);
-    let prk = salt.extract(secret);
-    let mut key = [0u8; 32];
-    // Expanding 32 bytes from SHA-256 cannot fail (the limit is 255 × 32).
-    if let Ok(okm) = prk.expand(&[b"aes-256-gcm"], &AES_256_GCM) {
-        let _ = okm.fill(&mut key);
-    }
-    // A 32-byte key always suits AES-256-GCM.
-    let unbound = UnboundKey::new(&AES_256_GCM, &key)
-        .unwrap_or_else(|_| unreachable!("AES-256-GCM takes 32-byte keys"));
-    LessSafeKey::new(unbound)
+/// "aes-256-gcm"): key material from files is never used as a cipher key directly. The
+/// library reports failure only for output lengths past 255 hashes, never for one key.
+pub(crate) fn derive_aes_256_gcm(salt: &[u8], secret: &[u8]) -> Result<LessSafeKey, Unspecified> {
+    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, salt).extract(secret);
+    let okm = prk.expand(&[b"aes-256-gcm"], &AES_256_GCM)?;
+    Ok(LessSafeKey::new(UnboundKey::from(okm)))
 }
 
 /// Parses an HAProxy tls-ticket-keys file: one base64 key per line (48 or 80 bytes, all the
 /// same length), `#` comments and blank lines ignored. Every key decrypts; the
 /// second-to-last encrypts (HAProxy's rule: the last is the next key, already distributed),
 /// or the only one when there is one.
-fn load_file(path: &Path) -> Result<Ring, TlsError> {
-    let bad = |line: Option<usize>, reason: String| TlsError::BadTicketKeys {
+fn load_file(path: &Path) -> Result<Ring, TicketError> {
+    let bad = |line: Option<usize>, reason: String| TicketError::BadKeyFile {
         path: path.to_owned(),
         line,
         reason,
@@ -486,7 +497,8 @@ fn load_file(path: &Path) -> Result<Ring, TlsError> {
         name.copy_from_slice(&raw[..NAME_LEN]);
         keys.push(Arc::new(TicketKey {
             name,
-            key: aead_key(&raw[NAME_LEN..]),
+            key: aead_key(&raw[NAME_LEN..])
+                .map_err(|_| bad(Some(line_no), "cannot derive a key from it".into()))?,
             retire_at: None,
             secret: None,
             foreign: false,
@@ -688,7 +700,7 @@ mod tests {
             let e = TicketKeys::from_file(&p, HOUR).unwrap_err();
             let msg = e.to_string();
             match e {
-                TlsError::BadTicketKeys { line: l, .. } => assert_eq!(l, line, "{msg}"),
+                TicketError::BadKeyFile { line: l, .. } => assert_eq!(l, line, "{msg}"),
                 other => panic!("{other}"),
             }
             assert!(msg.contains(needle), "{msg}");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::metrics::{self, Exposition};
+use super::{exposition, Sources};
 
 /// Longest request head read.
 const MAX_HEAD: usize = 4096;
@@ -15,11 +15,11 @@ const MAX_HEAD: usize = 4096;
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Accepts scrapes until the process ends.
-pub async fn serve(listener: TcpListener, exposition: Arc<Exposition>) {
+pub async fn serve(listener: TcpListener, sources: Arc<Sources>) {
     loop {
         match listener.accept().await {
             Ok((s, _)) => {
-                tokio::spawn(answer(s, exposition.clone()));
+                tokio::spawn(answer(s, sources.clone()));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "--stats: cannot accept");
@@ -29,7 +29,7 @@ pub async fn serve(listener: TcpListener, exposition: Arc<Exposition>) {
     }
 }
 
-async fn answer(mut s: TcpStream, exposition: Arc<Exposition>) {
+async fn answer(mut s: TcpStream, sources: Arc<Sources>) {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 512];
     let read = tokio::time::timeout(READ_TIMEOUT, async {
@@ -53,7 +53,7 @@ async fn answer(mut s: TcpStream, exposition: Arc<Exposition>) {
         (b"GET" | b"HEAD", b"/metrics") => (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics::render(&exposition),
+            exposition::render(&sources),
         ),
         (b"GET" | b"HEAD", b"/") => (
             "200 OK",

@@ -1,0 +1,124 @@
+//! Where decrypted traffic goes (`-b`, the built-in origin) and how the backend learns who
+//! the client is (`--write-proxy-v1/-v2`, `--write-ip`, `--proxy-proxy`).
+
+use std::net::SocketAddr;
+
+use super::{Cli, ConfigError, Endpoint};
+
+/// What to write before the client's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preamble {
+    /// Nothing.
+    None,
+    /// PROXY protocol v1 (text).
+    ProxyV1,
+    /// PROXY protocol v2 (binary, with TLVs).
+    ProxyV2,
+    /// stud's write-ip: the client address as 4 or 16 raw bytes (network order).
+    WriteIp,
+    /// `--proxy-proxy` alone: the PROXY header received from the client side, as received.
+    PassThrough,
+}
+
+/// One `-b` server.
+#[derive(Debug, Clone)]
+pub struct BackendSpec {
+    /// As written (without parameters).
+    pub endpoint: Endpoint,
+    /// Addresses to try in order.
+    pub addrs: Vec<SocketAddr>,
+    /// Most connections at once; `None` for no limit.
+    pub maxconn: Option<usize>,
+    /// Round-robin weight.
+    pub weight: u32,
+}
+
+impl BackendSpec {
+    /// Parses `[HOST]:PORT[,maxconn=N][,weight=W]`.
+    pub fn parse(spec: &str) -> Result<Self, ConfigError> {
+        let mut parts = spec.split(',');
+        let endpoint = Endpoint::parse("--backend", parts.next().unwrap_or(""))?;
+        let mut maxconn = None;
+        let mut weight = 1;
+        for p in parts {
+            let bad = |reason: String| ConfigError::BadAddress {
+                option: "--backend",
+                value: spec.to_owned(),
+                reason,
+            };
+            let (k, v) = p
+                .split_once('=')
+                .ok_or_else(|| bad(format!("{p:?}: expected maxconn=N or weight=W")))?;
+            let n: u32 = v
+                .trim()
+                .parse()
+                .map_err(|_| bad(format!("{k}={v}: expected a number")))?;
+            match k.trim() {
+                "maxconn" if n >= 1 => maxconn = Some(n as usize),
+                "weight" if (1..=1000).contains(&n) => weight = n,
+                "maxconn" => return Err(bad("maxconn must be at least 1".into())),
+                "weight" => return Err(bad("weight must be from 1 to 1000".into())),
+                other => {
+                    return Err(bad(format!(
+                        "unknown parameter {other:?} (maxconn, weight)"
+                    )))
+                }
+            }
+        }
+        let addrs = endpoint.resolve("--backend")?;
+        Ok(BackendSpec {
+            endpoint,
+            addrs,
+            maxconn,
+            weight,
+        })
+    }
+}
+
+/// Where decrypted traffic goes.
+#[derive(Debug, Clone)]
+pub enum BackendTarget {
+    /// Servers named by `-b`, resolved at start.
+    Servers(Vec<BackendSpec>),
+    /// No `-b`: the built-in origin, started on a loopback port.
+    BuiltinOrigin,
+}
+
+/// The backend the command line names.
+pub(super) fn target(cli: &Cli) -> Result<BackendTarget, ConfigError> {
+    Ok(if cli.backends.is_empty() {
+        BackendTarget::BuiltinOrigin
+    } else {
+        BackendTarget::Servers(
+            cli.backends
+                .iter()
+                .map(|s| BackendSpec::parse(s))
+                .collect::<Result<_, _>>()?,
+        )
+    })
+}
+
+/// The one way of telling the backend who the client is that the command line chose.
+pub(super) fn preamble(cli: &Cli) -> Result<Preamble, ConfigError> {
+    let writes = [
+        (cli.write_proxy_v1, Preamble::ProxyV1),
+        (cli.write_proxy_v2 || cli.write_proxy, Preamble::ProxyV2),
+        (cli.write_ip, Preamble::WriteIp),
+    ];
+    let chosen: Vec<Preamble> = writes
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, p)| *p)
+        .collect();
+    Ok(match chosen.as_slice() {
+        [] if cli.proxy_proxy => Preamble::PassThrough,
+        [] => Preamble::None,
+        [one] => *one,
+        _ => {
+            return Err(ConfigError::Invalid {
+                option: "--write-proxy-v1/--write-proxy-v2/--write-ip",
+                reason: "choose one way to tell the backend who the client is".into(),
+            })
+        }
+    })
+}

@@ -1,0 +1,242 @@
+//! The data path's counters. Each worker writes only its own (a single writer needs no
+//! atomic read-modify-write, so counting costs a plain store on a cache line no other core
+//! writes); readers sum them when asked. Bytes are added once per connection, at its close,
+//! never per read.
+//!
+//! This module only counts: the log summary and the Prometheus exposition that read these
+//! sums sit above the proxy, in [`crate::stats`].
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Why a handshake failed (besides TLS alerts, counted by alert).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailReason {
+    /// The handshake deadline passed.
+    Timeout,
+    /// The client closed or reset the connection.
+    Closed,
+    /// A server name no certificate serves, with `--sni-nomatch-abort`.
+    SniNomatch,
+    /// A bad or missing PROXY header (`--proxy-proxy`).
+    ProxyHeader,
+    /// Anything else (an I/O error).
+    Other,
+}
+
+impl FailReason {
+    const ALL: [FailReason; 5] = [
+        FailReason::Timeout,
+        FailReason::Closed,
+        FailReason::SniNomatch,
+        FailReason::ProxyHeader,
+        FailReason::Other,
+    ];
+
+    /// The reason as a metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailReason::Timeout => "timeout",
+            FailReason::Closed => "closed",
+            FailReason::SniNomatch => "sni_nomatch",
+            FailReason::ProxyHeader => "proxy_header",
+            FailReason::Other => "other",
+        }
+    }
+}
+
+/// One frontend's counters in one worker.
+#[derive(Debug, Default)]
+pub struct FrontendCounters {
+    /// Client connections accepted.
+    pub accepted: AtomicU64,
+    /// Client connections closed (whatever the reason).
+    pub closed: AtomicU64,
+    /// Connections closed after the handshake because no backend would take them.
+    pub refused: AtomicU64,
+    /// Plaintext bytes from clients to backends.
+    pub bytes_in: AtomicU64,
+    /// Plaintext bytes from backends to clients.
+    pub bytes_out: AtomicU64,
+}
+
+/// One worker's counters; written by that worker only.
+#[derive(Debug)]
+pub struct WorkerCounters {
+    /// Per frontend, by index.
+    pub frontends: Box<[FrontendCounters]>,
+    /// Handshakes completed without resumption.
+    pub handshakes_full: AtomicU64,
+    /// Handshakes that resumed a session (by cache or ticket).
+    pub handshakes_resumed: AtomicU64,
+    /// Failed handshakes by [`FailReason`].
+    failed: [AtomicU64; FailReason::ALL.len()],
+    /// Failed handshakes in which shuck sent this alert (by alert code).
+    alert_sent: Box<[AtomicU64; 256]>,
+    /// Failed handshakes ended by this alert from the client.
+    alert_received: Box<[AtomicU64; 256]>,
+    /// Backend connections that could not be made.
+    pub backend_failures: AtomicU64,
+}
+
+/// How a handshake failed, for counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Not a TLS alert.
+    Reason(FailReason),
+    /// shuck sent this fatal alert.
+    AlertSent(u8),
+    /// The client sent this fatal alert.
+    AlertReceived(u8),
+}
+
+impl WorkerCounters {
+    /// Counters for a worker serving `frontends` frontends.
+    pub fn new(frontends: usize) -> Self {
+        WorkerCounters {
+            frontends: (0..frontends.max(1))
+                .map(|_| FrontendCounters::default())
+                .collect(),
+            handshakes_full: AtomicU64::new(0),
+            handshakes_resumed: AtomicU64::new(0),
+            failed: Default::default(),
+            alert_sent: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            alert_received: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            backend_failures: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds one to a counter of this worker (only its owner thread may call this).
+    pub fn bump(counter: &AtomicU64) {
+        Self::add(counter, 1);
+    }
+
+    /// Adds `n` to a counter of this worker (only its owner thread may call this).
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    /// The counters of frontend `i` (the first if out of range).
+    pub fn frontend(&self, i: usize) -> &FrontendCounters {
+        self.frontends.get(i).unwrap_or(&self.frontends[0])
+    }
+
+    /// Counts a failed handshake.
+    pub fn failed(&self, f: Failure) {
+        Self::bump(match f {
+            Failure::Reason(r) => &self.failed[r as usize],
+            Failure::AlertSent(a) => &self.alert_sent[usize::from(a)],
+            Failure::AlertReceived(a) => &self.alert_received[usize::from(a)],
+        });
+    }
+}
+
+/// Every worker's counters, for summing.
+#[derive(Debug, Default, Clone)]
+pub struct Counters {
+    workers: Vec<Arc<WorkerCounters>>,
+    frontends: usize,
+}
+
+/// One frontend's counters summed over workers (see [`FrontendCounters`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FrontendTotals {
+    /// Client connections accepted.
+    pub accepted: u64,
+    /// Client connections closed.
+    pub closed: u64,
+    /// Connections no backend would take.
+    pub refused: u64,
+    /// Plaintext bytes from clients to backends.
+    pub bytes_in: u64,
+    /// Plaintext bytes from backends to clients.
+    pub bytes_out: u64,
+}
+
+impl FrontendTotals {
+    /// Connections open now.
+    pub fn active(&self) -> u64 {
+        self.accepted.saturating_sub(self.closed)
+    }
+
+    fn add(&mut self, f: &FrontendCounters) {
+        self.accepted += f.accepted.load(Relaxed);
+        self.closed += f.closed.load(Relaxed);
+        self.refused += f.refused.load(Relaxed);
+        self.bytes_in += f.bytes_in.load(Relaxed);
+        self.bytes_out += f.bytes_out.load(Relaxed);
+    }
+}
+
+/// A sum of all workers' counters.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Totals {
+    /// Per frontend, by counter slot.
+    pub frontends: Vec<FrontendTotals>,
+    /// Connections accepted, over frontends.
+    pub accepted: u64,
+    /// See [`WorkerCounters::handshakes_full`].
+    pub handshakes_full: u64,
+    /// See [`WorkerCounters::handshakes_resumed`].
+    pub handshakes_resumed: u64,
+    /// Failed handshakes, all reasons.
+    pub handshakes_failed: u64,
+    /// By reason.
+    pub failed_by: Vec<(FailReason, u64)>,
+    /// (alert code, sent, received), for alerts seen.
+    pub alerts: Vec<(u8, u64, u64)>,
+    /// See [`WorkerCounters::backend_failures`].
+    pub backend_failures: u64,
+}
+
+impl Counters {
+    /// Counters for workers serving `frontends` frontends.
+    pub fn new(frontends: usize) -> Self {
+        Counters {
+            workers: Vec::new(),
+            frontends,
+        }
+    }
+
+    /// Counters for a new worker.
+    pub fn add_worker(&mut self) -> Arc<WorkerCounters> {
+        let c = Arc::new(WorkerCounters::new(self.frontends));
+        self.workers.push(c.clone());
+        c
+    }
+
+    /// The sum over workers.
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals {
+            frontends: vec![FrontendTotals::default(); self.frontends.max(1)],
+            ..Totals::default()
+        };
+        let mut failed = [0u64; FailReason::ALL.len()];
+        let mut sent = [0u64; 256];
+        let mut received = [0u64; 256];
+        for w in &self.workers {
+            for (sum, f) in t.frontends.iter_mut().zip(w.frontends.iter()) {
+                sum.add(f);
+            }
+            t.handshakes_full += w.handshakes_full.load(Relaxed);
+            t.handshakes_resumed += w.handshakes_resumed.load(Relaxed);
+            t.backend_failures += w.backend_failures.load(Relaxed);
+            for (slot, c) in failed.iter_mut().zip(w.failed.iter()) {
+                *slot += c.load(Relaxed);
+            }
+            for i in 0..256 {
+                sent[i] += w.alert_sent[i].load(Relaxed);
+                received[i] += w.alert_received[i].load(Relaxed);
+            }
+        }
+        t.accepted = t.frontends.iter().map(|f| f.accepted).sum();
+        t.failed_by = FailReason::ALL.iter().copied().zip(failed).collect();
+        t.alerts = (0..=255u8)
+            .filter(|&a| sent[usize::from(a)] + received[usize::from(a)] > 0)
+            .map(|a| (a, sent[usize::from(a)], received[usize::from(a)]))
+            .collect();
+        t.handshakes_failed =
+            failed.iter().sum::<u64>() + sent.iter().sum::<u64>() + received.iter().sum::<u64>();
+        t
+    }
+}

@@ -1,0 +1,136 @@
+//! The services that run beside the workers, off the data path: the `--stats` endpoint,
+//! OCSP stapling (`--ocsp-dir`) and session replication. Their sockets are bound with the
+//! frontends, before privileges are dropped; their threads start after.
+
+use std::net::UdpSocket;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::error::StartError;
+use crate::config::Config;
+use crate::session::sync::Replication;
+use crate::session::Resumption;
+use crate::tls::ocsp::manager::{self as ocsp, Target, Updates};
+use crate::tls::ocsp::OcspStore;
+
+/// Sockets the services need, bound while still privileged.
+#[derive(Debug)]
+pub struct Sockets {
+    stats: Option<std::net::TcpListener>,
+    replication: Option<UdpSocket>,
+}
+
+impl Sockets {
+    /// Binds the `--stats` port and the replication socket, when asked for.
+    pub fn bind(config: &Config) -> Result<Self, StartError> {
+        let stats = match config.stats {
+            Some(addr) => Some(
+                std::net::TcpListener::bind(addr)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .map_err(|source| StartError::Stats { addr, source })?,
+            ),
+            None => None,
+        };
+        let replication = match &config.replication {
+            Some(settings) => Some(Replication::bind(settings)?),
+            None => None,
+        };
+        Ok(Sockets { stats, replication })
+    }
+}
+
+/// `--ocsp-dir`: the staples cached on disk are checked and attached to the configuration
+/// so that the first handshakes staple them. Returns the certificates to keep staples for.
+pub fn load_ocsp_cache(config: &mut Config) -> Vec<Target> {
+    let Some(settings) = &config.ocsp else {
+        return Vec::new();
+    };
+    let store = Arc::new(OcspStore::default());
+    let targets = ocsp::targets(
+        config
+            .certs
+            .iter()
+            .chain(config.frontends.iter().flat_map(|f| &f.certs)),
+    );
+    ocsp::load_cached(settings, &targets, &store);
+    config.tls.ocsp = Some(store);
+    targets
+}
+
+/// The running services.
+#[derive(Debug)]
+pub struct Services {
+    /// The `--stats` listener, served by the supervisor's runtime.
+    pub stats: Option<std::net::TcpListener>,
+    /// Tells the OCSP thread which certificates to keep staples for.
+    pub ocsp_updates: Option<Updates>,
+    /// A message each time new staples arrived.
+    pub restaple: mpsc::UnboundedReceiver<()>,
+    /// Replication's threads; dropping this stops them.
+    pub replication: Option<Replication>,
+}
+
+impl Services {
+    /// Starts OCSP refreshing and replication on the sockets bound earlier.
+    pub fn start(
+        config: &Config,
+        sockets: Sockets,
+        ocsp_targets: Vec<Target>,
+        resumption: &Resumption,
+    ) -> Result<Self, StartError> {
+        let (restaple_tx, restaple) = mpsc::unbounded_channel::<()>();
+        let ocsp_updates = match (&config.ocsp, &config.tls.ocsp) {
+            (Some(settings), Some(store)) => Some(ocsp::start(
+                settings.clone(),
+                store.clone(),
+                ocsp_targets,
+                Box::new(move || {
+                    let _ = restaple_tx.send(());
+                }),
+            )?),
+            _ => None,
+        };
+        let replication = match (&config.replication, sockets.replication) {
+            (Some(settings), Some(sock)) => {
+                let r = Replication::start_on(
+                    sock,
+                    settings,
+                    resumption.cache.clone(),
+                    resumption.tickets.clone(),
+                )?;
+                tracing::info!(
+                    "replicating sessions{} on udp {} with {}",
+                    if resumption
+                        .tickets
+                        .as_ref()
+                        .is_some_and(|t| t.file().is_none())
+                    {
+                        " and ticket keys"
+                    } else {
+                        ""
+                    },
+                    r.local_addr(),
+                    if settings.peers.is_empty() {
+                        "no peer (receive only)".to_owned()
+                    } else {
+                        settings
+                            .peers
+                            .iter()
+                            .map(|p| p.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                );
+                Some(r)
+            }
+            _ => None,
+        };
+        Ok(Services {
+            stats: sockets.stats,
+            ocsp_updates,
+            restaple,
+            replication,
+        })
+    }
+}

@@ -1,0 +1,116 @@
+//! The worker threads: one per `-n`, each with its own single-threaded runtime, accepting
+//! on the SO_REUSEPORT sockets the main thread sends it (stud's process-per-core model
+//! without processes).
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::counters::Counters;
+use crate::proxy::{listener, Control, ProxyState, Worker};
+use crate::shutdown::{self, Shutdown, Trigger};
+
+/// The channels to `n` workers: the senders for the frontends, the receivers for
+/// [`spawn`].
+pub fn channels(
+    n: usize,
+) -> (
+    Vec<mpsc::UnboundedSender<Control>>,
+    Vec<mpsc::UnboundedReceiver<Control>>,
+) {
+    (0..n).map(|_| mpsc::unbounded_channel::<Control>()).unzip()
+}
+
+/// The running workers.
+#[derive(Debug)]
+pub struct Workers {
+    /// Their counters, for the summary and the exposition.
+    pub counters: Counters,
+    /// Announces shutdown to every worker.
+    pub trigger: Trigger,
+    /// Closes once every worker thread has ended.
+    pub done: mpsc::Receiver<()>,
+}
+
+/// Starts one worker thread per control channel; each drains for up to `drain` at shutdown.
+pub fn spawn(
+    controls: Vec<mpsc::UnboundedReceiver<Control>>,
+    state: &Arc<ProxyState>,
+    counter_slots: usize,
+    drain: Duration,
+) -> std::io::Result<Workers> {
+    let mut counters = Counters::new(counter_slots);
+    let (trigger, shutdown) = shutdown::channel();
+    let (done_tx, done) = mpsc::channel::<()>(1);
+    for (id, control) in controls.into_iter().enumerate() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let state = state.clone();
+        let shutdown = shutdown.clone();
+        let done = done_tx.clone();
+        let mine = counters.add_worker();
+        std::thread::Builder::new()
+            .name(format!("shuck-worker-{id}"))
+            .spawn(move || {
+                let local = tokio::task::LocalSet::new();
+                local.block_on(
+                    &rt,
+                    worker_main(Worker::new(id, state, mine), control, shutdown, drain),
+                );
+                drop(done);
+            })?;
+    }
+    Ok(Workers {
+        counters,
+        trigger,
+        done,
+    })
+}
+
+/// One worker: accept on the sockets the main thread sends (at start and on reloads) until
+/// shutdown, then wait for its connections up to the drain deadline. Tasks still running
+/// then are dropped with the runtime.
+async fn worker_main(
+    worker: Worker,
+    mut control: mpsc::UnboundedReceiver<Control>,
+    mut shutdown: Shutdown,
+    drain: Duration,
+) {
+    let worker = Rc::new(worker);
+    loop {
+        tokio::select! {
+            _ = shutdown.recv() => break,
+            c = control.recv() => match c {
+                Some(Control::Listen { frontend, listener: s, stop }) => {
+                    match tokio::net::TcpListener::from_std(s) {
+                        Ok(l) => {
+                            tokio::task::spawn_local(listener::accept_loop(
+                                l,
+                                frontend,
+                                worker.clone(),
+                                shutdown.clone(),
+                                stop,
+                            ));
+                        }
+                        Err(e) => tracing::error!(worker = worker.id, error = %e, "cannot register a listener"),
+                    }
+                }
+                // The main thread is gone: as good as a shutdown.
+                None => break,
+            },
+        }
+    }
+    if tokio::time::timeout(drain, worker.all_closed())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            worker = worker.id,
+            connections = worker.live(),
+            "drain deadline reached: closing the remaining connections"
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! The Prometheus exposition of `--stats`: every counter, read at scrape time.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+
+use super::Sources;
+use crate::backend::Server;
+use crate::counters::FrontendTotals;
+use crate::session::sync::wire::Reject;
+
+/// A TLS alert's name in snake case (`handshake_failure`).
+pub fn alert_name(code: u8) -> String {
+    let camel = format!("{:?}", rustls::AlertDescription::from(code));
+    let mut out = String::new();
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else if c.is_ascii_alphanumeric() {
+            out.push(c);
+        }
+    }
+    out
+}
+
+type Enc<'a> = DescriptorEncoder<'a>;
+
+fn counter(
+    enc: &mut Enc<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(&[(&str, &str)], u64)],
+) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    if let [(&[], v)] = rows {
+        return ConstCounter::new(*v).encode(m);
+    }
+    for (labels, v) in rows {
+        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    enc: &mut Enc<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(&[(&str, &str)], i64)],
+) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    if let [(&[], v)] = rows {
+        return ConstGauge::new(*v).encode(m);
+    }
+    for (labels, v) in rows {
+        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn as_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The `--stats` collector: reads every counter at scrape time.
+#[derive(Debug)]
+pub struct Exposition(pub Arc<Sources>);
+
+impl prometheus_client::collector::Collector for Exposition {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let sources = &self.0;
+        let t = sources.counters.totals();
+        let names = sources
+            .frontends
+            .lock()
+            .map(|n| n.clone())
+            .unwrap_or_default();
+        let fe: Vec<[(&str, &str); 1]> = names.iter().map(|n| [("frontend", n.as_str())]).collect();
+        let per_fe = |col: fn(&FrontendTotals) -> u64| -> Vec<(&[(&str, &str)], u64)> {
+            fe.iter()
+                .zip(&t.frontends)
+                .map(|(l, row)| (&l[..], col(row)))
+                .collect()
+        };
+        counter(
+            &mut enc,
+            "shuck_connections_accepted",
+            "Client connections accepted.",
+            &per_fe(|f| f.accepted),
+        )?;
+        let active: Vec<(&[(&str, &str)], i64)> = fe
+            .iter()
+            .zip(&t.frontends)
+            .map(|(l, row)| (&l[..], as_i64(row.active())))
+            .collect();
+        gauge(
+            &mut enc,
+            "shuck_connections_active",
+            "Client connections open now.",
+            &active,
+        )?;
+        counter(
+            &mut enc,
+            "shuck_connections_refused",
+            "Connections closed after the handshake because no backend would take them.",
+            &per_fe(|f| f.refused),
+        )?;
+        counter(
+            &mut enc,
+            "shuck_bytes_received",
+            "Plaintext bytes from clients to backends (counted when a connection closes).",
+            &per_fe(|f| f.bytes_in),
+        )?;
+        counter(
+            &mut enc,
+            "shuck_bytes_sent",
+            "Plaintext bytes from backends to clients (counted when a connection closes).",
+            &per_fe(|f| f.bytes_out),
+        )?;
+        counter(
+            &mut enc,
+            "shuck_handshakes",
+            "Completed TLS handshakes, full or resumed.",
+            &[
+                (&[("kind", "full")], t.handshakes_full),
+                (&[("kind", "resumed")], t.handshakes_resumed),
+            ],
+        )?;
+        let tls = &sources.resumption;
+        let cache = tls.cache.as_ref().map(|c| c.stats()).unwrap_or_default();
+        let ticket_hits = tls
+            .tickets
+            .as_ref()
+            .map_or(0, |k| k.stats.accepted.load(Relaxed));
+        counter(
+            &mut enc,
+            "shuck_resumptions",
+            "Sessions found for resumption: in the session cache, or in a ticket that decrypted.",
+            &[
+                (&[("by", "cache")], cache.hits),
+                (&[("by", "ticket")], ticket_hits),
+            ],
+        )?;
+        let names: Vec<String> = t.alerts.iter().map(|(a, _, _)| alert_name(*a)).collect();
+        let mut failed: Vec<(Vec<(&str, &str)>, u64)> = t
+            .failed_by
+            .iter()
+            .map(|(r, n)| (vec![("reason", r.name())], *n))
+            .collect();
+        for ((_, sent, received), name) in t.alerts.iter().zip(&names) {
+            if *sent > 0 {
+                failed.push((
+                    vec![("reason", "alert_sent"), ("alert", name.as_str())],
+                    *sent,
+                ));
+            }
+            if *received > 0 {
+                failed.push((
+                    vec![("reason", "alert_received"), ("alert", name.as_str())],
+                    *received,
+                ));
+            }
+        }
+        let rows: Vec<(&[(&str, &str)], u64)> = failed.iter().map(|(l, n)| (&l[..], *n)).collect();
+        counter(
+            &mut enc,
+            "shuck_handshakes_failed",
+            "Failed TLS handshakes, by reason (and TLS alert).",
+            &rows,
+        )?;
+        counter(
+            &mut enc,
+            "shuck_backend_connect_failures",
+            "Connections for which no backend could be reached.",
+            &[(&[], t.backend_failures)],
+        )?;
+
+        if tls.cache.is_some() {
+            gauge(
+                &mut enc,
+                "shuck_session_cache_entries",
+                "Sessions in the cache.",
+                &[(&[], as_i64(cache.entries as u64))],
+            )?;
+            counter(
+                &mut enc,
+                "shuck_session_cache_hits",
+                "Cache lookups that found a live session.",
+                &[(&[], cache.hits)],
+            )?;
+            counter(
+                &mut enc,
+                "shuck_session_cache_misses",
+                "Cache lookups that found nothing.",
+                &[(&[], cache.misses)],
+            )?;
+            counter(
+                &mut enc,
+                "shuck_session_cache_evictions",
+                "Sessions pushed out by the size bound.",
+                &[(&[], cache.evictions)],
+            )?;
+            counter(
+                &mut enc,
+                "shuck_session_cache_stores",
+                "Sessions stored.",
+                &[(&[], cache.stores)],
+            )?;
+        }
+        if let Some(k) = &tls.tickets {
+            counter(
+                &mut enc,
+                "shuck_tickets",
+                "Session tickets issued, accepted and refused.",
+                &[
+                    (&[("event", "issued")], k.stats.issued.load(Relaxed)),
+                    (&[("event", "accepted")], k.stats.accepted.load(Relaxed)),
+                    (&[("event", "refused")], k.stats.refused.load(Relaxed)),
+                ],
+            )?;
+        }
+        if let Some(s) = &sources.replication {
+            counter(
+                &mut enc,
+                "shuck_replication_sent",
+                "Replication: datagrams sent, and records by type.",
+                &[
+                    (&[("what", "datagrams")], s.sent_datagrams.load(Relaxed)),
+                    (&[("what", "new")], s.sent_new.load(Relaxed)),
+                    (&[("what", "del")], s.sent_del.load(Relaxed)),
+                    (&[("what", "keys")], s.sent_keys.load(Relaxed)),
+                ],
+            )?;
+            counter(
+                &mut enc,
+                "shuck_replication_received",
+                "Replication: datagrams accepted, and records applied by type.",
+                &[
+                    (&[("what", "datagrams")], s.received.load(Relaxed)),
+                    (&[("what", "new")], s.received_new.load(Relaxed)),
+                    (&[("what", "del")], s.received_del.load(Relaxed)),
+                    (&[("what", "keys")], s.received_keys.load(Relaxed)),
+                    (&[("what", "requests")], s.requests.load(Relaxed)),
+                ],
+            )?;
+            let mut dropped: Vec<(Vec<(&str, &str)>, u64)> = Reject::ALL
+                .iter()
+                .map(|r| (vec![("reason", r.name())], s.dropped(*r)))
+                .collect();
+            dropped.push((vec![("reason", "queue_full")], s.queue_full.load(Relaxed)));
+            dropped.push((vec![("reason", "too_large")], s.too_large.load(Relaxed)));
+            dropped.push((vec![("reason", "send_error")], s.send_errors.load(Relaxed)));
+            let rows: Vec<(&[(&str, &str)], u64)> =
+                dropped.iter().map(|(l, n)| (&l[..], *n)).collect();
+            counter(
+                &mut enc,
+                "shuck_replication_dropped",
+                "Replication: datagrams dropped on receipt by reason, and records not sent.",
+                &rows,
+            )?;
+        }
+        let servers = sources.state.pool.servers();
+        let labels: Vec<[(&str, &str); 1]> =
+            servers.iter().map(|s| [("server", s.name())]).collect();
+        let rows = |f: &dyn Fn(&Server) -> u64| -> Vec<(&[(&str, &str)], i64)> {
+            labels
+                .iter()
+                .zip(servers)
+                .map(|(l, s)| (&l[..], as_i64(f(s))))
+                .collect()
+        };
+        gauge(
+            &mut enc,
+            "shuck_backend_up",
+            "1 if the server is up, 0 while marked down.",
+            &rows(&|s| u64::from(!s.is_down())),
+        )?;
+        gauge(
+            &mut enc,
+            "shuck_backend_active",
+            "Connections open to the server.",
+            &rows(&|s| s.stats.active.load(Relaxed) as u64),
+        )?;
+        gauge(
+            &mut enc,
+            "shuck_backend_queued",
+            "Connections waiting in the server's queue.",
+            &rows(&|s| s.stats.queued.load(Relaxed) as u64),
+        )?;
+        let crow = |f: &dyn Fn(&Server) -> u64| -> Vec<(&[(&str, &str)], u64)> {
+            labels
+                .iter()
+                .zip(servers)
+                .map(|(l, s)| (&l[..], f(s)))
+                .collect()
+        };
+        counter(
+            &mut enc,
+            "shuck_backend_queue_timeouts",
+            "Connections that waited too long in the queue.",
+            &crow(&|s| s.stats.queue_timeouts.load(Relaxed)),
+        )?;
+        counter(
+            &mut enc,
+            "shuck_backend_connect_failures_by_server",
+            "Failed connection attempts to the server.",
+            &crow(&|s| s.stats.connect_failures.load(Relaxed)),
+        )?;
+        Ok(())
+    }
+}
+
+/// The text exposition of everything, as `/metrics` serves it.
+pub fn render(sources: &Arc<Sources>) -> String {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(Exposition(sources.clone())));
+    let mut out = String::new();
+    if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+        out.clear();
+    }
+    out
+}
