@@ -15,6 +15,7 @@ mod peers;
 mod procfs;
 mod ramp;
 mod report;
+mod results;
 mod scenarios;
 mod sessions;
 mod size;

@@ -7,8 +7,8 @@ use std::process::Command;
 use anyhow::Context;
 use plotters::prelude::*;
 
-use crate::compare::{Results, ScenarioResult, TargetResult};
 use crate::peers::Target;
+use crate::results::{Results, ScenarioResult, TargetResult};
 
 /// The current UTC time, ISO 8601.
 pub fn utc_now() -> String {

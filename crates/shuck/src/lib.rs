@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod clock;
 pub mod config;
 pub mod counters;
 pub mod origin;

@@ -191,7 +191,8 @@ fn malformed_and_smuggling_prone_heads_get_400_and_a_close() {
         "--idle-timeout",
         "1",
     ]);
-    let cases: Vec<Vec<u8>> = vec![
+    let cases: Vec<Vec<u8>> =
+        vec![
         b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc"
             .to_vec(),
         b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"
@@ -204,7 +205,10 @@ fn malformed_and_smuggling_prone_heads_get_400_and_a_close() {
         )
         .into_bytes(),
         b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nnot-hex\r\n".to_vec(),
+        // One byte over --max-header-bytes, the head's very last byte.
+        format!("GET / HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n", "a".repeat(989)).into_bytes(),
     ];
+    assert_eq!(cases.last().map(Vec::len), Some(1025));
     for case in &cases {
         let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
         c.write_all(case).unwrap();

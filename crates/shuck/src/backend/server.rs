@@ -86,21 +86,19 @@ impl Server {
         self.weight
     }
 
-    fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64 + 1
-    }
-
     /// True while marked down.
     pub fn is_down(&self) -> bool {
-        self.down_until_ms.load(Relaxed) > self.now_ms()
+        self.down_until_ms.load(Relaxed) > crate::clock::ms_since(self.epoch)
     }
 
     /// Marks the server down for `d`.
     pub fn mark_down(&self, d: Duration) {
         self.stats.connect_failures.fetch_add(1, Relaxed);
         self.stats.marked_down.fetch_add(1, Relaxed);
-        self.down_until_ms
-            .store(self.now_ms() + d.as_millis() as u64, Relaxed);
+        self.down_until_ms.store(
+            crate::clock::ms_since(self.epoch) + d.as_millis() as u64,
+            Relaxed,
+        );
     }
 
     /// Takes a slot, waiting in FIFO order up to `timeout` when the server is at maxconn.

@@ -186,14 +186,7 @@ pub async fn serve(
     }
 
     // relay
-    let out = relay(
-        &mut tls,
-        &mut backend,
-        limits.idle_timeout,
-        &worker.scratch,
-        http.as_mut(),
-    )
-    .await;
+    let out = relay(&mut tls, &mut backend, limits.idle_timeout, http.as_mut()).await;
 
     // close
     WorkerCounters::add(&fe_counters.bytes_in, out.client_to_backend);

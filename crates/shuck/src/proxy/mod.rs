@@ -2,6 +2,7 @@
 //! admits, `handshake` runs TLS, the backend is connected, `relay` moves bytes, and `conn`
 //! glues the stages in that order.
 
+pub mod buffers;
 pub mod client_io;
 pub mod conn;
 pub mod handshake;
@@ -85,8 +86,6 @@ pub struct Worker {
     live: Cell<usize>,
     /// Woken when `live` drops to zero.
     idle: Notify,
-    /// Read buffer lent to whichever connection is being polled (see `relay`).
-    scratch: relay::Scratch,
     /// This worker's counters.
     pub counters: Arc<WorkerCounters>,
     /// This worker's round-robin position over the backend servers.
@@ -101,7 +100,6 @@ impl Worker {
             state,
             live: Cell::new(0),
             idle: Notify::new(),
-            scratch: relay::new_scratch(),
             counters,
             picker: Picker::default(),
         }

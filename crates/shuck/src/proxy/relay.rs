@@ -3,11 +3,10 @@
 //! close_notify to the client) and an idle timeout over both directions.
 //!
 //! Both directions are polled in a single task: no split halves, no locks. Reads land in
-//! the worker's scratch buffer and are written on at once; only bytes a writer cannot take
+//! the worker's scratch buffer ([`super::buffers`]) and are written on at once; only bytes a writer cannot take
 //! yet are copied into a buffer of the connection's own, freed as soon as it drains, so an
 //! idle connection holds no relay buffer at all.
 
-use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
@@ -16,20 +15,10 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::buffers;
 use super::http::request::Rejected;
 use super::http::{Exchange, Http, RequestRewriter, ResponseTracker, Upgrade};
 use tokio::time::Instant;
-
-/// Size of a worker's scratch buffer: one TLS record of plaintext.
-pub const SCRATCH_SIZE: usize = 16 * 1024;
-
-/// A worker's read buffer, shared by all its connections (they never run at once).
-pub type Scratch = RefCell<Box<[u8]>>;
-
-/// A scratch buffer for one worker.
-pub fn new_scratch() -> Scratch {
-    RefCell::new(vec![0u8; SCRATCH_SIZE].into_boxed_slice())
-}
 
 /// Which side of the relay failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,12 +54,11 @@ pub struct RelayOutcome {
 }
 
 /// Copies `client` ⇄ `backend` until both directions end, one fails, or nothing moves for
-/// `idle`. `scratch` is the worker's read buffer; `http`, HTTP mode's state.
+/// `idle`. Reads land in the worker's scratch buffer; `http` is HTTP mode's state.
 pub async fn relay<C, B>(
     client: &mut C,
     backend: &mut B,
     idle: Duration,
-    scratch: &Scratch,
     mut http: Option<&mut Http>,
 ) -> RelayOutcome
 where
@@ -84,71 +72,60 @@ where
     let mut last_active = Instant::now();
 
     let end = poll_fn(|cx| {
-        let mut own;
-        let mut shared;
-        let buf: &mut [u8] = match scratch.try_borrow_mut() {
-            Ok(b) => {
-                shared = b;
-                &mut shared[..]
+        buffers::with_scratch(|buf| {
+            let mut filter = match http.as_deref_mut() {
+                Some(h) => Filter::Request(&mut h.request, &mut h.exchange),
+                None => Filter::None,
+            };
+            let up_step = up.step(
+                cx,
+                &mut *client,
+                &mut *backend,
+                buf,
+                (Side::Client, Side::Backend),
+                &mut filter,
+            );
+            if let Some(end) = up_step {
+                return Poll::Ready(end);
             }
-            // Unreachable on a single-threaded worker; stay correct rather than panic.
-            Err(_) => {
-                own = vec![0u8; SCRATCH_SIZE];
-                &mut own[..]
+            let mut filter = match http.as_deref_mut() {
+                Some(h) => Filter::Response(&mut h.response, &mut h.exchange),
+                None => Filter::None,
+            };
+            let down_step = down.step(
+                cx,
+                &mut *backend,
+                &mut *client,
+                buf,
+                (Side::Backend, Side::Client),
+                &mut filter,
+            );
+            if let Some(end) = down_step {
+                return Poll::Ready(end);
             }
-        };
-        let mut filter = match http.as_deref_mut() {
-            Some(h) => Filter::Request(&mut h.request, &mut h.exchange),
-            None => Filter::None,
-        };
-        let up_step = up.step(
-            cx,
-            &mut *client,
-            &mut *backend,
-            buf,
-            (Side::Client, Side::Backend),
-            &mut filter,
-        );
-        if let Some(end) = up_step {
-            return Poll::Ready(end);
-        }
-        let mut filter = match http.as_deref_mut() {
-            Some(h) => Filter::Response(&mut h.response, &mut h.exchange),
-            None => Filter::None,
-        };
-        let down_step = down.step(
-            cx,
-            &mut *backend,
-            &mut *client,
-            buf,
-            (Side::Backend, Side::Client),
-            &mut filter,
-        );
-        if let Some(end) = down_step {
-            return Poll::Ready(end);
-        }
-        if let Some(h) = http.as_deref() {
-            // The backend answered an upgrade: let the request side release what it holds.
-            if h.request.is_holding() && h.exchange.upgrade != Upgrade::Awaiting {
-                cx.waker().wake_by_ref();
+            if let Some(h) = http.as_deref() {
+                // The backend answered an upgrade: let the request side release what it holds.
+                if h.request.is_holding() && h.exchange.upgrade != Upgrade::Awaiting {
+                    cx.waker().wake_by_ref();
+                }
             }
-        }
-        if up.done && down.done {
-            return Poll::Ready(RelayEnd::Closed);
-        }
-        if std::mem::take(&mut up.moved) | std::mem::take(&mut down.moved) {
-            // Only note the time; the timer is re-armed lazily when it fires, so busy
-            // connections do not touch the timer wheel on every read.
-            last_active = Instant::now();
-        }
-        while sleep.as_mut().poll(cx).is_ready() {
-            let deadline = last_active + idle;
-            if Instant::now() >= deadline {
-                return Poll::Ready(RelayEnd::IdleTimeout);
+            if up.done && down.done {
+                return Poll::Ready(RelayEnd::Closed);
             }
-            sleep.as_mut().reset(deadline);
-        }
-        Poll::Pending
+            if std::mem::take(&mut up.moved) | std::mem::take(&mut down.moved) {
+                // Only note the time; the timer is re-armed lazily when it fires, so busy
+                // connections do not touch the timer wheel on every read.
+                last_active = Instant::now();
+            }
+            while sleep.as_mut().poll(cx).is_ready() {
+                let deadline = last_active + idle;
+                if Instant::now() >= deadline {
+                    return Poll::Ready(RelayEnd::IdleTimeout);
+                }
+                sleep.as_mut().reset(deadline);
+            }
+            Poll::Pending
+        })
     })
     .await;
 
@@ -344,7 +321,6 @@ mod tests {
     async fn copies_both_ways_with_half_close() {
         let (mut client, mut proxy_c) = duplex(64 * 1024);
         let (mut proxy_b, mut backend) = duplex(64 * 1024);
-        let scratch = new_scratch();
         let data: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
         let client_side = async {
             client.write_all(&data).await.unwrap();
@@ -361,13 +337,7 @@ mod tests {
             got
         };
         let (out, back, got) = tokio::join!(
-            relay(
-                &mut proxy_c,
-                &mut proxy_b,
-                Duration::from_secs(5),
-                &scratch,
-                None
-            ),
+            relay(&mut proxy_c, &mut proxy_b, Duration::from_secs(5), None),
             client_side,
             backend_side
         );
@@ -383,7 +353,6 @@ mod tests {
         // A tiny pipe towards the backend forces partial writes and pending bytes.
         let (mut client, mut proxy_c) = duplex(64 * 1024);
         let (mut proxy_b, mut backend) = duplex(100);
-        let scratch = new_scratch();
         let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
         let client_side = async {
             client.write_all(&data).await.unwrap();
@@ -406,13 +375,7 @@ mod tests {
             got
         };
         let (out, (), got) = tokio::join!(
-            relay(
-                &mut proxy_c,
-                &mut proxy_b,
-                Duration::from_secs(5),
-                &scratch,
-                None
-            ),
+            relay(&mut proxy_c, &mut proxy_b, Duration::from_secs(5), None),
             client_side,
             backend_side
         );
@@ -424,7 +387,6 @@ mod tests {
     async fn idle_timeout_fires_only_without_traffic() {
         let (mut client, mut proxy_c) = duplex(1024);
         let (mut proxy_b, _backend) = duplex(1024);
-        let scratch = new_scratch();
         let start = Instant::now();
         let client_side = async {
             for _ in 0..5 {
@@ -434,13 +396,7 @@ mod tests {
             client
         };
         let (out, _client) = tokio::join!(
-            relay(
-                &mut proxy_c,
-                &mut proxy_b,
-                Duration::from_secs(10),
-                &scratch,
-                None
-            ),
+            relay(&mut proxy_c, &mut proxy_b, Duration::from_secs(10), None),
             client_side
         );
         assert!(matches!(out.end, RelayEnd::IdleTimeout));

@@ -4,11 +4,9 @@
 //! what an idle connection cost.)
 //!
 //! Reads wait for the socket to be readable before taking a receive buffer; writes encrypt
-//! straight into a send buffer. Both are lent by the worker (one spare of each per thread)
-//! and given back once empty; only a connection that keeps bytes across polls (a partial
-//! record, a send the socket did not take) makes the worker allocate another.
+//! straight into a send buffer. Both are lent by the worker ([`super::buffers`]) and given
+//! back once empty.
 
-use std::cell::Cell;
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
@@ -22,42 +20,16 @@ use rustls::unbuffered::{
 use rustls::{AlertDescription, CommonState, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::buffers::{self, TLS_IN, TLS_OUT};
 use super::client_io::ClientIo;
 
 /// First receive buffer: one read's worth, as rustls's own reads.
 const READ_SIZE: usize = 4096;
 /// Largest receive buffer: a handshake message of 64 KB (rustls's own limit) joined from
 /// its records, and one more record.
-const MAX_INCOMING: usize = 0x10000 + 18 * 1024;
+const MAX_INCOMING: usize = buffers::MAX_SPARE;
 /// Most plaintext one write takes: four full records.
 const MAX_WRITE: usize = 4 * 16 * 1024;
-
-/// Largest buffer kept as a worker's spare.
-const MAX_SPARE: usize = MAX_INCOMING;
-
-thread_local! {
-    /// The worker's spare receive buffer. A connection takes it when bytes arrive and gives
-    /// it back once it has processed them all, so that a busy worker neither allocates nor
-    /// zeroes a buffer per record, and an idle connection holds none.
-    static SPARE_IN: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
-    /// The worker's spare send buffer, lent the same way until the socket has taken it all.
-    static SPARE_OUT: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
-}
-
-/// Gives a buffer back to a worker's spare slot, which keeps the larger of the one it holds
-/// and this one (up to [`MAX_SPARE`]); the other is freed.
-fn give_back(slot: &'static std::thread::LocalKey<Cell<Vec<u8>>>, buf: Vec<u8>) {
-    if buf.len() <= MAX_SPARE {
-        slot.with(|s| {
-            let held = s.take();
-            s.set(if held.capacity() >= buf.capacity() {
-                held
-            } else {
-                buf
-            });
-        });
-    }
-}
 
 /// A server-side TLS connection over the client's socket.
 pub struct TlsStream {
@@ -390,7 +362,7 @@ impl TlsStream {
         self.incoming.copy_within(n..self.filled, 0);
         self.filled -= n;
         if self.filled == 0 {
-            give_back(&SPARE_IN, std::mem::take(&mut self.incoming));
+            TLS_IN.give_back(std::mem::take(&mut self.incoming));
         }
     }
 
@@ -401,7 +373,7 @@ impl TlsStream {
             ready!(self.io.poll_read_ready(cx))?;
         }
         if self.incoming.is_empty() {
-            self.incoming = SPARE_IN.take();
+            self.incoming = TLS_IN.take();
         }
         if self.filled == self.incoming.len() {
             let len = match self.incoming.len() {
@@ -426,7 +398,7 @@ impl TlsStream {
             other => {
                 // Readiness that was not: give the buffer back while waiting.
                 if self.filled == 0 {
-                    give_back(&SPARE_IN, std::mem::take(&mut self.incoming));
+                    TLS_IN.give_back(std::mem::take(&mut self.incoming));
                 }
                 other.map_ok(|()| 0)
             }
@@ -443,7 +415,7 @@ impl TlsStream {
             self.sent += n;
         }
         if !self.out.is_empty() {
-            give_back(&SPARE_OUT, std::mem::take(&mut self.out));
+            TLS_OUT.give_back(std::mem::take(&mut self.out));
             (self.sent, self.end) = (0, 0);
         }
         Poll::Ready(Ok(()))
@@ -459,7 +431,7 @@ fn append(
     mut f: impl FnMut(&mut [u8]) -> Result<usize, Option<usize>>,
 ) -> io::Result<()> {
     if out.is_empty() {
-        *out = SPARE_OUT.take();
+        *out = TLS_OUT.take();
     }
     let mut room = first;
     for _ in 0..3 {

@@ -18,13 +18,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use aws_lc_rs::error::Unspecified;
 use aws_lc_rs::{hkdf, rand};
 use base64::Engine;
+
+use crate::clock::unix_ms;
 use rustls::server::ProducesTickets;
 
 const NAME_LEN: usize = 16;
@@ -161,7 +163,7 @@ impl std::fmt::Debug for TicketKeys {
 impl TicketKeys {
     /// Random keys, a new one every `period`, each decrypting for two periods.
     pub fn rotating(period: Duration, session_lifetime: Duration) -> Result<Self, TicketError> {
-        let now = now_ms();
+        let now = unix_ms();
         let ring = Ring::fresh(now, period, None)?;
         Ok(TicketKeys {
             ring: ArcSwap::from_pointee(ring),
@@ -211,7 +213,7 @@ impl TicketKeys {
     /// The live timer keys (own and received), to send to other hosts; none when keys come
     /// from a file.
     pub fn export(&self) -> Vec<SharedKey> {
-        let now = now_ms();
+        let now = unix_ms();
         self.ring
             .load()
             .keys
@@ -230,7 +232,7 @@ impl TicketKeys {
     /// Adds keys received from another host (decrypt only). Ignored when keys come from a
     /// file. Returns how many were new.
     pub fn merge(&self, received: &[SharedKey]) -> usize {
-        self.merge_at(received, now_ms())
+        self.merge_at(received, unix_ms())
     }
 
     fn merge_at(&self, received: &[SharedKey], now: u64) -> usize {
@@ -379,11 +381,11 @@ impl ProducesTickets for TicketKeys {
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        self.seal(plain, now_ms())
+        self.seal(plain, unix_ms())
     }
 
     fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
-        self.open(cipher, now_ms())
+        self.open(cipher, unix_ms())
     }
 }
 
@@ -519,12 +521,6 @@ fn load_file(path: &Path) -> Result<Ring, TicketError> {
     })
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,7 +530,7 @@ mod tests {
     #[test]
     fn roundtrip_and_forgery() {
         let t = TicketKeys::rotating(HOUR, HOUR).unwrap();
-        let now = now_ms();
+        let now = unix_ms();
         let ticket = t.seal(b"session state", now).unwrap();
         assert_eq!(t.open(&ticket, now + 1000).unwrap(), b"session state");
         for i in [
@@ -561,7 +557,7 @@ mod tests {
     fn rotation_keeps_the_previous_key_until_it_ages_out() {
         let period = Duration::from_secs(10);
         let t = TicketKeys::rotating(period, HOUR).unwrap();
-        let t0 = now_ms();
+        let t0 = unix_ms();
         let k_ticket = t.seal(b"k", t0).unwrap();
         // One period later: a new key encrypts, the old one still decrypts.
         let t1 = t0 + 10_500;
@@ -586,7 +582,7 @@ mod tests {
         let period = Duration::from_secs(10);
         let a = TicketKeys::rotating(period, HOUR).unwrap();
         let b = TicketKeys::rotating(period, HOUR).unwrap();
-        let t0 = now_ms();
+        let t0 = unix_ms();
         let changes = Arc::new(AtomicU64::new(0));
         let seen = changes.clone();
         a.set_on_change(Box::new(move || {
@@ -613,7 +609,7 @@ mod tests {
     #[test]
     fn received_keys_are_bounded_and_files_win() {
         let t = TicketKeys::rotating(HOUR, HOUR).unwrap();
-        let now = now_ms();
+        let now = unix_ms();
         let many: Vec<SharedKey> = (0..200u64)
             .map(|i| SharedKey {
                 name: [(i % 256) as u8; NAME_LEN],
@@ -645,7 +641,7 @@ mod tests {
     #[test]
     fn session_lifetime_bounds_tickets() {
         let t = TicketKeys::rotating(HOUR, Duration::from_secs(5)).unwrap();
-        let now = now_ms();
+        let now = unix_ms();
         let ticket = t.seal(b"s", now).unwrap();
         assert!(t.open(&ticket, now + 4_000).is_some());
         assert!(t.open(&ticket, now + 5_000).is_none());
@@ -673,7 +669,7 @@ mod tests {
         let k3 = b64(&[3u8; 80]);
         let p = write("three", &format!("# comment\n{k1}\n\n{k2}\n{k3}\n"));
         let t = TicketKeys::from_file(&p, HOUR).unwrap();
-        let now = now_ms();
+        let now = unix_ms();
         let ticket = t.seal(b"x", now).unwrap();
         assert_eq!(&ticket[..NAME_LEN], &[2u8; 16]);
         // A host with only the old and new keys still reads tickets of each.

@@ -7,6 +7,7 @@
 //! request, nothing more from the client is parsed as HTTP or passed on.
 
 pub mod chunked;
+pub mod head;
 pub mod request;
 pub mod response;
 
@@ -102,12 +103,3 @@ pub const BAD_REQUEST: &[u8] =
 /// The answer when no backend could take the request in time.
 pub const SERVICE_UNAVAILABLE: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\n\r\nService Unavailable\n";
-
-/// Finds the end of a head (`\r\n\r\n`) in `buf`, searching from `from`.
-pub(crate) fn head_end(buf: &[u8], from: usize) -> Option<usize> {
-    let start = from.saturating_sub(3);
-    buf[start..]
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| start + i + 4)
-}

@@ -4,7 +4,8 @@
 use std::net::IpAddr;
 
 use super::chunked::Chunked;
-use super::{head_end, Exchange, Pending, Upgrade, MAX_PIPELINE};
+use super::head::{HeadBuf, Pushed};
+use super::{Exchange, Pending, Upgrade, MAX_PIPELINE};
 
 /// Why a request was refused (answered 400 and closed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,10 +27,9 @@ enum State {
 pub struct RequestRewriter {
     state: State,
     /// A head being received.
-    head: Vec<u8>,
+    head: HeadBuf,
     /// Client bytes held while an upgrade is pending.
     held: Vec<u8>,
-    max_head: usize,
     /// The injected headers, made once per connection.
     forwarded: String,
     /// Another header the client may not set (`--client-cert-header`).
@@ -66,9 +66,8 @@ impl RequestRewriter {
         forwarded.push_str("\r\n");
         RequestRewriter {
             state: State::Head,
-            head: Vec::new(),
+            head: HeadBuf::new(max_head),
             held: Vec::new(),
-            max_head,
             forwarded,
             strip,
         }
@@ -141,21 +140,15 @@ impl RequestRewriter {
                         i += 1;
                         continue;
                     }
-                    let before = self.head.len();
-                    let room = self.max_head.saturating_sub(before);
-                    let take = (input.len() - i).min(room + 1);
-                    self.head.extend_from_slice(&input[i..i + take]);
-                    match head_end(&self.head, before) {
-                        Some(end) => {
-                            i += end - before;
-                            self.head.truncate(end);
-                            let head = std::mem::take(&mut self.head);
+                    match self.head.push(&input[i..]) {
+                        Pushed::Complete { used, head } => {
+                            i += used;
                             self.start_message(&head, out, ex)?;
                         }
-                        None if self.head.len() > self.max_head => {
+                        Pushed::TooLarge => {
                             return Err(Rejected("request head too large (--max-header-bytes)"));
                         }
-                        None => i += take,
+                        Pushed::Partial => return Ok(()),
                     }
                 }
             }

@@ -2,7 +2,8 @@
 //! followed only to pair each with its request and to see an upgrade accepted (101).
 
 use super::chunked::Chunked;
-use super::{head_end, Exchange, Pending, Upgrade};
+use super::head::{HeadBuf, Pushed};
+use super::{Exchange, Pending, Upgrade};
 
 #[derive(Debug)]
 enum State {
@@ -17,8 +18,7 @@ enum State {
 #[derive(Debug)]
 pub struct ResponseTracker {
     state: State,
-    head: Vec<u8>,
-    max_head: usize,
+    head: HeadBuf,
 }
 
 impl ResponseTracker {
@@ -26,8 +26,7 @@ impl ResponseTracker {
     pub fn new(max_head: usize) -> Self {
         ResponseTracker {
             state: State::Head,
-            head: Vec::new(),
-            max_head,
+            head: HeadBuf::new(max_head),
         }
     }
 
@@ -54,28 +53,21 @@ impl ResponseTracker {
                     }
                     Err(_) => return self.lose(ex),
                 },
-                State::Head => {
-                    let before = self.head.len();
-                    let take = (input.len() - i).min(self.max_head + 1 - before.min(self.max_head));
-                    self.head.extend_from_slice(&input[i..i + take]);
-                    match head_end(&self.head, before) {
-                        Some(end) => {
-                            i += end - before;
-                            self.head.truncate(end);
-                            let head = std::mem::take(&mut self.head);
-                            self.start_response(&head, ex);
-                        }
-                        None if self.head.len() > self.max_head => return self.lose(ex),
-                        None => i += take,
+                State::Head => match self.head.push(&input[i..]) {
+                    Pushed::Complete { used, head } => {
+                        i += used;
+                        self.start_response(&head, ex);
                     }
-                }
+                    Pushed::TooLarge => return self.lose(ex),
+                    Pushed::Partial => return,
+                },
             }
         }
     }
 
     fn lose(&mut self, ex: &mut Exchange) {
         self.state = State::Opaque;
-        self.head = Vec::new();
+        self.head.clear();
         ex.lost = true;
     }
 
