@@ -4,7 +4,7 @@
 //! never per read.
 //!
 //! This module only counts: the log summary and the Prometheus exposition that read these
-//! sums sit above the proxy, in [`crate::stats`].
+//! sums sit above the proxy, in the `stats` module.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-pub use server::{Lease, Server, ServerStats};
+pub use server::{Lease, Server};
 
 /// Why a backend connection could not be made.
 #[derive(Debug, thiserror::Error)]

@@ -1,4 +1,4 @@
-//! One connection's life, top to bottom as in DESIGN.md:
+//! One connection's life, top to bottom as in docs/ARCHITECTURE.md:
 //! admit → (PROXY header in) → handshake → choose and connect → preamble → relay → close.
 
 use std::net::SocketAddr;

@@ -1,15 +1,15 @@
-//! The data path of one connection, stage by stage (DESIGN.md): `listener` accepts and
+//! The data path of one connection, stage by stage (docs/ARCHITECTURE.md): `listener` accepts and
 //! admits, `handshake` runs TLS, the backend is connected, `relay` moves bytes, and `conn`
 //! glues the stages in that order.
 
-pub mod buffers;
+pub(crate) mod buffers;
 pub mod client_io;
-pub mod conn;
+pub(crate) mod conn;
 pub mod handshake;
-pub mod http;
-pub mod listener;
-pub mod preamble;
-pub mod relay;
+pub(crate) mod http;
+pub(crate) mod listener;
+pub(crate) mod preamble;
+pub(crate) mod relay;
 pub mod tls_stream;
 
 use std::cell::Cell;

@@ -40,8 +40,10 @@ pub struct RequestRewriter {
 const MAX_HELD: usize = 64 * 1024;
 
 impl RequestRewriter {
-    /// A rewriter for a client at `ip`.
-    pub fn new(ip: IpAddr, max_head: usize) -> Self {
+    /// A rewriter for a client at `ip` (tests; connections come through
+    /// [`Self::with_client_cert`]).
+    #[cfg(test)]
+    pub(crate) fn new(ip: IpAddr, max_head: usize) -> Self {
         Self::with_client_cert(ip, max_head, None)
     }
 
@@ -74,7 +76,8 @@ impl RequestRewriter {
     }
 
     /// True when nothing of the exchange needs parsing any more.
-    pub fn is_tunnel(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_tunnel(&self) -> bool {
         matches!(self.state, State::Tunnel)
     }
 

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Instructions shuck executes per keep-alive request and per full handshake, counted by
+# callgrind (steady from run to run, unlike time on a shared machine).
+#
+#   bench/callgrind.sh [SHUCK] [SHUCK_BENCH]     (defaults: target/release/...)
+#
+# Each figure is a difference of two runs with fixed work, so start-up and shutdown cancel:
+#   keep-alive: one session of 4,500 requests minus one of 500, divided by 4,000;
+#   handshake:  sessions of one request for 8 s minus those of 2 s, divided by the
+#               difference in sessions (TLS 1.3, ECDSA P-256 self-signed certificate, no
+#               resumption; connect, one request and close included).
+# shuck runs with one worker; the origin (shuck-bench origin) runs outside valgrind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+shuck=${1:-target/release/shuck}
+bench=${2:-target/release/shuck-bench}
+command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
+work=$(mktemp -d)
+origin_pid=
+cleanup() {
+    [ -n "$origin_pid" ] && kill "$origin_pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+    for _ in $(seq 1 600); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "nothing listens on port $1" >&2
+    return 1
+}
+
+oport=$(free_port)
+"$bench" origin --listen "127.0.0.1:$oport" >/dev/null 2>&1 &
+origin_pid=$!
+wait_port "$oport"
+
+# Runs shuck under callgrind while shuck-bench does "$@"; prints the instructions counted,
+# the sessions completed and the requests answered.
+count() {
+    local port pid out
+    port=$(free_port)
+    out="$work/cg.out"
+    rm -f "$out"
+    valgrind --tool=callgrind --callgrind-out-file="$out" \
+        "$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q 2>"$work/vg.log" &
+    pid=$!
+    wait_port "$port"
+    "$bench" load --target "127.0.0.1:$port" --concurrency 1 --timeout 120 --json "$@" >"$work/load.json"
+    kill -TERM "$pid"
+    wait "$pid" || true
+    local done
+    done=$(python3 - "$work/load.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+if r["failures"] or r["completed"] != r["attempted"] or not r["completed"]:
+    sys.exit(f"the load run failed: {r}")
+print(r["completed"], r["requests"])
+PY
+)
+    echo "$(awk '/^(summary|totals):/ { print $2; exit }' "$out") $done"
+}
+
+# One session each: the loop starts one session and the deadline has passed when it ends.
+read -r ka1 _ kr1 <<<"$(count --duration 0.001 --requests-per-conn 500)"
+read -r ka2 _ kr2 <<<"$(count --duration 0.001 --requests-per-conn 4500)"
+read -r hs1 hn1 _ <<<"$(count --duration 2 --requests-per-conn 1)"
+read -r hs2 hn2 _ <<<"$(count --duration 8 --requests-per-conn 1)"
+echo "keep-alive request: $(( (ka2 - ka1) / (kr2 - kr1) )) instructions ($kr1 and $kr2 requests)"
+echo "full handshake:     $(( (hs2 - hs1) / (hn2 - hn1) )) instructions ($hn1 and $hn2 sessions)"
