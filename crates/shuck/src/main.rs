@@ -1,5 +1,5 @@
 //! The `shuck` binary: parse, validate, run. Every start-up error is one line on stderr and
-//! exit status 2.
+//! exit status 1, as hitch.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -69,7 +69,7 @@ fn parse(raw: &[OsString]) -> Result<Cli, Fail> {
         .map_err(clap_fail)?;
     let cli = Cli::from_arg_matches(&matches).map_err(clap_fail)?;
     let Some(path) = &cli.config else {
-        return Ok(cli);
+        return Ok(cli.unset_empty());
     };
     let on_command_line = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
     let from_file =
@@ -80,7 +80,9 @@ fn parse(raw: &[OsString]) -> Result<Cli, Fail> {
     let matches = Cli::command()
         .try_get_matches_from(&all)
         .map_err(clap_fail)?;
-    Cli::from_arg_matches(&matches).map_err(clap_fail)
+    Cli::from_arg_matches(&matches)
+        .map(Cli::unset_empty)
+        .map_err(clap_fail)
 }
 
 fn clap_fail(e: clap::Error) -> Fail {
@@ -98,7 +100,7 @@ fn clap_fail(e: clap::Error) -> Fail {
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {
     eprintln!("shuck: error: {e}");
-    ExitCode::from(2)
+    ExitCode::FAILURE
 }
 
 /// stderr, `--log-filename` or `--syslog`.

@@ -213,7 +213,7 @@ fn bad_backend_parameters_are_refused() {
         ("[127.0.0.1]:80,speed=2", "speed"),
     ] {
         let (code, err) = run_to_exit(&["-b", arg]);
-        assert_eq!(code, Some(2), "{err}");
+        assert_eq!(code, Some(1), "{err}");
         assert!(err.contains(needle) && err.contains("--backend"), "{err}");
     }
 }

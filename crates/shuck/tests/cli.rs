@@ -1,4 +1,4 @@
-//! Bad input of every kind gives one clear line and exit status 2; the README documents
+//! Bad input of every kind gives one clear line and exit status 1 (as hitch); the README documents
 //! every flag.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -8,10 +8,10 @@ use std::net::TcpListener;
 
 use common::*;
 
-/// Runs shuck with `args`, expecting status 2 and a single error line containing `needles`.
+/// Runs shuck with `args`, expecting status 1 and a single error line containing `needles`.
 fn refuses(args: &[&str], needles: &[&str]) {
     let (code, err) = run_to_exit(args);
-    assert_eq!(code, Some(2), "{args:?}: {err}");
+    assert_eq!(code, Some(1), "{args:?}: {err}");
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "{args:?}: one line expected, got: {err}");
     assert!(lines[0].starts_with("shuck: error: "), "{err}");

@@ -195,10 +195,10 @@ fn http_header_carries_the_subject_and_optional_mode() {
 #[test]
 fn bad_client_verify_settings_are_named() {
     let (code, err) = run_to_exit(&["--client-verify", "required"]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--client-verify-ca"), "{err}");
     let (code, err) = run_to_exit(&["--client-verify", "sometimes"]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("sometimes") && err.contains("optional"),
         "{err}"
@@ -212,12 +212,12 @@ fn bad_client_verify_settings_are_named() {
         "--client-verify-ca",
         empty.to_str().unwrap(),
     ]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("empty.pem") && err.contains("no certificate"),
         "{err}"
     );
     let (code, err) = run_to_exit(&["--http", "--client-cert-header", "Bad Header"]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--client-cert-header"), "{err}");
 }

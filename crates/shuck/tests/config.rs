@@ -353,7 +353,7 @@ fn test_flag_checks_and_exits() {
     let missing = dir.path("missing.pem");
     let bad = write_conf(&dir, &format!("pem-file = \"{}\"\n", missing.display()));
     let (code, err) = run_to_exit(&["--config", &bad, "-t"]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("missing.pem"), "{err}");
 }
 
@@ -384,7 +384,7 @@ fn bad_files_are_named_with_their_line() {
     ] {
         let conf = write_conf(&dir, text);
         let (code, err) = run_to_exit(&["--config", &conf]);
-        assert_eq!(code, Some(2), "{text:?}: {err}");
+        assert_eq!(code, Some(1), "{text:?}: {err}");
         assert!(err.starts_with("shuck: error: "), "{err}");
         assert!(
             err.contains(&conf),
@@ -396,7 +396,7 @@ fn bad_files_are_named_with_their_line() {
         assert!(!err.contains("panicked"), "{err}");
     }
     let (code, err) = run_to_exit(&["--config", "/nonexistent/shuck.conf"]);
-    assert_eq!(code, Some(2));
+    assert_eq!(code, Some(1));
     assert!(err.contains("/nonexistent/shuck.conf"), "{err}");
 }
 

@@ -271,7 +271,7 @@ fn ocsp_resp_file_is_checked_before_stapling() {
     );
     drop(shuck);
     let (code, err) = run_to_exit(&["--ocsp-resp-file", &format!("/nope.pem={good}"), pem]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("/nope.pem") && err.contains("not one of the certificates"),
         "{err}"

@@ -328,6 +328,6 @@ fn nginx_reads_proxy_protocol() {
 #[test]
 fn conflicting_preamble_flags_are_refused() {
     let (code, err) = run_to_exit(&["--write-ip", "--write-proxy-v1"]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--write-ip"), "{err}");
 }

@@ -80,21 +80,34 @@ impl BackendSpec {
 pub enum BackendTarget {
     /// Servers named by `-b`, resolved at start.
     Servers(Vec<BackendSpec>),
-    /// No `-b`: the built-in origin, started on a loopback port.
+    /// No `-b`, no certificate, no configuration file: the built-in origin, started on a
+    /// loopback port (a demonstration default).
     BuiltinOrigin,
 }
 
-/// The backend the command line names.
+/// Where hitch forwards when no backend is given.
+pub const HITCH_DEFAULT_BACKEND: &str = "[127.0.0.1]:8000";
+
+/// The backend the command line names. Without `-b`, hitch's default `[127.0.0.1]:8000`
+/// whenever a certificate or a configuration file is given; the built-in origin only for
+/// the zero-configuration start.
 pub(super) fn target(cli: &Cli) -> Result<BackendTarget, ConfigError> {
-    Ok(if cli.backends.is_empty() {
-        BackendTarget::BuiltinOrigin
-    } else {
-        BackendTarget::Servers(
+    if !cli.backends.is_empty() {
+        return Ok(BackendTarget::Servers(
             cli.backends
                 .iter()
                 .map(|s| BackendSpec::parse(s))
                 .collect::<Result<_, _>>()?,
-        )
+        ));
+    }
+    let configured = cli.config.is_some()
+        || !cli.pem_files.is_empty()
+        || cli.pem_dir.is_some()
+        || cli.frontends.iter().any(|f| f.contains('+'));
+    Ok(if configured {
+        BackendTarget::Servers(vec![BackendSpec::parse(HITCH_DEFAULT_BACKEND)?])
+    } else {
+        BackendTarget::BuiltinOrigin
     })
 }
 

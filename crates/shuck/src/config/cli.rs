@@ -35,9 +35,14 @@ pub struct Cli {
     #[arg(value_name = "PEM")]
     pub pem_files: Vec<PathBuf>,
 
-    /// Load every *.pem file of DIR (in name order) after the positional PEM files.
+    /// Load every regular file of DIR (in name order) after the positional PEM files; files
+    /// that hold no certificate are skipped with a warning.
     #[arg(long, value_name = "DIR")]
     pub pem_dir: Option<PathBuf>,
+
+    /// With --pem-dir, load only the files whose names match GLOB (e.g. "*.pem").
+    #[arg(long, value_name = "GLOB")]
+    pub pem_dir_glob: Option<String>,
 
     /// Frontend listen endpoint, repeatable: [HOST]:PORT, [*]:PORT, [::1]:PORT or HOST:PORT;
     /// [HOST]:PORT+cert.pem[+more.pem] gives the frontend its own certificates.
@@ -294,7 +299,7 @@ pub struct Cli {
     pub group: Option<String>,
 
     /// Chroot into DIR after binding and reading keys (reloads then see paths inside DIR).
-    #[arg(short = 'r', long, value_name = "DIR")]
+    #[arg(short = 'r', long, value_name = "DIR", value_parser = any_path)]
     pub chroot: Option<PathBuf>,
 
     /// Detach from the terminal once the ports are bound (log with --syslog or
@@ -304,7 +309,7 @@ pub struct Cli {
     pub daemon: bool,
 
     /// Write the process id to FILE (removed at exit).
-    #[arg(short = 'p', long, value_name = "FILE")]
+    #[arg(short = 'p', long, value_name = "FILE", value_parser = any_path)]
     pub pidfile: Option<PathBuf>,
 
     /// Log to syslog (/dev/log) instead of stderr.
@@ -317,7 +322,7 @@ pub struct Cli {
     pub syslog_facility: String,
 
     /// Append log lines to FILE instead of stderr.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = any_path)]
     pub log_filename: Option<PathBuf>,
 
     /// Log level: 0 (silence), 1 (errors), 2 (info) as in hitch, or a name: off, error,
@@ -336,12 +341,43 @@ pub struct Cli {
     pub log_connections: bool,
 }
 
-/// hitch's boolean values.
-fn parse_on_off(s: &str) -> Result<bool, String> {
+impl Cli {
+    /// hitch reads an empty value as "not set" for these options (`user = ""` in a file,
+    /// `--ciphers=` on the command line): so does shuck.
+    pub fn unset_empty(mut self) -> Self {
+        for s in [
+            &mut self.ciphers,
+            &mut self.alpn_protos,
+            &mut self.shared_cache_listen,
+            &mut self.user,
+            &mut self.group,
+        ] {
+            if s.as_deref().is_some_and(str::is_empty) {
+                *s = None;
+            }
+        }
+        for p in [&mut self.chroot, &mut self.pidfile, &mut self.log_filename] {
+            if p.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                *p = None;
+            }
+        }
+        self
+    }
+}
+
+/// A path, empty allowed (hitch's "not set"; see [`Cli::unset_empty`]).
+fn any_path(s: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(s))
+}
+
+/// A boolean as hitch spells it, in any case: on/off, yes/no, y/n, true/false, t/f, 1/0.
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
-        "on" | "yes" | "true" | "1" => Ok(true),
-        "off" | "no" | "false" | "0" => Ok(false),
-        _ => Err(format!("{s:?} is not on or off")),
+        "on" | "yes" | "y" | "true" | "t" | "1" => Ok(true),
+        "off" | "no" | "n" | "false" | "f" | "0" => Ok(false),
+        _ => Err(format!(
+            "{s:?} is not on or off (also yes/no, y/n, true/false, t/f, 1/0)"
+        )),
     }
 }
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
 
-use super::cli::Cli;
+use super::cli::{parse_on_off, Cli};
 use super::endpoint::Endpoint;
 
 /// Bound on a configuration file, so that a wrong path cannot make shuck read a disk image.
@@ -215,15 +215,26 @@ fn describe(t: &Tok) -> String {
 
 /// hitch keys for features shuck does not have (yet): named in the error.
 const HITCH_UNSUPPORTED: &[&str] = &[
-    "ssl-engine",
     "dhparams",
     "tcp-fastopen",
     "recv-bufsize",
     "send-bufsize",
     "proxy-tlv",
-    "pem-dir-glob",
     "host-header",
     "sni-cert-regex",
+];
+
+/// Keys whose empty value hitch reads as "not set".
+const EMPTY_MEANS_UNSET: &[&str] = &[
+    "ciphers",
+    "ssl-engine",
+    "shared-cache-listen",
+    "chroot",
+    "user",
+    "group",
+    "log-filename",
+    "alpn-protos",
+    "pidfile",
 ];
 
 /// Keys that make no sense in a file.
@@ -247,6 +258,11 @@ pub fn to_args(
     let mut args = Vec::new();
     let mut pems = Vec::new();
     for e in entries {
+        if EMPTY_MEANS_UNSET.contains(&e.key.as_str())
+            && matches!(&e.value, Value::Scalar(s) if s.is_empty())
+        {
+            continue;
+        }
         let scalar = |what: &str| match &e.value {
             Value::Scalar(s) => Ok(s.clone()),
             Value::Block(_) => Err(err(
@@ -276,6 +292,12 @@ pub fn to_args(
                 }
                 pems.push(pem);
             }
+            "ssl-engine" => {
+                return Err(err(
+                    e.line,
+                    "ssl-engine: shuck has no OpenSSL engines (its keys are loaded from PEM files); remove the key or leave it empty".into(),
+                ))
+            }
             k if NOT_IN_FILE.contains(&k) => {
                 return Err(err(
                     e.line,
@@ -304,12 +326,10 @@ pub fn to_args(
                     format!("--{k}={value}")
                 } else {
                     // A plain switch (e.g. no-tickets): on/off in the file.
-                    match value.to_ascii_lowercase().as_str() {
-                        "on" | "yes" | "true" | "1" => format!("--{k}"),
-                        "off" | "no" | "false" | "0" => continue,
-                        _ => {
-                            return Err(err(e.line, format!("{k} = {value:?}: expected on or off")))
-                        }
+                    match parse_on_off(&value) {
+                        Ok(true) => format!("--{k}"),
+                        Ok(false) => continue,
+                        Err(reason) => return Err(err(e.line, format!("{k}: {reason}"))),
                     }
                 };
                 // Check the value where it stands, so the error has its line.
@@ -432,10 +452,7 @@ fn frontend_block(
                     "ciphers" => crate::tls::params::parse_tls12_ciphers(v).map(|_| ()).map_err(|e| e.to_string()),
                     "ciphersuites" => crate::tls::params::parse_tls13_suites(v).map(|_| ()).map_err(|e| e.to_string()),
                     "tls-protos" => crate::tls::params::parse_protocols(v).map(|_| ()).map_err(|e| e.to_string()),
-                    _ => match v.to_ascii_lowercase().as_str() {
-                        "on" | "yes" | "true" | "1" | "off" | "no" | "false" | "0" => Ok(()),
-                        _ => Err(format!("{v:?} is not on or off")),
-                    },
+                    _ => parse_on_off(v).map(drop),
                 };
                 checked.map_err(|reason| err(e.line, format!("frontend {k}: {reason}")))?;
                 settings.push(format!(";{k}={v}"));

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 
+use super::cli::parse_on_off;
 use super::{ConfigError, Endpoint};
 use crate::tls::{params, LoadedCert, TlsSettings};
 
@@ -52,11 +53,7 @@ pub(super) fn parse(spec: &str, global: &TlsSettings) -> Result<Frontend, Config
             .split_once('=')
             .ok_or_else(|| bad(format!("{setting:?}: expected key=value")))?;
         let (k, v) = (k.trim(), v.trim());
-        let on_off = |v: &str| match v.to_ascii_lowercase().as_str() {
-            "on" | "yes" | "true" | "1" => Ok(true),
-            "off" | "no" | "false" | "0" => Ok(false),
-            _ => Err(bad(format!("{k}={v}: expected on or off"))),
-        };
+        let on_off = |v: &str| parse_on_off(v).map_err(|reason| bad(format!("{k}: {reason}")));
         let t = tls.get_or_insert_with(|| global.clone());
         match k {
             "ciphers" | "ciphersuites" => {

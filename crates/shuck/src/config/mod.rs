@@ -63,8 +63,10 @@ pub struct Config {
     pub backlog: u32,
     /// TLS parameters.
     pub tls: TlsSettings,
-    /// Certificates; the first is the default.
+    /// The global certificates, in hitch's order.
     pub certs: Vec<LoadedCert>,
+    /// Which of them is served when no name matches (hitch's: the last PEM file given).
+    pub default_cert: usize,
     /// True when the certificate was generated because none was given.
     pub self_signed: bool,
     /// Limits and timeouts.
@@ -154,7 +156,7 @@ impl Config {
             .iter()
             .map(|s| frontend::parse(s, &tls))
             .collect::<Result<Vec<_>, ConfigError>>()?;
-        let (mut certs, self_signed) = tls::load_certs(cli)?;
+        let (mut certs, default_cert, self_signed) = tls::load_certs(cli)?;
         if let Some(dir) = &cli.ocsp_dir {
             if !dir.is_dir() {
                 return Err(ConfigError::Invalid {
@@ -181,6 +183,7 @@ impl Config {
             backlog: cli.backlog,
             tls,
             certs,
+            default_cert,
             self_signed,
             limits: Limits {
                 max_conns: cli.max_conns,

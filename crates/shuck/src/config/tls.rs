@@ -2,7 +2,7 @@
 //! certificates (`--pem-file`, `--pem-dir`, the self-signed default) and their OCSP
 //! responses, and what each frontend serves with.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -98,44 +98,90 @@ pub(super) fn attach_ocsp_files(cli: &Cli, certs: &mut [LoadedCert]) -> Result<(
 impl Config {
     /// The TLS settings and certificates a frontend serves with. Session cache, ticket
     /// keys, OCSP staples and client verification are the process's.
-    pub fn frontend_tls<'a>(&'a self, fe: &'a Frontend) -> (TlsSettings, Vec<&'a LoadedCert>) {
+    /// The certificates come in hitch's order with the index of the default: the frontend's
+    /// own (its last is its default), then the global ones when it has none or
+    /// match-global-certs is on (the global default when it has none).
+    pub fn frontend_tls<'a>(
+        &'a self,
+        fe: &'a Frontend,
+    ) -> (TlsSettings, Vec<&'a LoadedCert>, usize) {
         let mut s = fe.tls.clone().unwrap_or_else(|| self.tls.clone());
         s.tickets = self.tls.tickets.clone();
         s.ocsp = self.tls.ocsp.clone();
         s.client_auth = self.tls.client_auth.clone();
         let mut certs: Vec<&LoadedCert> = fe.certs.iter().collect();
+        let default = match certs.len() {
+            0 => self.default_cert,
+            n => n - 1,
+        };
         if certs.is_empty() || fe.match_global_certs {
             certs.extend(self.certs.iter());
         }
-        (s, certs)
+        (s, certs, default)
     }
 }
 
-/// The global certificates, and whether the self-signed default stands in for them.
-pub(super) fn load_certs(cli: &Cli) -> Result<(Vec<LoadedCert>, bool), ConfigError> {
-    let mut paths: Vec<PathBuf> = cli.pem_files.clone();
-    if let Some(dir) = &cli.pem_dir {
-        let bad = |reason: String| ConfigError::PemDir {
-            path: dir.clone(),
-            reason,
-        };
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|e| bad(e.to_string()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "pem"))
-            .collect();
-        if found.is_empty() {
-            return Err(bad("holds no *.pem file".into()));
-        }
-        found.sort();
-        paths.extend(found);
-    }
-    if paths.is_empty() {
-        return Ok((vec![crate::tls::selfsigned::generate()?], true));
-    }
-    let certs = paths
+/// The global certificates in hitch's order (the PEM files given, then `--pem-dir`'s in name
+/// order), the index of the default one, and whether the self-signed default stands in.
+/// As in hitch, the last PEM file given is the default; without one, the first of
+/// `--pem-dir`.
+pub(super) fn load_certs(cli: &Cli) -> Result<(Vec<LoadedCert>, usize, bool), ConfigError> {
+    let mut certs = cli
+        .pem_files
         .iter()
         .map(|p| LoadedCert::from_file(p))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((certs, false))
+    let explicit = certs.len();
+    if let Some(dir) = &cli.pem_dir {
+        certs.extend(pem_dir(dir, cli.pem_dir_glob.as_deref())?);
+    } else if cli.pem_dir_glob.is_some() {
+        tracing::warn!("--pem-dir-glob does nothing without --pem-dir");
+    }
+    if certs.is_empty() {
+        return Ok((vec![crate::tls::selfsigned::generate()?], 0, true));
+    }
+    Ok((certs, explicit.saturating_sub(1), false))
+}
+
+/// `--pem-dir`: every regular file (symbolic links are not followed, as hitch), or those
+/// matching `glob`, in name order; a file that is not a certificate and its key is skipped
+/// with a warning.
+fn pem_dir(dir: &Path, glob: Option<&str>) -> Result<Vec<LoadedCert>, ConfigError> {
+    let bad = |reason: String| ConfigError::PemDir {
+        path: dir.to_owned(),
+        reason,
+    };
+    let pattern = glob
+        .map(glob::Pattern::new)
+        .transpose()
+        .map_err(|e| ConfigError::Invalid {
+            option: "--pem-dir-glob",
+            reason: format!("{:?}: {e}", glob.unwrap_or_default()),
+        })?;
+    let mut files: Vec<(std::ffi::OsString, PathBuf)> = std::fs::read_dir(dir)
+        .map_err(|e| bad(e.to_string()))?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| {
+            pattern
+                .as_ref()
+                .is_none_or(|p| p.matches(&e.file_name().to_string_lossy()))
+        })
+        .map(|e| (e.file_name(), e.path()))
+        .collect();
+    files.sort();
+    let mut certs = Vec::new();
+    for (_, path) in files {
+        match LoadedCert::from_file(&path) {
+            Ok(c) => certs.push(c),
+            Err(e) => tracing::warn!("--pem-dir: skipping {}: {e}", path.display()),
+        }
+    }
+    if certs.is_empty() {
+        return Err(bad(match glob {
+            Some(g) => format!("no file matching {g:?} holds a certificate and its key"),
+            None => "no file holds a certificate and its key".into(),
+        }));
+    }
+    Ok(certs)
 }

@@ -32,9 +32,9 @@ pub fn build(
             if let (true, Some(g)) = (shared, &global) {
                 return Ok(g.clone());
             }
-            let (mut settings, certs) = cfg.frontend_tls(fe);
+            let (mut settings, certs, default) = cfg.frontend_tls(fe);
             settings.tickets = resumption.tickets.clone();
-            let state = TlsState::for_frontend(&settings, &certs, resumption)
+            let state = TlsState::for_frontend(&settings, &certs, default, resumption)
                 .map(Arc::new)
                 .map_err(|source| FrontendTlsError {
                     frontend: fe.endpoint.to_string(),

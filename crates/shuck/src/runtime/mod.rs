@@ -127,6 +127,9 @@ fn backend_pool(config: &Config) -> Result<Pool, StartError> {
             .collect(),
         BackendTarget::BuiltinOrigin => {
             let addr = crate::origin::start().map_err(StartError::Origin)?;
+            tracing::info!(
+                "no certificate, backend or configuration file given: forwarding to the built-in origin, a demonstration default (give -b HOST:PORT for real traffic)"
+            );
             vec![Server::new(
                 format!("built-in origin [{}]:{}", addr.ip(), addr.port()),
                 vec![addr],

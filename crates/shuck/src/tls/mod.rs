@@ -207,8 +207,8 @@ pub struct TlsState {
 }
 
 impl TlsState {
-    /// Builds the server configuration from settings and loaded certificates, with a
-    /// session cache of its own.
+    /// Builds the server configuration from settings and loaded certificates (the last is
+    /// the default, as in hitch), with a session cache of its own.
     pub fn build(settings: &TlsSettings, certs: &[LoadedCert]) -> Result<Self, TlsError> {
         let resumption = Resumption::new(
             settings.session_cache,
@@ -216,26 +216,34 @@ impl TlsState {
             settings.tickets.clone(),
         );
         let certs: Vec<&LoadedCert> = certs.iter().collect();
-        Self::build_with(settings, &certs, resumption.cache)
+        Self::build_with(
+            settings,
+            &certs,
+            certs.len().saturating_sub(1),
+            resumption.cache,
+        )
     }
 
-    /// The state of one frontend: its settings and certificates, with the process's
-    /// session cache (the settings carry the ticket keys).
+    /// The state of one frontend: its settings and certificates (`certs[default]` served
+    /// when no name matches), with the process's session cache (the settings carry the
+    /// ticket keys).
     pub fn for_frontend(
         settings: &TlsSettings,
         certs: &[&LoadedCert],
+        default: usize,
         resumption: &Resumption,
     ) -> Result<Self, TlsError> {
-        Self::build_with(settings, certs, resumption.cache.clone())
+        Self::build_with(settings, certs, default, resumption.cache.clone())
     }
 
     fn build_with(
         settings: &TlsSettings,
         certs: &[&LoadedCert],
+        default: usize,
         cache: Option<Arc<SessionCache>>,
     ) -> Result<Self, TlsError> {
         let resolver = Arc::new(
-            SniResolver::new(certs, settings.ocsp.as_deref())
+            SniResolver::new(certs, default, settings.ocsp.as_deref())
                 .ok_or_else(|| TlsError::Rustls("no certificate".into()))?,
         );
         let provider = CryptoProvider {

@@ -1,5 +1,5 @@
 //! SNI: choosing the certificate for the name a client asks for. Exact names first, then a
-//! wildcard one label up, then the default (the first certificate).
+//! wildcard one label up, then the default (hitch's: the last certificate listed).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,10 +20,12 @@ pub struct SniResolver {
 }
 
 impl SniResolver {
-    /// Indexes `certs`; the first is the default. Returns `None` for an empty list.
-    pub fn new(certs: &[&LoadedCert], staples: Option<&OcspStore>) -> Option<Self> {
+    /// Indexes `certs`; `certs[default]` is served when no name matches (the last one
+    /// when out of range). For a name several serve, the first listed wins. Returns
+    /// `None` for an empty list.
+    pub fn new(certs: &[&LoadedCert], default: usize, staples: Option<&OcspStore>) -> Option<Self> {
         let keys: Vec<Arc<CertifiedKey>> = certs.iter().map(|c| served_key(c, staples)).collect();
-        let default = keys.first()?.clone();
+        let default = keys.get(default).or(keys.last())?.clone();
         let mut exact = HashMap::new();
         let mut wildcard = HashMap::new();
         for (c, key) in certs.iter().zip(&keys) {

@@ -1,0 +1,276 @@
+//! hitch's configurations run unchanged: the certificate hitch would serve by default,
+//! `pem-dir` as hitch reads it, hitch's spellings of booleans and empty values, and hitch's
+//! exit statuses. Each check goes through real sockets with a real TLS client.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::*;
+
+/// The certificate served to a client that sends no server name, and to one that sends
+/// a name no certificate has.
+fn defaults(addr: SocketAddr) -> (Vec<u8>, Vec<u8>) {
+    let none = tls_connect(addr, &ClientOpts::default()).unwrap();
+    let unknown = tls_connect(
+        addr,
+        &ClientOpts {
+            sni: Some("nobody.test".into()),
+            ..ClientOpts::default()
+        },
+    )
+    .unwrap();
+    (served_cert(&none), served_cert(&unknown))
+}
+
+fn by_name(addr: SocketAddr, name: &str) -> Vec<u8> {
+    let c = tls_connect(
+        addr,
+        &ClientOpts {
+            sni: Some(name.into()),
+            ..ClientOpts::default()
+        },
+    )
+    .unwrap();
+    served_cert(&c)
+}
+
+fn s(p: &std::path::Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn the_last_certificate_listed_is_the_default() {
+    let dir = TempDir::new("hitch-default");
+    let (a, a_der) = rcgen_cert(&dir, "a", &["a.test"], false);
+    let (b, b_der) = rcgen_cert(&dir, "b", &["b.test"], false);
+    let (own, own_der) = rcgen_cert(&dir, "own", &["own.test"], false);
+    let origin = Origin::echo();
+
+    // Command line: the last PEM file; the others still serve their names.
+    let shuck = Shuck::start(&["-b", &origin.addr(), s(&a), s(&b)]);
+    assert_eq!(defaults(shuck.addr()), (b_der.clone(), b_der.clone()));
+    assert_eq!(by_name(shuck.addr(), "a.test"), a_der);
+    drop(shuck);
+
+    // pem-file keys of a configuration file.
+    let port = free_port();
+    let conf = dir.path("keys.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "frontend = \"[127.0.0.1]:{port}\"\nbackend = \"{}\"\npem-file = \"{}\"\npem-file = \"{}\"\n",
+            origin.addr(),
+            s(&a),
+            s(&b)
+        ),
+    )
+    .unwrap();
+    let shuck = Shuck::start_raw(&["--config", s(&conf)], port);
+    assert_eq!(defaults(shuck.addr()), (b_der.clone(), b_der.clone()));
+    drop(shuck);
+
+    // A frontend block's own list: its last; with match-global-certs the global
+    // certificates serve their names, and the frontend's own last stays the default.
+    let port = free_port();
+    let conf = dir.path("block.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "frontend = {{\n  host = \"127.0.0.1\"\n  port = \"{port}\"\n  pem-file = \"{}\"\n  pem-file = \"{}\"\n}}\nbackend = \"{}\"\npem-file = \"{}\"\n",
+            s(&a),
+            s(&own),
+            origin.addr(),
+            s(&b)
+        ),
+    )
+    .unwrap();
+    let shuck = Shuck::start_raw(&["--config", s(&conf)], port);
+    assert_eq!(defaults(shuck.addr()), (own_der.clone(), own_der.clone()));
+    assert_eq!(by_name(shuck.addr(), "a.test"), a_der);
+    drop(shuck);
+
+    let port = free_port();
+    let fe = format!("[127.0.0.1]:{port}+{};match-global-certs=on", s(&own));
+    let shuck = Shuck::start_raw(&["-f", &fe, "-b", &origin.addr(), s(&a), s(&b)], port);
+    assert_eq!(defaults(shuck.addr()), (own_der.clone(), own_der.clone()));
+    assert_eq!(by_name(shuck.addr(), "a.test"), a_der);
+    assert_eq!(by_name(shuck.addr(), "b.test"), b_der);
+    drop(shuck);
+
+    // pem-dir comes after the files given: the last file given stays the default; with no
+    // file given, the first of the directory in name order is.
+    let certs = TempDir::new("hitch-pemdir");
+    let (_, d1_der) = rcgen_cert(&certs, "1-first", &["d1.test"], false);
+    let (_, d2_der) = rcgen_cert(&certs, "2-second", &["d2.test"], false);
+    let pem_dir = format!("{}/", certs.0.display());
+    let shuck = Shuck::start(&["-b", &origin.addr(), "--pem-dir", &pem_dir, s(&a)]);
+    assert_eq!(defaults(shuck.addr()), (a_der.clone(), a_der.clone()));
+    assert_eq!(by_name(shuck.addr(), "d2.test"), d2_der);
+    drop(shuck);
+    let shuck = Shuck::start(&["-b", &origin.addr(), "--pem-dir", &pem_dir]);
+    assert_eq!(defaults(shuck.addr()), (d1_der.clone(), d1_der.clone()));
+    assert_eq!(by_name(shuck.addr(), "d2.test"), d2_der);
+}
+
+#[test]
+fn pem_dir_reads_every_regular_file_and_pem_dir_glob_narrows_it() {
+    let certs = TempDir::new("hitch-pemdir-all");
+    let (crt, crt_der) = rcgen_cert(&certs, "site", &["crt.test"], false);
+    // A certificate whose file does not end in .pem.
+    std::fs::rename(&crt, certs.path("site.crt")).unwrap();
+    let (_, pem_der) = rcgen_cert(&certs, "other", &["pem.test"], false);
+    std::fs::write(certs.path("README"), "not a certificate\n").unwrap();
+    let origin = Origin::echo();
+    let pem_dir = s(&certs.0).to_owned();
+
+    let shuck = Shuck::start(&["-b", &origin.addr(), "--pem-dir", &pem_dir]);
+    assert_eq!(by_name(shuck.addr(), "crt.test"), crt_der);
+    assert_eq!(by_name(shuck.addr(), "pem.test"), pem_der);
+    // In name order: other.pem, README (skipped), site.crt; the first is the default.
+    assert_eq!(defaults(shuck.addr()).0, pem_der);
+    let log = shuck.log();
+    assert!(
+        log.contains("--pem-dir: skipping") && log.contains("README"),
+        "{log}"
+    );
+    drop(shuck);
+
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--pem-dir",
+        &pem_dir,
+        "--pem-dir-glob",
+        "*.crt",
+    ]);
+    assert_eq!(defaults(shuck.addr()).0, crt_der);
+    assert_eq!(
+        by_name(shuck.addr(), "pem.test"),
+        crt_der,
+        "other.pem is not loaded"
+    );
+    drop(shuck);
+
+    let (code, err) = run_to_exit(&["--pem-dir", &pem_dir, "--pem-dir-glob", "*.key", "-t"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no file matching \"*.key\""), "{err}");
+}
+
+#[test]
+fn hitch_spellings_of_booleans_and_empty_values_are_accepted() {
+    let dir = TempDir::new("hitch-values");
+    let (a, _) = rcgen_cert(&dir, "a", &["a.test"], false);
+    let conf = dir.path("hitch.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "frontend = \"[127.0.0.1]:{}\"\nbackend = \"[127.0.0.1]:8000\"\npem-file = \"{}\"\n\
+             prefer-server-ciphers = Y\nsni-nomatch-abort = f\nno-tickets = t\n\
+             ciphers = \"\"\nuser = \"\"\ngroup = \"\"\nchroot = \"\"\npidfile = \"\"\n\
+             ssl-engine = \"\"\nalpn-protos = \"\"\nlog-filename = \"\"\nshared-cache-listen = \"\"\n",
+            free_port(),
+            s(&a)
+        ),
+    )
+    .unwrap();
+    let (code, err) = run_to_exit(&["--config", s(&conf), "--test"]);
+    assert_eq!(code, Some(0), "{err}");
+
+    // The same on the command line: an empty value is no value.
+    let (code, err) = run_to_exit(&["--ciphers=", "--user=", "--pidfile=", "--test", s(&a)]);
+    assert_eq!(code, Some(0), "{err}");
+
+    // sni-nomatch-abort = yes is on: an unknown name is refused.
+    let port = free_port();
+    let on = dir.path("on.conf");
+    std::fs::write(
+        &on,
+        format!(
+            "frontend = \"[127.0.0.1]:{port}\"\nbackend = \"{}\"\npem-file = \"{}\"\nsni-nomatch-abort = yes\n",
+            Origin::echo().addr(),
+            s(&a)
+        ),
+    )
+    .unwrap();
+    let shuck = Shuck::start_raw(&["--config", s(&on)], port);
+    let refused = tls_connect(
+        shuck.addr(),
+        &ClientOpts {
+            sni: Some("nobody.test".into()),
+            ..ClientOpts::default()
+        },
+    );
+    assert!(refused.is_err(), "sni-nomatch-abort = yes is on");
+
+    // A named engine is a clear error with its line.
+    let engine = dir.path("engine.conf");
+    std::fs::write(&engine, "ssl-engine = \"rdrand\"\n").unwrap();
+    let (code, err) = run_to_exit(&["--config", s(&engine), "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("line 1") && err.contains("ssl-engine") && err.contains("no OpenSSL engines"),
+        "{err}"
+    );
+    // A word that is no boolean names the spellings.
+    let bad = dir.path("bad.conf");
+    std::fs::write(&bad, "prefer-server-ciphers = maybe\n").unwrap();
+    let (code, err) = run_to_exit(&["--config", s(&bad), "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("maybe") && err.contains("yes/no"), "{err}");
+}
+
+#[test]
+fn exit_statuses_are_hitchs() {
+    let dir = TempDir::new("hitch-exit");
+    let (a, _) = rcgen_cert(&dir, "a", &["a.test"], false);
+    assert_eq!(run_to_exit(&["--help"]).0, Some(0));
+    assert_eq!(run_to_exit(&["--version"]).0, Some(0));
+    assert_eq!(run_to_exit(&["--test", s(&a)]).0, Some(0));
+    // A bad flag, a bad value, a failed --test, a start-up error: 1.
+    assert_eq!(run_to_exit(&["--no-such-flag"]).0, Some(1));
+    assert_eq!(run_to_exit(&["-n", "zero"]).0, Some(1));
+    assert_eq!(run_to_exit(&["--test", "/nonexistent.pem"]).0, Some(1));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let fe = format!("[127.0.0.1]:{}", taken.local_addr().unwrap().port());
+    let (code, err) = run_to_exit(&["-f", &fe, s(&a)]);
+    assert_eq!(code, Some(1), "{err}");
+}
+
+#[test]
+fn without_a_backend_hitchs_default_is_used_once_anything_is_configured() {
+    use std::io::{Read, Write};
+    let dir = TempDir::new("hitch-backend");
+    let (a, _) = rcgen_cert(&dir, "a", &["a.test"], false);
+    // hitch's default backend; the test needs the port (nothing else of the suite uses it).
+    let backend = std::net::TcpListener::bind("127.0.0.1:8000")
+        .expect("127.0.0.1:8000 must be free for this test: hitch's default backend");
+    let shuck = Shuck::start(&["-n", "1", s(&a)]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(b"to the default backend").unwrap();
+    c.flush().unwrap();
+    let (mut got, _) = backend.accept().unwrap();
+    let mut buf = [0u8; 22];
+    got.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"to the default backend");
+    assert!(
+        shuck.log().contains("forwarding to [127.0.0.1]:8000"),
+        "{}",
+        shuck.log()
+    );
+    drop(shuck);
+
+    // The zero-configuration start keeps the built-in origin, and says what it is.
+    let bare = Shuck::start(&["-n", "1"]);
+    let mut c = tls_connect(bare.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&read_all(&mut c).unwrap_or_default()).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        bare.log().contains("demonstration default"),
+        "{}",
+        bare.log()
+    );
+}
