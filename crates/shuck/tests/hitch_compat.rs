@@ -274,3 +274,82 @@ fn without_a_backend_hitchs_default_is_used_once_anything_is_configured() {
         bare.log()
     );
 }
+
+/// What a backend read of a PROXY v2 header: the SSL TLV's verify field, and TLV 0xE0.
+type SslSeen = (u32, Option<Vec<u8>>);
+
+#[test]
+fn proxy_v2_ssl_tlv_verify_and_the_client_certificate_as_hitch_sends_them() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let pki = ClientPki::new();
+    let seen: Arc<Mutex<Vec<SslSeen>>> = Arc::default();
+    let record = seen.clone();
+    let origin = Origin::start(move |mut s| {
+        let mut head = [0u8; 16];
+        if s.read_exact(&mut head).is_err() {
+            return;
+        }
+        let len = u16::from_be_bytes([head[14], head[15]]) as usize;
+        let mut rest = vec![0u8; len];
+        s.read_exact(&mut rest).unwrap();
+        let mut tlvs = &rest[12..];
+        let (mut verify, mut cert) = (u32::MAX, None);
+        while tlvs.len() >= 3 {
+            let (kind, l) = (tlvs[0], u16::from_be_bytes([tlvs[1], tlvs[2]]) as usize);
+            let value = &tlvs[3..3 + l];
+            match kind {
+                0x20 => verify = u32::from_be_bytes(value[1..5].try_into().unwrap()),
+                0xE0 => cert = Some(value.to_vec()),
+                _ => {}
+            }
+            tlvs = &tlvs[3 + l..];
+        }
+        record.lock().unwrap().push((verify, cert));
+        let mut buf = [0u8; 64];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 || s.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--client-verify",
+        "optional",
+        "--client-verify-ca",
+        s(&pki.ca),
+        "--write-proxy-v2",
+        "--proxy-client-cert",
+    ]);
+    let mut without = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    echo_roundtrip(&mut without);
+    let alice = ClientOpts {
+        client_pem: Some(pki.alice.clone()),
+        ..ClientOpts::default()
+    };
+    let mut with = tls_connect(shuck.addr(), &alice).unwrap();
+    echo_roundtrip(&mut with);
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    // No certificate: not 0, which the PROXY protocol defines as "presented and verified".
+    assert_ne!(seen[0].0, 0, "verify without a certificate");
+    assert_eq!(seen[0].1, None, "no 0xE0 without a certificate");
+    // alice's: verified (0), and her certificate in TLV 0xE0, PEM as OpenSSL writes it.
+    assert_eq!(seen[1].0, 0);
+    let pem = String::from_utf8(seen[1].1.clone().expect("TLV 0xE0")).unwrap();
+    assert!(
+        pem.starts_with("-----BEGIN TRUSTED CERTIFICATE-----\n"),
+        "{pem}"
+    );
+    assert!(
+        pem.ends_with("-----END TRUSTED CERTIFICATE-----\n"),
+        "{pem}"
+    );
+    assert!(pem.lines().all(|l| l.len() <= 64), "{pem}");
+    let alice_der = pem_der(&std::fs::read(&pki.alice).unwrap());
+    let sent = pem_der(pem.replace("TRUSTED CERTIFICATE", "CERTIFICATE").as_bytes());
+    assert_eq!(sent, alice_der);
+}

@@ -558,11 +558,8 @@ tickets = off
     fn errors_name_the_line() {
         for (text, line, needle) in [
             ("workers = 2\nbogus = 1\n", 2, "unknown key \"bogus\""),
-            (
-                "\n\nssl-engine = \"x\"\n",
-                3,
-                "ssl-engine is a hitch setting",
-            ),
+            ("\n\nssl-engine = \"x\"\n", 3, "no OpenSSL engines"),
+            ("\ndhparams = \"x\"\n", 2, "dhparams is a hitch setting"),
             ("workers = many\n", 1, "many"),
             ("backlog = \n", 1, "no value"),
             ("frontend = \"[1.2.3.4]\"\n", 1, "frontend"),

@@ -143,11 +143,9 @@ pub async fn serve(
     // subject is only needed to build them, so it does not stay in this task while the
     // connection idles.
     let (preamble_bytes, mut http) = {
+        let client_cert = tls.conn().peer_certificates().and_then(|c| c.first());
         let subject = if state.proxy_client_cert || state.client_cert_header.is_some() {
-            tls.conn()
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .and_then(|der| Subject::of(der))
+            client_cert.and_then(|der| Subject::of(der))
         } else {
             None
         };
@@ -160,6 +158,7 @@ pub async fn serve(
                 cipher: conn
                     .negotiated_cipher_suite()
                     .map(|s| preamble::openssl_cipher_name(s.suite())),
+                client_cert: client_cert.map(|c| c.as_ref()),
                 client_cn: subject
                     .as_ref()
                     .filter(|_| state.proxy_client_cert)

@@ -35,8 +35,10 @@ pub struct TlsFacts<'a> {
     pub version: Option<&'a str>,
     /// The cipher suite, OpenSSL-style name.
     pub cipher: Option<&'a str>,
-    /// The verified client certificate's common name (`--proxy-client-cert`); `Some("")`
-    /// for a verified certificate without one.
+    /// The client certificate (DER), when the client sent one: rustls has verified it.
+    pub client_cert: Option<&'a [u8]>,
+    /// With `--proxy-client-cert`: the certificate's common name (`Some("")` for one
+    /// without), and the certificate itself in TLV 0xE0, as hitch sends them.
     pub client_cn: Option<&'a str>,
 }
 
@@ -189,12 +191,17 @@ fn build_v2(src: SocketAddr, dst: SocketAddr, tls: &TlsFacts<'_>) -> Vec<u8> {
             v2::Addresses::Unspecified,
         )
     };
-    // The SSL TLV: client flags (PP2_CLIENT_SSL), verify result (0: no client certificate
-    // failure), then sub-TLVs for the version and the cipher, as hitch and HAProxy send it.
-    // With a verified client certificate: PP2_CLIENT_CERT_CONN | PP2_CLIENT_CERT_SESS and
-    // its common name.
-    let client = if tls.client_cn.is_some() { 0x07 } else { 0x01 };
-    let mut ssl = vec![client, 0, 0, 0, 0];
+    // The SSL TLV: client flags (PP2_CLIENT_SSL), the verify result, then sub-TLVs for the
+    // version and the cipher, as hitch and HAProxy send it. The verify result is 0 only
+    // for a certificate presented and verified (PROXY protocol §2.2.5); hitch sends 1 when
+    // there is none. With a client certificate: PP2_CLIENT_CERT_CONN | PP2_CLIENT_CERT_SESS,
+    // and with --proxy-client-cert its common name.
+    let (client, verify) = match tls.client_cert {
+        Some(_) => (0x07, 0u32),
+        None => (0x01, 1u32),
+    };
+    let mut ssl = vec![client];
+    ssl.extend_from_slice(&verify.to_be_bytes());
     for (kind, value) in [
         (v2::Type::SSLVersion, tls.version),
         (
@@ -218,6 +225,9 @@ fn build_v2(src: SocketAddr, dst: SocketAddr, tls: &TlsFacts<'_>) -> Vec<u8> {
         if let Some(sni) = tls.sni {
             b = b.write_tlv(v2::Type::Authority, sni.as_bytes())?;
         }
+        if let (Some(der), Some(_)) = (tls.client_cert, tls.client_cn) {
+            b = b.write_tlv(CLIENT_CERT_TLV, &trusted_certificate_pem(der))?;
+        }
         b.write_tlv(v2::Type::SSL, &ssl)?.build()
     })();
     // Building into a Vec cannot fail short of allocation failure; fall back to a bare
@@ -227,6 +237,24 @@ fn build_v2(src: SocketAddr, dst: SocketAddr, tls: &TlsFacts<'_>) -> Vec<u8> {
             .build()
             .unwrap_or_default()
     })
+}
+
+/// hitch's TLV for the client certificate (0xE0, the first of the types the PROXY
+/// protocol leaves to applications).
+const CLIENT_CERT_TLV: u8 = 0xE0;
+
+/// A certificate as OpenSSL's `PEM_write_bio_X509_AUX` writes it (what hitch sends in
+/// TLV 0xE0): base64 in lines of 64 under the `TRUSTED CERTIFICATE` label.
+fn trusted_certificate_pem(der: &[u8]) -> Vec<u8> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut pem = b"-----BEGIN TRUSTED CERTIFICATE-----\n".to_vec();
+    for line in b64.as_bytes().chunks(64) {
+        pem.extend_from_slice(line);
+        pem.push(b'\n');
+    }
+    pem.extend_from_slice(b"-----END TRUSTED CERTIFICATE-----\n");
+    pem
 }
 
 /// The OpenSSL name of a rustls cipher suite, as backends that read the SSL TLV expect.
@@ -303,6 +331,7 @@ mod tests {
             sni: Some("example.com"),
             version: Some("TLSv1.3"),
             cipher: Some("TLS_AES_128_GCM_SHA256"),
+            client_cert: None,
             client_cn: None,
         };
         let bytes = build(
@@ -328,14 +357,16 @@ mod tests {
         assert_eq!(tlvs[2].kind, 0x20);
         let ssl = &tlvs[2].value;
         assert_eq!(ssl[0], 0x01, "PP2_CLIENT_SSL");
-        assert_eq!(&ssl[1..5], &[0, 0, 0, 0]);
+        assert_eq!(&ssl[1..5], &[0, 0, 0, 1], "no certificate: not 'verified'");
         assert_eq!(ssl[5], 0x21);
         assert_eq!(&ssl[8..15], b"TLSv1.3");
         assert_eq!(ssl[15], 0x23);
         assert_eq!(&ssl[18..], b"TLS_AES_128_GCM_SHA256");
 
-        // With a verified client certificate: the cert flags and its CN (0x22).
+        // With a verified client certificate: the cert flags and its CN (0x22), and the
+        // certificate in TLV 0xE0 as hitch sends it.
         let with_cert = TlsFacts {
+            client_cert: Some(&[0x30, 0x03, 0x02, 0x01, 0x07]),
             client_cn: Some("alice"),
             ..tls
         };
@@ -346,7 +377,12 @@ mod tests {
         );
         let h = v2::Header::try_from(bytes.as_slice()).unwrap();
         let tlvs: Vec<_> = h.tlvs().map(|t| t.unwrap()).collect();
-        let ssl = &tlvs[2].value;
+        assert_eq!(tlvs[2].kind, 0xE0);
+        assert_eq!(
+            &*tlvs[2].value,
+            b"-----BEGIN TRUSTED CERTIFICATE-----\nMAMCAQc=\n-----END TRUSTED CERTIFICATE-----\n"
+        );
+        let ssl = &tlvs[3].value;
         assert_eq!(ssl[0], 0x07, "SSL | CERT_CONN | CERT_SESS");
         assert_eq!(&ssl[1..5], &[0, 0, 0, 0], "verified");
         assert_eq!(ssl[15], 0x22);
