@@ -353,3 +353,27 @@ fn proxy_v2_ssl_tlv_verify_and_the_client_certificate_as_hitch_sends_them() {
     let sent = pem_der(pem.replace("TRUSTED CERTIFICATE", "CERTIFICATE").as_bytes());
     assert_eq!(sent, alice_der);
 }
+
+#[test]
+fn serving_as_root_without_user_is_warned_about() {
+    let uid = sh_out("id -u");
+    let root = uid.trim() == "0";
+    let origin = Origin::echo();
+    let shuck = Shuck::start(&["-n", "1", "-b", &origin.addr()]);
+    assert_eq!(
+        shuck.log().contains("running as root"),
+        root,
+        "uid {uid}: {}",
+        shuck.log()
+    );
+    drop(shuck);
+    if root {
+        // With --user, nothing to warn about.
+        let dropped = Shuck::start(&["-n", "1", "-b", &origin.addr(), "--user", "nobody"]);
+        assert!(
+            !dropped.log().contains("running as root:"),
+            "{}",
+            dropped.log()
+        );
+    }
+}

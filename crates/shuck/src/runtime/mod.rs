@@ -152,6 +152,13 @@ fn backend_pool(config: &Config) -> Result<Pool, StartError> {
 
 /// `--user`, `--group`, `--chroot`, and the log line that says who shuck now is.
 fn drop_privileges(target: &Target) -> Result<(), StartError> {
+    if target.user.is_none() && nix::unistd::geteuid().is_root() {
+        // hitch refuses this; shuck serves (the zero-configuration start must work
+        // anywhere) but says so.
+        tracing::warn!(
+            "running as root: every connection is served with root's privileges; give --user (e.g. --user nobody) to drop them after binding"
+        );
+    }
     if target.is_none() {
         return Ok(());
     }
