@@ -37,19 +37,11 @@ fn required_refuses_without_and_passes_the_subject_with_a_certificate() {
     let cns = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = cns.clone();
     let origin = Origin::start(move |mut s| {
-        let mut head = [0u8; 16];
-        if s.read_exact(&mut head).is_err() {
+        let Some(tlvs) = read_proxy_v2_tlvs(&mut s) else {
             return;
-        }
-        let len = u16::from_be_bytes([head[14], head[15]]) as usize;
-        let mut rest = vec![0u8; len];
-        s.read_exact(&mut rest).unwrap();
-        // Skip the addresses (IPv4: 12 bytes), then walk the TLVs to the SSL one.
-        let mut tlvs = &rest[12..];
+        };
         let mut cn = String::from("-");
-        while tlvs.len() >= 3 {
-            let (kind, l) = (tlvs[0], u16::from_be_bytes([tlvs[1], tlvs[2]]) as usize);
-            let value = &tlvs[3..3 + l];
+        for (kind, value) in tlvs {
             if kind == 0x20 {
                 assert_eq!(value[0], 0x07, "client flags");
                 let mut sub = &value[5..];
@@ -61,7 +53,6 @@ fn required_refuses_without_and_passes_the_subject_with_a_certificate() {
                     sub = &sub[3 + sl..];
                 }
             }
-            tlvs = &tlvs[3 + l..];
         }
         seen.lock().unwrap().push(cn);
         let mut buf = [0u8; 1024];

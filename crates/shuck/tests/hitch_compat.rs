@@ -286,24 +286,16 @@ fn proxy_v2_ssl_tlv_verify_and_the_client_certificate_as_hitch_sends_them() {
     let seen: Arc<Mutex<Vec<SslSeen>>> = Arc::default();
     let record = seen.clone();
     let origin = Origin::start(move |mut s| {
-        let mut head = [0u8; 16];
-        if s.read_exact(&mut head).is_err() {
+        let Some(tlvs) = read_proxy_v2_tlvs(&mut s) else {
             return;
-        }
-        let len = u16::from_be_bytes([head[14], head[15]]) as usize;
-        let mut rest = vec![0u8; len];
-        s.read_exact(&mut rest).unwrap();
-        let mut tlvs = &rest[12..];
+        };
         let (mut verify, mut cert) = (u32::MAX, None);
-        while tlvs.len() >= 3 {
-            let (kind, l) = (tlvs[0], u16::from_be_bytes([tlvs[1], tlvs[2]]) as usize);
-            let value = &tlvs[3..3 + l];
+        for (kind, value) in tlvs {
             match kind {
                 0x20 => verify = u32::from_be_bytes(value[1..5].try_into().unwrap()),
-                0xE0 => cert = Some(value.to_vec()),
+                0xE0 => cert = Some(value),
                 _ => {}
             }
-            tlvs = &tlvs[3 + l..];
         }
         record.lock().unwrap().push((verify, cert));
         let mut buf = [0u8; 64];

@@ -408,6 +408,24 @@ pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
+/// Reads a PROXY v2 header over IPv4 from `s` and returns its TLVs as (type, value).
+pub fn read_proxy_v2_tlvs(s: &mut impl Read) -> Option<Vec<(u8, Vec<u8>)>> {
+    let mut head = [0u8; 16];
+    s.read_exact(&mut head).ok()?;
+    let len = u16::from_be_bytes([head[14], head[15]]) as usize;
+    let mut rest = vec![0u8; len];
+    s.read_exact(&mut rest).ok()?;
+    // The IPv4 addresses and ports: 12 bytes.
+    let mut tlvs = &rest[12..];
+    let mut out = Vec::new();
+    while tlvs.len() >= 3 {
+        let (kind, l) = (tlvs[0], u16::from_be_bytes([tlvs[1], tlvs[2]]) as usize);
+        out.push((kind, tlvs[3..3 + l].to_vec()));
+        tlvs = &tlvs[3 + l..];
+    }
+    Some(out)
+}
+
 // ---------------------------------------------------------------- origins
 
 /// A plain TCP origin on 127.0.0.1 serving each connection with `handler` on its own thread.
