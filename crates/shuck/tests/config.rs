@@ -367,7 +367,11 @@ fn bad_files_are_named_with_their_line() {
         ),
         (
             "\n\nssl-engine = \"rdrand\"\n",
-            &["line 3", "ssl-engine", "does not support"][..],
+            &["line 3", "ssl-engine", "no OpenSSL engines"][..],
+        ),
+        (
+            "\ndhparams = \"dh.pem\"\n",
+            &["line 2", "dhparams", "does not support"][..],
         ),
         ("workers = lots\n", &["line 1", "lots"][..]),
         ("frontend = \"[127.0.0.1]\"\n", &["line 1", "frontend"][..]),
