@@ -368,13 +368,13 @@ fn a_malformed_key_file_is_refused_with_its_line() {
         &["# keys".into(), good, "c2hvcnQ=".into()],
     );
     let (code, err) = run_to_exit(&["--ticket-keys", &bad]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("bad.keys") && err.contains("line 3") && err.contains("48 or 80"),
         "{err}"
     );
     let missing = dir.path("missing.keys");
     let (code, err) = run_to_exit(&["--ticket-keys", missing.to_str().unwrap()]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("missing.keys"), "{err}");
 }

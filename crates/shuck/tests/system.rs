@@ -145,22 +145,22 @@ fn the_pid_file_outside_the_chroot_is_removed_at_exit() {
 #[test]
 fn unknown_user_or_group_is_an_error() {
     let (code, err) = run_to_exit(&["--user", "no-such-user-here"]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("--user") && err.contains("no-such-user-here"),
         "{err}"
     );
     let (code, err) = run_to_exit(&["--group", "no-such-group-here"]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("--group") && err.contains("no-such-group-here"),
         "{err}"
     );
     let (code, err) = run_to_exit(&["--chroot", "/nonexistent/jail"]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--chroot"), "{err}");
     let (code, err) = run_to_exit(&["--syslog-facility", "local9", "--syslog"]);
-    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("local9") && err.contains("local7"), "{err}");
 }
 
