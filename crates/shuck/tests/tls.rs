@@ -61,9 +61,10 @@ fn sni_selects_among_three_certificates_with_wildcard_and_default() {
         "1",
         "-b",
         &origin.addr(),
-        a.to_str().unwrap(),
+        // As in hitch, the last listed is the default.
         b.to_str().unwrap(),
         w.to_str().unwrap(),
+        a.to_str().unwrap(),
     ]);
     let served = |sni: Option<&str>| {
         let opts = ClientOpts {
@@ -119,8 +120,8 @@ fn sni_uses_the_common_name_when_there_is_no_san() {
         "1",
         "-b",
         &origin.addr(),
-        a.to_str().unwrap(),
         cn.to_str().unwrap(),
+        a.to_str().unwrap(),
     ]);
     let sni = |n: &str| ClientOpts {
         sni: Some(n.into()),
@@ -148,8 +149,8 @@ fn sni_nomatch_abort_sends_unrecognized_name() {
         "-b",
         &origin.addr(),
         "--sni-nomatch-abort",
-        a.to_str().unwrap(),
         w.to_str().unwrap(),
+        a.to_str().unwrap(),
     ]);
     let connect = |sni: Option<&str>| {
         let opts = ClientOpts {
