@@ -261,8 +261,23 @@ fn without_a_backend_hitchs_default_is_used_once_anything_is_configured() {
     );
     drop(shuck);
 
-    // The zero-configuration start keeps the built-in origin, and says what it is.
-    let bare = Shuck::start(&["-n", "1"]);
+    // A frontend's own certificate counts as configuring too.
+    let port = free_port();
+    let fe = format!("[127.0.0.1]:{port}+{}", s(&a));
+    let own = Shuck::start_raw(&["-n", "1", "-f", &fe], port);
+    let mut c = tls_connect(own.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(b"to the default backend").unwrap();
+    c.flush().unwrap();
+    let (mut got, _) = backend.accept().unwrap();
+    got.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"to the default backend");
+    drop(own);
+
+    // The zero-configuration start keeps the built-in origin, and says what it is; a
+    // frontend setting is no certificate (even one whose value holds a '+').
+    let port = free_port();
+    let fe = format!("[127.0.0.1]:{port};ciphers=EECDH+AESGCM");
+    let bare = Shuck::start_raw(&["-n", "1", "-f", &fe], port);
     let mut c = tls_connect(bare.addr(), &ClientOpts::default()).unwrap();
     c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .unwrap();

@@ -89,9 +89,9 @@ pub enum BackendTarget {
 pub const HITCH_DEFAULT_BACKEND: &str = "[127.0.0.1]:8000";
 
 /// The backend the command line names. Without `-b`, hitch's default `[127.0.0.1]:8000`
-/// whenever a certificate or a configuration file is given; the built-in origin only for
-/// the zero-configuration start.
-pub(super) fn target(cli: &Cli) -> Result<BackendTarget, ConfigError> {
+/// whenever a certificate (`certificate_given`: global or a frontend's own) or a
+/// configuration file is given; the built-in origin only for the zero-configuration start.
+pub(super) fn target(cli: &Cli, certificate_given: bool) -> Result<BackendTarget, ConfigError> {
     if !cli.backends.is_empty() {
         return Ok(BackendTarget::Servers(
             cli.backends
@@ -100,11 +100,7 @@ pub(super) fn target(cli: &Cli) -> Result<BackendTarget, ConfigError> {
                 .collect::<Result<_, _>>()?,
         ));
     }
-    let configured = cli.config.is_some()
-        || !cli.pem_files.is_empty()
-        || cli.pem_dir.is_some()
-        || cli.frontends.iter().any(|f| f.contains('+'));
-    Ok(if configured {
+    Ok(if certificate_given || cli.config.is_some() {
         BackendTarget::Servers(vec![BackendSpec::parse(HITCH_DEFAULT_BACKEND)?])
     } else {
         BackendTarget::BuiltinOrigin

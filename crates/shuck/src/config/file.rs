@@ -224,7 +224,8 @@ const HITCH_UNSUPPORTED: &[&str] = &[
     "sni-cert-regex",
 ];
 
-/// Keys whose empty value hitch reads as "not set".
+/// Keys whose empty value hitch reads as "not set" (skipped here, before their values are
+/// checked; the command line's `--user=` and the like go through `Cli::unset_empty`).
 const EMPTY_MEANS_UNSET: &[&str] = &[
     "ciphers",
     "ssl-engine",

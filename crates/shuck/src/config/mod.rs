@@ -100,7 +100,6 @@ pub struct Config {
 impl Config {
     /// Validates a parsed command line. Warnings (expired certificates) go to the log.
     pub fn from_cli(cli: &Cli) -> Result<Self, ConfigError> {
-        let backend = backend::target(cli)?;
         let preamble = backend::preamble(cli)?;
         if cli.http && cli.max_header_bytes < 256 {
             return Err(ConfigError::Invalid {
@@ -157,6 +156,10 @@ impl Config {
             .map(|s| frontend::parse(s, &tls))
             .collect::<Result<Vec<_>, ConfigError>>()?;
         let (mut certs, default_cert, self_signed) = tls::load_certs(cli)?;
+        let backend = backend::target(
+            cli,
+            !self_signed || frontends.iter().any(|f| !f.certs.is_empty()),
+        )?;
         if let Some(dir) = &cli.ocsp_dir {
             if !dir.is_dir() {
                 return Err(ConfigError::Invalid {

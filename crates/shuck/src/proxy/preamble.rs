@@ -5,13 +5,14 @@
 //! PROXY headers are parsed and built with the `ppp` crate: it implements both versions
 //! and their TLVs to the HAProxy specification, and is what other Rust proxies use.
 
-pub use crate::config::Preamble;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 use ppp::v2;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
+
+pub use crate::config::Preamble;
 
 /// Who the client is: from the socket, or from a PROXY header received in front.
 #[derive(Debug, Clone)]

@@ -3,9 +3,9 @@
 //! close_notify to the client) and an idle timeout over both directions.
 //!
 //! Both directions are polled in a single task: no split halves, no locks. Reads land in
-//! the worker's scratch buffer ([`super::buffers`]) and are written on at once; only bytes a writer cannot take
-//! yet are copied into a buffer of the connection's own, freed as soon as it drains, so an
-//! idle connection holds no relay buffer at all.
+//! the worker's scratch buffer ([`super::buffers`]) and are written on at once; only bytes
+//! a writer cannot take yet are copied into a buffer of the connection's own, freed as soon
+//! as it drains, so an idle connection holds no relay buffer at all.
 
 use std::future::{poll_fn, Future};
 use std::io;
