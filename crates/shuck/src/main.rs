@@ -75,14 +75,14 @@ fn parse(raw: &[OsString]) -> Result<Cli, Fail> {
     let from_file =
         config::file::load(path, &on_command_line).map_err(|e| Fail::Error(e.to_string()))?;
     let mut all: Vec<OsString> = raw.iter().take(1).cloned().collect();
-    all.extend(from_file.into_iter().map(OsString::from));
+    all.extend(from_file.args.into_iter().map(OsString::from));
     all.extend(raw.iter().skip(1).cloned());
     let matches = Cli::command()
         .try_get_matches_from(&all)
         .map_err(clap_fail)?;
-    Cli::from_arg_matches(&matches)
-        .map(Cli::unset_empty)
-        .map_err(clap_fail)
+    let mut cli = Cli::from_arg_matches(&matches).map_err(clap_fail)?;
+    cli.notes = from_file.notes;
+    Ok(cli.unset_empty())
 }
 
 fn clap_fail(e: clap::Error) -> Fail {

@@ -384,3 +384,113 @@ fn serving_as_root_without_user_is_warned_about() {
         );
     }
 }
+
+#[test]
+fn cipher_and_protocol_lists_are_lenient_as_openssl() {
+    let dir = TempDir::new("hitch-lenient");
+    let (a, _) = rcgen_cert(&dir, "a", &["a.test"], false);
+    let origin = Origin::echo();
+    let port = free_port();
+    let conf = dir.path("hitch.conf");
+    // hitch 1.0's switch and a cipher list with suites shuck does not serve.
+    std::fs::write(
+        &conf,
+        format!(
+            "frontend = \"[127.0.0.1]:{port}\"\nbackend = \"{}\"\npem-file = \"{}\"\n\
+             ssl = on\nciphers = \"EECDH+AESGCM:EDH+AESGCM:AES128-SHA:!RC4\"\n",
+            origin.addr(),
+            s(&a)
+        ),
+    )
+    .unwrap();
+    let shuck = Shuck::start_raw(&["--config", s(&conf)], port);
+    let log = shuck.log();
+    let dropped: Vec<&str> = log.lines().filter(|l| l.contains("dropped")).collect();
+    assert_eq!(dropped.len(), 2, "one warning per list: {log}");
+    assert!(
+        dropped
+            .iter()
+            .any(|l| l.contains("--ciphers: dropped EDH+AESGCM, AES128-SHA") && l.contains("CBC")),
+        "{log}"
+    );
+    assert!(
+        dropped.iter().any(
+            |l| l.contains("--tls-protos: dropped SSLv3, TLSv1.0, TLSv1.1")
+                && l.contains("insecure")
+        ),
+        "{log}"
+    );
+    // What is left is served: TLS 1.2 with an ECDHE AES-GCM suite, and TLS 1.3.
+    for version in [12, 13] {
+        let mut c = tls_connect(
+            shuck.addr(),
+            &ClientOpts {
+                version: Some(version),
+                ..ClientOpts::default()
+            },
+        )
+        .unwrap();
+        echo_roundtrip(&mut c);
+    }
+    // What was dropped is not: ChaCha20 was not selected, TLS 1.1 is refused.
+    let chacha = tls_connect(
+        shuck.addr(),
+        &ClientOpts {
+            version: Some(12),
+            suites: Some(vec![
+                rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+            ]),
+            ..ClientOpts::default()
+        },
+    );
+    assert!(chacha.is_err(), "ChaCha20 is not in the list");
+    if require("openssl", "openssl") {
+        let out = sh_out(&format!(
+            "echo | openssl s_client -connect 127.0.0.1:{port} -tls1_1 -cipher 'ALL:@SECLEVEL=0' 2>&1 || true"
+        ));
+        assert!(
+            out.contains("no peer certificate available") && out.contains("alert"),
+            "TLS 1.1 must be refused: {out}"
+        );
+    }
+    drop(shuck);
+
+    // Only a list left empty is an error, naming what it held.
+    for (body, needles) in [
+        (
+            "ciphers = \"AES128-SHA:DHE-RSA-AES256-SHA\"\n",
+            &["AES128-SHA:DHE-RSA-AES256-SHA", "selects no cipher suite"][..],
+        ),
+        (
+            "tls-protos = SSLv3 TLSv1.1\n",
+            &["SSLv3, TLSv1.1", "insecure"][..],
+        ),
+        (
+            "tls = on\nssl = on\n",
+            &["line 2", "ssl after tls (line 1)"][..],
+        ),
+    ] {
+        let bad = dir.path("bad.conf");
+        std::fs::write(&bad, body).unwrap();
+        let (code, err) = run_to_exit(&["--config", s(&bad), "--test", s(&a)]);
+        assert_eq!(code, Some(1), "{body}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{body}: {err}");
+        }
+    }
+    // --tls or --ssl on the command line cannot override the file's tls-protos (hitch).
+    let protos = dir.path("protos.conf");
+    std::fs::write(&protos, "tls-protos = TLSv1.2\n").unwrap();
+    let (code, err) = run_to_exit(&["--config", s(&protos), "--tls", "--test", s(&a)]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--tls and --ssl cannot override tls-protos"),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(&["--tls", "--ssl", "--test", s(&a)]);
+    assert_eq!(code, Some(1), "{err}");
+    // Without a file, --tls stands for TLSv1.0-1.3, of which TLSv1.2 and 1.3 are served.
+    let (code, err) = run_to_exit(&["--tls", "--test", s(&a)]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("--tls: dropped TLSv1.0, TLSv1.1"), "{err}");
+}

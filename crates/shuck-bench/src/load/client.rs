@@ -69,6 +69,7 @@ pub(super) fn clients(o: &LoadOpts) -> anyhow::Result<Clients> {
     if let Some(c) = &o.cipher {
         let wanted = shuck::tls::params::parse_tls12_ciphers(c)
             .or_else(|_| shuck::tls::params::parse_tls13_suites(c))
+            .map(|k| k.kept)
             .or_else(|_| {
                 provider
                     .cipher_suites

@@ -124,9 +124,20 @@ pub struct Cli {
     #[arg(short = 'B', long, value_name = "NUM", default_value_t = 1024)]
     pub backlog: u32,
 
-    /// TLS protocols to accept, separated by spaces or commas: TLSv1.2, TLSv1.3.
+    /// TLS protocols to accept, separated by spaces or commas: TLSv1.2, TLSv1.3 (SSLv3,
+    /// TLSv1.0 and TLSv1.1 beside them are dropped with a warning).
     #[arg(long, value_name = "LIST", default_value = "TLSv1.2 TLSv1.3")]
     pub tls_protos: String,
+
+    /// hitch's deprecated switch for TLSv1.0 to TLSv1.3: shuck serves TLSv1.2 and TLSv1.3
+    /// of them. Cannot override tls-protos from a configuration file.
+    #[arg(long, conflicts_with = "ssl")]
+    pub tls: bool,
+
+    /// hitch's deprecated switch for SSLv3 to TLSv1.3: shuck serves TLSv1.2 and TLSv1.3 of
+    /// them. Cannot override tls-protos from a configuration file.
+    #[arg(long)]
+    pub ssl: bool,
 
     /// TLS 1.2 cipher list in OpenSSL syntax (names such as ECDHE-RSA-AES128-GCM-SHA256, or
     /// expressions such as EECDH+AESGCM, separated by ':').
@@ -339,6 +350,10 @@ pub struct Cli {
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub log_connections: bool,
+
+    /// Warnings met while reading the configuration file, logged once logging is set up.
+    #[arg(skip)]
+    pub notes: Vec<String>,
 }
 
 impl Cli {

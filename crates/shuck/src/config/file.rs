@@ -238,6 +238,46 @@ const EMPTY_MEANS_UNSET: &[&str] = &[
     "pidfile",
 ];
 
+/// What a file gives: arguments, and warnings to log once logging is set up.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// Command-line arguments, one per key.
+    pub args: Vec<String>,
+    /// Warnings (deprecated keys that do nothing), each naming the file and line.
+    pub notes: Vec<String>,
+}
+
+/// hitch's rule for the protocol keys of one scope (the top level or a block): one of
+/// `tls`, `ssl` and `tls-protos`, once. `seen` remembers the first.
+fn protocol_key(
+    key: &str,
+    value: &str,
+    line: usize,
+    seen: &mut Option<(String, usize)>,
+) -> Result<Option<String>, String> {
+    let protos = match key {
+        "tls" | "ssl" => {
+            let on = parse_on_off(value).map_err(|r| format!("{key}: {r}"))?;
+            if !on {
+                return Ok(None);
+            }
+            if key == "tls" {
+                crate::tls::params::TLS_SWITCH_PROTOS.to_owned()
+            } else {
+                crate::tls::params::SSL_SWITCH_PROTOS.to_owned()
+            }
+        }
+        _ => value.to_owned(),
+    };
+    if let Some((first, at)) = seen {
+        return Err(format!(
+            "{key} after {first} (line {at}): give one of tls, ssl and tls-protos, once (as hitch)"
+        ));
+    }
+    *seen = Some((key.to_owned(), line));
+    Ok(Some(protos))
+}
+
 /// Keys that make no sense in a file.
 const NOT_IN_FILE: &[&str] = &["config", "test", "help", "version"];
 
@@ -247,7 +287,7 @@ pub fn to_args(
     path: &Path,
     entries: &[Entry],
     on_command_line: &dyn Fn(&str) -> bool,
-) -> Result<Vec<String>, FileError> {
+) -> Result<Loaded, FileError> {
     let err = |line: usize, reason: String| FileError {
         path: path.to_owned(),
         line: Some(line),
@@ -257,7 +297,9 @@ pub fn to_args(
     // Resolve each argument's number of values (an on|off option, or a plain switch).
     cmd.build();
     let mut args = Vec::new();
+    let mut notes = Vec::new();
     let mut pems = Vec::new();
+    let mut protocols: Option<(String, usize)> = None;
     for e in entries {
         if EMPTY_MEANS_UNSET.contains(&e.key.as_str())
             && matches!(&e.value, Value::Scalar(s) if s.is_empty())
@@ -278,7 +320,7 @@ pub fn to_args(
                 }
                 let spec = match &e.value {
                     Value::Scalar(s) => s.clone(),
-                    Value::Block(b) => frontend_block(b, &err)?,
+                    Value::Block(b) => frontend_block(b, &err, &mut notes)?,
                 };
                 check_endpoint("frontend", &spec, e.line, &err)?;
                 args.push(format!("--frontend={spec}"));
@@ -292,6 +334,30 @@ pub fn to_args(
                     args.push(format!("--ocsp-resp-file={pem}={o}"));
                 }
                 pems.push(pem);
+            }
+            "tls" | "ssl" | "tls-protos" => {
+                let value = scalar(&e.key)?;
+                let Some(protos) = protocol_key(&e.key, &value, e.line, &mut protocols)
+                    .map_err(|reason| err(e.line, reason))?
+                else {
+                    notes.push(format!(
+                        "{} line {}: {} = off is deprecated and does nothing (as in hitch)",
+                        path.display(),
+                        e.line,
+                        e.key
+                    ));
+                    continue;
+                };
+                if on_command_line("tls") || on_command_line("ssl") {
+                    return Err(err(
+                        e.line,
+                        format!("--tls and --ssl cannot override {} from the configuration file (as in hitch); use --tls-protos", e.key),
+                    ));
+                }
+                check_value("tls-protos", &protos).map_err(|reason| err(e.line, reason))?;
+                if !on_command_line("tls_protos") {
+                    args.push(format!("--tls-protos={protos}"));
+                }
             }
             "ssl-engine" => {
                 return Err(err(
@@ -347,7 +413,7 @@ pub fn to_args(
         }
     }
     args.extend(pems);
-    Ok(args)
+    Ok(Loaded { args, notes })
 }
 
 /// Values whose meaning is checked past their syntax (names of ciphers, protocols,
@@ -384,7 +450,7 @@ fn check_endpoint(
     line: usize,
     err: &dyn Fn(usize, String) -> FileError,
 ) -> Result<(), FileError> {
-    let addr = spec.split('+').next().unwrap_or("");
+    let addr = spec.split(['+', ';']).next().unwrap_or("");
     Endpoint::parse("address", addr)
         .map(|_| ())
         .map_err(|e| err(line, format!("{key}: {e}")))
@@ -421,9 +487,11 @@ fn pem_value(
 fn frontend_block(
     b: &[Entry],
     err: &dyn Fn(usize, String) -> FileError,
+    notes: &mut Vec<String>,
 ) -> Result<String, FileError> {
     let (mut host, mut port, mut pems) = (None, None, Vec::new());
     let mut settings = Vec::new();
+    let mut protocols: Option<(String, usize)> = None;
     let first_line = b.first().map_or(0, |e| e.line);
     for e in b {
         match (e.key.as_str(), &e.value) {
@@ -436,10 +504,24 @@ fn frontend_block(
                 }
                 pems.push(pem);
             }
+            (k @ ("tls" | "ssl" | "tls-protos"), Value::Scalar(v)) => {
+                let Some(protos) = protocol_key(k, v, e.line, &mut protocols)
+                    .map_err(|reason| err(e.line, format!("frontend {reason}")))?
+                else {
+                    notes.push(format!(
+                        "{} line {}: frontend {k} = off is deprecated and does nothing (as in hitch)",
+                        err(e.line, String::new()).path.display(),
+                        e.line
+                    ));
+                    continue;
+                };
+                crate::tls::params::parse_protocols(&protos)
+                    .map_err(|reason| err(e.line, format!("frontend {k}: {reason}")))?;
+                settings.push(format!(";tls-protos={protos}"));
+            }
             (
                 k @ ("ciphers"
                 | "ciphersuites"
-                | "tls-protos"
                 | "prefer-server-ciphers"
                 | "sni-nomatch-abort"
                 | "match-global-certs"),
@@ -452,7 +534,6 @@ fn frontend_block(
                 let checked = match k {
                     "ciphers" => crate::tls::params::parse_tls12_ciphers(v).map(|_| ()).map_err(|e| e.to_string()),
                     "ciphersuites" => crate::tls::params::parse_tls13_suites(v).map(|_| ()).map_err(|e| e.to_string()),
-                    "tls-protos" => crate::tls::params::parse_protocols(v).map(|_| ()).map_err(|e| e.to_string()),
                     _ => parse_on_off(v).map(drop),
                 };
                 checked.map_err(|reason| err(e.line, format!("frontend {k}: {reason}")))?;
@@ -485,7 +566,7 @@ fn frontend_block(
 }
 
 /// Reads and converts a file (see [`to_args`]).
-pub fn load(path: &Path, on_command_line: &dyn Fn(&str) -> bool) -> Result<Vec<String>, FileError> {
+pub fn load(path: &Path, on_command_line: &dyn Fn(&str) -> bool) -> Result<Loaded, FileError> {
     let bad = |reason: String| FileError {
         path: path.to_owned(),
         line: None,
@@ -512,7 +593,9 @@ mod tests {
 
     fn args(text: &str) -> Result<Vec<String>, String> {
         let entries = parse(text).map_err(|(l, r)| format!("line {l}: {r}"))?;
-        to_args(Path::new("t.conf"), &entries, &|_| false).map_err(|e| e.to_string())
+        to_args(Path::new("t.conf"), &entries, &|_| false)
+            .map(|l| l.args)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -583,6 +666,19 @@ tickets = off
             ("quiet = perhaps\n", 1, "perhaps"),
             ("workers = 2\nciphers = \"RC4-MD5\"\n", 2, "RC4-MD5"),
             ("\ntls-protos = SSLv3\n", 2, "SSLv3"),
+            ("tls = on\nssl = on\n", 2, "ssl after tls (line 1)"),
+            (
+                "tls-protos = TLSv1.2\ntls = on\n",
+                2,
+                "tls after tls-protos",
+            ),
+            ("tls-protos = TLSv1.2\ntls-protos = TLSv1.3\n", 2, "once"),
+            (
+                "frontend = {\n port = 1\n ssl = on\n tls-protos = TLSv1.3 }\n",
+                4,
+                "frontend tls-protos after ssl (line 3)",
+            ),
+            ("tls = maybe\n", 1, "maybe"),
             ("user = \"no-such-user-x\"\n", 1, "no-such-user-x"),
             ("shared-cache-peer = \"nowhere\"\n", 1, "shared-cache-peer"),
         ] {
@@ -593,12 +689,43 @@ tickets = off
     }
 
     #[test]
+    fn tls_and_ssl_switches() {
+        let l = to_args(
+            Path::new("h.conf"),
+            &parse("tls = off\nssl = on\nfrontend = {\n port = 2\n tls = on\n}\n").unwrap(),
+            &|_| false,
+        )
+        .unwrap();
+        assert_eq!(
+            l.args,
+            [
+                "--tls-protos=SSLv3 TLSv1.0 TLSv1.1 TLSv1.2 TLSv1.3",
+                "--frontend=[*]:2;tls-protos=TLSv1.0 TLSv1.1 TLSv1.2 TLSv1.3"
+            ]
+        );
+        assert_eq!(l.notes.len(), 1);
+        assert!(l.notes[0].contains("h.conf line 1: tls = off is deprecated"));
+        // --tls on the command line cannot override the file's protocols (hitch's rule).
+        let e = to_args(
+            Path::new("h.conf"),
+            &parse("tls-protos = TLSv1.3\n").unwrap(),
+            &|id| id == "tls",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--tls and --ssl cannot override tls-protos"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_command_line_wins() {
         let entries = parse("workers = 4\nfrontend = \"[*]:1\"\nbacklog = 5\n").unwrap();
         let a = to_args(Path::new("t"), &entries, &|id| {
             id == "workers" || id == "frontends"
         })
         .unwrap();
-        assert_eq!(a, ["--backlog=5"]);
+        assert_eq!(a.args, ["--backlog=5"]);
     }
 }

@@ -61,14 +61,22 @@ pub(super) fn parse(spec: &str, global: &TlsSettings) -> Result<Frontend, Config
                     .suites
                     .iter()
                     .partition(|s| s.version() == &rustls::version::TLS12);
+                let what = format!("frontend {} {k}", endpoint);
                 let (tls12, tls13) = if k == "ciphers" {
-                    (params::parse_tls12_ciphers(v)?, tls13)
+                    let kept = params::parse_tls12_ciphers(v)?;
+                    (kept.warn(&what, params::CIPHERS_DROPPED), tls13)
                 } else {
-                    (tls12, params::parse_tls13_suites(v)?)
+                    let kept = params::parse_tls13_suites(v)?;
+                    (tls12, kept.warn(&what, params::CIPHERS_DROPPED))
                 };
                 t.suites = tls13.into_iter().chain(tls12).collect();
             }
-            "tls-protos" => t.versions = params::parse_protocols(v)?,
+            "tls-protos" => {
+                t.versions = params::parse_protocols(v)?.warn(
+                    &format!("frontend {endpoint} tls-protos"),
+                    params::PROTOCOLS_DROPPED,
+                )
+            }
             "prefer-server-ciphers" => t.prefer_server_ciphers = on_off(v)?,
             "sni-nomatch-abort" => t.sni_nomatch_abort = on_off(v)?,
             "match-global-certs" => match_global_certs = on_off(v)?,

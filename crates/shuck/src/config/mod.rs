@@ -100,6 +100,9 @@ pub struct Config {
 impl Config {
     /// Validates a parsed command line. Warnings (expired certificates) go to the log.
     pub fn from_cli(cli: &Cli) -> Result<Self, ConfigError> {
+        for note in &cli.notes {
+            tracing::warn!("{note}");
+        }
         let preamble = backend::preamble(cli)?;
         if cli.http && cli.max_header_bytes < 256 {
             return Err(ConfigError::Invalid {

@@ -12,14 +12,22 @@ use crate::tls::{params, LoadedCert, TlsSettings};
 
 /// The global TLS settings.
 pub(super) fn settings(cli: &Cli) -> Result<TlsSettings, ConfigError> {
-    let versions = params::parse_protocols(&cli.tls_protos)?;
+    // hitch's deprecated switches stand for protocol lists (--tls-protos gives way to them).
+    let (option, protos) = if cli.ssl {
+        ("--ssl", params::SSL_SWITCH_PROTOS)
+    } else if cli.tls {
+        ("--tls", params::TLS_SWITCH_PROTOS)
+    } else {
+        ("--tls-protos", cli.tls_protos.as_str())
+    };
+    let versions = params::parse_protocols(protos)?.warn(option, params::PROTOCOLS_DROPPED);
     let (default12, default13) = params::default_suites();
     let tls12 = match &cli.ciphers {
-        Some(s) => params::parse_tls12_ciphers(s)?,
+        Some(s) => params::parse_tls12_ciphers(s)?.warn("--ciphers", params::CIPHERS_DROPPED),
         None => default12,
     };
     let tls13 = match &cli.ciphersuites {
-        Some(s) => params::parse_tls13_suites(s)?,
+        Some(s) => params::parse_tls13_suites(s)?.warn("--ciphersuites", params::CIPHERS_DROPPED),
         None => default13,
     };
     let groups = match &cli.ecdh_curve {

@@ -99,31 +99,13 @@ pub enum TlsError {
         /// The valid names.
         valid: &'static str,
     },
-    /// A protocol known but refused as insecure.
-    #[error("TLS protocol {name} is not supported (insecure); valid: {valid}")]
+    /// Protocols known but refused as insecure, and nothing else given.
+    #[error("--tls-protos names only {name}, which are insecure and not served by shuck; valid: {valid}")]
     UnsupportedProtocol {
         /// The name given.
         name: String,
         /// The valid names.
         valid: &'static str,
-    },
-    /// A TLS 1.2 cipher name shuck does not serve.
-    #[error("unknown or unsupported cipher {name:?} in --ciphers; valid: {valid}")]
-    UnknownCipher {
-        /// The name given.
-        name: String,
-        /// The valid names.
-        valid: String,
-    },
-    /// A TLS 1.3 suite name shuck does not serve.
-    #[error(
-        "unknown or unsupported TLS 1.3 cipher suite {name:?} in --ciphersuites; valid: {valid}"
-    )]
-    UnknownCipherSuite {
-        /// The name given.
-        name: String,
-        /// The valid names.
-        valid: String,
     },
     /// A cipher list that selects nothing shuck serves.
     #[error("{option} {value:?} selects no cipher suite shuck supports; valid: {valid}")]

@@ -1,6 +1,7 @@
 //! TLS parameters by their OpenSSL names (as hitch takes them), mapped onto what the rustls
-//! aws-lc-rs provider implements. A name that OpenSSL knows but shuck cannot serve is an error
-//! that lists what can be served, never silently dropped.
+//! aws-lc-rs provider implements. Cipher and protocol lists are lenient as OpenSSL's: a name
+//! shuck cannot serve (CBC, DHE, RC4, SSLv3 to TLSv1.1, ...) is dropped and reported in
+//! [`Kept::dropped`], for one warning by the caller; only a list left empty is an error.
 
 use rustls::crypto::aws_lc_rs::{cipher_suite as cs, kx_group};
 use rustls::crypto::SupportedKxGroup;
@@ -107,14 +108,46 @@ const OTHER_OPENSSL_TAGS: &[&str] = &[
     "AES128CBC",
 ];
 
+/// What a lenient list kept, and the names it dropped.
+#[derive(Debug)]
+pub struct Kept<T> {
+    /// What shuck serves of the list, in its order.
+    pub kept: Vec<T>,
+    /// The names dropped, as written.
+    pub dropped: Vec<String>,
+}
+
+impl<T> Kept<T> {
+    /// The kept items, after one warning naming the dropped ones (if any) and why.
+    pub fn warn(self, option: &str, why: &str) -> Vec<T> {
+        if !self.dropped.is_empty() {
+            tracing::warn!(
+                "{option}: dropped {} ({why}; see the README's migration table)",
+                self.dropped.join(", ")
+            );
+        }
+        self.kept
+    }
+}
+
+/// Why cipher names are dropped, for [`Kept::warn`].
+pub const CIPHERS_DROPPED: &str =
+    "shuck serves only ECDHE with AES-GCM or ChaCha20-Poly1305: CBC, RC4, DHE, static RSA and other legacy suites are left out on purpose";
+/// Why protocol names are dropped, for [`Kept::warn`].
+pub const PROTOCOLS_DROPPED: &str =
+    "SSLv3, TLSv1.0 and TLSv1.1 are insecure and shuck does not serve them";
+
 fn tls12_names() -> String {
     TLS12.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
 }
 
 /// Parses an OpenSSL cipher string (`-c`) into TLS 1.2 suites in the order it gives them.
-pub fn parse_tls12_ciphers(spec: &str) -> Result<Vec<SupportedCipherSuite>, TlsError> {
+/// As OpenSSL, names that select nothing shuck serves (unknown ones included) are dropped;
+/// a list that selects nothing at all is an error.
+pub fn parse_tls12_ciphers(spec: &str) -> Result<Kept<SupportedCipherSuite>, TlsError> {
     let mut chosen: Vec<usize> = Vec::new();
     let mut banned: Vec<usize> = Vec::new();
+    let mut dropped: Vec<String> = Vec::new();
     for token in spec
         .split([':', ',', ' '])
         .map(str::trim)
@@ -127,10 +160,10 @@ pub fn parse_tls12_ciphers(spec: &str) -> Result<Vec<SupportedCipherSuite>, TlsE
             b'!' | b'-' | b'+' => (token.as_bytes()[0], &token[1..]),
             _ => (b' ', token),
         };
-        let matched = select(expr).ok_or_else(|| TlsError::UnknownCipher {
-            name: expr.to_owned(),
-            valid: tls12_names(),
-        })?;
+        let matched = select(expr).unwrap_or_default();
+        if matched.is_empty() && matches!(op, b' ' | b'+') {
+            dropped.push(expr.to_owned());
+        }
         match op {
             b'!' => {
                 banned.extend(&matched);
@@ -160,7 +193,10 @@ pub fn parse_tls12_ciphers(spec: &str) -> Result<Vec<SupportedCipherSuite>, TlsE
             valid: tls12_names(),
         });
     }
-    Ok(chosen.into_iter().map(|i| TLS12[i].suite).collect())
+    Ok(Kept {
+        kept: chosen.into_iter().map(|i| TLS12[i].suite).collect(),
+        dropped,
+    })
 }
 
 /// The suites a cipher-string expression (`A+B+C` or an exact name) selects, or `None` when
@@ -199,24 +235,21 @@ const TLS13: &[(&str, SupportedCipherSuite)] = &[
     ),
 ];
 
-/// Parses `--ciphersuites` (TLS 1.3 suite names separated by ':').
-pub fn parse_tls13_suites(spec: &str) -> Result<Vec<SupportedCipherSuite>, TlsError> {
+/// Parses `--ciphersuites` (TLS 1.3 suite names separated by ':'). As OpenSSL, names shuck
+/// does not serve (the CCM suites, unknown ones) are dropped; an empty result is an error.
+pub fn parse_tls13_suites(spec: &str) -> Result<Kept<SupportedCipherSuite>, TlsError> {
     let valid = || TLS13.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
     let mut out = Vec::new();
+    let mut dropped = Vec::new();
     for name in spec
         .split([':', ',', ' '])
         .map(str::trim)
         .filter(|t| !t.is_empty())
     {
-        let (_, suite) = TLS13
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .ok_or_else(|| TlsError::UnknownCipherSuite {
-                name: name.to_owned(),
-                valid: valid(),
-            })?;
-        if !out.contains(suite) {
-            out.push(*suite);
+        match TLS13.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
+            Some((_, suite)) if !out.contains(suite) => out.push(*suite),
+            Some(_) => {}
+            None => dropped.push(name.to_owned()),
         }
     }
     if out.is_empty() {
@@ -226,7 +259,7 @@ pub fn parse_tls13_suites(spec: &str) -> Result<Vec<SupportedCipherSuite>, TlsEr
             valid: valid(),
         });
     }
-    Ok(out)
+    Ok(Kept { kept: out, dropped })
 }
 
 /// The TLS 1.2 and 1.3 suites offered when none are named.
@@ -245,10 +278,17 @@ pub fn default_suites() -> (Vec<SupportedCipherSuite>, Vec<SupportedCipherSuite>
     (tls12, tls13)
 }
 
-/// Parses `--tls-protos` (hitch: `"TLSv1.2 TLSv1.3"`).
-pub fn parse_protocols(spec: &str) -> Result<Vec<&'static SupportedProtocolVersion>, TlsError> {
+/// hitch's `tls = on` (`--tls`): TLSv1.0 to TLSv1.3.
+pub const TLS_SWITCH_PROTOS: &str = "TLSv1.0 TLSv1.1 TLSv1.2 TLSv1.3";
+/// hitch's `ssl = on` (`--ssl`): SSLv3 to TLSv1.3.
+pub const SSL_SWITCH_PROTOS: &str = "SSLv3 TLSv1.0 TLSv1.1 TLSv1.2 TLSv1.3";
+
+/// Parses `--tls-protos` (hitch: `"TLSv1.2 TLSv1.3"`). SSLv3, TLSv1.0 and TLSv1.1 are
+/// dropped when TLSv1.2 or TLSv1.3 stands beside them; a list of them only is an error.
+pub fn parse_protocols(spec: &str) -> Result<Kept<&'static SupportedProtocolVersion>, TlsError> {
     const VALID: &str = "TLSv1.2, TLSv1.3";
     let mut out: Vec<&'static SupportedProtocolVersion> = Vec::new();
+    let mut dropped: Vec<String> = Vec::new();
     for name in spec
         .split([' ', ',', ':'])
         .map(str::trim)
@@ -258,10 +298,8 @@ pub fn parse_protocols(spec: &str) -> Result<Vec<&'static SupportedProtocolVersi
             "TLSv1.2" | "TLSv1_2" | "tlsv1.2" => &rustls::version::TLS12,
             "TLSv1.3" | "TLSv1_3" | "tlsv1.3" => &rustls::version::TLS13,
             "SSLv3" | "TLSv1" | "TLSv1.0" | "TLSv1.1" => {
-                return Err(TlsError::UnsupportedProtocol {
-                    name: name.to_owned(),
-                    valid: VALID,
-                })
+                dropped.push(name.to_owned());
+                continue;
             }
             _ => {
                 return Err(TlsError::UnknownProtocol {
@@ -274,13 +312,19 @@ pub fn parse_protocols(spec: &str) -> Result<Vec<&'static SupportedProtocolVersi
             out.push(v);
         }
     }
+    if out.is_empty() && !dropped.is_empty() {
+        return Err(TlsError::UnsupportedProtocol {
+            name: dropped.join(", "),
+            valid: VALID,
+        });
+    }
     if out.is_empty() {
         return Err(TlsError::UnknownProtocol {
             name: spec.to_owned(),
             valid: VALID,
         });
     }
-    Ok(out)
+    Ok(Kept { kept: out, dropped })
 }
 
 /// Parses `--ecdh-curve` into key exchange groups, in preference order.
@@ -350,41 +394,54 @@ mod tests {
     #[test]
     fn exact_names() {
         let v = parse_tls12_ciphers("ECDHE-RSA-AES128-GCM-SHA256").unwrap();
-        assert_eq!(ids(&v), [C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]);
+        assert_eq!(ids(&v.kept), [C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]);
+        assert!(v.dropped.is_empty());
     }
 
     #[test]
     fn hitch_default_expression() {
         let v = parse_tls12_ciphers("EECDH+AESGCM:EDH+AESGCM:AES256+EECDH:AES256+EDH").unwrap();
-        assert_eq!(v.len(), 4, "{:?}", ids(&v));
-        assert!(ids(&v).iter().all(|c| !format!("{c:?}").contains("CHACHA")));
+        assert_eq!(v.kept.len(), 4, "{:?}", ids(&v.kept));
+        assert!(ids(&v.kept)
+            .iter()
+            .all(|c| !format!("{c:?}").contains("CHACHA")));
+        assert_eq!(v.dropped, ["EDH+AESGCM", "AES256+EDH"]);
     }
 
     #[test]
     fn exclusions() {
-        let v = parse_tls12_ciphers("HIGH:!aECDSA:!CHACHA20").unwrap();
+        let v = parse_tls12_ciphers("HIGH:!aECDSA:!CHACHA20:!RC4").unwrap();
         assert_eq!(
-            ids(&v),
+            ids(&v.kept),
             [
                 C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
                 C::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384
             ]
         );
+        assert!(v.dropped.is_empty(), "an exclusion is never a dropped name");
     }
 
     #[test]
-    fn unknown_names_are_named() {
-        let e = parse_tls12_ciphers("ECDHE-RSA-AES128-GCM-SHA256:BOGUS")
+    fn unservable_names_are_dropped_as_openssl_does() {
+        let v = parse_tls12_ciphers(
+            "ECDHE-RSA-AES128-GCM-SHA256:AES128-SHA:DHE-RSA-AES256-GCM-SHA384:BOGUS",
+        )
+        .unwrap();
+        assert_eq!(ids(&v.kept), [C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]);
+        assert_eq!(
+            v.dropped,
+            ["AES128-SHA", "DHE-RSA-AES256-GCM-SHA384", "BOGUS"]
+        );
+        let e = parse_tls12_ciphers("AES128-SHA:EDH+AESGCM")
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("BOGUS") && e.contains("ECDHE-ECDSA-AES128-GCM-SHA256"),
+            e.contains("AES128-SHA:EDH+AESGCM") && e.contains("ECDHE-ECDSA-AES128-GCM-SHA256"),
             "{e}"
         );
-        let e = parse_tls12_ciphers("AES128-SHA").unwrap_err().to_string();
-        assert!(e.contains("AES128-SHA"), "{e}");
-        let e = parse_tls12_ciphers("EDH+AESGCM").unwrap_err().to_string();
-        assert!(e.contains("selects no"), "{e}");
+        let v = parse_tls13_suites("TLS_AES_128_CCM_SHA256:TLS_AES_256_GCM_SHA384").unwrap();
+        assert_eq!(ids(&v.kept), [C::TLS13_AES_256_GCM_SHA384]);
+        assert_eq!(v.dropped, ["TLS_AES_128_CCM_SHA256"]);
         let e = parse_tls13_suites("TLS_AES_128_CCM_SHA256")
             .unwrap_err()
             .to_string();
@@ -396,13 +453,17 @@ mod tests {
 
     #[test]
     fn protocols_and_groups() {
-        assert_eq!(parse_protocols("TLSv1.2 TLSv1.3").unwrap().len(), 2);
-        assert_eq!(parse_protocols("TLSv1.3").unwrap().len(), 1);
-        assert!(parse_protocols("TLSv1.1")
-            .unwrap_err()
-            .to_string()
-            .contains("TLSv1.2, TLSv1.3"));
-        assert!(parse_protocols("TLSv9")
+        assert_eq!(parse_protocols("TLSv1.2 TLSv1.3").unwrap().kept.len(), 2);
+        assert_eq!(parse_protocols("TLSv1.3").unwrap().kept.len(), 1);
+        let v = parse_protocols(SSL_SWITCH_PROTOS).unwrap();
+        assert_eq!(v.kept.len(), 2);
+        assert_eq!(v.dropped, ["SSLv3", "TLSv1.0", "TLSv1.1"]);
+        let e = parse_protocols("TLSv1.0 TLSv1.1").unwrap_err().to_string();
+        assert!(
+            e.contains("TLSv1.0, TLSv1.1") && e.contains("TLSv1.2, TLSv1.3"),
+            "{e}"
+        );
+        assert!(parse_protocols("TLSv9 TLSv1.2")
             .unwrap_err()
             .to_string()
             .contains("TLSv9"));
