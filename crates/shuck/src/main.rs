@@ -21,7 +21,14 @@ fn main() -> ExitCode {
         Err(e) => return fail(&e),
     };
     let to_stderr = matches!(sink, Sink::Stderr);
+    let no_dev_log = match &sink {
+        Sink::Syslog(s) => s.unreachable_at_start().map(str::to_owned),
+        _ => None,
+    };
     init_logging(config::log_level(&cli), sink);
+    if let Some(why) = no_dev_log {
+        tracing::warn!("--syslog: /dev/log cannot be reached ({why}); logging to stderr until it can (as hitch, shuck starts anyway)");
+    }
     if cli.daemon && to_stderr && !cli.test {
         tracing::warn!(
             "--daemon without --syslog or --log-filename: nothing will be logged once detached"
@@ -114,7 +121,7 @@ fn log_sink(cli: &Cli) -> Result<Sink, String> {
     if cli.syslog {
         let facility =
             log::facility(&cli.syslog_facility).map_err(|e| format!("--syslog-facility: {e}"))?;
-        return Sink::syslog(facility).map_err(|e| e.to_string());
+        return Ok(Sink::syslog(facility));
     }
     Ok(Sink::Stderr)
 }

@@ -316,13 +316,34 @@ fn the_command_line_wins_over_the_file() {
         ),
     );
     let fe = format!("[127.0.0.1]:{p_cli}");
-    let shuck = Shuck::start_raw(&["--config", &conf, "-f", &fe, "-n", "1"], p_cli);
+    let backend = format!("[127.0.0.1]:{}", free_port());
+    let shuck = Shuck::start_raw(
+        &[
+            "--config",
+            &conf,
+            "-f",
+            &fe,
+            "-n",
+            "1",
+            "-b",
+            &origin.addr(),
+        ],
+        p_cli,
+    );
     let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
     echo_roundtrip(&mut c);
     assert!(shuck.log().contains("with 1 worker(s)"), "{}", shuck.log());
+    // Frontends add up, as in hitch (tests/hitch_compat.rs): the file's listens too.
+    assert!(TcpStream::connect(("127.0.0.1", p_file)).is_ok());
+    drop(shuck);
+    // The command line's backend replaces the file's (nothing listens on it: refused).
+    let shuck = Shuck::start_raw(&["--config", &conf, "-b", &backend], p_file);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    use std::io::Read;
+    let mut buf = [0u8; 1];
     assert!(
-        TcpStream::connect(("127.0.0.1", p_file)).is_err(),
-        "the file's frontend is open too"
+        !matches!(c.read(&mut buf), Ok(1)),
+        "the file's backend was used"
     );
 }
 

@@ -494,3 +494,178 @@ fn cipher_and_protocol_lists_are_lenient_as_openssl() {
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("--tls: dropped TLSv1.0, TLSv1.1"), "{err}");
 }
+
+/// Splits `pem` (chain then key, as rcgen_cert writes it) into a chain file and a key file.
+fn split_key(dir: &TempDir, pem: &std::path::Path, name: &str) -> (String, String) {
+    let text = std::fs::read_to_string(pem).unwrap();
+    let at = text.find("-----BEGIN PRIVATE KEY").unwrap();
+    let (crt, key) = (
+        dir.path(&format!("{name}.crt")),
+        dir.path(&format!("{name}.key")),
+    );
+    std::fs::write(&crt, &text[..at]).unwrap();
+    std::fs::write(&key, &text[at..]).unwrap();
+    (s(&crt).to_owned(), s(&key).to_owned())
+}
+
+#[test]
+fn pem_file_blocks_take_a_key_of_their_own_and_client_verification() {
+    let dir = TempDir::new("hitch-pemblock");
+    let pki = ClientPki::new();
+    let (open_pem, open_der) = rcgen_cert(&dir, "open", &["open.test"], false);
+    let (locked_pem, locked_der) = rcgen_cert(&dir, "locked", &["locked.test"], false);
+    let (open_crt, open_key) = split_key(&dir, &open_pem, "open");
+    let origin = Origin::echo();
+    let (port, strict_port) = (free_port(), free_port());
+    let conf = dir.path("hitch.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "frontend = \"[127.0.0.1]:{port}\"\n\
+             frontend = {{\n host = \"127.0.0.1\"\n port = \"{strict_port}\"\n \
+               client-verify = required\n client-verify-ca = \"{ca}\"\n}}\n\
+             backend = \"{backend}\"\n\
+             pem-file = {{\n cert = \"{locked}\"\n client-verify = required\n client-verify-ca = \"{ca}\"\n}}\n\
+             pem-file = {{\n cert = \"{open_crt}\"\n private-key = \"{open_key}\"\n}}\n",
+            ca = s(&pki.ca),
+            backend = origin.addr(),
+            locked = s(&locked_pem),
+        ),
+    )
+    .unwrap();
+    let _shuck = Shuck::start_raw(&["--config", s(&conf)], port);
+    let opts = |sni: &str, client: Option<&std::path::Path>| ClientOpts {
+        sni: Some(sni.into()),
+        client_pem: client.map(Into::into),
+        ..ClientOpts::default()
+    };
+    let talk = |port: u16, o: &ClientOpts| -> Result<Vec<u8>, String> {
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut c = tls_connect(addr, o).map_err(|e| e.to_string())?;
+        // TLS 1.3 reports a refused client certificate on the first read.
+        use std::io::{Read, Write};
+        c.write_all(b"ping\n").map_err(|e| e.to_string())?;
+        let mut buf = [0u8; 5];
+        c.read_exact(&mut buf).map_err(|e| e.to_string())?;
+        Ok(served_cert(&c))
+    };
+    // The key in its own file serves; its certificate is the default (listed last).
+    assert_eq!(talk(port, &opts("open.test", None)).unwrap(), open_der);
+    assert_eq!(talk(port, &opts("nobody.test", None)).unwrap(), open_der);
+    // The locked certificate asks for a client certificate from its own CA.
+    assert!(talk(port, &opts("locked.test", None)).is_err());
+    assert!(talk(port, &opts("locked.test", Some(&pki.mallory))).is_err());
+    assert_eq!(
+        talk(port, &opts("locked.test", Some(&pki.alice))).unwrap(),
+        locked_der
+    );
+    // The second frontend asks every client for one (frontend block's client-verify).
+    assert!(talk(strict_port, &opts("open.test", None)).is_err());
+    assert_eq!(
+        talk(strict_port, &opts("open.test", Some(&pki.alice))).unwrap(),
+        open_der
+    );
+
+    // client-verify with no CA anywhere is an error naming the certificate, as in hitch.
+    let bad = dir.path("bad.conf");
+    std::fs::write(
+        &bad,
+        format!(
+            "pem-file = {{\n cert = \"{}\"\n client-verify = optional\n}}\n",
+            s(&locked_pem)
+        ),
+    )
+    .unwrap();
+    let (code, err) = run_to_exit(&["--config", s(&bad), "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(s(&locked_pem)) && err.contains("needs a client-verify-ca"),
+        "{err}"
+    );
+    // A key that is not the certificate's names the files.
+    let wrong = dir.path("wrong.conf");
+    let (_, locked_key) = split_key(&dir, &locked_pem, "locked");
+    std::fs::write(
+        &wrong,
+        format!("pem-file = {{\n cert = \"{open_crt}\"\n private-key = \"{locked_key}\"\n}}\n"),
+    )
+    .unwrap();
+    let (code, err) = run_to_exit(&["--config", s(&wrong), "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("does not match"), "{err}");
+}
+
+#[test]
+fn the_command_line_adds_to_the_files_frontends_and_certificates() {
+    let dir = TempDir::new("hitch-additive");
+    let (a, a_der) = rcgen_cert(&dir, "a", &["a.test"], false);
+    let (b, b_der) = rcgen_cert(&dir, "b", &["b.test"], false);
+    let origin = Origin::echo();
+    let (port, extra) = (free_port(), free_port());
+    let conf = dir.path("hitch.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "frontend = \"[127.0.0.1]:{port}\"\nbackend = \"{}\"\npem-file = \"{}\"\n",
+            origin.addr(),
+            s(&a)
+        ),
+    )
+    .unwrap();
+    // As in hitch: the file's certificate and frontend stay; the command line's certificate
+    // comes last and so is the default; its frontend listens too.
+    let fe = format!("[127.0.0.1]:{extra}");
+    let shuck = Shuck::start_raw(&["--config", s(&conf), "-f", &fe, s(&b)], port);
+    assert_eq!(defaults(shuck.addr()).0, b_der);
+    assert_eq!(by_name(shuck.addr(), "a.test"), a_der);
+    wait_listening(extra, "the command line's frontend");
+    let extra_addr: SocketAddr = format!("127.0.0.1:{extra}").parse().unwrap();
+    assert_eq!(by_name(extra_addr, "a.test"), a_der);
+}
+
+#[test]
+fn test_finds_frontends_on_the_same_address() {
+    let dir = TempDir::new("hitch-redundant");
+    let (a, _) = rcgen_cert(&dir, "a", &["a.test"], false);
+    let p = free_port();
+    for (one, two) in [
+        (format!("[*]:{p}"), format!("[*]:{p}")),
+        (format!("[*]:{p}"), format!("[0.0.0.0]:{p}")),
+        (format!("[*]:{p}"), format!("[::]:{p}")),
+        (format!("[127.0.0.1]:{p}"), format!("127.0.0.1:{p}")),
+        (
+            format!("[127.0.0.1]:{p}"),
+            format!("[::ffff:127.0.0.1]:{p}"),
+        ),
+        (format!("[::1]:{p}"), format!("[::1]:{p}")),
+    ] {
+        let (code, err) = run_to_exit(&["-f", &one, "-f", &two, "--test", s(&a)]);
+        assert_eq!(code, Some(1), "{one} {two}: {err}");
+        assert!(err.contains("redundant frontend"), "{one} {two}: {err}");
+        // The same in a configuration file.
+        let conf = dir.path("dup.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "frontend = \"{one}\"\nfrontend = {{\n host = \"{}\"\n port = \"{p}\"\n}}\n",
+                two.rsplit_once(':').unwrap().0.trim_matches(['[', ']'])
+            ),
+        )
+        .unwrap();
+        let (code, err) = run_to_exit(&["--config", s(&conf), "--test", s(&a)]);
+        assert_eq!(code, Some(1), "{one} {two} in a file: {err}");
+    }
+    // Different ports, or two specific addresses, are fine.
+    let q = free_port();
+    let (code, err) = run_to_exit(&[
+        "-f",
+        &format!("[127.0.0.1]:{p}"),
+        "-f",
+        &format!("[127.0.0.2]:{p}"),
+        "-f",
+        &format!("[*]:{q}"),
+        "--test",
+        s(&a),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -254,6 +254,43 @@ fn ocsp_resp_file_is_checked_before_stapling() {
         assert!(s.contains("OCSP response: no response sent"), "{s}");
     }
 
+    // With ocsp-verify-staple on (hitch's key, globally or in the pem-file block), a response
+    // that does not verify is an error at --test and at start, as in hitch; a good one passes.
+    let (code, err) = run_to_exit(&[
+        "--ocsp-verify-staple",
+        "--ocsp-resp-file",
+        &format!("{pem}={rogue}"),
+        "--test",
+        pem,
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&rogue) && err.contains("does not verify") && err.contains("signature"),
+        "{err}"
+    );
+    for (resp, verify, ok) in [
+        (&other, "on", false),
+        (&good, "on", true),
+        (&other, "off", true),
+    ] {
+        let conf = pki.dir.path("staple.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "backend = \"{}\"\npem-file = {{\n cert = \"{pem}\"\n ocsp-resp-file = \"{resp}\"\n ocsp-verify-staple = {verify}\n}}\n",
+                origin.addr()
+            ),
+        )
+        .unwrap();
+        let (code, err) = run_to_exit(&["--config", conf.to_str().unwrap(), "--test"]);
+        if ok {
+            assert_eq!(code, Some(0), "{resp} {verify}: {err}");
+        } else {
+            assert_eq!(code, Some(1), "{resp} {verify}: {err}");
+            assert!(err.contains("another certificate"), "{err}");
+        }
+    }
+
     // Garbage is refused the same way; a PEM that is not one of the certificates is an error.
     let junk = pki.dir.path("junk.der");
     std::fs::write(&junk, b"not DER").unwrap();

@@ -257,57 +257,65 @@ fn sd_notify_ready_reloading_stopping() {
     assert!(st.success());
 }
 
-#[test]
-fn syslog_gets_the_log_with_its_facility() {
-    let dev_log = std::path::Path::new("/dev/log");
-    if dev_log.exists() {
-        eprintln!("SKIP: /dev/log exists (a syslog daemon runs); not intercepting it");
-        return;
-    }
-    if !is_root() {
-        eprintln!("SKIP: not root; cannot create /dev/log");
-        return;
-    }
-    // Stand in for the syslog daemon, and remove the socket whatever happens.
-    let sock = UnixDatagram::bind(dev_log).unwrap();
-    struct Remove;
-    impl Drop for Remove {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file("/dev/log");
-        }
-    }
-    let _remove = Remove;
+/// A wrapper running shuck in a mount namespace of its own whose /dev holds only `null`
+/// and `log`, a link to `dir/log`: the test plays the syslog daemon there (or not), and the
+/// machine's /dev/log is never touched.
+fn private_dev_log(dir: &TempDir) -> Vec<String> {
+    assert!(is_root(), "the syslog tests need root (a mount namespace)");
+    assert!(require("unshare", "util-linux"));
+    let script = format!(
+        "mount -t tmpfs tmpfs /dev && mknod -m 666 /dev/null c 1 3 && ln -s {}/log /dev/log && exec \"$0\" \"$@\"",
+        dir.0.display()
+    );
+    ["unshare", "-m", "sh", "-c", &script]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// The next datagram on `sock` that contains `needle`, within 10 s.
+fn syslog_line(sock: &UnixDatagram, needle: &str) -> String {
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
+    let mut buf = [0u8; 2048];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = sock.recv(&mut buf).expect("nothing logged to syslog");
+        let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if line.contains(needle) {
+            return line;
+        }
+        assert!(Instant::now() < deadline, "no {needle:?} line in syslog");
+    }
+}
+
+#[test]
+fn syslog_gets_the_log_with_its_facility() {
+    let dir = TempDir::new("syslog");
+    let wrapper = private_dev_log(&dir);
+    let sock = UnixDatagram::bind(dir.path("log")).unwrap();
     let origin = Origin::echo();
     let port = free_port();
     let fe = format!("[127.0.0.1]:{port}");
-    let mut child = Command::new(BIN)
-        .args([
-            "-f",
-            &fe,
-            "-b",
-            &origin.addr(),
-            "--syslog",
-            "--syslog-facility",
-            "local3",
-        ])
+    let w: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let mut cmd = Command::new(w[0]);
+    cmd.args(&w[1..]).arg(BIN).args([
+        "-f",
+        &fe,
+        "-b",
+        &origin.addr(),
+        "--syslog",
+        "--syslog-facility",
+        "local3",
+    ]);
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let pid = child.id();
-    let mut buf = [0u8; 2048];
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let line = loop {
-        let n = sock.recv(&mut buf).expect("nothing logged to syslog");
-        let line = String::from_utf8_lossy(&buf[..n]).into_owned();
-        if line.contains("listening on") {
-            break line;
-        }
-        assert!(Instant::now() < deadline, "no listening line in syslog");
-    };
+    let line = syslog_line(&sock, "listening on");
     // local3 (19) * 8 + info (6) = 158.
     assert!(line.starts_with(&format!("<158>shuck[{pid}]: ")), "{line}");
     sh(&format!("kill -TERM {pid}"));
@@ -316,4 +324,44 @@ fn syslog_gets_the_log_with_its_facility() {
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert!(!err.contains("listening on"), "logged to stderr too: {err}");
+}
+
+#[test]
+fn syslog_without_dev_log_starts_on_stderr_and_moves_to_dev_log_when_it_appears() {
+    let dir = TempDir::new("syslog-late");
+    let wrapper = private_dev_log(&dir);
+    let w: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let origin = Origin::echo();
+    let port = free_port();
+    let fe = format!("[127.0.0.1]:{port}");
+    // No /dev/log: shuck starts (as hitch), warns once, and logs to stderr.
+    let shuck = Shuck::start_with(&w, &["-f", &fe, "-b", &origin.addr(), "--syslog"], port);
+    let log = shuck.log();
+    assert_eq!(
+        log.matches("/dev/log cannot be reached").count(),
+        1,
+        "{log}"
+    );
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    echo_roundtrip(&mut c);
+    // The daemon comes: the next lines go to it (looked for at most once a second).
+    let sock = UnixDatagram::bind(dir.path("log")).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        shuck.signal("HUP");
+        if let Ok(n) = sock.recv(&mut buf) {
+            break String::from_utf8_lossy(&buf[..n]).into_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing reached /dev/log: {}",
+            shuck.log()
+        );
+    };
+    // daemon (3) * 8 + a severity.
+    assert!(line.starts_with("<2") || line.starts_with("<3"), "{line}");
+    assert!(line.contains(&format!("shuck[{}]", shuck.pid())), "{line}");
 }

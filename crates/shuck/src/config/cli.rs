@@ -30,10 +30,17 @@ pub struct Cli {
     pub test: bool,
 
     /// PEM files, each holding a certificate chain and its private key (RSA, ECDSA or
-    /// Ed25519; PKCS#1, PKCS#8 or SEC1). The first is the default certificate. With none,
-    /// shuck generates a self-signed certificate for localhost at start.
+    /// Ed25519; PKCS#1, PKCS#8 or SEC1). As in hitch, the last one listed is the default
+    /// certificate. With none, shuck generates a self-signed certificate for localhost.
     #[arg(value_name = "PEM")]
     pub pem_files: Vec<PathBuf>,
+
+    /// A certificate with options, repeatable, listed before the positional PEM files (a
+    /// configuration file's pem-file keys and blocks become these): CERT[,private-key=KEY]
+    /// [,ocsp-resp-file=DER][,ocsp-verify-staple=on|off][,client-verify=MODE]
+    /// [,client-verify-ca=FILE].
+    #[arg(long, value_name = "CERT[,KEY=VALUE...]")]
+    pub pem_file: Vec<String>,
 
     /// Load every regular file of DIR (in name order) after the positional PEM files; files
     /// that hold no certificate are skipped with a warning.
@@ -212,10 +219,10 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
     pub ocsp_resp_tmo: Duration,
 
-    /// Check OCSP responses before stapling them. Always on in shuck (hitch's default is
-    /// off); off is accepted for hitch configurations and changes nothing.
+    /// An OCSP response given by file that does not verify is an error (as hitch). Off,
+    /// shuck still checks every response and staples none that fails, with a warning.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
-          default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub ocsp_verify_staple: bool,
 
     /// Session cache size in sessions, shared by all workers (TLS 1.2 session IDs and TLS 1.3

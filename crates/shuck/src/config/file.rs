@@ -13,6 +13,7 @@ use clap::CommandFactory;
 
 use super::cli::{parse_on_off, Cli};
 use super::endpoint::Endpoint;
+use super::pem_file::{self, PemFile};
 
 /// Bound on a configuration file, so that a wrong path cannot make shuck read a disk image.
 const MAX_FILE: u64 = 1 << 20;
@@ -298,7 +299,6 @@ pub fn to_args(
     cmd.build();
     let mut args = Vec::new();
     let mut notes = Vec::new();
-    let mut pems = Vec::new();
     let mut protocols: Option<(String, usize)> = None;
     for e in entries {
         if EMPTY_MEANS_UNSET.contains(&e.key.as_str())
@@ -314,10 +314,9 @@ pub fn to_args(
             )),
         };
         match e.key.as_str() {
+            // As in hitch, the file's frontends and certificates come first and the command
+            // line's are added to them.
             "frontend" => {
-                if on_command_line("frontends") {
-                    continue;
-                }
                 let spec = match &e.value {
                     Value::Scalar(s) => s.clone(),
                     Value::Block(b) => frontend_block(b, &err, &mut notes)?,
@@ -326,14 +325,8 @@ pub fn to_args(
                 args.push(format!("--frontend={spec}"));
             }
             "pem-file" => {
-                if on_command_line("pem_files") {
-                    continue;
-                }
-                let (pem, ocsp) = pem_value(&e.value, e.line, &err)?;
-                if let Some(o) = ocsp {
-                    args.push(format!("--ocsp-resp-file={pem}={o}"));
-                }
-                pems.push(pem);
+                let pem = pem_value(&e.value, e.line, &err)?;
+                args.push(format!("--pem-file={}", pem.render()));
             }
             "tls" | "ssl" | "tls-protos" => {
                 let value = scalar(&e.key)?;
@@ -412,7 +405,6 @@ pub fn to_args(
             }
         }
     }
-    args.extend(pems);
     Ok(Loaded { args, notes })
 }
 
@@ -456,31 +448,71 @@ fn check_endpoint(
         .map_err(|e| err(line, format!("{key}: {e}")))
 }
 
-/// `pem-file = "x.pem"` or `pem-file = { cert = "x.pem" ocsp-resp-file = "x.der" }`.
+/// `pem-file = "x.pem"` or `pem-file = { cert = "x.pem" private-key = ... }`.
 fn pem_value(
     v: &Value,
     line: usize,
     err: &dyn Fn(usize, String) -> FileError,
-) -> Result<(String, Option<String>), FileError> {
-    match v {
-        Value::Scalar(s) => Ok((s.clone(), None)),
-        Value::Block(b) => {
-            let mut cert = None;
-            let mut ocsp = None;
-            for e in b {
-                match (e.key.as_str(), &e.value) {
-                    ("cert", Value::Scalar(s)) => cert = Some(s.clone()),
-                    ("ocsp-resp-file", Value::Scalar(s)) => ocsp = Some(s.clone()),
-                    ("private-key", _) => {
-                        return Err(err(e.line, "private-key: give the key in the cert file (chain and key in one PEM file)".into()))
-                    }
-                    (k, _) => return Err(err(e.line, format!("unknown key {k:?} in a pem-file block (cert)"))),
-                }
+) -> Result<PemFile, FileError> {
+    let b = match v {
+        Value::Scalar(s) => {
+            return Ok(PemFile {
+                cert: s.into(),
+                ..PemFile::default()
+            })
+        }
+        Value::Block(b) => b,
+    };
+    let mut p = PemFile::default();
+    let mut cert = None;
+    for e in b {
+        let Value::Scalar(s) = &e.value else {
+            return Err(err(
+                e.line,
+                format!("{} takes a value, not a {{ }} block", e.key),
+            ));
+        };
+        if s.contains(',') && e.key != "cert" {
+            return Err(err(
+                e.line,
+                format!("{}: ',' is not allowed in the value", e.key),
+            ));
+        }
+        let on_off = |s: &str| parse_on_off(s).map_err(|r| err(e.line, format!("{}: {r}", e.key)));
+        match e.key.as_str() {
+            "cert" => cert = Some(s.clone()),
+            "private-key" => p.private_key = Some(s.into()),
+            "ocsp-resp-file" => p.ocsp_resp_file = Some(s.into()),
+            "ocsp-verify-staple" => p.ocsp_verify_staple = Some(on_off(s)?),
+            "client-verify" => {
+                p.client_verify = Some(
+                    crate::tls::client_auth::Mode::parse(s)
+                        .map_err(|r| err(e.line, format!("client-verify: {r}")))?,
+                )
             }
-            let cert = cert.ok_or_else(|| err(line, "pem-file block without cert".into()))?;
-            Ok((cert, ocsp))
+            "client-verify-ca" => p.client_verify_ca = Some(s.into()),
+            k => {
+                return Err(err(
+                    e.line,
+                    format!(
+                        "unknown key {k:?} in a pem-file block (cert, {})",
+                        pem_file::KEYS
+                    ),
+                ))
+            }
         }
     }
+    let cert = cert.ok_or_else(|| err(line, "pem-file block without cert".into()))?;
+    if cert.contains(',') && b.len() > 1 {
+        return Err(err(
+            line,
+            format!(
+                "pem-file {cert:?}: a certificate path with ',' cannot take options; rename it"
+            ),
+        ));
+    }
+    p.cert = cert.into();
+    Ok(p)
 }
 
 /// `frontend = { host = "..." port = "..." pem-file = ... }` as `[HOST]:PORT+PEM+PEM`.
@@ -498,11 +530,11 @@ fn frontend_block(
             ("host", Value::Scalar(s)) => host = Some(s.clone()),
             ("port", Value::Scalar(s)) => port = Some(s.clone()),
             ("pem-file", v) => {
-                let (pem, ocsp) = pem_value(v, e.line, err)?;
-                if ocsp.is_some() {
-                    return Err(err(e.line, "ocsp-resp-file in a frontend block is not supported yet; give the certificate and its response at the top level".into()));
+                let pem = pem_value(v, e.line, err)?.render();
+                if pem.contains(['+', ';']) {
+                    return Err(err(e.line, format!("frontend pem-file {pem:?}: '+' and ';' are not allowed in a frontend's certificate paths")));
                 }
-                pems.push(pem);
+                pems.push(pem)
             }
             (k @ ("tls" | "ssl" | "tls-protos"), Value::Scalar(v)) => {
                 let Some(protos) = protocol_key(k, v, e.line, &mut protocols)
@@ -524,7 +556,9 @@ fn frontend_block(
                 | "ciphersuites"
                 | "prefer-server-ciphers"
                 | "sni-nomatch-abort"
-                | "match-global-certs"),
+                | "match-global-certs"
+                | "client-verify"
+                | "client-verify-ca"),
                 Value::Scalar(v),
             ) => {
                 if v.contains(';') {
@@ -534,6 +568,8 @@ fn frontend_block(
                 let checked = match k {
                     "ciphers" => crate::tls::params::parse_tls12_ciphers(v).map(|_| ()).map_err(|e| e.to_string()),
                     "ciphersuites" => crate::tls::params::parse_tls13_suites(v).map(|_| ()).map_err(|e| e.to_string()),
+                    "client-verify" => crate::tls::client_auth::Mode::parse(v).map(drop),
+                    "client-verify-ca" => Ok(()),
                     _ => parse_on_off(v).map(drop),
                 };
                 checked.map_err(|reason| err(e.line, format!("frontend {k}: {reason}")))?;
@@ -542,7 +578,7 @@ fn frontend_block(
             (k, _) => {
                 return Err(err(
                     e.line,
-                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs)"),
+                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca)"),
                 ))
             }
         }
@@ -627,13 +663,13 @@ tickets = off
                 "--frontend=[*]:443",
                 "--frontend=[127.0.0.1]:8443+/a.pem+/b.pem",
                 "--backend=[127.0.0.1]:8000",
+                "--pem-file=/c.pem",
                 "--tls-protos=TLSv1.2 TLSv1.3",
                 "--workers=2",
                 "--prefer-server-ciphers=on",
                 "--ciphers=EECDH+AESGCM",
                 "--no-tickets",
                 "--tickets=off",
-                "/c.pem"
             ]
         );
     }
@@ -726,6 +762,7 @@ tickets = off
             id == "workers" || id == "frontends"
         })
         .unwrap();
-        assert_eq!(a.args, ["--backlog=5"]);
+        // Frontends and certificates add up, as in hitch; other keys give way.
+        assert_eq!(a.args, ["--frontend=[*]:1", "--backlog=5"]);
     }
 }

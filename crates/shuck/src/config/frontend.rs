@@ -1,10 +1,16 @@
-//! `-f [HOST]:PORT[+PEM...][;key=value...]`: a frontend, with its own certificates and TLS
-//! settings when it has them.
+//! `-f [HOST]:PORT[+PEM[,key=value...]...][;key=value...]`: a frontend, with its own
+//! certificates (each as `--pem-file` takes it) and TLS settings when it has them.
 
 use std::net::SocketAddr;
 
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+
 use super::cli::parse_on_off;
+use super::pem_file::PemFile;
 use super::{ConfigError, Endpoint};
+use crate::tls::client_auth::{self, Mode};
 use crate::tls::{params, LoadedCert, TlsSettings};
 
 /// A frontend: the endpoint as written and the addresses it listens on.
@@ -22,12 +28,20 @@ pub struct Frontend {
     /// TLS settings of this frontend when they differ from the global ones
     /// (`;ciphers=...;tls-protos=...`, or a frontend block's keys).
     pub tls: Option<TlsSettings>,
+    /// Its own client verification (`;client-verify=...`), over the global one.
+    pub client_verify: Option<Mode>,
+    /// Its own client CAs (`;client-verify-ca=...`).
+    pub client_ca: Option<Arc<RootCertStore>>,
 }
 
 /// `[HOST]:PORT[+PEM...][;key=value...]`: a frontend with, optionally, its own
 /// certificates and TLS settings (ciphers, ciphersuites, tls-protos, prefer-server-ciphers,
 /// sni-nomatch-abort, match-global-certs), as a hitch frontend block gives them.
-pub(super) fn parse(spec: &str, global: &TlsSettings) -> Result<Frontend, ConfigError> {
+pub(super) fn parse(
+    spec: &str,
+    global: &TlsSettings,
+    verify_staple: bool,
+) -> Result<Frontend, ConfigError> {
     let bad = |reason: String| ConfigError::BadAddress {
         option: "--frontend",
         value: spec.to_owned(),
@@ -43,17 +57,31 @@ pub(super) fn parse(spec: &str, global: &TlsSettings) -> Result<Frontend, Config
             if p.is_empty() {
                 return Err(bad("empty certificate after +".into()));
             }
-            Ok(LoadedCert::from_file(std::path::Path::new(p))?)
+            PemFile::parse(p)
+                .map_err(|reason| bad(format!("certificate {p:?}: {reason}")))?
+                .load(verify_staple)
         })
         .collect::<Result<Vec<_>, ConfigError>>()?;
     let mut tls: Option<TlsSettings> = None;
     let mut match_global_certs = false;
+    let (mut client_verify, mut client_ca) = (None, None);
     for setting in sections.filter(|s| !s.trim().is_empty()) {
         let (k, v) = setting
             .split_once('=')
             .ok_or_else(|| bad(format!("{setting:?}: expected key=value")))?;
         let (k, v) = (k.trim(), v.trim());
         let on_off = |v: &str| parse_on_off(v).map_err(|reason| bad(format!("{k}: {reason}")));
+        match k {
+            "client-verify" => {
+                client_verify = Some(Mode::parse(v).map_err(|r| bad(format!("{k}: {r}")))?);
+                continue;
+            }
+            "client-verify-ca" => {
+                client_ca = Some(client_auth::load_roots(std::path::Path::new(v))?);
+                continue;
+            }
+            _ => {}
+        }
         let t = tls.get_or_insert_with(|| global.clone());
         match k {
             "ciphers" | "ciphersuites" => {
@@ -82,7 +110,7 @@ pub(super) fn parse(spec: &str, global: &TlsSettings) -> Result<Frontend, Config
             "match-global-certs" => match_global_certs = on_off(v)?,
             other => {
                 return Err(bad(format!(
-                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs)"
+                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca)"
                 )))
             }
         }
@@ -98,5 +126,59 @@ pub(super) fn parse(spec: &str, global: &TlsSettings) -> Result<Frontend, Config
         certs,
         match_global_certs,
         tls,
+        client_verify,
+        client_ca,
     })
+}
+
+/// What a listening address takes of the port space: an IPv4 or IPv6 address, or every
+/// address of a family (`0.0.0.0`; `[::]`, which is dual-stack, takes both).
+#[derive(PartialEq, Eq, Hash, Clone, Copy)]
+enum Claim {
+    Addr(std::net::IpAddr, u16),
+    AnyV4(u16),
+    AnyV6(u16),
+}
+
+fn claims(addr: SocketAddr) -> Vec<Claim> {
+    let port = addr.port();
+    let ip = match addr.ip() {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+        v4 => v4,
+    };
+    match ip {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => vec![Claim::AnyV4(port)],
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => {
+            vec![Claim::AnyV4(port), Claim::AnyV6(port)]
+        }
+        ip => vec![Claim::Addr(ip, port)],
+    }
+}
+
+/// Two frontends listening on the same address (`[*]:443` twice, `[*]:443` and
+/// `[0.0.0.0]:443`, `[127.0.0.1]:443` and `[::ffff:127.0.0.1]:443`) are an error, as in
+/// hitch ("redundant frontend"): shuck's listeners share ports with `SO_REUSEPORT`, so the
+/// kernel would split clients between the two silently.
+pub(super) fn check_unique(frontends: &[Frontend]) -> Result<(), ConfigError> {
+    let mut seen: std::collections::HashMap<Claim, &Frontend> = std::collections::HashMap::new();
+    for fe in frontends {
+        for addr in &fe.addrs {
+            for c in claims(*addr) {
+                if let Some(first) = seen.insert(c, fe) {
+                    if !std::ptr::eq(first, fe) {
+                        return Err(ConfigError::Invalid {
+                            option: "--frontend",
+                            reason: format!(
+                                "{} and {} both listen on {addr} (a redundant frontend, as hitch says); give each address once",
+                                first.endpoint, fe.endpoint
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }

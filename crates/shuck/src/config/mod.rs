@@ -9,6 +9,7 @@ pub mod endpoint;
 pub mod error;
 pub mod file;
 pub mod frontend;
+pub mod pem_file;
 pub mod replication;
 pub mod tls;
 
@@ -95,6 +96,10 @@ pub struct Config {
     pub daemon: bool,
     /// Where to write the process id.
     pub pidfile: Option<PathBuf>,
+    /// `--client-verify`, which frontends and certificates may override.
+    pub client_verify: crate::tls::client_auth::Mode,
+    /// `--client-verify-ca`, loaded: the CAs of every client verification that names none.
+    pub client_ca: Option<std::sync::Arc<rustls::RootCertStore>>,
 }
 
 impl Config {
@@ -152,12 +157,18 @@ impl Config {
         if replication.is_some() && cli.session_cache == 0 && (cli.no_tickets || !cli.tickets) {
             tracing::warn!("replication is on but the session cache and tickets are off: only keys would be shared, and there are none");
         }
-        let tls = tls::settings(cli)?;
+        let client_ca = cli
+            .client_verify_ca
+            .as_deref()
+            .map(crate::tls::client_auth::load_roots)
+            .transpose()?;
+        let tls = tls::settings(cli, client_ca.clone())?;
         let frontends = cli
             .frontends
             .iter()
-            .map(|s| frontend::parse(s, &tls))
+            .map(|s| frontend::parse(s, &tls, cli.ocsp_verify_staple))
             .collect::<Result<Vec<_>, ConfigError>>()?;
+        frontend::check_unique(&frontends)?;
         let (mut certs, default_cert, self_signed) = tls::load_certs(cli)?;
         let backend = backend::target(
             cli,
@@ -171,18 +182,13 @@ impl Config {
                 });
             }
         }
-        if !cli.ocsp_verify_staple {
-            tracing::warn!(
-                "--ocsp-verify-staple=off: shuck always checks OCSP responses before stapling them"
-            );
-        }
         tls::attach_ocsp_files(cli, &mut certs)?;
         let now = SystemTime::now();
         for c in certs.iter().filter(|c| c.is_expired(now)) {
             tracing::warn!(certificate = %c.source, "certificate has expired; serving it anyway");
         }
 
-        Ok(Config {
+        let config = Config {
             frontends,
             backend,
             workers,
@@ -228,7 +234,11 @@ impl Config {
             )?,
             daemon: cli.daemon,
             pidfile: cli.pidfile.clone(),
-        })
+            client_verify: cli.client_verify,
+            client_ca,
+        };
+        config.check_client_cas()?;
+        Ok(config)
     }
 }
 

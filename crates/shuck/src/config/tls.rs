@@ -4,14 +4,20 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
 
+use rustls::RootCertStore;
+
+use super::pem_file::{self, PemFile};
 use super::{Cli, Config, ConfigError, Frontend};
 use crate::session::tickets::TicketKeys;
+use crate::tls::client_auth::{ClientAuth, Mode};
 use crate::tls::{params, LoadedCert, TlsSettings};
 
-/// The global TLS settings.
-pub(super) fn settings(cli: &Cli) -> Result<TlsSettings, ConfigError> {
+/// The global TLS settings; `client_ca` is `--client-verify-ca`, loaded.
+pub(super) fn settings(
+    cli: &Cli,
+    client_ca: Option<Arc<RootCertStore>>,
+) -> Result<TlsSettings, ConfigError> {
     // hitch's deprecated switches stand for protocol lists (--tls-protos gives way to them).
     let (option, protos) = if cli.ssl {
         ("--ssl", params::SSL_SWITCH_PROTOS)
@@ -61,15 +67,22 @@ pub(super) fn settings(cli: &Cli) -> Result<TlsSettings, ConfigError> {
         prefer_server_ciphers: cli.prefer_server_ciphers,
         sni_nomatch_abort: cli.sni_nomatch_abort,
         ocsp: None,
-        client_auth: crate::tls::client_auth::ClientAuth::load(
-            cli.client_verify,
-            cli.client_verify_ca.as_deref(),
-        )?,
+        client_auth: match (cli.client_verify, client_ca) {
+            (Mode::None, _) => None,
+            (_, None) => {
+                return Err(ConfigError::Invalid {
+                    option: "--client-verify",
+                    reason: "needs --client-verify-ca FILE (the CAs that sign client certificates)"
+                        .into(),
+                })
+            }
+            (mode, roots) => ClientAuth::new(mode, roots),
+        },
     })
 }
 
 /// `--ocsp-resp-file PEM=DER`: checks each response against its certificate and keeps the
-/// good ones for stapling; a bad response is logged and not stapled.
+/// good ones for stapling (see [`pem_file::staple`]).
 pub(super) fn attach_ocsp_files(cli: &Cli, certs: &mut [LoadedCert]) -> Result<(), ConfigError> {
     for spec in &cli.ocsp_resp_file {
         let bad = |reason: String| ConfigError::Invalid {
@@ -83,40 +96,43 @@ pub(super) fn attach_ocsp_files(cli: &Cli, certs: &mut [LoadedCert]) -> Result<(
             .iter_mut()
             .find(|c| c.source == pem)
             .ok_or_else(|| bad(format!("{pem} is not one of the certificates given")))?;
-        let der =
-            std::fs::read(der_path).map_err(|e| bad(format!("cannot read {der_path}: {e}")))?;
-        let chain = &cert.key.cert;
-        let (Some(leaf), Some(issuer)) = (chain.first(), chain.get(1)) else {
-            tracing::warn!(certificate = %pem, "OCSP response {der_path} not stapled: the issuer is not in the PEM file, so the response cannot be checked");
-            continue;
-        };
-        match crate::tls::ocsp::verify::verify(&der, leaf, issuer, SystemTime::now()) {
-            Ok(_) => {
-                tracing::info!(certificate = %pem, "stapling the OCSP response {der_path}");
-                cert.ocsp = Some(der);
-            }
-            Err(e) => {
-                tracing::warn!(certificate = %pem, "OCSP response {der_path} not stapled: {e}")
-            }
-        }
+        pem_file::staple(
+            cert,
+            Path::new(der_path),
+            cli.ocsp_verify_staple,
+            "--ocsp-resp-file",
+        )?;
     }
     Ok(())
 }
 
+/// What a frontend serves with (see [`Config::frontend_tls`]).
+#[derive(Debug)]
+pub struct FrontendTls<'a> {
+    /// Its TLS settings, with its client verification.
+    pub settings: TlsSettings,
+    /// Its certificates in hitch's order.
+    pub certs: Vec<&'a LoadedCert>,
+    /// The index in `certs` of the one served when no name matches.
+    pub default: usize,
+    /// The certificates with a client verification of their own (an index in `certs`),
+    /// and that verification (`None`: ask for no certificate).
+    pub by_cert: Vec<(usize, Option<ClientAuth>)>,
+}
+
 impl Config {
     /// The TLS settings and certificates a frontend serves with. Session cache, ticket
-    /// keys, OCSP staples and client verification are the process's.
+    /// keys and OCSP staples are the process's; client verification is the certificate's
+    /// own, else the frontend's, else the global one, as in hitch.
     /// The certificates come in hitch's order with the index of the default: the frontend's
     /// own (its last is its default), then the global ones when it has none or
     /// match-global-certs is on (the global default when it has none).
-    pub fn frontend_tls<'a>(
-        &'a self,
-        fe: &'a Frontend,
-    ) -> (TlsSettings, Vec<&'a LoadedCert>, usize) {
+    pub fn frontend_tls<'a>(&'a self, fe: &'a Frontend) -> FrontendTls<'a> {
         let mut s = fe.tls.clone().unwrap_or_else(|| self.tls.clone());
         s.tickets = self.tls.tickets.clone();
         s.ocsp = self.tls.ocsp.clone();
-        s.client_auth = self.tls.client_auth.clone();
+        let (mode, ca) = self.frontend_client(fe);
+        s.client_auth = ClientAuth::new(mode, ca.clone());
         let mut certs: Vec<&LoadedCert> = fe.certs.iter().collect();
         let default = match certs.len() {
             0 => self.default_cert,
@@ -125,20 +141,83 @@ impl Config {
         if certs.is_empty() || fe.match_global_certs {
             certs.extend(self.certs.iter());
         }
-        (s, certs, default)
+        let by_cert = certs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let v = c.verify.as_ref()?;
+                Some((
+                    i,
+                    ClientAuth::new(v.mode, v.roots.clone().or_else(|| ca.clone())),
+                ))
+            })
+            .collect();
+        FrontendTls {
+            settings: s,
+            certs,
+            default,
+            by_cert,
+        }
+    }
+
+    /// A frontend's client verification mode and CAs: its own, else the global ones.
+    fn frontend_client(&self, fe: &Frontend) -> (Mode, Option<Arc<RootCertStore>>) {
+        (
+            fe.client_verify.unwrap_or(self.client_verify),
+            fe.client_ca.clone().or_else(|| self.client_ca.clone()),
+        )
+    }
+
+    /// Every client verification that asks for a certificate has CAs to check it by (its
+    /// own, its frontend's or the global ones), as hitch requires.
+    pub(super) fn check_client_cas(&self) -> Result<(), ConfigError> {
+        for fe in &self.frontends {
+            let (mode, ca) = self.frontend_client(fe);
+            if mode != Mode::None && ca.is_none() {
+                return Err(ConfigError::Invalid {
+                    option: "--frontend",
+                    reason: format!(
+                        "{}: client-verify {} needs a client-verify-ca (the frontend's or the global one)",
+                        fe.endpoint,
+                        mode.name()
+                    ),
+                });
+            }
+            for c in self.frontend_tls(fe).certs {
+                let Some(v) = &c.verify else { continue };
+                if v.mode != Mode::None && v.roots.is_none() && ca.is_none() {
+                    return Err(ConfigError::Invalid {
+                        option: "--pem-file",
+                        reason: format!(
+                            "{}: client-verify {} needs a client-verify-ca (its own, its frontend's {} or the global one)",
+                            c.source,
+                            v.mode.name(),
+                            fe.endpoint
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 }
 
-/// The global certificates in hitch's order (the PEM files given, then `--pem-dir`'s in name
-/// order), the index of the default one, and whether the self-signed default stands in.
-/// As in hitch, the last PEM file given is the default; without one, the first of
-/// `--pem-dir`.
+/// The global certificates in hitch's order (`--pem-file`s, which a configuration file's
+/// pem-file keys become, then the positional PEM files, then `--pem-dir`'s in name order),
+/// the index of the default one, and whether the self-signed default stands in. As in
+/// hitch, the last PEM file given is the default; without one, the first of `--pem-dir`.
 pub(super) fn load_certs(cli: &Cli) -> Result<(Vec<LoadedCert>, usize, bool), ConfigError> {
-    let mut certs = cli
-        .pem_files
-        .iter()
-        .map(|p| LoadedCert::from_file(p))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut certs = Vec::new();
+    for spec in &cli.pem_file {
+        let p = PemFile::parse(spec).map_err(|reason| ConfigError::Invalid {
+            option: "--pem-file",
+            reason,
+        })?;
+        certs.push(p.load(cli.ocsp_verify_staple)?);
+    }
+    for p in &cli.pem_files {
+        certs.push(LoadedCert::from_file(p)?);
+    }
     let explicit = certs.len();
     if let Some(dir) = &cli.pem_dir {
         certs.extend(pem_dir(dir, cli.pem_dir_glob.as_deref())?);

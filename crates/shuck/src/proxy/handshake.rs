@@ -87,22 +87,29 @@ pub async fn handshake(
         .unwrap_or(Err(HandshakeError::Timeout(timeout)))
 }
 
-/// The handshake without a deadline. With `want_sni` (or `--sni-nomatch-abort`) the
-/// ClientHello's server name is read first, and a name no certificate serves is refused
-/// with unrecognized_name when `--sni-nomatch-abort` asks for it.
+/// The handshake without a deadline. With `want_sni` (or `--sni-nomatch-abort`, or
+/// certificates with a client verification of their own) the ClientHello's server name is
+/// read first: a name no certificate serves is refused with unrecognized_name when
+/// `--sni-nomatch-abort` asks for it, and the certificate chosen brings its own
+/// configuration when it has one.
 pub async fn accept(
     io: ClientIo,
     tls: &TlsState,
     want_sni: bool,
 ) -> Result<TlsStream, HandshakeError> {
     let mut s = TlsStream::new(io, tls.config.clone())?;
-    if want_sni || tls.sni_nomatch_abort {
-        if let Some(name) = s.peek_server_name().await? {
+    if want_sni || tls.sni_nomatch_abort || !tls.by_cert.is_empty() {
+        let name = s.peek_server_name().await?;
+        if let Some(name) = name {
             if tls.sni_nomatch_abort && tls.resolver.lookup(name).is_none() {
                 let name = name.to_owned();
                 s.refuse(AlertDescription::UnrecognisedName).await;
                 return Err(HandshakeError::UnknownName(name));
             }
+        }
+        if let Some(config) = tls.config_for(tls.resolver.choose(name)) {
+            let config = config.clone();
+            s.reconfigure(config)?;
         }
     }
     s.complete_handshake().await?;

@@ -117,6 +117,14 @@ impl TlsStream {
         Ok(self.sni.as_deref())
     }
 
+    /// Serves the handshake with `config` instead of the one given to [`Self::new`]: the
+    /// certificate the client asked for has a client verification of its own. Only before
+    /// the handshake proper (the bytes [`Self::peek_server_name`] read stay for it).
+    pub fn reconfigure(&mut self, config: Arc<ServerConfig>) -> io::Result<()> {
+        self.conn = UnbufferedServerConnection::new(config).map_err(tls_error)?;
+        Ok(())
+    }
+
     /// Refuses the connection before the handshake with a fatal `alert`, in clear (nothing
     /// has been negotiated), and closes it. Best effort: the client may already be gone.
     pub async fn refuse(&mut self, alert: AlertDescription) {

@@ -28,18 +28,27 @@ pub fn build(
     cfg.frontends
         .iter()
         .map(|fe| {
-            let shared = fe.certs.is_empty() && fe.tls.is_none();
+            let shared = fe.certs.is_empty()
+                && fe.tls.is_none()
+                && fe.client_verify.is_none()
+                && fe.client_ca.is_none();
             if let (true, Some(g)) = (shared, &global) {
                 return Ok(g.clone());
             }
-            let (mut settings, certs, default) = cfg.frontend_tls(fe);
-            settings.tickets = resumption.tickets.clone();
-            let state = TlsState::for_frontend(&settings, &certs, default, resumption)
-                .map(Arc::new)
-                .map_err(|source| FrontendTlsError {
-                    frontend: fe.endpoint.to_string(),
-                    source,
-                })?;
+            let mut ft = cfg.frontend_tls(fe);
+            ft.settings.tickets = resumption.tickets.clone();
+            let state = TlsState::for_frontend(
+                &ft.settings,
+                &ft.certs,
+                ft.default,
+                &ft.by_cert,
+                resumption,
+            )
+            .map(Arc::new)
+            .map_err(|source| FrontendTlsError {
+                frontend: fe.endpoint.to_string(),
+                source,
+            })?;
             if shared {
                 global = Some(state.clone());
             }

@@ -1,10 +1,13 @@
 //! Where log lines go: stderr (the default), a file (`--log-filename`, appended), or
-//! syslog (`--syslog`, RFC 3164 datagrams to /dev/log with `--syslog-facility`).
+//! syslog (`--syslog`, RFC 3164 datagrams to /dev/log with `--syslog-facility`). As in hitch,
+//! a missing /dev/log does not stop shuck: lines go to stderr until it appears (looked for
+//! at most once a second), and a syslog daemon that restarts is found again.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tracing::Level;
@@ -65,10 +68,58 @@ pub enum Sink {
     Syslog(Arc<Syslog>),
 }
 
-/// A connected /dev/log socket.
+/// The syslog socket (/dev/log), when it could be reached.
 pub struct Syslog {
-    sock: UnixDatagram,
+    sock: Mutex<Option<UnixDatagram>>,
     facility: u8,
+    /// When /dev/log was last looked for in vain (ms since the epoch).
+    last_try: AtomicU64,
+    /// Why it could not be reached at start, if it could not.
+    at_start: Option<String>,
+}
+
+/// The local syslog socket.
+const DEV_LOG: &str = "/dev/log";
+
+fn connect() -> io::Result<UnixDatagram> {
+    let s = UnixDatagram::unbound()?;
+    s.connect(DEV_LOG)?;
+    Ok(s)
+}
+
+impl Syslog {
+    /// Why /dev/log could not be reached at start (then lines go to stderr until it can).
+    pub fn unreachable_at_start(&self) -> Option<&str> {
+        self.at_start.as_deref()
+    }
+
+    /// Sends one datagram; false when /dev/log cannot be reached now.
+    fn send(&self, msg: &[u8]) -> bool {
+        let Ok(mut sock) = self.sock.lock() else {
+            return false;
+        };
+        if sock.is_none() {
+            let now = crate::clock::unix_ms();
+            if now.saturating_sub(self.last_try.load(Ordering::Relaxed)) < 1000 {
+                return false;
+            }
+            match connect() {
+                Ok(s) => *sock = Some(s),
+                Err(_) => {
+                    self.last_try.store(now, Ordering::Relaxed);
+                    return false;
+                }
+            }
+        }
+        match sock.as_ref().map(|s| s.send(msg)) {
+            Some(Ok(_)) => true,
+            // The daemon went away (or restarted): look for it again on the next line.
+            _ => {
+                *sock = None;
+                false
+            }
+        }
+    }
 }
 
 impl Sink {
@@ -82,12 +133,19 @@ impl Sink {
         Ok(Sink::File(Arc::new(Mutex::new(f))))
     }
 
-    /// Connects to /dev/log.
-    pub fn syslog(facility: u8) -> Result<Self, SystemError> {
-        let sock = UnixDatagram::unbound()
-            .and_then(|s| s.connect("/dev/log").map(|()| s))
-            .map_err(|e| SystemError::call("--syslog: cannot reach /dev/log", e))?;
-        Ok(Sink::Syslog(Arc::new(Syslog { sock, facility })))
+    /// Syslog through /dev/log; when it is not there yet, lines go to stderr until it is
+    /// (see [`Syslog::unreachable_at_start`]).
+    pub fn syslog(facility: u8) -> Self {
+        let (sock, at_start) = match connect() {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        Sink::Syslog(Arc::new(Syslog {
+            sock: Mutex::new(sock),
+            facility,
+            last_try: AtomicU64::new(crate::clock::unix_ms()),
+            at_start,
+        }))
     }
 }
 
@@ -137,7 +195,9 @@ impl Drop for LineWriter {
                     std::process::id(),
                     text.trim_end()
                 );
-                let _ = s.sock.send(msg.as_bytes());
+                if !s.send(msg.as_bytes()) {
+                    let _ = writeln!(io::stderr(), "{}", text.trim_end());
+                }
             }
         }
     }

@@ -34,6 +34,15 @@ impl Mode {
             _ => Err(format!("{s:?} is not none, optional or required")),
         }
     }
+
+    /// hitch's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::Optional => "optional",
+            Mode::Required => "required",
+        }
+    }
 }
 
 /// The CAs client certificates must chain to.
@@ -43,6 +52,16 @@ pub struct ClientAuth {
     pub mode: Mode,
     /// The trusted CAs.
     pub roots: Arc<RootCertStore>,
+}
+
+/// A certificate's own client verification (hitch's `client-verify` in a `pem-file`
+/// block): its mode, and its CAs when it names them (else the frontend's are used).
+#[derive(Debug, Clone)]
+pub struct CertVerify {
+    /// What to ask of clients that reach this certificate.
+    pub mode: Mode,
+    /// The block's `client-verify-ca`, loaded.
+    pub roots: Option<Arc<RootCertStore>>,
 }
 
 impl ClientAuth {
@@ -57,27 +76,16 @@ impl ClientAuth {
                 reason: "--client-verify needs --client-verify-ca FILE (the CAs that sign client certificates)".into(),
             });
         };
-        let bad = |reason: String| TlsError::ClientCa {
-            path: path.to_owned(),
-            reason,
-        };
-        let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-        let mut roots = RootCertStore::empty();
-        let mut n = 0;
-        for cert in CertificateDer::pem_slice_iter(&text) {
-            let cert = cert.map_err(|e| bad(format!("malformed PEM: {e}")))?;
-            roots
-                .add(cert)
-                .map_err(|e| bad(format!("certificate {} unusable as a CA: {e}", n + 1)))?;
-            n += 1;
+        Ok(Self::new(mode, Some(load_roots(path)?)))
+    }
+
+    /// Client verification in `mode` by `roots`; `None` when `mode` is none or no CA is
+    /// known (the configuration checks that one is whenever the mode asks for it).
+    pub fn new(mode: Mode, roots: Option<Arc<RootCertStore>>) -> Option<Self> {
+        match (mode, roots) {
+            (Mode::None, _) | (_, None) => None,
+            (mode, Some(roots)) => Some(ClientAuth { mode, roots }),
         }
-        if n == 0 {
-            return Err(bad("holds no certificate".into()));
-        }
-        Ok(Some(ClientAuth {
-            mode,
-            roots: Arc::new(roots),
-        }))
     }
 
     /// The rustls verifier.
@@ -94,6 +102,28 @@ impl ClientAuth {
         b.build()
             .map_err(|e| TlsError::Rustls(format!("client verification: {e}")))
     }
+}
+
+/// Reads a PEM file of CA certificates (`--client-verify-ca`).
+pub fn load_roots(path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
+    let bad = |reason: String| TlsError::ClientCa {
+        path: path.to_owned(),
+        reason,
+    };
+    let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let mut roots = RootCertStore::empty();
+    let mut n = 0;
+    for cert in CertificateDer::pem_slice_iter(&text) {
+        let cert = cert.map_err(|e| bad(format!("malformed PEM: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| bad(format!("certificate {} unusable as a CA: {e}", n + 1)))?;
+        n += 1;
+    }
+    if n == 0 {
+        return Err(bad("holds no certificate".into()));
+    }
+    Ok(Arc::new(roots))
 }
 
 /// The subject of a client's certificate: the whole name (RFC 4514 style) and its CN.

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rustls::crypto::{CryptoProvider, SupportedKxGroup};
+use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 
 pub use pem::LoadedCert;
@@ -186,6 +187,9 @@ pub struct TlsState {
     pub cache: Option<Arc<SessionCache>>,
     /// The ticket key ring, when tickets are on.
     pub tickets: Option<Arc<TicketKeys>>,
+    /// Certificates with a client verification of their own (a `pem-file` block's
+    /// `client-verify`), and the configuration to serve them with; usually empty.
+    pub by_cert: Vec<(Arc<CertifiedKey>, Arc<ServerConfig>)>,
 }
 
 impl TlsState {
@@ -202,61 +206,95 @@ impl TlsState {
             settings,
             &certs,
             certs.len().saturating_sub(1),
+            &[],
             resumption.cache,
         )
     }
 
     /// The state of one frontend: its settings and certificates (`certs[default]` served
-    /// when no name matches), with the process's session cache (the settings carry the
+    /// when no name matches), the client verification of the certificates that have their
+    /// own (by index in `certs`), with the process's session cache (the settings carry the
     /// ticket keys).
     pub fn for_frontend(
         settings: &TlsSettings,
         certs: &[&LoadedCert],
         default: usize,
+        by_cert: &[(usize, Option<client_auth::ClientAuth>)],
         resumption: &Resumption,
     ) -> Result<Self, TlsError> {
-        Self::build_with(settings, certs, default, resumption.cache.clone())
+        Self::build_with(settings, certs, default, by_cert, resumption.cache.clone())
+    }
+
+    /// The configuration to serve the certificate `key` with.
+    pub fn config_for(&self, key: &Arc<CertifiedKey>) -> Option<&Arc<ServerConfig>> {
+        self.by_cert
+            .iter()
+            .find(|(k, _)| Arc::ptr_eq(k, key))
+            .map(|(_, c)| c)
     }
 
     fn build_with(
         settings: &TlsSettings,
         certs: &[&LoadedCert],
         default: usize,
+        by_cert: &[(usize, Option<client_auth::ClientAuth>)],
         cache: Option<Arc<SessionCache>>,
     ) -> Result<Self, TlsError> {
         let resolver = Arc::new(
             SniResolver::new(certs, default, settings.ocsp.as_deref())
                 .ok_or_else(|| TlsError::Rustls("no certificate".into()))?,
         );
-        let provider = CryptoProvider {
-            cipher_suites: settings.suites.clone(),
-            kx_groups: settings.groups.clone(),
-            ..rustls::crypto::aws_lc_rs::default_provider()
-        };
-        let provider = Arc::new(provider);
-        let builder = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&settings.versions)
-            .map_err(|e| TlsError::Rustls(e.to_string()))?;
-        let builder = match &settings.client_auth {
-            Some(ca) => builder.with_client_cert_verifier(ca.verifier(provider)?),
-            None => builder.with_no_client_auth(),
-        };
-        let mut config = builder.with_cert_resolver(resolver.clone());
-        config.alpn_protocols = settings.alpn.clone();
-        config.ignore_client_order = settings.prefer_server_ciphers;
-        config.session_storage = match &cache {
-            Some(c) => c.clone(),
-            None => Arc::new(rustls::server::NoServerSessionStorage {}),
-        };
-        if let Some(t) = &settings.tickets {
-            config.ticketer = t.clone();
-        }
+        let config = server_config(settings, settings.client_auth.as_ref(), &resolver, &cache)?;
+        let by_cert = by_cert
+            .iter()
+            .filter_map(|(i, auth)| Some((resolver.served(*i)?.clone(), auth)))
+            .map(|(key, auth)| {
+                Ok((
+                    key,
+                    server_config(settings, auth.as_ref(), &resolver, &cache)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, TlsError>>()?;
         Ok(TlsState {
-            config: Arc::new(config),
+            config,
             resolver,
             sni_nomatch_abort: settings.sni_nomatch_abort,
             cache,
             tickets: settings.tickets.clone(),
+            by_cert,
         })
     }
+}
+
+/// One rustls configuration of a frontend, with `client_auth` as its client verification.
+fn server_config(
+    settings: &TlsSettings,
+    client_auth: Option<&client_auth::ClientAuth>,
+    resolver: &Arc<SniResolver>,
+    cache: &Option<Arc<SessionCache>>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = CryptoProvider {
+        cipher_suites: settings.suites.clone(),
+        kx_groups: settings.groups.clone(),
+        ..rustls::crypto::aws_lc_rs::default_provider()
+    };
+    let provider = Arc::new(provider);
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&settings.versions)
+        .map_err(|e| TlsError::Rustls(e.to_string()))?;
+    let builder = match client_auth {
+        Some(ca) => builder.with_client_cert_verifier(ca.verifier(provider)?),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(resolver.clone());
+    config.alpn_protocols = settings.alpn.clone();
+    config.ignore_client_order = settings.prefer_server_ciphers;
+    config.session_storage = match cache {
+        Some(c) => c.clone(),
+        None => Arc::new(rustls::server::NoServerSessionStorage {}),
+    };
+    if let Some(t) = &settings.tickets {
+        config.ticketer = t.clone();
+    }
+    Ok(Arc::new(config))
 }

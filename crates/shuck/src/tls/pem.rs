@@ -27,79 +27,142 @@ pub struct LoadedCert {
     pub not_after: Option<SystemTime>,
     /// A checked OCSP response to staple (`--ocsp-resp-file`).
     pub ocsp: Option<Vec<u8>>,
+    /// Client verification of this certificate's own (a `pem-file` block's
+    /// `client-verify`), over the frontend's and the global one.
+    pub verify: Option<super::client_auth::CertVerify>,
+}
+
+/// The sections of a PEM text shuck uses: certificates and private keys.
+struct Sections {
+    chain: Vec<CertificateDer<'static>>,
+    keys: Vec<PrivateKeyDer<'static>>,
+    /// A passphrase-protected key was met.
+    encrypted: bool,
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|e| TlsError::ReadPem {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn sections(data: &[u8], path: &Path) -> Result<Sections, TlsError> {
+    let mut chain: Vec<CertificateDer<'static>> = Vec::new();
+    let mut keys: Vec<PrivateKeyDer<'static>> = Vec::new();
+    let mut rd: &[u8] = data;
+    loop {
+        match pem::from_buf(&mut rd) {
+            Ok(Some((SectionKind::Certificate, der))) => chain.push(der.into()),
+            Ok(Some((SectionKind::RsaPrivateKey, der))) => {
+                keys.push(PrivatePkcs1KeyDer::from(der).into())
+            }
+            Ok(Some((SectionKind::PrivateKey, der))) => {
+                keys.push(PrivatePkcs8KeyDer::from(der).into())
+            }
+            Ok(Some((SectionKind::EcPrivateKey, der))) => {
+                keys.push(PrivateSec1KeyDer::from(der).into())
+            }
+            Ok(Some(_)) => {} // DH parameters, CRLs, public keys: not ours to use
+            Ok(None) => break,
+            Err(e) => {
+                return Err(TlsError::BadPem {
+                    path: path.to_owned(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(data);
+    let encrypted =
+        text.contains("ENCRYPTED PRIVATE KEY") || text.contains("Proc-Type: 4,ENCRYPTED");
+    Ok(Sections {
+        chain,
+        keys,
+        encrypted,
+    })
 }
 
 impl LoadedCert {
     /// Reads and checks one PEM file.
     pub fn from_file(path: &Path) -> Result<Self, TlsError> {
-        let data = std::fs::read(path).map_err(|e| TlsError::ReadPem {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
-        Self::from_pem(&data, &path.display().to_string(), Some(path))
+        Self::from_pem(&read_file(path)?, &path.display().to_string(), Some(path))
+    }
+
+    /// Reads a certificate chain from `cert` and its private key from `key` (hitch's
+    /// `private-key` in a `pem-file` block); a key in `cert` is then not used.
+    pub fn from_files(cert: &Path, key: &Path) -> Result<Self, TlsError> {
+        let certs = sections(&read_file(cert)?, cert)?;
+        let keys = sections(&read_file(key)?, key)?;
+        Self::assemble(
+            certs.chain,
+            (keys.keys, keys.encrypted, key),
+            &cert.display().to_string(),
+            cert,
+        )
     }
 
     /// Parses PEM text; `source` names it in messages.
     pub fn from_pem(data: &[u8], source: &str, path: Option<&Path>) -> Result<Self, TlsError> {
         let path: PathBuf = path.map(Path::to_owned).unwrap_or_else(|| source.into());
-        let mut chain: Vec<CertificateDer<'static>> = Vec::new();
-        let mut keys: Vec<PrivateKeyDer<'static>> = Vec::new();
-        let mut rd: &[u8] = data;
-        loop {
-            match pem::from_buf(&mut rd) {
-                Ok(Some((SectionKind::Certificate, der))) => chain.push(der.into()),
-                Ok(Some((SectionKind::RsaPrivateKey, der))) => {
-                    keys.push(PrivatePkcs1KeyDer::from(der).into())
-                }
-                Ok(Some((SectionKind::PrivateKey, der))) => {
-                    keys.push(PrivatePkcs8KeyDer::from(der).into())
-                }
-                Ok(Some((SectionKind::EcPrivateKey, der))) => {
-                    keys.push(PrivateSec1KeyDer::from(der).into())
-                }
-                Ok(Some(_)) => {} // DH parameters, CRLs, public keys: not ours to use
-                Ok(None) => break,
-                Err(e) => {
-                    return Err(TlsError::BadPem {
-                        path,
-                        reason: e.to_string(),
-                    });
-                }
-            }
-        }
-        let text = String::from_utf8_lossy(data);
-        if text.contains("ENCRYPTED PRIVATE KEY") || text.contains("Proc-Type: 4,ENCRYPTED") {
-            return Err(TlsError::EncryptedKey { path });
+        let found = sections(data, &path)?;
+        Self::assemble(
+            found.chain,
+            (found.keys, found.encrypted, &path),
+            source,
+            &path,
+        )
+    }
+
+    /// Checks a chain (from `path`) and the keys found (in `key_path`) and makes them one.
+    fn assemble(
+        chain: Vec<CertificateDer<'static>>,
+        (mut keys, encrypted, key_path): (Vec<PrivateKeyDer<'static>>, bool, &Path),
+        source: &str,
+        path: &Path,
+    ) -> Result<Self, TlsError> {
+        let key_path = key_path.to_owned();
+        if encrypted {
+            return Err(TlsError::EncryptedKey { path: key_path });
         }
         if chain.is_empty() {
-            return Err(TlsError::NoCertificate { path });
+            return Err(TlsError::NoCertificate {
+                path: path.to_owned(),
+            });
         }
         let key_der = match keys.len() {
-            0 => return Err(TlsError::NoKey { path }),
+            0 => return Err(TlsError::NoKey { path: key_path }),
             1 => keys.remove(0),
-            n => return Err(TlsError::ManyKeys { path, count: n }),
+            n => {
+                return Err(TlsError::ManyKeys {
+                    path: key_path,
+                    count: n,
+                })
+            }
         };
         let signer =
             rustls::crypto::aws_lc_rs::sign::any_supported_type(&key_der).map_err(|e| {
                 TlsError::BadKey {
-                    path: path.clone(),
+                    path: key_path.clone(),
                     reason: e.to_string(),
                 }
             })?;
         let (names, not_after) =
             leaf_facts(&chain[0]).map_err(|reason| TlsError::BadCertificate {
-                path: path.clone(),
+                path: path.to_owned(),
                 reason,
             })?;
         let key = CertifiedKey::new(chain, signer);
-        key.keys_match()
-            .map_err(|_| TlsError::KeyMismatch { path: path.clone() })?;
+        key.keys_match().map_err(|_| TlsError::KeyMismatch {
+            path: path.to_owned(),
+        })?;
         Ok(LoadedCert {
             source: source.to_owned(),
             key: Arc::new(key),
             names,
             not_after,
             ocsp: None,
+            verify: None,
         })
     }
 

@@ -17,6 +17,8 @@ pub struct SniResolver {
     /// Keyed by the part after `*.`.
     wildcard: HashMap<String, Arc<CertifiedKey>>,
     default: Arc<CertifiedKey>,
+    /// Every certificate as served, in the order given.
+    keys: Vec<Arc<CertifiedKey>>,
 }
 
 impl SniResolver {
@@ -43,7 +45,18 @@ impl SniResolver {
             exact,
             wildcard,
             default,
+            keys,
         })
+    }
+
+    /// The certificate served for `name` (or for no name): its match, else the default.
+    pub fn choose(&self, name: Option<&str>) -> &Arc<CertifiedKey> {
+        name.and_then(|n| self.lookup(n)).unwrap_or(&self.default)
+    }
+
+    /// The `i`th certificate given to [`SniResolver::new`], as served.
+    pub fn served(&self, i: usize) -> Option<&Arc<CertifiedKey>> {
+        self.keys.get(i)
     }
 
     /// The certificate serving `name`, if any serves it (the default is not a match).
@@ -82,10 +95,6 @@ fn served_key(c: &LoadedCert, staples: Option<&OcspStore>) -> Arc<CertifiedKey> 
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let chosen = hello
-            .server_name()
-            .and_then(|n| self.lookup(n))
-            .unwrap_or(&self.default);
-        Some(chosen.clone())
+        Some(self.choose(hello.server_name()).clone())
     }
 }
