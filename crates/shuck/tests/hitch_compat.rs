@@ -6,6 +6,7 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use common::*;
 
@@ -668,4 +669,205 @@ fn test_finds_frontends_on_the_same_address() {
         s(&a),
     ]);
     assert_eq!(code, Some(0), "{err}");
+}
+
+/// A network namespace of the test's own, removed however the test ends.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Netns {
+        assert!(require("ip", "iproute2"));
+        let name = format!("shuck-{tag}-{}", std::process::id());
+        sh(&format!(
+            "ip netns add {name} && ip -n {name} link set lo up"
+        ));
+        Netns(name)
+    }
+
+    fn exec(&self, cmd: &str) -> String {
+        sh_out(&format!("ip netns exec {} {cmd}", self.0))
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .status();
+    }
+}
+
+/// TCPFastOpenPassive of the namespace: connections accepted with data in the SYN.
+fn fastopen_passive(ns: &Netns) -> u64 {
+    let netstat = ns.exec("cat /proc/net/netstat");
+    let rows: Vec<&str> = netstat
+        .lines()
+        .filter(|l| l.starts_with("TcpExt:"))
+        .collect();
+    let (names, values) = (rows[0], rows[1]);
+    let at = names
+        .split_whitespace()
+        .position(|n| n == "TCPFastOpenPassive")
+        .expect("the kernel counts TCPFastOpenPassive");
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}
+
+#[test]
+fn tcp_fastopen_takes_data_in_the_syn() {
+    assert!(require("curl", "curl"));
+    // Off (the default, here from the command line), then on from hitch's key.
+    for on in [false, true] {
+        let ns = Netns::new("tfo");
+        // Server side of Fast Open allowed in this namespace only (bit 2), for listeners
+        // that ask for it with TCP_FASTOPEN.
+        ns.exec("sysctl -qw net.ipv4.tcp_fastopen=3");
+        let dir = TempDir::new("hitch-tfo");
+        let (a, _) = rcgen_cert(&dir, "a", &["a.test"], false);
+        let conf = dir.path("hitch.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "frontend = \"[127.0.0.1]:8443\"\nbackend = \"[127.0.0.1]:9\"\npem-file = \"{}\"\n{}",
+                s(&a),
+                if on { "tcp-fastopen = on\n" } else { "" }
+            ),
+        )
+        .unwrap();
+        let mut args = vec!["--config", s(&conf)];
+        if !on {
+            args.push("--tcp-fastopen=off");
+        }
+        let _shuck = Shuck::start_with(&["ip", "netns", "exec", &ns.0], &args, 8443);
+        let before = fastopen_passive(&ns);
+        // The first connection fetches a cookie, the next ones send their ClientHello in
+        // the SYN (the backend refuses: the handshake is what counts).
+        for _ in 0..3 {
+            ns.exec(
+                "curl -sk --max-time 5 --tcp-fastopen https://127.0.0.1:8443/ -o /dev/null || true",
+            );
+        }
+        let after = fastopen_passive(&ns);
+        assert_eq!(
+            after > before,
+            on,
+            "tcp-fastopen {on}: TCPFastOpenPassive {before} -> {after}"
+        );
+    }
+}
+
+#[test]
+fn backend_refresh_resolves_the_backend_name_again() {
+    assert!(require("unshare", "util-linux"));
+    let dir = TempDir::new("hitch-refresh");
+    let (a, _) = rcgen_cert(&dir, "a", &["a.test"], false);
+    let port = free_port();
+    // Two backends on one port, told apart by their loopback address and their answer.
+    let mut backends = Vec::new();
+    for (ip, answer) in [("127.0.0.1", b"one\n"), ("127.0.0.2", b"two\n")] {
+        let l = std::net::TcpListener::bind((ip, port)).unwrap();
+        backends.push(std::thread::spawn(move || {
+            for c in l.incoming().take(4) {
+                use std::io::Write;
+                let _ = c.and_then(|mut c| c.write_all(answer));
+            }
+        }));
+    }
+    // shuck sees its own /etc/hosts (a bind mount in a namespace of its own).
+    let hosts = dir.path("hosts");
+    std::fs::write(&hosts, "127.0.0.1 origin.shuck.test\n").unwrap();
+    let script = format!(
+        "mount --bind {} /etc/hosts && exec \"$0\" \"$@\"",
+        hosts.display()
+    );
+    let fe_port = free_port();
+    let fe = format!("[127.0.0.1]:{fe_port}");
+    let be = format!("origin.shuck.test:{port}");
+    let shuck = Shuck::start_with(
+        &["unshare", "-m", "sh", "-c", &script],
+        &["-f", &fe, "-b", &be, "--backend-refresh", "1", s(&a)],
+        fe_port,
+    );
+    let answer = || {
+        use std::io::Read;
+        let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+        let mut buf = [0u8; 4];
+        c.read_exact(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf).into_owned()
+    };
+    assert_eq!(answer(), "one\n");
+    // The name moves (written in place: the bind mount keeps the file).
+    std::fs::write(&hosts, "127.0.0.2 origin.shuck.test\n").unwrap();
+    assert!(
+        shuck.wait_log("resolved again", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    assert_eq!(answer(), "two\n");
+    // A name that stops resolving keeps the addresses in use.
+    std::fs::write(&hosts, "\n").unwrap();
+    assert!(
+        shuck.wait_log("keeping the addresses in use", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    assert_eq!(answer(), "two\n");
+    drop(shuck);
+    // Let the backend threads end: one connection each past what they served.
+    for ip in ["127.0.0.1", "127.0.0.2"] {
+        for _ in 0..4 {
+            let _ = std::net::TcpStream::connect((ip, port));
+        }
+    }
+    for b in backends {
+        b.join().unwrap();
+    }
+}
+
+#[test]
+fn proxy_authority_sends_the_server_name_unless_turned_off() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let dir = TempDir::new("hitch-authority");
+    let (a, _) = rcgen_cert(&dir, "a", &["a.test"], false);
+    let seen: Arc<Mutex<Vec<Option<Vec<u8>>>>> = Arc::default();
+    let record = seen.clone();
+    let origin = Origin::start(move |mut s| {
+        let Some(tlvs) = read_proxy_v2_tlvs(&mut s) else {
+            return;
+        };
+        let authority = tlvs.into_iter().find(|(k, _)| *k == 0x02).map(|(_, v)| v);
+        record.lock().unwrap().push(authority);
+        let mut buf = [0u8; 64];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 || s.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let sni = ClientOpts {
+        sni: Some("a.test".into()),
+        ..ClientOpts::default()
+    };
+    for setting in ["", "proxy-authority = on\n", "proxy-authority = off\n"] {
+        let port = free_port();
+        let conf = dir.path("hitch.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "frontend = \"[127.0.0.1]:{port}\"\nbackend = \"{}\"\npem-file = \"{}\"\nwrite-proxy-v2 = on\n{setting}",
+                origin.addr(),
+                s(&a)
+            ),
+        )
+        .unwrap();
+        let shuck = Shuck::start_raw(&["--config", s(&conf)], port);
+        let mut c = tls_connect(shuck.addr(), &sni).unwrap();
+        echo_roundtrip(&mut c);
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        *seen,
+        [Some(b"a.test".to_vec()), Some(b"a.test".to_vec()), None],
+        "on by default, as hitch; off leaves the TLV out"
+    );
 }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -31,7 +32,8 @@ pub struct ServerStats {
 #[derive(Debug)]
 pub struct Server {
     name: String,
-    addrs: Vec<SocketAddr>,
+    /// Swapped whole by `--backend-refresh`; each connection reads the list of its time.
+    addrs: ArcSwap<Vec<SocketAddr>>,
     weight: u32,
     /// `maxconn` slots; `None` for no limit.
     slots: Option<Arc<Semaphore>>,
@@ -67,13 +69,27 @@ impl Server {
     pub fn new(name: String, addrs: Vec<SocketAddr>, maxconn: Option<usize>, weight: u32) -> Self {
         Server {
             name,
-            addrs,
+            addrs: ArcSwap::from_pointee(addrs),
             weight: weight.max(1),
             slots: maxconn.map(|n| Arc::new(Semaphore::new(n))),
             down_until_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             stats: ServerStats::default(),
         }
+    }
+
+    /// The addresses new connections go to.
+    pub fn addrs(&self) -> Arc<Vec<SocketAddr>> {
+        self.addrs.load_full()
+    }
+
+    /// Sends new connections to `addrs` (a name resolved again); live ones stay where
+    /// they are. Returns the addresses replaced, when they differ.
+    pub fn set_addrs(&self, addrs: Vec<SocketAddr>) -> Option<Arc<Vec<SocketAddr>>> {
+        if **self.addrs.load() == addrs {
+            return None;
+        }
+        Some(self.addrs.swap(Arc::new(addrs)))
     }
 
     /// Its name in logs.
@@ -145,7 +161,8 @@ impl Server {
     pub async fn connect(&self, timeout: Duration) -> Result<TcpStream, ConnectError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut last = None;
-        for &addr in &self.addrs {
+        let addrs = self.addrs.load_full();
+        for &addr in addrs.iter() {
             match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
                     // Without it, small writes wait for ACKs (the seeds' 40 ms per request).

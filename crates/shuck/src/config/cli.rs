@@ -71,6 +71,11 @@ pub struct Cli {
     )]
     pub backends: Vec<String>,
 
+    /// Resolve backend names again every SECS (0: only at start); new connections go to
+    /// the new addresses, live ones stay.
+    #[arg(short = 'R', long, value_name = "SECS", default_value_t = 0)]
+    pub backend_refresh: u64,
+
     /// Most connections waiting for a server at its maxconn (per server); beyond, new ones
     /// are closed at once.
     #[arg(long, value_name = "NUM", default_value_t = 1024)]
@@ -99,6 +104,12 @@ pub struct Cli {
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub write_proxy: bool,
+
+    /// With --write-proxy-v2, send the server name the client asked for (SNI) in the
+    /// authority TLV (as hitch, on by default).
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
+    pub proxy_authority: bool,
 
     /// Write the client's IP address as 4 or 16 raw bytes (network order) before its bytes
     /// (stud's --write-ip).
@@ -130,6 +141,14 @@ pub struct Cli {
     /// Listen backlog size.
     #[arg(short = 'B', long, value_name = "NUM", default_value_t = 1024)]
     pub backlog: u32,
+
+    /// Accept TCP Fast Open on the listening sockets (data in the SYN saves a round trip
+    /// for clients that had a cookie); the kernel's net.ipv4.tcp_fastopen must allow it
+    /// for servers (bit 2).
+    #[arg(long, visible_alias = "enable-tcp-fastopen", value_name = "on|off", num_args = 0..=1,
+          require_equals = true, default_value = "off", default_missing_value = "on",
+          value_parser = parse_on_off)]
+    pub tcp_fastopen: bool,
 
     /// TLS protocols to accept, separated by spaces or commas: TLSv1.2, TLSv1.3 (SSLv3,
     /// TLSv1.0 and TLSv1.1 beside them are dropped with a warning).

@@ -96,6 +96,11 @@ impl Endpoint {
         }
     }
 
+    /// True when the host is a name (resolved, and so worth resolving again).
+    pub fn is_name(&self) -> bool {
+        matches!(self.host, Host::Name(_))
+    }
+
     /// Resolves the endpoint to addresses to connect to (`*` means this host's loopback).
     pub fn resolve(&self, what: &'static str) -> Result<Vec<SocketAddr>, ConfigError> {
         match &self.host {

@@ -217,7 +217,6 @@ fn describe(t: &Tok) -> String {
 /// hitch keys for features shuck does not have (yet): named in the error.
 const HITCH_UNSUPPORTED: &[&str] = &[
     "dhparams",
-    "tcp-fastopen",
     "recv-bufsize",
     "send-bufsize",
     "proxy-tlv",

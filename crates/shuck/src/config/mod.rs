@@ -62,6 +62,10 @@ pub struct Config {
     pub workers: usize,
     /// Listen backlog.
     pub backlog: u32,
+    /// TCP Fast Open on the listeners.
+    pub tcp_fastopen: bool,
+    /// `--backend-refresh`: how often backend names are resolved again.
+    pub backend_refresh: Option<Duration>,
     /// TLS parameters.
     pub tls: TlsSettings,
     /// The global certificates, in hitch's order.
@@ -86,6 +90,8 @@ pub struct Config {
     pub stats: Option<SocketAddr>,
     /// Pass the client certificate's CN in PROXY v2.
     pub proxy_client_cert: bool,
+    /// Pass the server name in PROXY v2's authority TLV.
+    pub proxy_authority: bool,
     /// The HTTP header for the client certificate's subject.
     pub client_cert_header: Option<String>,
     /// `--ocsp-dir`: fetch and refresh staples.
@@ -193,6 +199,9 @@ impl Config {
             backend,
             workers,
             backlog: cli.backlog,
+            tcp_fastopen: cli.tcp_fastopen,
+            backend_refresh: (cli.backend_refresh > 0)
+                .then(|| Duration::from_secs(cli.backend_refresh)),
             tls,
             certs,
             default_cert,
@@ -215,6 +224,7 @@ impl Config {
             replication,
             stats: stats_addr(cli)?,
             proxy_client_cert: cli.proxy_client_cert,
+            proxy_authority: cli.proxy_authority,
             client_cert_header: client_cert_header(cli)?,
             ocsp: cli
                 .ocsp_dir

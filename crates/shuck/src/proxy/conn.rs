@@ -95,7 +95,8 @@ pub async fn serve(
     // The TLS state of this moment (a reload during the handshake does not touch it). No
     // named result here: a variable would keep a second TlsStream-sized slot in this task
     // for the connection's whole life.
-    let want_sni = state.log_connections || state.preamble == Preamble::ProxyV2;
+    let want_sni =
+        state.log_connections || (state.preamble == Preamble::ProxyV2 && state.proxy_authority);
     let mut tls = match Box::pin(handshake(
         io,
         &frontend.tls.load_full(),
@@ -153,7 +154,7 @@ pub async fn serve(
             let conn = tls.conn();
             let facts = TlsFacts {
                 alpn: conn.alpn_protocol(),
-                sni: tls.sni(),
+                sni: tls.sni().filter(|_| state.proxy_authority),
                 version: version_name(conn.protocol_version()),
                 cipher: conn
                     .negotiated_cipher_suite()

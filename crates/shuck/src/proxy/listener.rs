@@ -26,14 +26,52 @@ pub fn check_free(addr: SocketAddr) -> io::Result<()> {
     probe.bind(&addr.into())
 }
 
+/// How listening sockets are made.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// The listen backlog.
+    pub backlog: u32,
+    /// Accept TCP Fast Open (data in the SYN), with a queue as long as the backlog.
+    pub fastopen: bool,
+}
+
 /// A listening socket for one worker on `addr`.
-pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
+pub fn bind(addr: SocketAddr, options: Options) -> io::Result<std::net::TcpListener> {
+    let Options { backlog, fastopen } = options;
     let socket = new_socket(addr)?;
     socket.set_reuse_port(true)?;
+    if fastopen {
+        set_fastopen(&socket, backlog)?;
+    }
     socket.bind(&addr.into())?;
     socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
+}
+
+/// `TCP_FASTOPEN` with a queue of `qlen` pending Fast Open connections (hitch's
+/// `tcp-fastopen`). Neither socket2 nor nix wraps this option for listeners.
+#[allow(unsafe_code)]
+fn set_fastopen(socket: &Socket, qlen: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let qlen = libc::c_int::try_from(qlen).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the descriptor is open for the whole call (borrowed from `socket`), and the
+    // option value is a pointer to a live `c_int` with its exact size as the length, which
+    // is what the kernel reads for TCP_FASTOPEN; nothing is written back.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_FASTOPEN,
+            std::ptr::from_ref(&qlen).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 fn new_socket(addr: SocketAddr) -> io::Result<Socket> {

@@ -43,6 +43,8 @@ pub struct ProxyState {
     pub log_connections: bool,
     /// Pass the verified client certificate's common name in PROXY v2.
     pub proxy_client_cert: bool,
+    /// Pass the server name in PROXY v2's authority TLV.
+    pub proxy_authority: bool,
     /// In HTTP mode, the header that carries the client certificate's subject.
     pub client_cert_header: Option<String>,
 }

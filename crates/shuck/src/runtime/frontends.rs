@@ -29,17 +29,17 @@ pub struct Frontends {
     /// Names by counter slot, shared with the metrics.
     pub names: Arc<Mutex<Vec<String>>>,
     workers: Vec<UnboundedSender<Control>>,
-    backlog: u32,
+    sockets: listener::Options,
 }
 
 impl Frontends {
     /// An empty set for these workers.
-    pub fn new(workers: Vec<UnboundedSender<Control>>, backlog: u32) -> Self {
+    pub fn new(workers: Vec<UnboundedSender<Control>>, sockets: listener::Options) -> Self {
         Frontends {
             live: Vec::new(),
             names: Arc::new(Mutex::new(Vec::new())),
             workers,
-            backlog,
+            sockets,
         }
     }
 
@@ -62,7 +62,7 @@ impl Frontends {
         for &addr in &fe.addrs {
             listener::check_free(addr).map_err(|source| StartError::bind(&name, addr, source))?;
             for _ in &self.workers {
-                let l = listener::bind(addr, self.backlog)
+                let l = listener::bind(addr, self.sockets)
                     .map_err(|source| StartError::bind(&name, addr, source))?;
                 sockets.push(l);
             }

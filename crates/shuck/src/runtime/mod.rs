@@ -7,6 +7,7 @@
 mod error;
 mod frontend_tls;
 mod frontends;
+mod refresh;
 mod reload;
 mod services;
 mod supervise;
@@ -51,7 +52,13 @@ pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
 
     // Bind everything before serving anything, so a taken port is a clean start failure.
     let (controls, control_rxs) = workers::channels(config.workers);
-    let mut frontends = Frontends::new(controls, config.backlog);
+    let mut frontends = Frontends::new(
+        controls,
+        crate::proxy::listener::Options {
+            backlog: config.backlog,
+            fastopen: config.tcp_fastopen,
+        },
+    );
     for (fe, tls) in config.frontends.iter().zip(tls) {
         frontends.open(fe, tls)?;
     }
@@ -63,6 +70,7 @@ pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
     drop_privileges(&config.privileges)?;
 
     let mut services = Services::start(&config, sockets, ocsp_targets, &resumption)?;
+    services.backend_refresh = refresh::start(&config, pool.servers());
     if config.self_signed {
         tracing::info!(
             names = %crate::tls::selfsigned::NAMES.join(", "),
@@ -195,6 +203,7 @@ fn proxy_state(config: &Config, pool: Pool) -> ProxyState {
             .then(|| Arc::new(Semaphore::new(config.limits.max_conns))),
         log_connections: config.log_connections,
         proxy_client_cert: config.proxy_client_cert,
+        proxy_authority: config.proxy_authority,
         client_cert_header: config.client_cert_header.clone(),
     }
 }

@@ -69,6 +69,8 @@ pub struct Services {
     pub restaple: mpsc::UnboundedReceiver<()>,
     /// Replication's threads; dropping this stops them.
     pub replication: Option<Replication>,
+    /// `--backend-refresh`'s thread; dropping this stops it.
+    pub backend_refresh: Option<super::refresh::Refresh>,
 }
 
 impl Services {
@@ -131,6 +133,7 @@ impl Services {
             ocsp_updates,
             restaple,
             replication,
+            backend_refresh: None,
         })
     }
 }
