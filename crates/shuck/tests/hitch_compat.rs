@@ -494,6 +494,13 @@ fn cipher_and_protocol_lists_are_lenient_as_openssl() {
     let (code, err) = run_to_exit(&["--tls", "--test", s(&a)]);
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("--tls: dropped TLSv1.0, TLSv1.1"), "{err}");
+    // hitch offered NPN beside ALPN; shuck says it does not.
+    let (code, err) = run_to_exit(&["--alpn-protos", "h2,http/1.1", "--test", s(&a)]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("NPN") && err.contains("deliberate difference"),
+        "{err}"
+    );
 }
 
 /// Splits `pem` (chain then key, as rcgen_cert writes it) into a chain file and a key file.
@@ -870,4 +877,103 @@ fn proxy_authority_sends_the_server_name_unless_turned_off() {
         [Some(b"a.test".to_vec()), Some(b"a.test".to_vec()), None],
         "on by default, as hitch; off leaves the TLV out"
     );
+}
+
+#[test]
+fn handshake_failures_are_logged_at_info_with_their_reason_and_rate_limited() {
+    use std::io::Write;
+    assert!(require("openssl", "openssl"));
+    let pki = ClientPki::new();
+    let dir = TempDir::new("hitch-failures");
+    let (a, _) = rcgen_cert(&dir, "a", &["a.test"], false);
+    // An X.509 v1 client certificate from the trusted CA (openssl x509 -req adds no
+    // extension, so it writes version 1).
+    let ca_dir = pki.ca.parent().unwrap().display().to_string();
+    let d = dir.0.display().to_string();
+    sh(&format!(
+        "cd {d} && openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout v1.key \
+         -out v1.csr -subj /CN=v1 2>/dev/null && openssl x509 -req -in v1.csr -CA {ca_dir}/ca.crt \
+         -CAkey {ca_dir}/ca.key -CAcreateserial -days 2 -out v1.crt 2>/dev/null \
+         && cat v1.crt v1.key > v1.pem"
+    ));
+    assert!(sh_out(&format!("openssl x509 -in {d}/v1.crt -noout -text")).contains("Version: 1"));
+    let shuck = Shuck::start(&[
+        "-b",
+        &Origin::echo().addr(),
+        "--sni-nomatch-abort",
+        "--client-verify",
+        "required",
+        "--client-verify-ca",
+        s(&pki.ca),
+        s(&a),
+    ]);
+    let port = shuck.port;
+    let openssl = |opts: &str| {
+        sh_out(&format!(
+            "echo | timeout 10 openssl s_client -connect 127.0.0.1:{port} {opts} 2>&1 || true"
+        ))
+    };
+    openssl("-tls1_1 -cipher 'ALL:@SECLEVEL=0' -servername a.test");
+    openssl("-tls1_2 -cipher AES128-SHA -servername a.test");
+    openssl("-servername nobody.test");
+    let client = |pem: &std::path::Path| {
+        let o = ClientOpts {
+            sni: Some("a.test".into()),
+            client_pem: Some(pem.into()),
+            ..ClientOpts::default()
+        };
+        if let Ok(mut c) = tls_connect(shuck.addr(), &o) {
+            let _ = c.write_all(b"x");
+            let _ = read_all(&mut c);
+        }
+    };
+    client(&pki.mallory);
+    // rustls will not even present a v1 certificate: openssl does.
+    openssl(&format!(
+        "-servername a.test -cert {d}/v1.crt -key {d}/v1.key"
+    ));
+    for (reason, deliberate) in [
+        ("protocol version", true),
+        ("no shared cipher", true),
+        ("unknown server name \"nobody.test\"", false),
+        ("client certificate from an unknown CA", false),
+        ("client certificate is X.509 v1", true),
+    ] {
+        assert!(
+            shuck.wait_log(reason, Duration::from_secs(5)),
+            "{reason}: {}",
+            shuck.log()
+        );
+        let log = shuck.log();
+        let line = log.lines().find(|l| l.contains(reason)).unwrap();
+        assert!(
+            line.contains("INFO") && line.contains("client=127.0.0.1:"),
+            "{line}"
+        );
+        assert_eq!(
+            line.contains("a deliberate difference from hitch"),
+            deliberate,
+            "{line}"
+        );
+    }
+
+    // A flood of garbage: at most 20 lines a second, and the next line counts the rest.
+    let before = shuck.log().matches("handshake failed").count();
+    for _ in 0..100 {
+        if let Ok(mut c) = std::net::TcpStream::connect(shuck.addr()) {
+            let _ = c.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            let _ = c.shutdown(std::net::Shutdown::Write);
+            let mut sink = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut c, &mut sink);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    openssl("-servername nobody.test");
+    assert!(
+        shuck.wait_log("more failures not logged", Duration::from_secs(5)),
+        "{}",
+        shuck.log()
+    );
+    let logged = shuck.log().matches("handshake failed").count() - before;
+    assert!(logged <= 3 * 20 + 1, "{logged} lines for 101 failures");
 }

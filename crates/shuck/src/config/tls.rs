@@ -41,7 +41,10 @@ pub(super) fn settings(
         None => rustls::crypto::aws_lc_rs::DEFAULT_KX_GROUPS.to_vec(),
     };
     let alpn = match &cli.alpn_protos {
-        Some(s) => params::parse_alpn(s)?,
+        Some(s) => {
+            tracing::info!("--alpn-protos: offered by ALPN only; NPN (obsolete, and not in rustls) is not offered, a deliberate difference from hitch");
+            params::parse_alpn(s)?
+        }
         None => Vec::new(),
     };
     let tickets_on = cli.tickets && !cli.no_tickets;

@@ -108,7 +108,7 @@ pub async fn serve(
         Ok(s) => s,
         Err(e) => {
             counters.failed(e.failure());
-            tracing::debug!(client = %client, error = %e, "handshake failed");
+            super::handshake::log_failure(client, &e);
             return;
         }
     };

@@ -52,6 +52,90 @@ impl HandshakeError {
     }
 }
 
+/// Why a handshake failed, in an operator's words, and the deliberate difference from
+/// hitch behind it when there is one; `None` for a client that merely went away or
+/// timed out (logged at debug only: health checks and port scans do that).
+pub fn reason(e: &HandshakeError) -> Option<(String, Option<&'static str>)> {
+    use rustls::{CertificateError as C, Error as E, PeerIncompatible as P};
+    let tls = match e {
+        HandshakeError::UnknownName(n) => {
+            return Some((
+                format!("unknown server name {n:?} (sni-nomatch-abort)"),
+                None,
+            ))
+        }
+        HandshakeError::Timeout(_) => return None,
+        HandshakeError::Io(io) => io.get_ref()?.downcast_ref::<rustls::Error>()?,
+    };
+    Some(match tls {
+        // A ClientHello without signature_algorithms is from before TLS 1.2.
+        E::PeerIncompatible(
+            P::ServerDoesNotSupportTls12Or13
+            | P::SupportedVersionsExtensionRequired
+            | P::SignatureAlgorithmsExtensionRequired,
+        ) => (
+            "protocol version: the client offers only SSLv3 to TLSv1.1".into(),
+            Some("SSLv3 to TLSv1.1 are not served (insecure)"),
+        ),
+        // A client offering only CBC, DHE or static RSA suites sends no ECDHE group either.
+        E::PeerIncompatible(P::NoCipherSuitesInCommon | P::NoKxGroupsInCommon) => (
+            "no shared cipher (or key exchange group)".into(),
+            Some("CBC, RC4, DHE and static RSA suites are not served (insecure)"),
+        ),
+        E::InvalidCertificate(C::UnknownIssuer) => {
+            ("client certificate from an unknown CA".into(), None)
+        }
+        E::InvalidCertificate(c) if format!("{c:?}").contains("UnsupportedCertVersion") => (
+            "client certificate is X.509 v1".into(),
+            Some("X.509 v1 client certificates are refused (webpki takes v3 only)"),
+        ),
+        E::InvalidCertificate(c) => (format!("bad client certificate: {c:?}"), None),
+        E::NoCertificatesPresented => (
+            "no client certificate (client-verify required)".into(),
+            None,
+        ),
+        E::AlertReceived(a) => (format!("the client sent the alert {a:?}"), None),
+        other => (other.to_string(), None),
+    })
+}
+
+/// Logs why a handshake failed, at info with the client's address (hitch's operators see
+/// these without debug logging); at most [`FAILURES_PER_SECOND`] lines a second over all
+/// workers, so a flood cannot fill the disk: the lines left out are counted in the next.
+pub fn log_failure(client: std::net::SocketAddr, e: &HandshakeError) {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    static SECOND: AtomicU64 = AtomicU64::new(0);
+    static LOGGED: AtomicU64 = AtomicU64::new(0);
+    static LEFT_OUT: AtomicU64 = AtomicU64::new(0);
+    let Some((why, deliberate)) = reason(e) else {
+        tracing::debug!(client = %client, error = %e, "handshake failed");
+        return;
+    };
+    let now = crate::clock::unix_ms() / 1000;
+    if SECOND.swap(now, Relaxed) != now {
+        LOGGED.store(0, Relaxed);
+    }
+    if LOGGED.fetch_add(1, Relaxed) >= FAILURES_PER_SECOND {
+        LEFT_OUT.fetch_add(1, Relaxed);
+        return;
+    }
+    let left_out = LEFT_OUT.swap(0, Relaxed);
+    let more = if left_out > 0 {
+        format!(" ({left_out} more failures not logged)")
+    } else {
+        String::new()
+    };
+    match deliberate {
+        Some(d) => {
+            tracing::info!(client = %client, "handshake failed: {why}; {d}, a deliberate difference from hitch{more}")
+        }
+        None => tracing::info!(client = %client, "handshake failed: {why}{more}"),
+    }
+}
+
+/// Most handshake failures logged per second (see [`log_failure`]).
+pub const FAILURES_PER_SECOND: u64 = 20;
+
 /// The fatal alert rustls sends for an error (its own mapping, for the common cases).
 fn alert_for(e: &rustls::Error) -> AlertDescription {
     use rustls::Error as E;
