@@ -977,3 +977,61 @@ fn handshake_failures_are_logged_at_info_with_their_reason_and_rate_limited() {
     let logged = shuck.log().matches("handshake failed").count() - before;
     assert!(logged <= 3 * 20 + 1, "{logged} lines for 101 failures");
 }
+
+/// The settings of hitch's and stud's example configurations (hitch 1.0–1.2's
+/// `hitch.conf.ex`, 1.3–1.4's `hitch.conf.example`, 1.7's `hitch.conf.man.rst` example, and
+/// stud's `--default-config`), key for key, with the switches their comments offer.
+const EXAMPLES: &[(&str, &str)] = &[
+    (
+        "stud --default-config",
+        "frontend = \"[*]:8443\"\nbackend = \"[127.0.0.1]:8000\"\npem-file = \"\"\n\
+         ciphers = \"\"\nprefer-server-ciphers = off\nssl-engine = \"\"\nworkers = 1\n\
+         backlog = 100\nkeepalive = 3600\nshared-cache = 0\nshared-cache-listen = \"\"\n\
+         chroot = \"\"\nuser = \"\"\ngroup = \"\"\nquiet = off\nsyslog = off\n\
+         syslog-facility = \"daemon\"\ndaemon = off\nwrite-ip = off\nwrite-proxy = off\n",
+    ),
+    (
+        "hitch 1.0 hitch.conf.ex, with its commented tls = on",
+        "frontend = \"[*]:8443\"\nbackend = \"[127.0.0.1]:6081\"\npem-file = \"\"\ntls = on\n\
+         ciphers = \"\"\nprefer-server-ciphers = off\nssl-engine = \"\"\nworkers = 1\n\
+         backlog = 100\nkeepalive = 3600\nchroot = \"\"\nuser = \"\"\ngroup = \"\"\n\
+         quiet = off\nsyslog = off\nsyslog-facility = \"daemon\"\ndaemon = off\n\
+         write-ip = off\nwrite-proxy-v1 = off\nwrite-proxy-v2 = off\nproxy-proxy = off\n\
+         sni-nomatch-abort = off\n",
+    ),
+    (
+        "hitch 1.0 hitch.conf.ex, with its commented ssl = off",
+        "frontend = \"[*]:8443\"\nbackend = \"[127.0.0.1]:6081\"\npem-file = \"\"\nssl = off\n\
+         ciphers = \"\"\nworkers = 1\n",
+    ),
+    (
+        "hitch 1.2-1.4 hitch.conf.example",
+        "frontend = \"[*]:8443\"\nfrontend = {\n    host = \"*\"\n    port = \"443\"\n}\n\
+         backend = \"[127.0.0.1]:6081\"\npem-file = \"\"\n\
+         ciphers = \"EECDH+AESGCM:EDH+AESGCM:AES256+EECDH:AES256+EDH\"\n\
+         prefer-server-ciphers = off\nssl-engine = \"\"\nworkers = 1\nbacklog = 100\n\
+         keepalive = 3600\nchroot = \"\"\nuser = \"\"\ngroup = \"\"\nquiet = off\n\
+         syslog = off\nsyslog-facility = \"daemon\"\ndaemon = off\nwrite-ip = off\n\
+         write-proxy-v1 = off\nwrite-proxy-v2 = off\nproxy-proxy = off\n\
+         sni-nomatch-abort = off\n",
+    ),
+    (
+        "hitch 1.7 hitch.conf(5) example (its user and group are nobody here)",
+        "frontend = {\n    host = \"*\"\n    port = \"443\"\n}\n\
+         backend = \"[127.0.0.1]:6086\"    # 6086 is the default Varnish PROXY port.\n\
+         workers = 4                     # number of CPU cores\n\ndaemon = on\n\
+         user = \"nobody\"\ngroup = \"nogroup\"\n# alpn-protos = \"h2, http/1.1\"\n\
+         write-proxy-v2 = on             # Write PROXY header\n",
+    ),
+];
+
+#[test]
+fn hitch_and_stud_example_configurations_pass_test() {
+    let dir = TempDir::new("hitch-examples");
+    let conf = dir.path("example.conf");
+    for (name, text) in EXAMPLES {
+        std::fs::write(&conf, text).unwrap();
+        let (code, err) = run_to_exit(&["--config", s(&conf), "--test"]);
+        assert_eq!(code, Some(0), "{name}: {err}");
+    }
+}

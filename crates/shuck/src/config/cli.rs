@@ -246,7 +246,13 @@ pub struct Cli {
 
     /// Session cache size in sessions, shared by all workers (TLS 1.2 session IDs and TLS 1.3
     /// stateful tickets); 0 disables it.
-    #[arg(short = 'C', long, value_name = "NUM", default_value_t = 20_000)]
+    #[arg(
+        short = 'C',
+        long,
+        visible_alias = "shared-cache",
+        value_name = "NUM",
+        default_value_t = 20_000
+    )]
     pub session_cache: usize,
 
     /// Lifetime of a session, in the cache and in tickets.

@@ -227,6 +227,7 @@ const HITCH_UNSUPPORTED: &[&str] = &[
 /// Keys whose empty value hitch reads as "not set" (skipped here, before their values are
 /// checked; the command line's `--user=` and the like go through `Cli::unset_empty`).
 const EMPTY_MEANS_UNSET: &[&str] = &[
+    "pem-file",
     "ciphers",
     "ssl-engine",
     "shared-cache-listen",
@@ -372,7 +373,11 @@ pub fn to_args(
             k => {
                 let Some(arg) = cmd
                     .get_arguments()
-                    .find(|a| a.get_long() == Some(k) && !a.is_positional())
+                    .find(|a| {
+                        !a.is_positional()
+                            && (a.get_long() == Some(k)
+                                || a.get_all_aliases().is_some_and(|al| al.contains(&k)))
+                    })
                 else {
                     return Err(err(e.line, format!("unknown key {k:?}")));
                 };
