@@ -42,8 +42,9 @@ pub(super) fn settings(
     };
     let alpn = match &cli.alpn_protos {
         Some(s) => {
+            let alpn = params::parse_alpn(s)?;
             tracing::info!("--alpn-protos: offered by ALPN only; NPN (obsolete, and not in rustls) is not offered, a deliberate difference from hitch");
-            params::parse_alpn(s)?
+            alpn
         }
         None => Vec::new(),
     };
