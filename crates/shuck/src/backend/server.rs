@@ -78,11 +78,6 @@ impl Server {
         }
     }
 
-    /// The addresses new connections go to.
-    pub fn addrs(&self) -> Arc<Vec<SocketAddr>> {
-        self.addrs.load_full()
-    }
-
     /// Sends new connections to `addrs` (a name resolved again); live ones stay where
     /// they are. Returns the addresses replaced, when they differ.
     pub fn set_addrs(&self, addrs: Vec<SocketAddr>) -> Option<Arc<Vec<SocketAddr>>> {

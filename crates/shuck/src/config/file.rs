@@ -249,17 +249,24 @@ pub struct Loaded {
 }
 
 /// hitch's rule for the protocol keys of one scope (the top level or a block): one of
-/// `tls`, `ssl` and `tls-protos`, once. `seen` remembers the first.
+/// `tls`, `ssl` and `tls-protos`, once. `seen` remembers the first. Returns the protocol
+/// list, or `None` for `tls = off`/`ssl = off`, which do nothing but leave a note.
 fn protocol_key(
+    at: (&Path, usize),
     key: &str,
     value: &str,
-    line: usize,
     seen: &mut Option<(String, usize)>,
+    notes: &mut Vec<String>,
 ) -> Result<Option<String>, String> {
+    let (path, line) = at;
     let protos = match key {
         "tls" | "ssl" => {
             let on = parse_on_off(value).map_err(|r| format!("{key}: {r}"))?;
             if !on {
+                notes.push(format!(
+                    "{} line {line}: {key} = off is deprecated and does nothing (as in hitch)",
+                    path.display()
+                ));
                 return Ok(None);
             }
             if key == "tls" {
@@ -319,7 +326,7 @@ pub fn to_args(
             "frontend" => {
                 let spec = match &e.value {
                     Value::Scalar(s) => s.clone(),
-                    Value::Block(b) => frontend_block(b, &err, &mut notes)?,
+                    Value::Block(b) => frontend_block(path, b, &err, &mut notes)?,
                 };
                 check_endpoint("frontend", &spec, e.line, &err)?;
                 args.push(format!("--frontend={spec}"));
@@ -330,15 +337,10 @@ pub fn to_args(
             }
             "tls" | "ssl" | "tls-protos" => {
                 let value = scalar(&e.key)?;
-                let Some(protos) = protocol_key(&e.key, &value, e.line, &mut protocols)
-                    .map_err(|reason| err(e.line, reason))?
+                let Some(protos) =
+                    protocol_key((path, e.line), &e.key, &value, &mut protocols, &mut notes)
+                        .map_err(|reason| err(e.line, reason))?
                 else {
-                    notes.push(format!(
-                        "{} line {}: {} = off is deprecated and does nothing (as in hitch)",
-                        path.display(),
-                        e.line,
-                        e.key
-                    ));
                     continue;
                 };
                 if on_command_line("tls") || on_command_line("ssl") {
@@ -521,6 +523,7 @@ fn pem_value(
 
 /// `frontend = { host = "..." port = "..." pem-file = ... }` as `[HOST]:PORT+PEM+PEM`.
 fn frontend_block(
+    path: &Path,
     b: &[Entry],
     err: &dyn Fn(usize, String) -> FileError,
     notes: &mut Vec<String>,
@@ -541,14 +544,9 @@ fn frontend_block(
                 pems.push(pem)
             }
             (k @ ("tls" | "ssl" | "tls-protos"), Value::Scalar(v)) => {
-                let Some(protos) = protocol_key(k, v, e.line, &mut protocols)
+                let Some(protos) = protocol_key((path, e.line), k, v, &mut protocols, notes)
                     .map_err(|reason| err(e.line, format!("frontend {reason}")))?
                 else {
-                    notes.push(format!(
-                        "{} line {}: frontend {k} = off is deprecated and does nothing (as in hitch)",
-                        err(e.line, String::new()).path.display(),
-                        e.line
-                    ));
                     continue;
                 };
                 crate::tls::params::parse_protocols(&protos)

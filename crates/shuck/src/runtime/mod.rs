@@ -69,8 +69,8 @@ pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
     let pool = backend_pool(&config)?;
     drop_privileges(&config.privileges)?;
 
-    let mut services = Services::start(&config, sockets, ocsp_targets, &resumption)?;
-    services.backend_refresh = refresh::start(&config, pool.servers());
+    let mut services =
+        Services::start(&config, sockets, ocsp_targets, &resumption, pool.servers())?;
     if config.self_signed {
         tracing::info!(
             names = %crate::tls::selfsigned::NAMES.join(", "),

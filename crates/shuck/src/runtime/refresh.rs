@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Server;
-use crate::config::{BackendSpec, BackendTarget, Config};
+use crate::config::{BackendTarget, Config, Endpoint};
 
 /// The refreshing thread; dropping this stops it.
 #[derive(Debug)]
@@ -22,11 +22,11 @@ pub fn start(config: &Config, servers: &[Arc<Server>]) -> Option<Refresh> {
     let BackendTarget::Servers(specs) = &config.backend else {
         return None;
     };
-    let named: Vec<(BackendSpec, Arc<Server>)> = specs
+    let named: Vec<(Endpoint, Arc<Server>)> = specs
         .iter()
         .zip(servers)
         .filter(|(spec, _)| spec.endpoint.is_name())
-        .map(|(spec, server)| (spec.clone(), server.clone()))
+        .map(|(spec, server)| (spec.endpoint.clone(), server.clone()))
         .collect();
     if named.is_empty() {
         tracing::info!("--backend-refresh: every backend is an address; nothing to resolve");
@@ -45,23 +45,23 @@ pub fn start(config: &Config, servers: &[Arc<Server>]) -> Option<Refresh> {
     }
 }
 
-fn run(every: Duration, named: &[(BackendSpec, Arc<Server>)], stopped: &mpsc::Receiver<()>) {
+fn run(every: Duration, named: &[(Endpoint, Arc<Server>)], stopped: &mpsc::Receiver<()>) {
     while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-        for (spec, server) in named {
-            match spec.endpoint.resolve("--backend") {
+        for (endpoint, server) in named {
+            match endpoint.resolve("--backend") {
                 Ok(addrs) if !addrs.is_empty() => {
                     if let Some(old) = server.set_addrs(addrs.clone()) {
                         tracing::info!(
-                            backend = %spec.endpoint,
+                            backend = %endpoint,
                             "backend name resolved again: {old:?} -> {addrs:?}; new connections go to the new addresses"
                         );
                     }
                 }
                 Ok(_) => {
-                    tracing::warn!(backend = %spec.endpoint, "backend name resolves to no address; keeping the addresses in use")
+                    tracing::warn!(backend = %endpoint, "backend name resolves to no address; keeping the addresses in use")
                 }
                 Err(e) => {
-                    tracing::warn!(backend = %spec.endpoint, "{e}; keeping the addresses in use")
+                    tracing::warn!(backend = %endpoint, "{e}; keeping the addresses in use")
                 }
             }
         }

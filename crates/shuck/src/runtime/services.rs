@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::error::StartError;
+use crate::backend::Server;
 use crate::config::Config;
 use crate::session::sync::Replication;
 use crate::session::Resumption;
@@ -69,17 +70,19 @@ pub struct Services {
     pub restaple: mpsc::UnboundedReceiver<()>,
     /// Replication's threads; dropping this stops them.
     pub replication: Option<Replication>,
-    /// `--backend-refresh`'s thread; dropping this stops it.
-    pub backend_refresh: Option<super::refresh::Refresh>,
+    /// `--backend-refresh`'s thread, held for its drop, which stops it.
+    _backend_refresh: Option<super::refresh::Refresh>,
 }
 
 impl Services {
-    /// Starts OCSP refreshing and replication on the sockets bound earlier.
+    /// Starts OCSP refreshing and replication on the sockets bound earlier, and the
+    /// resolving again of `servers`' names.
     pub fn start(
         config: &Config,
         sockets: Sockets,
         ocsp_targets: Vec<Target>,
         resumption: &Resumption,
+        servers: &[Arc<Server>],
     ) -> Result<Self, StartError> {
         let (restaple_tx, restaple) = mpsc::unbounded_channel::<()>();
         let ocsp_updates = match (&config.ocsp, &config.tls.ocsp) {
@@ -133,7 +136,7 @@ impl Services {
             ocsp_updates,
             restaple,
             replication,
-            backend_refresh: None,
+            _backend_refresh: super::refresh::start(config, servers),
         })
     }
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwapOption;
 use tracing::Level;
 use tracing_subscriber::fmt::MakeWriter;
 
@@ -68,11 +69,13 @@ pub enum Sink {
     Syslog(Arc<Syslog>),
 }
 
-/// The syslog socket (/dev/log), when it could be reached.
+/// The syslog socket (/dev/log), when it could be reached. Lines are sent without a lock
+/// (`--log-connections` writes one per connection from every worker); only looking for a
+/// missing socket is serialized, by `last_try`.
 pub struct Syslog {
-    sock: Mutex<Option<UnixDatagram>>,
+    sock: ArcSwapOption<UnixDatagram>,
     facility: u8,
-    /// When /dev/log was last looked for in vain (ms since the epoch).
+    /// When /dev/log was last looked for (ms since the epoch).
     last_try: AtomicU64,
     /// Why it could not be reached at start, if it could not.
     at_start: Option<String>,
@@ -95,29 +98,30 @@ impl Syslog {
 
     /// Sends one datagram; false when /dev/log cannot be reached now.
     fn send(&self, msg: &[u8]) -> bool {
-        let Ok(mut sock) = self.sock.lock() else {
-            return false;
-        };
-        if sock.is_none() {
-            let now = crate::clock::unix_ms();
-            if now.saturating_sub(self.last_try.load(Ordering::Relaxed)) < 1000 {
-                return false;
+        if let Some(sock) = self.sock.load().as_ref() {
+            if sock.send(msg).is_ok() {
+                return true;
             }
-            match connect() {
-                Ok(s) => *sock = Some(s),
-                Err(_) => {
-                    self.last_try.store(now, Ordering::Relaxed);
-                    return false;
-                }
-            }
+            // The daemon went away (or restarted): look for it again.
+            self.sock.store(None);
         }
-        match sock.as_ref().map(|s| s.send(msg)) {
-            Some(Ok(_)) => true,
-            // The daemon went away (or restarted): look for it again on the next line.
-            _ => {
-                *sock = None;
-                false
+        // At most one look a second, by whichever thread wins the stamp.
+        let now = crate::clock::unix_ms();
+        let last = self.last_try.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < 1000
+            || self
+                .last_try
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        match connect() {
+            Ok(sock) if sock.send(msg).is_ok() => {
+                self.sock.store(Some(Arc::new(sock)));
+                true
             }
+            _ => false,
         }
     }
 }
@@ -141,7 +145,7 @@ impl Sink {
             Err(e) => (None, Some(e.to_string())),
         };
         Sink::Syslog(Arc::new(Syslog {
-            sock: Mutex::new(sock),
+            sock: ArcSwapOption::from(sock.map(Arc::new)),
             facility,
             last_try: AtomicU64::new(crate::clock::unix_ms()),
             at_start,

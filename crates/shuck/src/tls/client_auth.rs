@@ -65,20 +65,6 @@ pub struct CertVerify {
 }
 
 impl ClientAuth {
-    /// Loads the CA file for `mode` (`None` when `mode` is none).
-    pub fn load(mode: Mode, ca: Option<&Path>) -> Result<Option<Self>, TlsError> {
-        if mode == Mode::None {
-            return Ok(None);
-        }
-        let Some(path) = ca else {
-            return Err(TlsError::ClientCa {
-                path: Default::default(),
-                reason: "--client-verify needs --client-verify-ca FILE (the CAs that sign client certificates)".into(),
-            });
-        };
-        Ok(Self::new(mode, Some(load_roots(path)?)))
-    }
-
     /// Client verification in `mode` by `roots`; `None` when `mode` is none or no CA is
     /// known (the configuration checks that one is whenever the mode asks for it).
     pub fn new(mode: Mode, roots: Option<Arc<RootCertStore>>) -> Option<Self> {

@@ -53,61 +53,6 @@ static TLS12: &[Tls12Suite] = &[
     },
 ];
 
-/// OpenSSL cipher-string tags that are valid but select nothing rustls implements (CBC,
-/// static RSA, finite-field DH, legacy ciphers). They may appear in a hitch or HAProxy cipher
-/// list and simply select nothing here.
-const OTHER_OPENSSL_TAGS: &[&str] = &[
-    "kRSA",
-    "RSA",
-    "EDH",
-    "DHE",
-    "kDHE",
-    "kEDH",
-    "DH",
-    "ADH",
-    "AECDH",
-    "aNULL",
-    "eNULL",
-    "NULL",
-    "EXPORT",
-    "LOW",
-    "MEDIUM",
-    "DES",
-    "3DES",
-    "RC4",
-    "MD5",
-    "SHA1",
-    "SHA",
-    "CAMELLIA",
-    "ARIA",
-    "PSK",
-    "SRP",
-    "aPSK",
-    "kPSK",
-    "CCM",
-    "CCM8",
-    "AESCCM",
-    "AESCCM8",
-    "SEED",
-    "IDEA",
-    "DSS",
-    "aDSS",
-    "SSLv3",
-    "TLSv1",
-    "TLSv1.0",
-    "COMPLEMENTOFDEFAULT",
-    "COMPLEMENTOFALL",
-    "CBC",
-    "kECDHEPSK",
-    "ECDHEPSK",
-    "DHEPSK",
-    "RSAPSK",
-    "GOST",
-    "SM4",
-    "AES256CBC",
-    "AES128CBC",
-];
-
 /// What a lenient list kept, and the names it dropped.
 #[derive(Debug)]
 pub struct Kept<T> {
@@ -160,7 +105,7 @@ pub fn parse_tls12_ciphers(spec: &str) -> Result<Kept<SupportedCipherSuite>, Tls
             b'!' | b'-' | b'+' => (token.as_bytes()[0], &token[1..]),
             _ => (b' ', token),
         };
-        let matched = select(expr).unwrap_or_default();
+        let matched = select(expr);
         if matched.is_empty() && matches!(op, b' ' | b'+') {
             dropped.push(expr.to_owned());
         }
@@ -199,31 +144,20 @@ pub fn parse_tls12_ciphers(spec: &str) -> Result<Kept<SupportedCipherSuite>, Tls
     })
 }
 
-/// The suites a cipher-string expression (`A+B+C` or an exact name) selects, or `None` when
-/// part of it is not an OpenSSL name at all.
-fn select(expr: &str) -> Option<Vec<usize>> {
+/// The suites a cipher-string expression (`A+B+C` or an exact name) selects: none for a
+/// name shuck does not serve, known to OpenSSL or not (both are dropped alike).
+fn select(expr: &str) -> Vec<usize> {
     if let Some(i) = TLS12.iter().position(|s| s.name.eq_ignore_ascii_case(expr)) {
-        return Some(vec![i]);
+        return vec![i];
     }
     let parts: Vec<&str> = expr.split('+').collect();
-    let mut out = Vec::new();
-    for part in &parts {
-        let known = ECDHE.contains(part)
-            || TLS12.iter().any(|s| s.tags.contains(part))
-            || OTHER_OPENSSL_TAGS.contains(part);
-        if !known {
-            return None;
-        }
-    }
-    for (i, s) in TLS12.iter().enumerate() {
-        if parts
-            .iter()
-            .all(|p| ECDHE.contains(p) || s.tags.contains(p))
-        {
-            out.push(i);
-        }
-    }
-    Some(out)
+    (0..TLS12.len())
+        .filter(|&i| {
+            parts
+                .iter()
+                .all(|p| ECDHE.contains(p) || TLS12[i].tags.contains(p))
+        })
+        .collect()
 }
 
 const TLS13: &[(&str, SupportedCipherSuite)] = &[

@@ -94,33 +94,31 @@ impl LoadedCert {
     pub fn from_files(cert: &Path, key: &Path) -> Result<Self, TlsError> {
         let certs = sections(&read_file(cert)?, cert)?;
         let keys = sections(&read_file(key)?, key)?;
-        Self::assemble(
-            certs.chain,
-            (keys.keys, keys.encrypted, key),
-            &cert.display().to_string(),
-            cert,
-        )
+        Self::assemble(certs.chain, keys, key, &cert.display().to_string(), cert)
     }
 
     /// Parses PEM text; `source` names it in messages.
     pub fn from_pem(data: &[u8], source: &str, path: Option<&Path>) -> Result<Self, TlsError> {
         let path: PathBuf = path.map(Path::to_owned).unwrap_or_else(|| source.into());
-        let found = sections(data, &path)?;
-        Self::assemble(
-            found.chain,
-            (found.keys, found.encrypted, &path),
-            source,
-            &path,
-        )
+        let mut found = sections(data, &path)?;
+        let chain = std::mem::take(&mut found.chain);
+        Self::assemble(chain, found, &path, source, &path)
     }
 
-    /// Checks a chain (from `path`) and the keys found (in `key_path`) and makes them one.
+    /// Checks a chain (from `path`) and the keys of `found` (read from `key_path`) and
+    /// makes them one.
     fn assemble(
         chain: Vec<CertificateDer<'static>>,
-        (mut keys, encrypted, key_path): (Vec<PrivateKeyDer<'static>>, bool, &Path),
+        found: Sections,
+        key_path: &Path,
         source: &str,
         path: &Path,
     ) -> Result<Self, TlsError> {
+        let Sections {
+            mut keys,
+            encrypted,
+            ..
+        } = found;
         let key_path = key_path.to_owned();
         if encrypted {
             return Err(TlsError::EncryptedKey { path: key_path });
