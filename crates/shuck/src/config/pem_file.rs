@@ -32,8 +32,15 @@ pub struct PemFile {
 }
 
 impl PemFile {
-    /// Parses `CERT[,key=value...]`.
+    /// Parses `CERT[,key=value...]`. A file whose own name holds ',' is taken whole when
+    /// it exists (hitch reads `pem-file = "a,b.pem"` as a path).
     pub fn parse(spec: &str) -> Result<Self, String> {
+        if spec.contains(',') && Path::new(spec).is_file() {
+            return Ok(PemFile {
+                cert: spec.into(),
+                ..PemFile::default()
+            });
+        }
         let mut parts = spec.split(',');
         let cert = parts.next().unwrap_or("").trim();
         if cert.is_empty() {
@@ -183,6 +190,17 @@ mod tests {
         assert_eq!(p.client_verify, Some(Mode::Optional));
         assert_eq!(PemFile::parse(&p.render()).unwrap(), p);
         assert_eq!(PemFile::parse("/b.pem").unwrap().render(), "/b.pem");
+    }
+
+    #[test]
+    fn an_existing_file_with_a_comma_is_a_path() {
+        let path = std::env::temp_dir().join(format!("shuck-{},comma.pem", std::process::id()));
+        std::fs::write(&path, "x").unwrap();
+        let spec = path.to_str().unwrap();
+        let p = PemFile::parse(spec);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(p.unwrap().cert, path);
+        assert!(PemFile::parse("/no/such,dir.pem").is_err());
     }
 
     #[test]
