@@ -610,13 +610,8 @@ pub fn load(path: &Path, on_command_line: &dyn Fn(&str) -> bool) -> Result<Loade
         line: None,
         reason,
     };
-    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
-    if meta.len() > MAX_FILE {
-        return Err(bad(format!(
-            "larger than {MAX_FILE} bytes; is this a configuration file?"
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let text = crate::system::files::read_to_string(path, MAX_FILE, "a configuration file")
+        .map_err(|e| bad(e.to_string()))?;
     let entries = parse(&text).map_err(|(line, reason)| FileError {
         path: path.to_owned(),
         line: Some(line),

@@ -7,6 +7,9 @@ use std::time::SystemTime;
 
 use super::cli::parse_on_off;
 use super::ConfigError;
+
+/// Bound on an OCSP response file (they are a few KB).
+const MAX_DER: u64 = 1 << 20;
 use crate::tls::client_auth::{self, CertVerify, Mode};
 use crate::tls::LoadedCert;
 
@@ -35,7 +38,7 @@ impl PemFile {
     /// Parses `CERT[,key=value...]`. A file whose own name holds ',' is taken whole when
     /// it exists (hitch reads `pem-file = "a,b.pem"` as a path).
     pub fn parse(spec: &str) -> Result<Self, String> {
-        if spec.contains(',') && Path::new(spec).is_file() {
+        if spec.contains(',') && crate::system::files::is_file(Path::new(spec)) {
             return Ok(PemFile {
                 cert: spec.into(),
                 ..PemFile::default()
@@ -155,9 +158,11 @@ pub fn staple(
             Ok(())
         }
     };
-    let der = std::fs::read(der_path).map_err(|e| ConfigError::Invalid {
-        option,
-        reason: format!("cannot read {}: {e}", der_path.display()),
+    let der = crate::system::files::read(der_path, MAX_DER, "an OCSP response").map_err(|e| {
+        ConfigError::Invalid {
+            option,
+            reason: format!("cannot read {}: {e}", der_path.display()),
+        }
     })?;
     let chain = &cert.key.cert;
     let (Some(leaf), Some(issuer)) = (chain.first(), chain.get(1)) else {

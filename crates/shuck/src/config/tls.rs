@@ -249,18 +249,15 @@ fn pem_dir(dir: &Path, glob: Option<&str>) -> Result<Vec<LoadedCert>, ConfigErro
             option: "--pem-dir-glob",
             reason: format!("{:?}: {e}", glob.unwrap_or_default()),
         })?;
-    let mut files: Vec<(std::ffi::OsString, PathBuf)> = std::fs::read_dir(dir)
+    let files: Vec<(std::ffi::OsString, PathBuf)> = crate::system::files::list_files(dir)
         .map_err(|e| bad(e.to_string()))?
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter(|e| {
+        .into_iter()
+        .filter(|(name, _)| {
             pattern
                 .as_ref()
-                .is_none_or(|p| p.matches(&e.file_name().to_string_lossy()))
+                .is_none_or(|p| p.matches(&name.to_string_lossy()))
         })
-        .map(|e| (e.file_name(), e.path()))
         .collect();
-    files.sort();
     let mut certs = Vec::new();
     for (_, path) in files {
         match LoadedCert::from_file(&path) {

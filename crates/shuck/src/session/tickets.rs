@@ -81,6 +81,20 @@ impl std::fmt::Debug for SharedKey {
     }
 }
 
+/// A timer ring as the master process hands it to its worker (and an old master to the
+/// new one at a binary upgrade): its own keys, and which encrypts now and next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingState {
+    /// The ring's own keys, live ones only.
+    pub keys: Vec<SharedKey>,
+    /// Index in `keys` of the key that encrypts.
+    pub current: usize,
+    /// Index in `keys` of the key that encrypts after the next rotation.
+    pub next: Option<usize>,
+    /// Unix ms at which `current` stops encrypting.
+    pub rotate_at: Option<u64>,
+}
+
 /// Counters of ticket use.
 #[derive(Debug, Default)]
 pub struct TicketStats {
@@ -150,6 +164,9 @@ pub struct TicketKeys {
     pub stats: TicketStats,
     /// Told when the timer ring changes (replication sends the new keys).
     on_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// A worker process's ring: the master rotates and [`TicketKeys::install`]s; this one
+    /// never rotates by itself, so that every process encrypts with the master's keys.
+    follower: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for TicketKeys {
@@ -171,6 +188,7 @@ impl TicketKeys {
             session_lifetime,
             stats: TicketStats::default(),
             on_change: OnceLock::new(),
+            follower: Default::default(),
         })
     }
 
@@ -183,6 +201,7 @@ impl TicketKeys {
             session_lifetime,
             stats: TicketStats::default(),
             on_change: OnceLock::new(),
+            follower: Default::default(),
         })
     }
 
@@ -203,6 +222,92 @@ impl TicketKeys {
         let n = ring.keys.len();
         self.ring.store(Arc::new(ring));
         Ok(n)
+    }
+
+    /// From now on, rotate only when the master says so ([`TicketKeys::install`]).
+    pub fn follow(&self) {
+        self.follower.store(true, Ordering::Relaxed);
+    }
+
+    /// Rotates the timer ring if the current key's period is over; true when it did.
+    pub fn rotate_if_due(&self) -> bool {
+        let before = Arc::as_ptr(&self.ring.load_full());
+        self.rotate_due(unix_ms());
+        !std::ptr::eq(before, Arc::as_ptr(&self.ring.load_full()))
+    }
+
+    /// The timer ring's own keys and roles, for a worker or a new master; none when keys
+    /// come from a file (each process reads it).
+    pub fn state(&self) -> Option<RingState> {
+        self.file().is_none().then_some(())?;
+        let now = unix_ms();
+        let ring = self.ring.load();
+        let own: Vec<&Arc<TicketKey>> = ring
+            .keys
+            .iter()
+            .filter(|k| !k.foreign && k.live(now))
+            .collect();
+        let index = |i: Option<usize>| {
+            let name = ring.keys.get(i?)?.name;
+            own.iter().position(|k| k.name == name)
+        };
+        Some(RingState {
+            current: index(Some(ring.current))?,
+            next: index(ring.next),
+            rotate_at: ring.rotate_at,
+            keys: own
+                .iter()
+                .filter_map(|k| {
+                    Some(SharedKey {
+                        name: k.name,
+                        secret: k.secret?,
+                        retire_at: k.retire_at?,
+                    })
+                })
+                .collect(),
+        })
+    }
+
+    /// Makes `state` this ring's own keys and roles; keys received from other hosts stay.
+    /// Ignored when keys come from a file.
+    pub fn install(&self, state: &RingState) {
+        if self.file().is_some() || state.current >= state.keys.len() {
+            return;
+        }
+        let Ok(own) = state
+            .keys
+            .iter()
+            .map(|k| {
+                Ok::<_, Unspecified>(Arc::new(TicketKey {
+                    name: k.name,
+                    key: aead_key(&k.secret)?,
+                    retire_at: Some(k.retire_at),
+                    secret: Some(k.secret),
+                    foreign: false,
+                }))
+            })
+            .collect::<Result<Vec<_>, _>>()
+        else {
+            return;
+        };
+        self.ring.rcu(|r| {
+            let mut keys = own.clone();
+            keys.extend(
+                r.keys
+                    .iter()
+                    .filter(|k| k.foreign && !own.iter().any(|o| o.name == k.name))
+                    .cloned(),
+            );
+            Arc::new(Ring {
+                keys,
+                current: state.current,
+                next: state.next,
+                rotate_at: state.rotate_at,
+            })
+        });
+        if let Some(f) = self.on_change.get() {
+            f();
+        }
     }
 
     /// Calls `f` after every rotation of the timer ring (once set, for the process's life).
@@ -278,8 +383,16 @@ impl TicketKeys {
         added
     }
 
-    /// Starts a new encrypting key if the current one's period is over.
+    /// Starts a new encrypting key if the current one's period is over (not in a worker
+    /// process: its master rotates).
     fn maybe_rotate(&self, now: u64) {
+        if self.follower.load(Ordering::Relaxed) {
+            return;
+        }
+        self.rotate_due(now);
+    }
+
+    fn rotate_due(&self, now: u64) {
         let Source::Timer { period } = self.source else {
             return;
         };
@@ -457,14 +570,8 @@ fn load_file(path: &Path) -> Result<Ring, TicketError> {
         line,
         reason,
     };
-    let meta = std::fs::metadata(path).map_err(|e| bad(None, e.to_string()))?;
-    if meta.len() > MAX_KEY_FILE {
-        return Err(bad(
-            None,
-            format!("larger than {MAX_KEY_FILE} bytes; is this a key file?"),
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(None, e.to_string()))?;
+    let text = crate::system::files::read_to_string(path, MAX_KEY_FILE, "a key file")
+        .map_err(|e| bad(None, e.to_string()))?;
     let mut keys = Vec::new();
     let mut first_len = None;
     for (i, line) in text.lines().enumerate() {
@@ -636,6 +743,30 @@ mod tests {
         assert_eq!(f.merge_at(&many, now), 0);
         assert!(f.export().is_empty());
         let _ = std::fs::remove_file(p);
+    }
+
+    #[test]
+    fn a_follower_encrypts_with_the_installed_ring_and_never_rotates_alone() {
+        let period = Duration::from_secs(10);
+        let master = TicketKeys::rotating(period, HOUR).unwrap();
+        let worker = TicketKeys::rotating(period, HOUR).unwrap();
+        worker.follow();
+        worker.install(&master.state().unwrap());
+        let t0 = unix_ms();
+        let ticket = worker.seal(b"w", t0).unwrap();
+        assert_eq!(master.open(&ticket, t0).unwrap(), b"w");
+        // Past the period the follower still encrypts with the installed key.
+        let later = worker.seal(b"w2", t0 + 11_000).unwrap();
+        assert_eq!(later[..NAME_LEN], ticket[..NAME_LEN]);
+        // The master rotates; once installed, the worker encrypts with the new key and
+        // still opens tickets made before.
+        master.rotate_due(t0 + 11_000);
+        worker.install(&master.state().unwrap());
+        let after = worker.seal(b"w3", t0 + 11_000).unwrap();
+        assert_ne!(after[..NAME_LEN], ticket[..NAME_LEN]);
+        assert_eq!(master.open(&after, t0 + 11_000).unwrap(), b"w3");
+        assert_eq!(worker.open(&ticket, t0 + 11_000).unwrap(), b"w");
+        assert!(worker.state().is_some());
     }
 
     #[test]

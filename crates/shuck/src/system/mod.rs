@@ -3,6 +3,7 @@
 //! (sd_notify), and logging to a file or to syslog.
 
 pub mod daemon;
+pub mod files;
 pub mod log;
 pub mod notify;
 pub mod privileges;

@@ -10,6 +10,7 @@ use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 
+use super::pem::MAX_PEM;
 use super::TlsError;
 
 /// What to ask of clients.
@@ -96,7 +97,8 @@ pub fn load_roots(path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
         path: path.to_owned(),
         reason,
     };
-    let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let text =
+        crate::system::files::read(path, MAX_PEM, "a PEM file").map_err(|e| bad(e.to_string()))?;
     let mut roots = RootCertStore::empty();
     let mut n = 0;
     for cert in CertificateDer::pem_slice_iter(&text) {

@@ -13,6 +13,10 @@ use rustls::sign::CertifiedKey;
 
 use super::TlsError;
 
+/// Bound on a PEM file (a CA bundle is a few hundred KB), so that a wrong path cannot
+/// make shuck read a disk image.
+pub(crate) const MAX_PEM: u64 = 16 << 20;
+
 /// A certificate ready to serve, with what SNI needs to know of it.
 #[derive(Debug)]
 pub struct LoadedCert {
@@ -41,7 +45,7 @@ struct Sections {
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|e| TlsError::ReadPem {
+    crate::system::files::read(path, MAX_PEM, "a PEM file").map_err(|e| TlsError::ReadPem {
         path: path.to_owned(),
         reason: e.to_string(),
     })

@@ -16,13 +16,8 @@ pub fn load(path: &Path) -> Result<[u8; 32], SyncError> {
         path: path.to_owned(),
         reason,
     };
-    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
-    if meta.len() > MAX_FILE {
-        return Err(bad(format!(
-            "larger than {MAX_FILE} bytes; is this a key file?"
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let text = crate::system::files::read_to_string(path, MAX_FILE, "a key file")
+        .map_err(|e| bad(e.to_string()))?;
     let lines: Vec<&str> = text
         .lines()
         .map(str::trim)
@@ -53,7 +48,9 @@ pub fn load(path: &Path) -> Result<[u8; 32], SyncError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        if meta.permissions().mode() & 0o077 != 0 {
+        // From the disk, not the master's recording: a worker may not see the file.
+        let meta = std::fs::metadata(path);
+        if meta.is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
             tracing::warn!(
                 file = %path.display(),
                 "the replication key is readable by group or others; chmod 600 it"

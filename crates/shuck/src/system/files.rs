@@ -1,0 +1,184 @@
+//! Every file the configuration reads goes through here, so that a reload can be read by
+//! one process and applied by another: the master (still root) reads the files while
+//! [`record`]ing them, and sends the [`Recording`] to the worker (no longer root, perhaps
+//! chrooted), which parses the same configuration while [`replay`]ing it and never touches
+//! the disk. Outside either scope, the calls go to the file system.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The files one configuration read: contents, and the regular files of each directory
+/// listed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recording {
+    /// Path → contents, or the error the read gave (replayed as the same kind and text).
+    pub files: HashMap<PathBuf, Result<Vec<u8>, String>>,
+    /// Directory → its regular files (name, path), or the error the listing gave.
+    pub dirs: HashMap<PathBuf, Result<Vec<(OsString, PathBuf)>, String>>,
+}
+
+enum Mode {
+    Record(Recording),
+    Replay(Recording),
+}
+
+thread_local! {
+    static MODE: RefCell<Option<Mode>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`, recording every file it reads through this module.
+pub fn record<T>(f: impl FnOnce() -> T) -> (T, Recording) {
+    MODE.with(|m| *m.borrow_mut() = Some(Mode::Record(Recording::default())));
+    let out = f();
+    let rec = MODE.with(|m| match m.borrow_mut().take() {
+        Some(Mode::Record(r)) => r,
+        _ => Recording::default(),
+    });
+    (out, rec)
+}
+
+/// Runs `f` with every read answered from `rec`; a file not in it is "not found".
+pub fn replay<T>(rec: Recording, f: impl FnOnce() -> T) -> T {
+    MODE.with(|m| *m.borrow_mut() = Some(Mode::Replay(rec)));
+    let out = f();
+    MODE.with(|m| *m.borrow_mut() = None);
+    out
+}
+
+fn not_recorded(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} was not read by the master process", path.display()),
+    )
+}
+
+/// The whole file, at most `max` bytes: a larger one is an error asking whether it is
+/// `what` ("a key file").
+pub fn read(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
+    let replayed = MODE.with(|m| match &*m.borrow() {
+        Some(Mode::Replay(r)) => Some(match r.files.get(path) {
+            Some(Ok(b)) => Ok(b.clone()),
+            Some(Err(e)) => Err(io::Error::other(e.clone())),
+            None => Err(not_recorded(path)),
+        }),
+        _ => None,
+    });
+    if let Some(r) = replayed {
+        return r.and_then(|b| within(b, max, what));
+    }
+    let got = std::fs::read(path);
+    MODE.with(|m| {
+        if let Some(Mode::Record(r)) = &mut *m.borrow_mut() {
+            let kept = match &got {
+                Ok(b) => Ok(b.clone()),
+                Err(e) => Err(e.to_string()),
+            };
+            r.files.insert(path.to_owned(), kept);
+        }
+    });
+    got.and_then(|b| within(b, max, what))
+}
+
+fn within(b: Vec<u8>, max: u64, what: &str) -> io::Result<Vec<u8>> {
+    if b.len() as u64 > max {
+        return Err(io::Error::other(format!(
+            "larger than {max} bytes; is this {what}?"
+        )));
+    }
+    Ok(b)
+}
+
+/// The file as UTF-8 text, at most `max` bytes (see [`read`]).
+pub fn read_to_string(path: &Path, max: u64, what: &str) -> io::Result<String> {
+    String::from_utf8(read(path, max, what)?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// Whether `path` is a regular file that can be read.
+pub fn is_file(path: &Path) -> bool {
+    let replayed = MODE.with(|m| match &*m.borrow() {
+        Some(Mode::Replay(r)) => Some(matches!(r.files.get(path), Some(Ok(_)))),
+        _ => None,
+    });
+    if let Some(r) = replayed {
+        return r;
+    }
+    // Recorded as a read, so that the replay answers alike.
+    path.is_file() && read(path, u64::MAX, "").is_ok()
+}
+
+/// The regular files in `dir`, by name, sorted.
+pub fn list_files(dir: &Path) -> io::Result<Vec<(OsString, PathBuf)>> {
+    let replayed = MODE.with(|m| match &*m.borrow() {
+        Some(Mode::Replay(r)) => Some(match r.dirs.get(dir) {
+            Some(Ok(l)) => Ok(l.clone()),
+            Some(Err(e)) => Err(io::Error::other(e.clone())),
+            None => Err(not_recorded(dir)),
+        }),
+        _ => None,
+    });
+    if let Some(r) = replayed {
+        return r;
+    }
+    let got = std::fs::read_dir(dir).map(|rd| {
+        let mut files: Vec<(OsString, PathBuf)> = rd
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| (e.file_name(), e.path()))
+            .collect();
+        files.sort();
+        files
+    });
+    MODE.with(|m| {
+        if let Some(Mode::Record(r)) = &mut *m.borrow_mut() {
+            let kept = match &got {
+                Ok(l) => Ok(l.clone()),
+                Err(e) => Err(e.to_string()),
+            };
+            r.dirs.insert(dir.to_owned(), kept);
+        }
+    });
+    got
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_answers_as_the_recording_did() {
+        let dir = std::env::temp_dir().join(format!("shuck-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = dir.join("a.pem");
+        std::fs::write(&a, "A").unwrap();
+        let missing = dir.join("missing");
+        let (got, rec) = record(|| {
+            (
+                read(&a, 10, "a").unwrap(),
+                read(&missing, 10, "a").is_err(),
+                list_files(&dir).unwrap().len(),
+            )
+        });
+        assert_eq!(got, (b"A".to_vec(), true, 1));
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The disk no longer has them; the replay does.
+        let again = replay(rec, || {
+            (
+                read(&a, 10, "a").unwrap(),
+                read(&missing, 10, "a").is_err(),
+                list_files(&dir).unwrap().len(),
+                is_file(&a),
+                read(&dir.join("never-read"), 10, "a").is_err(),
+                read(&a, 0, "a").is_err(),
+            )
+        });
+        assert_eq!(again, (b"A".to_vec(), true, 1, true, true, true));
+        assert!(
+            read(&a, 10, "a").is_err(),
+            "outside the replay, the disk answers"
+        );
+    }
+}
