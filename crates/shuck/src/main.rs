@@ -43,7 +43,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // SIGHUP reads the same command line and file again.
-    let reparse: shuck::runtime::Reparse = Box::new(move || match parse(&raw) {
+    let reparse: shuck::runtime::Reparse = std::rc::Rc::new(move || match parse(&raw) {
         Ok(cli) => Config::from_cli(&cli).map_err(|e| e.to_string()),
         Err(Fail::Printed) => Err("unexpected --help".into()),
         Err(Fail::Error(e)) => Err(e),

@@ -14,7 +14,7 @@ use crate::tls::client_auth::{self, Mode};
 use crate::tls::{params, LoadedCert, TlsSettings};
 
 /// A frontend: the endpoint as written and the addresses it listens on.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Frontend {
     /// As the operator wrote it, for messages.
     pub endpoint: Endpoint,

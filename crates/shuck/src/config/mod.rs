@@ -52,7 +52,7 @@ pub struct Limits {
 }
 
 /// A validated configuration.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// Listening endpoints.
     pub frontends: Vec<Frontend>,

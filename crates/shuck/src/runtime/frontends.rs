@@ -1,8 +1,8 @@
-//! The set of frontends being served: binds each one's SO_REUSEPORT sockets (one per
-//! worker) and hands them to the workers; a reload updates a frontend's TLS state in place,
-//! opens new frontends and closes removed ones.
+//! The set of frontends a worker process serves: hands each one's SO_REUSEPORT sockets
+//! (bound by the master, one per worker thread) to the worker threads; a reload updates a
+//! frontend's TLS state in place, opens new frontends and closes removed ones.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -10,7 +10,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::error::StartError;
 use crate::config::Frontend;
-use crate::proxy::{listener, Control, FrontendState};
+use crate::proxy::{Control, FrontendState};
 use crate::shutdown::{self, Trigger};
 use crate::tls::TlsState;
 
@@ -29,17 +29,15 @@ pub struct Frontends {
     /// Names by counter slot, shared with the metrics.
     pub names: Arc<Mutex<Vec<String>>>,
     workers: Vec<UnboundedSender<Control>>,
-    sockets: listener::Options,
 }
 
 impl Frontends {
     /// An empty set for these workers.
-    pub fn new(workers: Vec<UnboundedSender<Control>>, sockets: listener::Options) -> Self {
+    pub fn new(workers: Vec<UnboundedSender<Control>>) -> Self {
         Frontends {
             live: Vec::new(),
             names: Arc::new(Mutex::new(Vec::new())),
             workers,
-            sockets,
         }
     }
 
@@ -55,16 +53,32 @@ impl Frontends {
             .collect()
     }
 
-    /// Binds a frontend on every worker and starts accepting on it.
-    pub fn open(&mut self, fe: &Frontend, tls: Arc<TlsState>) -> Result<(), StartError> {
+    /// Starts accepting on a frontend's sockets (bound by the master, those of `given` on
+    /// its addresses are taken), spread over the worker threads.
+    pub fn open(
+        &mut self,
+        fe: &Frontend,
+        tls: Arc<TlsState>,
+        given: &mut Vec<(SocketAddr, TcpListener)>,
+    ) -> Result<(), StartError> {
         let name = fe.endpoint.to_string();
         let mut sockets = Vec::new();
         for &addr in &fe.addrs {
-            listener::check_free(addr).map_err(|source| StartError::bind(&name, addr, source))?;
-            for _ in &self.workers {
-                let l = listener::bind(addr, self.sockets)
-                    .map_err(|source| StartError::bind(&name, addr, source))?;
-                sockets.push(l);
+            let before = sockets.len();
+            let mut i = 0;
+            while i < given.len() {
+                if given[i].0 == addr {
+                    sockets.push(given.remove(i).1);
+                } else {
+                    i += 1;
+                }
+            }
+            if sockets.len() == before {
+                return Err(StartError::bind(
+                    &name,
+                    addr,
+                    std::io::Error::other("the master process passed no socket for it"),
+                ));
             }
         }
         let slot = self.slot(&name)?;

@@ -1,18 +1,25 @@
-//! The process, in the order it starts: **load** what is read from disk, **bind** every
-//! socket, **become the service** (detach, pid file, backends), **drop privileges**,
-//! **start the services** (OCSP, replication), **spawn the workers**, and **supervise**
-//! them until SIGTERM. Each phase is a function or type below; everything privileged is
-//! done before the privileges go.
+//! The process model: a **master** process that keeps the starting user, and one **worker**
+//! process that serves. The master **loads** what is read from disk, **binds** every socket
+//! (or takes those of the previous master or of systemd), **becomes the service** (detach,
+//! pid file), and forks the worker ([`master`]); the worker **drops privileges**, **starts
+//! the services** (OCSP, replication), **spawns the worker threads** and is **supervised**
+//! until it drains ([`serve`]). Everything privileged stays with the master.
 
+mod channel;
 mod error;
 mod frontend_tls;
 mod frontends;
+mod inherit;
+mod listeners;
+mod master;
 mod refresh;
 mod reload;
+mod serve;
 mod services;
 mod supervise;
 mod workers;
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
@@ -21,25 +28,28 @@ use crate::backend::{Pool, PoolLimits, Server};
 use crate::config::{BackendTarget, Config};
 use crate::proxy::ProxyState;
 use crate::session::Resumption;
-use crate::stats::Sources;
 use crate::system::daemon::PidFile;
 use crate::system::privileges::Target;
 
 pub use error::StartError;
 pub use frontend_tls::FrontendTlsError;
+pub use inherit::InheritError;
+pub use master::{CRASH_LIMIT, CRASH_WINDOW};
 
-use frontends::Frontends;
-use reload::Reloader;
-use services::{Services, Sockets};
-use supervise::{Supervised, Supervisor};
+use inherit::Inherited;
+use listeners::Listeners;
+use services::Sockets;
 
 /// Re-reads the configuration for a reload (SIGHUP): the same command line and file.
-pub type Reparse = Box<dyn Fn() -> Result<Config, String>>;
+pub type Reparse = Rc<dyn Fn() -> Result<Config, String>>;
 
 /// Serves `config` until SIGTERM/SIGINT and the drain that follows; SIGHUP calls `reparse`
-/// and applies what it returns.
+/// (in the master, as root) and the worker applies what it returns; SIGUSR2 starts the
+/// binary on disk and hands over to it.
 pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
     raise_nofile_limit();
+    let mut inherited =
+        Inherited::take().map_err(|e| StartError::System(std::io::Error::other(e.to_string())))?;
 
     // Load: staples cached on disk, then every frontend's TLS state.
     let ocsp_targets = services::load_ocsp_cache(&mut config);
@@ -48,86 +58,54 @@ pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
         config.tls.session_timeout,
         config.tls.tickets.clone(),
     );
+    if let (Some(t), Some(state)) = (&resumption.tickets, &inherited.tickets) {
+        // Tickets issued by the previous binary still resume.
+        t.install(state);
+    }
     let tls = frontend_tls::build(&config, &resumption)?;
 
     // Bind everything before serving anything, so a taken port is a clean start failure.
-    let (controls, control_rxs) = workers::channels(config.workers);
-    let mut frontends = Frontends::new(
-        controls,
+    let mut listeners = Listeners::new(
         crate::proxy::listener::Options {
             backlog: config.backlog,
             fastopen: config.tcp_fastopen,
         },
-    );
-    for (fe, tls) in config.frontends.iter().zip(tls) {
-        frontends.open(fe, tls)?;
-    }
-    let sockets = Sockets::bind(&config)?;
-
-    // Become the service, then nobody: detaching forks, so it comes before any thread.
-    let _pidfile = daemonize(&config)?;
-    let pool = backend_pool(&config)?;
-    drop_privileges(&config.privileges)?;
-
-    let mut services =
-        Services::start(&config, sockets, ocsp_targets, &resumption, pool.servers())?;
-    if config.self_signed {
-        tracing::info!(
-            names = %crate::tls::selfsigned::NAMES.join(", "),
-            "no certificate given: serving a self-signed certificate generated at start"
-        );
-    }
-    let state = Arc::new(proxy_state(&config, pool));
-    let supervisor = Supervisor::catch_signals()?;
-    tracing::info!(
-        "shuck {} listening on {} with {} worker(s), forwarding to {}",
-        env!("CARGO_PKG_VERSION"),
-        frontends.describe().join(", "),
         config.workers,
-        state
-            .pool
-            .servers()
-            .iter()
-            .map(|s| s.name())
-            .collect::<Vec<_>>()
-            .join(", ")
     );
+    for fe in &config.frontends {
+        listeners.open(fe, &mut inherited)?;
+    }
+    let sockets = Sockets::bind(&config, &mut inherited)?;
+    if let Some(from) = inherited.from {
+        tracing::info!("listening sockets taken from {from}, not bound again");
+    }
+    inherited.close_rest();
 
-    let drain_timeout = config.limits.drain_timeout;
-    let workers = workers::spawn(control_rxs, &state, frontends::MAX_SLOTS, drain_timeout)?;
-    crate::system::notify::notify("READY=1");
-
-    let sources = Arc::new(Sources {
-        counters: workers.counters.clone(),
-        state,
-        resumption: resumption.clone(),
-        replication: services.replication.as_ref().map(|r| r.stats.clone()),
-        frontends: frontends.names.clone(),
-    });
-    let reloader = Reloader::new(config, reparse, resumption, services.ocsp_updates.take());
-    supervisor.run(Supervised {
-        frontends,
-        reloader,
-        services,
-        workers,
-        sources,
-        drain_timeout,
-    })
-}
-
-/// `--daemon` and `--pidfile`: the pid file is removed when the guard is dropped.
-fn daemonize(config: &Config) -> Result<Option<PidFile>, StartError> {
-    if config.daemon {
+    // Become the service. Detaching forks, so it comes before anything else; a new binary
+    // started by an upgrade is detached already, as its parent was.
+    let upgrading = inherited.predecessor.is_some();
+    if config.daemon && !upgrading {
         crate::system::daemon::detach()?;
     }
-    Ok(match &config.pidfile {
+    let pidfile = match &config.pidfile {
         Some(p) => Some(PidFile::write(p)?),
         None => None,
+    };
+    master::run(master::Master {
+        config,
+        tls,
+        resumption,
+        ocsp_targets,
+        listeners,
+        services: sockets,
+        reparse,
+        pidfile,
+        predecessor: inherited.predecessor.take(),
     })
 }
 
 /// The backend servers, or the built-in origin started on a loopback port.
-fn backend_pool(config: &Config) -> Result<Pool, StartError> {
+pub(crate) fn backend_pool(config: &Config) -> Result<Pool, StartError> {
     let servers = match &config.backend {
         BackendTarget::Servers(specs) => specs
             .iter()
@@ -159,7 +137,7 @@ fn backend_pool(config: &Config) -> Result<Pool, StartError> {
 }
 
 /// `--user`, `--group`, `--chroot`, and the log line that says who shuck now is.
-fn drop_privileges(target: &Target) -> Result<(), StartError> {
+pub(crate) fn drop_privileges(target: &Target) -> Result<(), StartError> {
     if target.user.is_none() && nix::unistd::geteuid().is_root() {
         // hitch refuses this; shuck serves (the zero-configuration start must work
         // anywhere) but says so.
@@ -192,7 +170,7 @@ fn drop_privileges(target: &Target) -> Result<(), StartError> {
 }
 
 /// What every connection reads.
-fn proxy_state(config: &Config, pool: Pool) -> ProxyState {
+pub(crate) fn proxy_state(config: &Config, pool: Pool) -> ProxyState {
     ProxyState {
         pool,
         preamble: config.preamble,

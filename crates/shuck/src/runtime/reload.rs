@@ -1,10 +1,13 @@
-//! SIGHUP: read the configuration again (the same command line and file), load every
-//! certificate, key and ticket-key file, and only when all of it is good, apply it: each
+//! A reload, in the worker process: the master read the configuration again (the same
+//! command line and file) as root and sends what it read; the worker parses the same
+//! command line over that recording (`system::files`), loads every certificate, key and
+//! ticket-key file from it, and only when all of it is good, applies it: each
 //! frontend's TLS state is swapped (new connections use the new one, live connections keep
 //! theirs), frontends that appeared are opened, those that disappeared are closed. A reload
 //! that fails anywhere changes nothing and says why. Settings that only a restart can
 //! change (workers, backends, timeouts, ...) are named in a warning.
 
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
 use super::frontend_tls;
@@ -12,6 +15,7 @@ use super::frontends::Frontends;
 use super::Reparse;
 use crate::config::{BackendTarget, Config};
 use crate::session::Resumption;
+use crate::system::files::{self, Recording};
 use crate::tls::ocsp::manager as ocsp;
 
 /// Holds what a reload compares against and builds from.
@@ -62,8 +66,20 @@ impl Reloader {
         frontend_tls::build(cfg, &self.resumption).map_err(|e| e.to_string())
     }
 
-    /// Re-reads and applies the configuration, or keeps the running one and logs why.
-    pub fn reload(&mut self, frontends: &mut Frontends) {
+    /// Applies the configuration the master read (`rec`), with the sockets it bound for
+    /// new frontends (`given`), or keeps the running one and logs why.
+    pub fn apply(
+        &mut self,
+        frontends: &mut Frontends,
+        rec: Recording,
+        given: &mut Vec<(SocketAddr, TcpListener)>,
+    ) {
+        files::replay(rec, || self.reload(frontends, given));
+        // Sockets for frontends that did not open are closed.
+        given.clear();
+    }
+
+    fn reload(&mut self, frontends: &mut Frontends, given: &mut Vec<(SocketAddr, TcpListener)>) {
         let new = match (self.reparse)() {
             Ok(c) => c,
             Err(e) => {
@@ -103,7 +119,7 @@ impl Reloader {
             let name = fe.endpoint.to_string();
             match frontends.get(&name) {
                 Some(live) => live.tls.store(tls),
-                None => match frontends.open(fe, tls) {
+                None => match frontends.open(fe, tls, given) {
                     Ok(()) => opened.push(name),
                     Err(e) => tracing::error!("SIGHUP: cannot open frontend {name}: {e}"),
                 },

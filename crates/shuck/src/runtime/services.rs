@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use super::channel::{Entry, Kind};
 use super::error::StartError;
+use super::inherit::Inherited;
 use crate::backend::Server;
 use crate::config::Config;
 use crate::session::sync::Replication;
@@ -23,21 +25,66 @@ pub struct Sockets {
 }
 
 impl Sockets {
-    /// Binds the `--stats` port and the replication socket, when asked for.
-    pub fn bind(config: &Config) -> Result<Self, StartError> {
+    /// Binds the `--stats` port and the replication socket, when asked for (or takes them
+    /// from those inherited).
+    pub fn bind(config: &Config, inherited: &mut Inherited) -> Result<Self, StartError> {
         let stats = match config.stats {
             Some(addr) => Some(
-                std::net::TcpListener::bind(addr)
-                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                    .map_err(|source| StartError::Stats { addr, source })?,
+                match inherited.take_stats(addr) {
+                    Some(l) => Ok(l),
+                    None => std::net::TcpListener::bind(addr),
+                }
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| StartError::Stats { addr, source })?,
             ),
             None => None,
         };
         let replication = match &config.replication {
-            Some(settings) => Some(Replication::bind(settings)?),
+            Some(settings) => Some(match inherited.take_udp(settings.listen) {
+                Some(s) => s,
+                None => Replication::bind(settings)?,
+            }),
             None => None,
         };
         Ok(Sockets { stats, replication })
+    }
+
+    /// Copies of the descriptors (the same sockets), for a worker process.
+    pub fn try_clone(&self) -> std::io::Result<Self> {
+        Ok(Sockets {
+            stats: self.stats.as_ref().map(|l| l.try_clone()).transpose()?,
+            replication: self
+                .replication
+                .as_ref()
+                .map(|s| s.try_clone())
+                .transpose()?,
+        })
+    }
+
+    /// Each socket, described, with a copy of its descriptor (for the next master).
+    pub fn export(&self) -> std::io::Result<Vec<(Entry, std::os::fd::OwnedFd)>> {
+        let mut out = Vec::new();
+        if let Some(l) = &self.stats {
+            let addr = l.local_addr()?;
+            out.push((
+                Entry {
+                    kind: Kind::Stats,
+                    addr,
+                },
+                l.try_clone()?.into(),
+            ));
+        }
+        if let Some(s) = &self.replication {
+            let addr = s.local_addr()?;
+            out.push((
+                Entry {
+                    kind: Kind::Replication,
+                    addr,
+                },
+                s.try_clone()?.into(),
+            ));
+        }
+        Ok(out)
     }
 }
 

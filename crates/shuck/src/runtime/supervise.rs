@@ -1,19 +1,31 @@
-//! The main thread once the workers run: it serves `--stats`, logs the counters, and
-//! answers signals: SIGHUP reloads, new OCSP staples are applied, SIGTERM or SIGINT
-//! drains (a second one exits at once).
+//! The worker process's main thread once the worker threads run: it serves `--stats`, logs
+//! the counters, applies what the master sends (a reload, new ticket keys, sessions from
+//! the previous process), and answers signals: SIGHUP and SIGUSR2 are passed to the master,
+//! new OCSP staples are applied, SIGTERM or SIGINT drains (a second one exits at once), and
+//! so does a handover to the next process, after sending it the session cache.
 
 use std::io;
+use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::mpsc;
+
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use super::channel::{Channel, Kind, Msg, SESSIONS_PER_FRAME};
 use super::error::StartError;
 use super::frontends::Frontends;
 use super::reload::Reloader;
 use super::services::Services;
 use super::workers::Workers;
+use crate::session::Resumption;
+use crate::shutdown::Trigger;
 use crate::stats::{self, Sources};
+
+/// How long a worker started by a binary upgrade waits for the previous process's
+/// sessions before it serves without them.
+const SESSIONS_WAIT: Duration = Duration::from_secs(3);
 
 /// How often the counters are logged (at debug level).
 const STATS_EVERY: Duration = Duration::from_secs(10);
@@ -24,6 +36,40 @@ pub struct Supervisor {
     term: Signal,
     int: Signal,
     hup: Signal,
+    usr2: Signal,
+}
+
+/// The way to the master process.
+#[derive(Debug)]
+pub struct MasterLink {
+    /// Writes to the master.
+    pub to: Channel,
+    /// What the master sent, read by a thread of its own.
+    pub from: mpsc::UnboundedReceiver<Msg>,
+}
+
+impl MasterLink {
+    /// Reads `chan` on a thread of its own; the receiver ends when the master is gone.
+    pub fn start(chan: Channel) -> io::Result<Self> {
+        let reader = chan.try_clone()?;
+        let (tx, from) = mpsc::unbounded_channel();
+        std::thread::Builder::new()
+            .name("shuck-master-link".into())
+            .spawn(move || {
+                while let Ok(m) = reader.recv() {
+                    if tx.send(m).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(MasterLink { to: chan, from })
+    }
+
+    fn send(&self, m: &Msg) {
+        if let Err(e) = self.to.send(m) {
+            tracing::warn!("cannot reach the master process: {e}");
+        }
+    }
 }
 
 /// What the supervisor watches over.
@@ -40,6 +86,15 @@ pub struct Supervised {
     pub sources: Arc<Sources>,
     /// How long live connections get at shutdown (for the log line).
     pub drain_timeout: Duration,
+    /// The session cache and ticket keys.
+    pub resumption: Resumption,
+    /// The master.
+    pub master: MasterLink,
+    /// Lets the worker threads accept; held until the previous process's sessions are
+    /// in when this worker was started by a binary upgrade.
+    pub start: Trigger,
+    /// Whether `start` waits for sessions.
+    pub await_sessions: bool,
 }
 
 impl Supervisor {
@@ -54,6 +109,7 @@ impl Supervisor {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
             hup: signal(SignalKind::hangup())?,
+            usr2: signal(SignalKind::user_defined2())?,
             rt,
         })
     }
@@ -65,6 +121,7 @@ impl Supervisor {
             mut term,
             mut int,
             mut hup,
+            mut usr2,
         } = self;
         let Supervised {
             mut frontends,
@@ -73,6 +130,10 @@ impl Supervisor {
             mut workers,
             sources,
             drain_timeout,
+            resumption,
+            mut master,
+            start,
+            await_sessions,
         } = s;
         rt.block_on(async move {
             if let Some(l) = services.stats.take() {
@@ -82,16 +143,65 @@ impl Supervisor {
             }
             let mut report = tokio::time::interval(STATS_EVERY);
             report.tick().await;
+            let mut waiting = await_sessions;
+            if !waiting {
+                start.fire();
+            }
+            let sessions_wait = tokio::time::sleep(SESSIONS_WAIT);
+            tokio::pin!(sessions_wait);
+            let mut given: Vec<(std::net::SocketAddr, TcpListener)> = Vec::new();
+            let mut received = 0usize;
+            let mut handover = false;
             loop {
                 tokio::select! {
                     _ = term.recv() => break,
                     _ = int.recv() => break,
                     Some(()) = services.restaple.recv() => reloader.restaple(&frontends),
-                    _ = hup.recv() => {
-                        crate::system::notify::reloading();
-                        reloader.reload(&mut frontends);
-                        crate::system::notify::notify("READY=1");
+                    _ = hup.recv() => master.send(&Msg::Reload),
+                    _ = usr2.recv() => master.send(&Msg::Upgrade),
+                    _ = &mut sessions_wait, if waiting => {
+                        tracing::warn!("the previous process's sessions did not arrive within {SESSIONS_WAIT:?}; serving without them");
+                        waiting = false;
+                        start.fire();
                     }
+                    m = master.from.recv() => match m {
+                        None => {
+                            tracing::warn!("the master process is gone: stopping");
+                            break;
+                        }
+                        Some(Msg::Sockets(entries, fds)) => given.extend(
+                            entries
+                                .into_iter()
+                                .zip(fds)
+                                .filter(|(e, _)| e.kind == Kind::Frontend)
+                                .map(|(e, fd)| (e.addr, TcpListener::from(fd))),
+                        ),
+                        Some(Msg::Apply(rec)) => reloader.apply(&mut frontends, rec, &mut given),
+                        Some(Msg::Tickets(state)) => {
+                            if let Some(t) = &resumption.tickets {
+                                t.install(&state);
+                            }
+                        }
+                        Some(Msg::Sessions(list)) => {
+                            if let Some(cache) = &resumption.cache {
+                                for s in list {
+                                    received += usize::from(cache.insert_replicated(s.key, s.value, s.age));
+                                }
+                            }
+                        }
+                        Some(Msg::SessionsEnd) => {
+                            tracing::info!("{received} session(s) taken over from the previous process");
+                            if waiting {
+                                waiting = false;
+                                start.fire();
+                            }
+                        }
+                        Some(Msg::Handover) => {
+                            handover = true;
+                            break;
+                        }
+                        Some(m) => tracing::warn!("unexpected message from the master process: {m:?}"),
+                    },
                     _ = report.tick() => tracing::debug!("{}", stats::summary(&sources)),
                     _ = workers.done.recv() => {
                         tracing::error!("workers stopped unexpectedly");
@@ -102,8 +212,10 @@ impl Supervisor {
             tracing::info!(
                 "stopping: no new connections; live ones get up to {drain_timeout:?} to finish"
             );
-            crate::system::notify::notify("STOPPING=1");
             workers.trigger.fire();
+            if handover {
+                hand_over_sessions(&master, &resumption);
+            }
             tokio::select! {
                 _ = workers.done.recv() => tracing::info!("stopped; {}", stats::summary(&sources)),
                 _ = term.recv() => exit_now(),
@@ -114,6 +226,22 @@ impl Supervisor {
             Ok(())
         })
     }
+}
+
+/// The session cache, to the next process (through the master), once no new connection
+/// is accepted here.
+fn hand_over_sessions(master: &MasterLink, resumption: &Resumption) {
+    let sessions = resumption
+        .cache
+        .as_ref()
+        .map(|c| c.snapshot())
+        .unwrap_or_default();
+    let n = sessions.len();
+    for chunk in sessions.chunks(SESSIONS_PER_FRAME) {
+        master.send(&Msg::Sessions(chunk.to_vec()));
+    }
+    master.send(&Msg::SessionsEnd);
+    tracing::info!("handed over: {n} session(s) sent to the next process");
 }
 
 fn exit_now() {

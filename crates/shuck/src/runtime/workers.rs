@@ -34,12 +34,15 @@ pub struct Workers {
     pub done: mpsc::Receiver<()>,
 }
 
-/// Starts one worker thread per control channel; each drains for up to `drain` at shutdown.
+/// Starts one worker thread per control channel; each accepts once `start` fires (at a
+/// binary upgrade, once the previous process's sessions are in) and drains for up to
+/// `drain` at shutdown.
 pub fn spawn(
     controls: Vec<mpsc::UnboundedReceiver<Control>>,
     state: &Arc<ProxyState>,
     counter_slots: usize,
     drain: Duration,
+    start: &Shutdown,
 ) -> std::io::Result<Workers> {
     let mut counters = Counters::new(counter_slots);
     let (trigger, shutdown) = shutdown::channel();
@@ -50,6 +53,7 @@ pub fn spawn(
             .build()?;
         let state = state.clone();
         let shutdown = shutdown.clone();
+        let start = start.clone();
         let done = done_tx.clone();
         let mine = counters.add_worker();
         std::thread::Builder::new()
@@ -58,7 +62,13 @@ pub fn spawn(
                 let local = tokio::task::LocalSet::new();
                 local.block_on(
                     &rt,
-                    worker_main(Worker::new(id, state, mine), control, shutdown, drain),
+                    worker_main(
+                        Worker::new(id, state, mine),
+                        control,
+                        start,
+                        shutdown,
+                        drain,
+                    ),
                 );
                 drop(done);
             })?;
@@ -76,10 +86,16 @@ pub fn spawn(
 async fn worker_main(
     worker: Worker,
     mut control: mpsc::UnboundedReceiver<Control>,
+    mut start: Shutdown,
     mut shutdown: Shutdown,
     drain: Duration,
 ) {
     let worker = Rc::new(worker);
+    // Sockets sent meanwhile wait in the channel; connections, in their backlog.
+    tokio::select! {
+        _ = start.recv() => {}
+        _ = shutdown.recv() => return,
+    }
     loop {
         tokio::select! {
             _ = shutdown.recv() => break,

@@ -18,7 +18,7 @@ use super::TlsError;
 pub(crate) const MAX_PEM: u64 = 16 << 20;
 
 /// A certificate ready to serve, with what SNI needs to know of it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LoadedCert {
     /// Where it came from, for messages.
     pub source: String,

@@ -1,0 +1,120 @@
+//! The master's listening sockets: one SO_REUSEPORT socket per frontend address and worker
+//! thread, bound while still privileged (or taken from the previous master or systemd).
+//! The master keeps them for its life, so that a worker that dies is replaced on the very
+//! same sockets: what arrived meanwhile waits in their backlog.
+
+use std::net::{SocketAddr, TcpListener};
+
+use super::channel::{Entry, Kind};
+use super::error::StartError;
+use super::inherit::Inherited;
+use crate::config::Frontend;
+use crate::proxy::listener;
+
+/// One frontend's sockets.
+#[derive(Debug)]
+pub struct Bound {
+    /// The frontend's name (its text in the configuration).
+    pub name: String,
+    /// Sockets, `threads` per address, address by address.
+    pub sockets: Vec<(SocketAddr, TcpListener)>,
+}
+
+/// Every frontend's sockets.
+#[derive(Debug)]
+pub struct Listeners {
+    /// By frontend, in configuration order.
+    pub bound: Vec<Bound>,
+    options: listener::Options,
+    threads: usize,
+}
+
+impl Listeners {
+    /// None yet; each frontend gets `threads` sockets per address.
+    pub fn new(options: listener::Options, threads: usize) -> Self {
+        Listeners {
+            bound: Vec::new(),
+            options,
+            threads: threads.max(1),
+        }
+    }
+
+    /// The frontend named `name`, if bound.
+    pub fn get(&self, name: &str) -> Option<&Bound> {
+        self.bound.iter().find(|b| b.name == name)
+    }
+
+    /// Binds `fe` (or takes its inherited sockets); returns a copy of the new sockets for
+    /// a running worker.
+    pub fn open(
+        &mut self,
+        fe: &Frontend,
+        inherited: &mut Inherited,
+    ) -> Result<Vec<(SocketAddr, TcpListener)>, StartError> {
+        let name = fe.endpoint.to_string();
+        let mut sockets = Vec::new();
+        for &addr in &fe.addrs {
+            let mut given = inherited.take_listeners(addr, &name);
+            if given.is_empty() {
+                listener::check_free(addr)
+                    .map_err(|source| StartError::bind(&name, addr, source))?;
+                for _ in 0..self.threads {
+                    let l = listener::bind(addr, self.options)
+                        .map_err(|source| StartError::bind(&name, addr, source))?;
+                    sockets.push((addr, l));
+                }
+                continue;
+            }
+            for l in &given {
+                l.set_nonblocking(true)
+                    .map_err(|source| StartError::bind(&name, addr, source))?;
+            }
+            // As many as there are threads: share a socket when fewer were passed (systemd
+            // passes one), close those beyond.
+            given.truncate(self.threads);
+            for i in 0..self.threads {
+                let l = match given.get(i) {
+                    Some(l) => l.try_clone(),
+                    None => given[i % given.len()].try_clone(),
+                }
+                .map_err(|source| StartError::bind(&name, addr, source))?;
+                sockets.push((addr, l));
+            }
+        }
+        let copy = clone_all(&sockets).map_err(StartError::System)?;
+        self.bound.push(Bound { name, sockets });
+        Ok(copy)
+    }
+
+    /// Forgets a frontend: the master's sockets for it are closed.
+    pub fn close(&mut self, name: &str) {
+        self.bound.retain(|b| b.name != name);
+    }
+
+    /// Every socket, described, with a copy of each descriptor (for the next master).
+    pub fn export(&self) -> std::io::Result<Vec<(Entry, std::os::fd::OwnedFd)>> {
+        let mut out = Vec::new();
+        for b in &self.bound {
+            for (addr, l) in &b.sockets {
+                out.push((
+                    Entry {
+                        kind: Kind::Frontend,
+                        addr: *addr,
+                    },
+                    l.try_clone()?.into(),
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Copies of the descriptors (the same sockets).
+pub fn clone_all(
+    sockets: &[(SocketAddr, TcpListener)],
+) -> std::io::Result<Vec<(SocketAddr, TcpListener)>> {
+    sockets
+        .iter()
+        .map(|(a, l)| Ok((*a, l.try_clone()?)))
+        .collect()
+}

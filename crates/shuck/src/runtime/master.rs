@@ -1,0 +1,700 @@
+//! The master process: it keeps the starting user (root in production), holds every
+//! listening socket, the configuration as read and the ticket key ring, and runs one worker
+//! process. It touches no client byte and does no TLS; it waits for signals and for its
+//! worker's messages on one thread:
+//!
+//! - SIGHUP (or a worker's `Reload`): read everything again as root, check it, bind new
+//!   frontends, and send the worker what was read and the new sockets; the worker swaps it
+//!   in (live connections keep theirs). A reload that fails changes nothing.
+//! - a worker that dies is replaced on the same sockets within a second (crash loops back
+//!   off; [`CRASH_LIMIT`] crashes within [`CRASH_WINDOW`] and the master gives up, exit 1).
+//! - SIGUSR2 (or a worker's `Upgrade`): start the binary on disk with the same arguments,
+//!   hand it the sockets and the ticket keys; once its worker serves, this worker stops
+//!   accepting, sends its session cache over, drains, and this master exits.
+//! - SIGTERM/SIGINT: the worker drains and the master exits after it.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use super::channel::{Channel, Entry, Msg, MAX_FDS};
+use super::error::StartError;
+use super::frontend_tls;
+use super::inherit::{Inherited, UPGRADE_ENV};
+use super::listeners::{clone_all, Listeners};
+use super::serve::{self, Start};
+use super::services::Sockets;
+use super::Reparse;
+use crate::config::Config;
+use crate::session::Resumption;
+use crate::system::daemon::PidFile;
+use crate::system::files;
+use crate::system::notify;
+use crate::tls::ocsp::manager::Target;
+use crate::tls::TlsState;
+
+/// Crashes within [`CRASH_WINDOW`] after which the master gives up.
+pub const CRASH_LIMIT: usize = 5;
+/// The window over which crashes are counted.
+pub const CRASH_WINDOW: Duration = Duration::from_secs(60);
+/// How long a new binary gets to serve before the upgrade is abandoned.
+const UPGRADE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The master's clock: ticket rotation and respawns are checked this often.
+const TICK: Duration = Duration::from_millis(250);
+
+/// A worker process.
+#[derive(Debug)]
+struct Worker {
+    pid: Pid,
+    chan: Option<Channel>,
+}
+
+/// A new master started by SIGUSR2, not serving yet.
+#[derive(Debug)]
+struct Upgrade {
+    pid: Pid,
+    chan: Option<Channel>,
+    since: Instant,
+}
+
+/// What the master holds.
+pub struct Master {
+    /// The configuration served, as last read.
+    pub config: Config,
+    /// Every frontend's TLS state for `config`.
+    pub tls: Vec<Arc<TlsState>>,
+    /// The ticket key ring (and a cache each worker copies).
+    pub resumption: Resumption,
+    /// Certificates to keep OCSP staples for.
+    pub ocsp_targets: Vec<Target>,
+    /// Every frontend's sockets.
+    pub listeners: Listeners,
+    /// `--stats` and replication sockets.
+    pub services: Sockets,
+    /// Reads the configuration again.
+    pub reparse: Reparse,
+    /// The pid file, when asked for.
+    pub pidfile: Option<PidFile>,
+    /// The previous master, when this one was started by an upgrade.
+    pub predecessor: Option<Channel>,
+}
+
+/// The master's running state.
+struct Run {
+    m: Master,
+    exe: PathBuf,
+    args: Vec<OsString>,
+    signals: SignalFd,
+    mask: SigSet,
+    worker: Option<Worker>,
+    retiring: Vec<Worker>,
+    crashes: VecDeque<Instant>,
+    respawn_at: Option<Instant>,
+    upgrade: Option<Upgrade>,
+    handing_over: bool,
+    stopping: bool,
+    ready_once: bool,
+    /// The worker to start waits for the previous process's sessions.
+    await_sessions: bool,
+}
+
+/// Why the loop woke.
+enum Woke {
+    Signal,
+    Worker,
+    Retiring(usize),
+    Upgrade,
+    Predecessor,
+}
+
+/// Runs the master until the service stops (Ok) or gives up.
+pub fn run(m: Master) -> Result<(), StartError> {
+    let mut mask = SigSet::empty();
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGUSR2,
+        Signal::SIGCHLD,
+    ] {
+        mask.add(s);
+    }
+    mask.thread_block()
+        .map_err(|e| StartError::System(e.into()))?;
+    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .map_err(|e| StartError::System(e.into()))?;
+    let exe = std::env::current_exe().map_err(StartError::System)?;
+    let await_sessions = m.predecessor.is_some();
+    let mut run = Run {
+        m,
+        exe,
+        args: std::env::args_os().collect(),
+        signals,
+        mask,
+        worker: None,
+        retiring: Vec::new(),
+        crashes: VecDeque::new(),
+        respawn_at: None,
+        upgrade: None,
+        handing_over: false,
+        stopping: false,
+        ready_once: false,
+        await_sessions,
+    };
+    run.spawn_worker()?;
+    run.serve()
+}
+
+impl Run {
+    fn serve(&mut self) -> Result<(), StartError> {
+        loop {
+            if (self.stopping || self.handing_over)
+                && self.worker.is_none()
+                && self.retiring.is_empty()
+            {
+                if self.handing_over {
+                    // The pid file is the new master's now.
+                    std::mem::forget(self.m.pidfile.take());
+                    tracing::info!("binary upgrade done: this process exits");
+                } else {
+                    tracing::info!("stopped");
+                }
+                return Ok(());
+            }
+            for woke in self.wait()? {
+                match woke {
+                    Woke::Signal => self.on_signals()?,
+                    Woke::Worker => self.on_worker_message(),
+                    Woke::Retiring(i) => self.on_retiring_message(i),
+                    Woke::Upgrade => self.on_upgrade_message(),
+                    Woke::Predecessor => self.on_predecessor_message(),
+                }
+            }
+            self.on_tick()?;
+        }
+    }
+
+    /// Waits up to a tick for signals or messages.
+    fn wait(&self) -> Result<Vec<Woke>, StartError> {
+        let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+        let mut who = vec![Woke::Signal];
+        if let Some(c) = self.worker.as_ref().and_then(|w| w.chan.as_ref()) {
+            fds.push(PollFd::new(c.socket().as_fd(), PollFlags::POLLIN));
+            who.push(Woke::Worker);
+        }
+        for (i, w) in self.retiring.iter().enumerate() {
+            if let Some(c) = &w.chan {
+                fds.push(PollFd::new(c.socket().as_fd(), PollFlags::POLLIN));
+                who.push(Woke::Retiring(i));
+            }
+        }
+        if let Some(c) = self.upgrade.as_ref().and_then(|u| u.chan.as_ref()) {
+            fds.push(PollFd::new(c.socket().as_fd(), PollFlags::POLLIN));
+            who.push(Woke::Upgrade);
+        }
+        if let Some(c) = &self.m.predecessor {
+            fds.push(PollFd::new(c.socket().as_fd(), PollFlags::POLLIN));
+            who.push(Woke::Predecessor);
+        }
+        let timeout = PollTimeout::try_from(TICK).unwrap_or(PollTimeout::NONE);
+        match poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => return Ok(Vec::new()),
+            Err(e) => return Err(StartError::System(e.into())),
+        }
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        Ok(who
+            .into_iter()
+            .zip(ready)
+            .filter(|(_, r)| *r)
+            .map(|(w, _)| w)
+            .collect())
+    }
+
+    fn on_signals(&mut self) -> Result<(), StartError> {
+        while let Ok(Some(info)) = self.signals.read_signal() {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(Signal::SIGCHLD) => self.reap()?,
+                Ok(Signal::SIGHUP) => self.reload(),
+                Ok(Signal::SIGUSR2) => self.start_upgrade(),
+                Ok(Signal::SIGTERM | Signal::SIGINT) => self.stop(),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        if self.stopping {
+            // A second signal: the worker exits at once on its own second one.
+            tracing::warn!("second signal: the worker exits now");
+        } else {
+            self.stopping = true;
+            notify::notify("STOPPING=1");
+        }
+        self.respawn_at = None;
+        for pid in self
+            .worker
+            .iter()
+            .chain(self.retiring.iter())
+            .map(|w| w.pid)
+            .chain(self.upgrade.as_ref().map(|u| u.pid))
+        {
+            let _ = kill(pid, Signal::SIGTERM);
+        }
+    }
+
+    /// Collects every child that ended.
+    fn reap(&mut self) -> Result<(), StartError> {
+        loop {
+            let status = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return Ok(()),
+                Ok(s) => s,
+            };
+            let Some(pid) = status.pid() else { continue };
+            if self.worker.as_ref().is_some_and(|w| w.pid == pid) {
+                self.worker = None;
+                if !self.stopping {
+                    self.crashed(pid, &status)?;
+                }
+            } else if let Some(i) = self.retiring.iter().position(|w| w.pid == pid) {
+                self.retiring.remove(i);
+            } else if self.upgrade.as_ref().is_some_and(|u| u.pid == pid) {
+                self.upgrade = None;
+                if !self.stopping {
+                    tracing::error!(
+                        "SIGUSR2: the new binary {} {} before it served; this process goes on serving",
+                        self.exe.display(),
+                        describe(&status)
+                    );
+                }
+            }
+        }
+    }
+
+    fn crashed(&mut self, pid: Pid, status: &WaitStatus) -> Result<(), StartError> {
+        let now = Instant::now();
+        self.crashes.push_back(now);
+        while self
+            .crashes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > CRASH_WINDOW)
+        {
+            self.crashes.pop_front();
+        }
+        let n = self.crashes.len();
+        if n >= CRASH_LIMIT {
+            tracing::error!(
+                "worker process {pid} {}: {n} crashes within {}s; giving up",
+                describe(status),
+                CRASH_WINDOW.as_secs()
+            );
+            return Err(StartError::System(std::io::Error::other(format!(
+                "the worker process crashed {n} times within {}s",
+                CRASH_WINDOW.as_secs()
+            ))));
+        }
+        // The first crash is answered at once; a loop backs off (at most a second).
+        let delay = if n <= 1 {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(100 << (n - 1).min(3)).min(Duration::from_secs(1))
+        };
+        tracing::error!(
+            "worker process {pid} {}; starting another on the same sockets{}",
+            describe(status),
+            if delay.is_zero() {
+                String::new()
+            } else {
+                format!(
+                    " in {}ms ({n} crashes within {}s)",
+                    delay.as_millis(),
+                    CRASH_WINDOW.as_secs()
+                )
+            }
+        );
+        self.respawn_at = Some(now + delay);
+        Ok(())
+    }
+
+    fn on_tick(&mut self) -> Result<(), StartError> {
+        if self.respawn_at.is_some_and(|t| Instant::now() >= t) {
+            self.respawn_at = None;
+            // A respawned worker serves at once: what the old one had is gone.
+            self.await_sessions = false;
+            self.spawn_worker()?;
+        }
+        if let Some(t) = &self.m.resumption.tickets {
+            if t.rotate_if_due() {
+                if let Some(state) = t.state() {
+                    self.to_worker(&Msg::Tickets(state));
+                }
+            }
+        }
+        if let Some(u) = &self.upgrade {
+            if !self.handing_over && u.since.elapsed() > UPGRADE_TIMEOUT {
+                tracing::error!(
+                    "SIGUSR2: the new process (pid {}) did not serve within {}s; stopping it, this process goes on serving",
+                    u.pid,
+                    UPGRADE_TIMEOUT.as_secs()
+                );
+                let _ = kill(u.pid, Signal::SIGKILL);
+                if let Some(u) = &mut self.upgrade {
+                    u.chan = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn to_worker(&self, m: &Msg) {
+        if let Some(w) = &self.worker {
+            if let Some(c) = &w.chan {
+                if let Err(e) = c.send(m) {
+                    tracing::warn!("cannot reach the worker process {}: {e}", w.pid);
+                }
+            }
+        }
+    }
+
+    fn on_worker_message(&mut self) {
+        let Some(w) = &mut self.worker else { return };
+        let Some(c) = &w.chan else { return };
+        match c.recv() {
+            Ok(Msg::Ready) => self.worker_ready(),
+            Ok(Msg::Reload) => self.reload(),
+            Ok(Msg::Upgrade) => self.start_upgrade(),
+            Ok(m @ (Msg::Sessions(_) | Msg::SessionsEnd)) => self.to_successor(&m),
+            Ok(m) => tracing::warn!("unexpected message from the worker process: {m:?}"),
+            // It is ending; SIGCHLD says how.
+            Err(_) => w.chan = None,
+        }
+    }
+
+    fn on_retiring_message(&mut self, i: usize) {
+        let Some(w) = self.retiring.get_mut(i) else {
+            return;
+        };
+        let Some(c) = &w.chan else { return };
+        match c.recv() {
+            Ok(m @ (Msg::Sessions(_) | Msg::SessionsEnd)) => self.to_successor(&m),
+            Ok(_) => {}
+            Err(_) => w.chan = None,
+        }
+    }
+
+    /// Sessions from the retiring worker go to the new master.
+    fn to_successor(&self, m: &Msg) {
+        if let Some(c) = self.upgrade.as_ref().and_then(|u| u.chan.as_ref()) {
+            if let Err(e) = c.send(m) {
+                tracing::warn!("binary upgrade: cannot pass sessions to the new process: {e}");
+            }
+        }
+    }
+
+    fn on_upgrade_message(&mut self) {
+        let Some(u) = &mut self.upgrade else { return };
+        let Some(c) = &u.chan else { return };
+        match c.recv() {
+            Ok(Msg::Ready) if !self.handing_over => {
+                tracing::info!(
+                    "SIGUSR2: the new process (pid {}) serves; this one stops accepting, hands over its sessions and drains its connections",
+                    u.pid
+                );
+                self.handing_over = true;
+                self.respawn_at = None;
+                if let Some(w) = self.worker.take() {
+                    if let Some(c) = &w.chan {
+                        if let Err(e) = c.send(&Msg::Handover) {
+                            tracing::warn!("cannot reach the worker process: {e}");
+                            let _ = kill(w.pid, Signal::SIGTERM);
+                        }
+                    }
+                    self.retiring.push(w);
+                }
+            }
+            Ok(_) => {}
+            Err(_) => u.chan = None,
+        }
+    }
+
+    /// Sessions from the previous master go to this one's worker.
+    fn on_predecessor_message(&mut self) {
+        let Some(c) = &self.m.predecessor else { return };
+        match c.recv() {
+            Ok(m @ (Msg::Sessions(_) | Msg::SessionsEnd)) => self.to_worker(&m),
+            Ok(_) => {}
+            Err(_) => self.m.predecessor = None,
+        }
+    }
+
+    fn worker_ready(&mut self) {
+        if self.ready_once {
+            return;
+        }
+        self.ready_once = true;
+        if let Some(p) = &self.m.predecessor {
+            // Our worker serves: the previous master hands over.
+            if let Err(e) = p.send(&Msg::Ready) {
+                tracing::warn!("binary upgrade: cannot reach the previous process: {e}");
+            }
+            notify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+        } else {
+            notify::notify("READY=1");
+        }
+    }
+
+    /// Forks a worker process on the master's sockets and state.
+    fn spawn_worker(&mut self) -> Result<(), StartError> {
+        let (mine, theirs) = Channel::pair().map_err(StartError::System)?;
+        let mut sockets = Vec::new();
+        for fe in &self.m.config.frontends {
+            let name = fe.endpoint.to_string();
+            sockets.push(match self.m.listeners.get(&name) {
+                Some(b) => clone_all(&b.sockets).map_err(StartError::System)?,
+                None => Vec::new(),
+            });
+        }
+        let start = Start {
+            config: self.m.config.clone(),
+            tls: self.m.tls.clone(),
+            sockets,
+            services: self.m.services.try_clone().map_err(StartError::System)?,
+            resumption: self.m.resumption.clone(),
+            ocsp_targets: self.m.ocsp_targets.clone(),
+            reparse: self.m.reparse.clone(),
+            channel: theirs,
+            await_sessions: self.await_sessions,
+        };
+        match fork_single_threaded().map_err(StartError::System)? {
+            Forked::Child => {
+                // The master's descriptors that are none of the worker's business.
+                drop(mine);
+                self.m.predecessor = None;
+                self.worker = None;
+                self.retiring.clear();
+                self.upgrade = None;
+                let _ = self.mask.thread_unblock();
+                let code = serve::run(start);
+                // Never back into the master's code (its pid file, its loop).
+                std::process::exit(code);
+            }
+            Forked::Parent(pid) => {
+                tracing::debug!("worker process {pid} started");
+                self.worker = Some(Worker {
+                    pid,
+                    chan: Some(mine),
+                });
+                self.ready_once = self.ready_once && !self.await_sessions;
+                Ok(())
+            }
+        }
+    }
+
+    /// SIGHUP: reads everything again as root; when good, binds new frontends and sends
+    /// the worker what was read.
+    fn reload(&mut self) {
+        if self.handing_over {
+            tracing::warn!("SIGHUP: this process is handing over to a new binary; send SIGHUP to the new master");
+            return;
+        }
+        notify::reloading();
+        let tickets = self.m.resumption.tickets.clone();
+        let ocsp = self.m.config.tls.ocsp.clone();
+        let resumption = self.m.resumption.clone();
+        let reparse = &self.m.reparse;
+        let (checked, rec) = files::record(|| {
+            let mut new = reparse().map_err(|e| {
+                format!("SIGHUP: configuration refused, the running one stays: {e}")
+            })?;
+            new.tls.tickets = tickets.clone();
+            new.tls.ocsp = ocsp;
+            let built = frontend_tls::build(&new, &resumption)
+                .map_err(|e| format!("SIGHUP: {e}; the running configuration stays"))?;
+            if let Some(keys) = tickets.as_ref().filter(|k| k.file().is_some()) {
+                keys.reload()
+                    .map_err(|e| format!("SIGHUP: {e}; the running configuration stays"))?;
+            }
+            Ok::<_, String>((new, built))
+        });
+        let (new, built) = match checked {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::error!("{e}");
+                notify::notify("READY=1");
+                return;
+            }
+        };
+        // New frontends are bound here, as root; removed ones are closed.
+        let mut fresh: Vec<(Entry, OwnedFd)> = Vec::new();
+        for fe in &new.frontends {
+            let name = fe.endpoint.to_string();
+            if self.m.listeners.get(&name).is_some() {
+                continue;
+            }
+            match self.m.listeners.open(fe, &mut Inherited::default()) {
+                Ok(copies) => fresh.extend(copies.into_iter().map(|(addr, l)| {
+                    (
+                        Entry {
+                            kind: super::channel::Kind::Frontend,
+                            addr,
+                        },
+                        OwnedFd::from(l),
+                    )
+                })),
+                Err(e) => tracing::error!("SIGHUP: cannot open frontend {name}: {e}"),
+            }
+        }
+        let wanted: Vec<String> = new
+            .frontends
+            .iter()
+            .map(|f| f.endpoint.to_string())
+            .collect();
+        let gone: Vec<String> = self
+            .m
+            .listeners
+            .bound
+            .iter()
+            .map(|b| b.name.clone())
+            .filter(|n| !wanted.contains(n))
+            .collect();
+        for name in gone {
+            self.m.listeners.close(&name);
+        }
+        for m in sockets_messages(fresh) {
+            self.to_worker(&m);
+        }
+        self.to_worker(&Msg::Apply(rec));
+        self.m.config = new;
+        self.m.tls = built;
+        notify::notify("READY=1");
+    }
+
+    /// SIGUSR2: starts the binary on disk with the same arguments and hands it the
+    /// sockets and ticket keys; the rest happens when it says it serves.
+    fn start_upgrade(&mut self) {
+        if self.upgrade.is_some() || self.handing_over {
+            tracing::warn!("SIGUSR2: a binary upgrade is already under way; this one is refused");
+            return;
+        }
+        if self.stopping {
+            return;
+        }
+        let started = Channel::pair().and_then(|(mine, theirs)| {
+            let child = Command::new(&self.exe)
+                .args(self.args.iter().skip(1))
+                .env(UPGRADE_ENV, std::process::id().to_string())
+                .stdin(Stdio::from(OwnedFd::from(theirs.into_socket())))
+                .spawn()?;
+            Ok((mine, child))
+        });
+        let (chan, child) = match started {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::error!(
+                    "SIGUSR2: cannot start {}: {e}; this process goes on serving",
+                    self.exe.display()
+                );
+                return;
+            }
+        };
+        let pid = Pid::from_raw(child.id() as i32);
+        // The child is reaped by waitpid with the others.
+        drop(child);
+        tracing::info!(
+            "SIGUSR2: started {} (pid {pid}); handing over once it serves",
+            self.exe.display()
+        );
+        let mut handed = self.m.listeners.export();
+        if let Ok(services) = self.m.services.export() {
+            if let Ok(h) = &mut handed {
+                h.extend(services);
+            }
+        }
+        let mut msgs = match handed {
+            Ok(h) => sockets_messages(h),
+            Err(e) => {
+                tracing::error!(
+                    "SIGUSR2: cannot pass the sockets: {e}; this process goes on serving"
+                );
+                let _ = kill(pid, Signal::SIGKILL);
+                return;
+            }
+        };
+        if let Some(state) = self.m.resumption.tickets.as_ref().and_then(|t| t.state()) {
+            msgs.push(Msg::Tickets(state));
+        }
+        // The end of what it needs to start.
+        msgs.push(Msg::Ready);
+        for m in &msgs {
+            if let Err(e) = chan.send(m) {
+                tracing::error!(
+                    "SIGUSR2: the new process went away: {e}; this process goes on serving"
+                );
+                break;
+            }
+        }
+        self.upgrade = Some(Upgrade {
+            pid,
+            chan: Some(chan),
+            since: Instant::now(),
+        });
+    }
+}
+
+/// Sockets as messages of at most [`MAX_FDS`] descriptors each.
+fn sockets_messages(all: Vec<(Entry, OwnedFd)>) -> Vec<Msg> {
+    let mut out = Vec::new();
+    let mut it = all.into_iter().peekable();
+    while it.peek().is_some() {
+        let (entries, fds): (Vec<Entry>, Vec<OwnedFd>) = it.by_ref().take(MAX_FDS).unzip();
+        out.push(Msg::Sockets(entries, fds));
+    }
+    out
+}
+
+fn describe(status: &WaitStatus) -> String {
+    match status {
+        WaitStatus::Exited(_, code) => format!("exited with status {code}"),
+        WaitStatus::Signaled(_, sig, _) => format!("was killed by {sig}"),
+        other => format!("ended ({other:?})"),
+    }
+}
+
+enum Forked {
+    Child,
+    Parent(Pid),
+}
+
+/// fork(2), refused unless this process has one thread.
+#[allow(unsafe_code)]
+fn fork_single_threaded() -> std::io::Result<Forked> {
+    let threads = std::fs::read_dir("/proc/self/task")?.count();
+    if threads != 1 {
+        return Err(std::io::Error::other(format!(
+            "the master process has {threads} threads; it forks only with one"
+        )));
+    }
+    // SAFETY: fork is unsound only when another thread may hold a lock (the allocator's,
+    // stdio's, a mutex) that the child would then find held forever. The master never
+    // starts a thread (it runs no runtime, no service; those live in the worker), and the
+    // count just read from /proc says this process has exactly one, this one; so no lock
+    // can be held by anyone but the caller, and the child runs ordinary Rust from here.
+    match unsafe { nix::unistd::fork() }.map_err(std::io::Error::from)? {
+        nix::unistd::ForkResult::Child => Ok(Forked::Child),
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child)),
+    }
+}
