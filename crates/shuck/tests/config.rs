@@ -146,7 +146,8 @@ ocsp-verify-staple = on
     let pid = std::fs::read_to_string(&pidfile).unwrap();
     assert_eq!(pid.trim(), shuck.pid().to_string(), "pidfile");
     if root {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", shuck.pid())).unwrap();
+        // The worker process drops; the master stays root.
+        let status = std::fs::read_to_string(format!("/proc/{}/status", shuck.worker())).unwrap();
         assert!(status.contains("Uid:\t65534\t65534"), "user: {status}");
         assert!(status.contains("Gid:\t65534\t65534"), "group: {status}");
     } else {
@@ -471,11 +472,13 @@ fn operation_keys_in_one_file() {
         );
         thread::sleep(Duration::from_millis(20));
     }
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    // The worker process (the master's child) is nobody, in the jail.
+    let worker = worker_of_daemon(pid);
+    let status = std::fs::read_to_string(format!("/proc/{worker}/status")).unwrap();
     assert!(status.contains("Uid:\t65534\t65534"), "user: {status}");
     assert!(status.contains("Gid:\t65534\t65534"), "group: {status}");
     assert_eq!(
-        std::fs::read_link(format!("/proc/{pid}/root")).unwrap(),
+        std::fs::read_link(format!("/proc/{worker}/root")).unwrap(),
         jail.0,
         "chroot"
     );
@@ -492,4 +495,20 @@ fn operation_keys_in_one_file() {
         body.contains("shuck_handshakes_total{kind=\"full\"} 1"),
         "stats: {body}"
     );
+}
+
+/// The one child of a daemon's master process (waits up to 10 s).
+fn worker_of_daemon(master: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = children_of(master);
+        if found.len() == 1 {
+            return found[0];
+        }
+        assert!(
+            Instant::now() < deadline,
+            "master {master}: workers {found:?}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
 }

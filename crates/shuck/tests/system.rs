@@ -44,8 +44,11 @@ fn user_and_group_are_dropped_to_and_it_still_serves() {
         "nogroup",
         pem.to_str().unwrap(),
     ]);
-    let uid = status_field(shuck.pid(), "Uid:");
-    let gid = status_field(shuck.pid(), "Gid:");
+    // The worker process drops privileges; the master keeps root for reloads.
+    let worker = shuck.worker();
+    assert!(status_field(shuck.pid(), "Uid:").contains("\t0\t"));
+    let uid = status_field(worker, "Uid:");
+    let gid = status_field(worker, "Gid:");
     assert_eq!(
         uid.split_whitespace().skip(1).collect::<Vec<_>>(),
         ["65534"; 4],
@@ -56,14 +59,14 @@ fn user_and_group_are_dropped_to_and_it_still_serves() {
         ["65534"; 4],
         "{gid}"
     );
-    let groups = status_field(shuck.pid(), "Groups:");
+    let groups = status_field(worker, "Groups:");
     assert_eq!(
         groups.split_whitespace().skip(1).collect::<Vec<_>>(),
         ["65534"],
         "{groups}"
     );
     // Every thread, not only the main one.
-    for task in std::fs::read_dir(format!("/proc/{}/task", shuck.pid())).unwrap() {
+    for task in std::fs::read_dir(format!("/proc/{worker}/task")).unwrap() {
         let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
         assert!(
             status.contains("Uid:\t65534\t65534\t65534\t65534"),
@@ -108,7 +111,7 @@ fn chroot_shuts_the_process_in() {
         "--user",
         "nobody",
     ]);
-    let root = std::fs::read_link(format!("/proc/{}/root", shuck.pid())).unwrap();
+    let root = std::fs::read_link(format!("/proc/{}/root", shuck.worker())).unwrap();
     assert_eq!(root, jail.0);
     echo_roundtrip(&mut tls_connect(shuck.addr(), &ClientOpts::default()).unwrap());
 }
@@ -317,7 +320,12 @@ fn syslog_gets_the_log_with_its_facility() {
     let pid = child.id();
     let line = syslog_line(&sock, "listening on");
     // local3 (19) * 8 + info (6) = 158.
-    assert!(line.starts_with(&format!("<158>shuck[{pid}]: ")), "{line}");
+    // "listening on" is the worker process's line, under its own pid.
+    let worker = children_of(pid);
+    assert!(
+        worker.len() == 1 && line.starts_with(&format!("<158>shuck[{}]: ", worker[0])),
+        "{line} (workers {worker:?})"
+    );
     sh(&format!("kill -TERM {pid}"));
     let st = child.wait().unwrap();
     assert!(st.success());
@@ -363,5 +371,9 @@ fn syslog_without_dev_log_starts_on_stderr_and_moves_to_dev_log_when_it_appears(
     };
     // daemon (3) * 8 + a severity.
     assert!(line.starts_with("<2") || line.starts_with("<3"), "{line}");
-    assert!(line.contains(&format!("shuck[{}]", shuck.pid())), "{line}");
+    // Logged by the worker process, under its own pid.
+    assert!(
+        line.contains(&format!("shuck[{}]", shuck.worker())),
+        "{line}"
+    );
 }

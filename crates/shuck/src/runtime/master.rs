@@ -103,6 +103,8 @@ struct Run {
     upgrade: Option<Upgrade>,
     handing_over: bool,
     stopping: bool,
+    /// A second SIGTERM/SIGINT: the drain was cut short (exit status 1).
+    forced: bool,
     ready_once: bool,
     /// The worker to start waits for the previous process's sessions.
     await_sessions: bool,
@@ -148,6 +150,7 @@ pub fn run(m: Master) -> Result<(), StartError> {
         upgrade: None,
         handing_over: false,
         stopping: false,
+        forced: false,
         ready_once: false,
         await_sessions,
     };
@@ -166,8 +169,10 @@ impl Run {
                     // The pid file is the new master's now.
                     std::mem::forget(self.m.pidfile.take());
                     tracing::info!("binary upgrade done: this process exits");
-                } else {
-                    tracing::info!("stopped");
+                } else if self.forced {
+                    return Err(StartError::System(std::io::Error::other(
+                        "stopped by a second signal before the drain ended",
+                    )));
                 }
                 return Ok(());
             }
@@ -241,9 +246,14 @@ impl Run {
         if self.stopping {
             // A second signal: the worker exits at once on its own second one.
             tracing::warn!("second signal: the worker exits now");
+            self.forced = true;
         } else {
             self.stopping = true;
             notify::notify("STOPPING=1");
+            // Once the worker stops accepting, the ports close: new connections are
+            // refused, not left in a backlog nobody reads.
+            self.m.listeners.bound.clear();
+            self.m.services = Sockets::none();
         }
         self.respawn_at = None;
         for pid in self
@@ -481,8 +491,13 @@ impl Run {
         };
         match fork_single_threaded().map_err(StartError::System)? {
             Forked::Child => {
-                // The master's descriptors that are none of the worker's business.
+                // The master's descriptors that are none of the worker's business: its
+                // copies of the sockets (a frontend closed later must really close), the
+                // channels to others, the pid file (never removed by a worker).
                 drop(mine);
+                self.m.listeners.bound.clear();
+                self.m.services = Sockets::none();
+                std::mem::forget(self.m.pidfile.take());
                 self.m.predecessor = None;
                 self.worker = None;
                 self.retiring.clear();

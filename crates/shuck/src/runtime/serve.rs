@@ -64,8 +64,9 @@ fn serve(start: Start) -> Result<(), StartError> {
         channel,
         await_sessions,
     } = start;
-    // A master killed outright takes its worker along (a drain, not a kill).
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+    // A master killed outright takes its worker along at once: an orphan draining would
+    // hold the ports a restarted service needs.
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
         .map_err(|e| StartError::System(e.into()))?;
     if nix::unistd::getppid() == nix::unistd::Pid::from_raw(1) {
         return Err(StartError::System(std::io::Error::other(
@@ -97,7 +98,10 @@ fn serve(start: Start) -> Result<(), StartError> {
     let (controls, control_rxs) = workers::channels(config.workers);
     let mut frontends = Frontends::new(controls);
     for ((fe, tls), mut given) in config.frontends.iter().zip(tls).zip(sockets) {
-        frontends.open(fe, tls, &mut given)?;
+        // Only a frontend the master failed to bind at a reload has no socket.
+        if let Err(e) = frontends.open(fe, tls, &mut given) {
+            tracing::error!("{e}");
+        }
     }
     tracing::info!(
         "shuck {} listening on {} with {} worker(s), forwarding to {}",

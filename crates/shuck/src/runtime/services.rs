@@ -49,6 +49,14 @@ impl Sockets {
         Ok(Sockets { stats, replication })
     }
 
+    /// No socket.
+    pub fn none() -> Self {
+        Sockets {
+            stats: None,
+            replication: None,
+        }
+    }
+
     /// Copies of the descriptors (the same sockets), for a worker process.
     pub fn try_clone(&self) -> std::io::Result<Self> {
         Ok(Sockets {

@@ -26,6 +26,8 @@ use crate::stats::{self, Sources};
 /// How long a worker started by a binary upgrade waits for the previous process's
 /// sessions before it serves without them.
 const SESSIONS_WAIT: Duration = Duration::from_secs(3);
+/// Longest wait for handshakes under way before the session cache is handed over.
+const SETTLE: Duration = Duration::from_millis(500);
 
 /// How often the counters are logged (at debug level).
 const STATS_EVERY: Duration = Duration::from_secs(10);
@@ -214,6 +216,7 @@ impl Supervisor {
             );
             workers.trigger.fire();
             if handover {
+                handshakes_settle(&workers.counters).await;
                 hand_over_sessions(&master, &resumption);
             }
             tokio::select! {
@@ -225,6 +228,20 @@ impl Supervisor {
             drop(services);
             Ok(())
         })
+    }
+}
+
+/// Waits (at most [`SETTLE`]) for the handshakes under way to finish, so that the
+/// sessions they make are in the cache handed over.
+async fn handshakes_settle(counters: &crate::counters::Counters) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while tokio::time::Instant::now() < deadline {
+        let t = counters.totals();
+        let refused: u64 = t.frontends.iter().map(|f| f.refused).sum();
+        if t.accepted <= t.handshakes_full + t.handshakes_resumed + t.handshakes_failed + refused {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

@@ -167,6 +167,30 @@ pub fn pem_der(pem: &[u8]) -> Vec<u8> {
 }
 
 /// Runs a shell command and returns its stdout and stderr together.
+/// The processes whose parent is `pid`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // The fields after the command name (which may hold spaces): state, ppid, ...
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if rest.split_whitespace().nth(1) == Some(&pid.to_string()) {
+            out.push(p);
+        }
+    }
+    out
+}
+
 pub fn sh_out(cmd: &str) -> String {
     let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -256,8 +280,26 @@ impl Shuck {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
+    /// The master process's id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The worker process's id (the master's one child; waits up to 10 s for it).
+    pub fn worker(&self) -> u32 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let found = children_of(self.pid());
+            if found.len() == 1 {
+                return found[0];
+            }
+            assert!(
+                Instant::now() < deadline,
+                "master {} has workers {found:?}",
+                self.pid()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Everything shuck logged so far.

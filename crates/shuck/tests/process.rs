@@ -1,0 +1,753 @@
+//! The process model, end to end: a root master and an unprivileged worker; reload as
+//! root; a killed worker replaced on the same sockets under load; binary upgrades under
+//! load that lose no connection and keep resumption; an upgrade to a binary that fails;
+//! socket activation by systemd; a crash loop that gives up.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_shuck");
+
+/// shuck-bench, next to shuck; built when this test runs alone.
+fn bench_bin() -> PathBuf {
+    let p = PathBuf::from(BIN).with_file_name("shuck-bench");
+    if !p.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo)
+            .args(["build", "-p", "shuck-bench"])
+            .status()
+            .unwrap();
+        assert!(st.success(), "cannot build shuck-bench");
+    }
+    p
+}
+
+fn sh_status(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", cmd])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A process killed (and reaped) when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// shuck-bench's HTTP origin on a free port.
+fn bench_origin() -> (Proc, u16) {
+    let port = free_port();
+    let child = Command::new(bench_bin())
+        .args(["origin", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let p = Proc(child);
+    wait_listening(port, "the origin");
+    (p, port)
+}
+
+/// A shuck-bench load run in the background; its JSON report when joined.
+fn bench_load(args: Vec<String>) -> thread::JoinHandle<serde_json::Value> {
+    thread::spawn(move || {
+        let out = Command::new(bench_bin())
+            .arg("load")
+            .arg("--json")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "shuck-bench load failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    })
+}
+
+fn failures(report: &serde_json::Value) -> Vec<(String, u64)> {
+    report["failures"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                .filter(|(_, n)| *n > 0)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+    })
+}
+
+/// Waits up to `t` for `f`.
+fn wait_for(t: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + t;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    f()
+}
+
+/// The one worker process of master `pid` (waits for it).
+fn worker_of(pid: u32) -> u32 {
+    let mut found = Vec::new();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            found = children_of(pid);
+            found.len() == 1
+        }),
+        "master {pid} has workers {found:?}"
+    );
+    found[0]
+}
+
+fn status_field(pid: u32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or("")
+        .to_owned()
+}
+
+fn swap_in(path: &Path, content: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, content).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn a_reload_as_root_reads_a_key_only_root_can_read() {
+    let dir = TempDir::new("process-reload");
+    let (a_path, a_der) = openssl_cert(&dir, "a", Key::EcP256, &["localhost"]);
+    let (b_path, b_der) = openssl_cert(&dir, "b", Key::EcP256, &["localhost"]);
+    let site = dir.path("site.pem");
+    swap_in(&site, &std::fs::read(&a_path).unwrap());
+    let origin = Origin::echo();
+    let shuck = Shuck::start(&[
+        "--user",
+        "nobody",
+        "-b",
+        &origin.addr(),
+        site.to_str().unwrap(),
+    ]);
+    let master = shuck.pid();
+    let worker = worker_of(master);
+    assert!(
+        status_field(master, "Uid:").contains("\t0\t"),
+        "the master stays root"
+    );
+    let nobody = sh_out("id -u nobody");
+    assert!(
+        status_field(worker, "Uid:").contains(&format!("\t{}\t", nobody.trim())),
+        "the worker is nobody: {}",
+        status_field(worker, "Uid:")
+    );
+    let mut live = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    assert_eq!(served_cert(&live), a_der);
+
+    // SIGHUP to the master: the 0600 root key is read by the master and served by the
+    // worker, which could not read it.
+    swap_in(&site, &std::fs::read(&b_path).unwrap());
+    shuck.signal("HUP");
+    assert!(
+        shuck.wait_log("SIGHUP: configuration reloaded", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    let c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    assert_eq!(served_cert(&c), b_der, "the new certificate is served");
+    assert!(
+        !shuck.log().contains("Permission denied"),
+        "{}",
+        shuck.log()
+    );
+    // The live connection kept its certificate and goes on; the worker is the same.
+    echo_roundtrip(&mut live);
+    assert_eq!(children_of(master), vec![worker]);
+
+    // SIGHUP to the worker is passed to the master.
+    swap_in(&site, &std::fs::read(&a_path).unwrap());
+    sh(&format!("kill -HUP {worker}"));
+    assert!(
+        wait_for(Duration::from_secs(10), || shuck
+            .log()
+            .matches("SIGHUP: configuration reloaded")
+            .count()
+            == 2),
+        "{}",
+        shuck.log()
+    );
+    let c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    assert_eq!(served_cert(&c), a_der);
+}
+
+#[test]
+fn a_killed_worker_is_replaced_on_the_same_sockets_under_load() {
+    let (_origin, origin_port) = bench_origin();
+    let shuck = Shuck::start(&["-b", &format!("[127.0.0.1]:{origin_port}")]);
+    let master = shuck.pid();
+    let first = worker_of(master);
+    let target = shuck.addr().to_string();
+
+    // A TLS 1.3 ticket issued before the crash.
+    let tls13 = ClientOpts {
+        version: Some(13),
+        ..ClientOpts::default()
+    };
+    let cfg = client_config(&tls13);
+    let mut c = connect_with(shuck.addr(), &cfg, None).unwrap();
+    c.write_all(b"GET /0 HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let mut buf = [0u8; 256];
+    let _ = c.read(&mut buf).unwrap();
+    drop(c);
+
+    // Connections live inside the worker when it dies: these fail, and are counted.
+    let held: Vec<Client> = (0..5)
+        .map(|_| tls_connect(shuck.addr(), &ClientOpts::default()).unwrap())
+        .collect();
+
+    let load = bench_load(
+        [
+            "--target",
+            &target,
+            "--rate",
+            "40",
+            "--duration",
+            "30",
+            "--reuse",
+            "always",
+            "--tls",
+            "1.3",
+            "--timeout",
+            "5",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    thread::sleep(Duration::from_secs(8));
+    let killed_at = Instant::now();
+    sh(&format!("kill -KILL {first}"));
+    let mut second = 0;
+    assert!(
+        wait_for(Duration::from_secs(1), || {
+            second = children_of(master)
+                .into_iter()
+                .find(|&p| p != first)
+                .unwrap_or(0);
+            second != 0
+        }),
+        "no new worker within 1 s: {}",
+        shuck.log()
+    );
+    let replaced_in = killed_at.elapsed();
+    assert!(
+        shuck.wait_log("listening on", Duration::from_secs(5))
+            && wait_for(Duration::from_secs(5), || shuck
+                .log()
+                .matches("listening on")
+                .count()
+                == 2),
+        "{}",
+        shuck.log()
+    );
+    // The ticket from before the crash resumes with the new worker.
+    let c = connect_with(shuck.addr(), &cfg, None).unwrap();
+    assert_eq!(
+        c.conn.handshake_kind(),
+        Some(rustls::HandshakeKind::Resumed),
+        "a TLS 1.3 ticket issued before the crash does not resume after it"
+    );
+    // The connections that lived in the dead worker are gone.
+    let mut lost = 0;
+    for mut h in held {
+        h.sock
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let broken = h.write_all(b"x").and_then(|()| h.flush()).is_err()
+            || matches!(h.read(&mut buf), Ok(0) | Err(_));
+        lost += usize::from(broken);
+    }
+    assert_eq!(lost, 5, "connections live in the killed worker");
+
+    let report = load.join().unwrap();
+    let failed = failures(&report);
+    let attempted = report["attempted"].as_u64().unwrap();
+    let completed = report["completed"].as_u64().unwrap();
+    eprintln!(
+        "crash under load: new worker after {replaced_in:?}; {attempted} attempted, {completed} completed, failures {failed:?}, resumed {:.3}; 5 held connections lost",
+        report["resumed_share"]
+    );
+    // New connections were never refused, timed out or reset before their handshake:
+    // the only failures are sessions in flight inside the killed worker.
+    for (kind, n) in &failed {
+        assert!(
+            !matches!(
+                kind.as_str(),
+                "connect_refused" | "connect_error" | "timeout"
+            ),
+            "{n} sessions failed with {kind}: {failed:?}"
+        );
+    }
+    let in_flight: u64 = failed.iter().map(|(_, n)| n).sum();
+    assert!(
+        in_flight <= 3,
+        "{in_flight} sessions failed; at 40/s only those in flight at the kill may: {failed:?}"
+    );
+    assert!(attempted >= 1000, "the load did not run: {report}");
+    assert!(
+        report["resumed_share"].as_f64().unwrap() > 0.99,
+        "tickets stopped resuming across the crash: {report}"
+    );
+    assert!(alive(master));
+}
+
+/// The pid in a pid file, once it is there.
+fn read_pid(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Every master this test saw, killed at the end (their workers die with them).
+struct Masters(Mutex<Vec<u32>>);
+
+impl Masters {
+    fn add(&self, pid: u32) {
+        self.0.lock().unwrap().push(pid);
+    }
+}
+
+impl Drop for Masters {
+    fn drop(&mut self) {
+        for pid in self.0.lock().unwrap().iter() {
+            for c in children_of(*pid) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &c.to_string()])
+                    .status();
+            }
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// Upgrades the master in `pidfile` and waits until the new one serves and the old one
+/// has handed over.
+fn upgrade(shuck: &Shuck, pidfile: &Path, masters: &Masters, n: usize) {
+    let old = read_pid(pidfile).unwrap();
+    sh(&format!("kill -USR2 {old}"));
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            read_pid(pidfile).is_some_and(|p| p != old)
+                && shuck
+                    .log()
+                    .matches("this one stops accepting, hands over")
+                    .count()
+                    >= n
+        }),
+        "upgrade {n} did not happen: {}",
+        shuck.log()
+    );
+    masters.add(read_pid(pidfile).unwrap());
+}
+
+#[test]
+fn twenty_binary_upgrades_under_load_lose_nothing() {
+    let (_origin, origin_port) = bench_origin();
+    let dir = TempDir::new("process-upgrade");
+    let pidfile = dir.path("shuck.pid");
+    let shuck = Shuck::start(&[
+        "-b",
+        &format!("[127.0.0.1]:{origin_port}"),
+        "--pidfile",
+        pidfile.to_str().unwrap(),
+        "--drain-timeout",
+        "60",
+    ]);
+    let masters = Masters(Mutex::new(vec![shuck.pid()]));
+    let target = shuck.addr().to_string();
+    let addr = shuck.addr();
+
+    // Twenty long-lived streams, each 4 MB read slowly across the upgrades.
+    const STREAM: usize = 4 << 20;
+    let streams: Vec<thread::JoinHandle<Result<(), String>>> = (0..20)
+        .map(|_| {
+            thread::spawn(move || {
+                let mut c = tls_connect(addr, &ClientOpts::default()).map_err(|e| e.to_string())?;
+                c.write_all(format!("GET /{STREAM} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+                    .map_err(|e| e.to_string())?;
+                let mut got = Vec::with_capacity(STREAM + 512);
+                let mut buf = vec![0u8; 16 * 1024];
+                let started = Instant::now();
+                while got.len() < STREAM + 100 {
+                    let n = c
+                        .read(&mut buf)
+                        .map_err(|e| format!("after {} bytes: {e}", got.len()))?;
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    // About 16 s for the whole stream.
+                    let due = Duration::from_secs_f64(16.0 * got.len() as f64 / STREAM as f64);
+                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+                        thread::sleep(wait);
+                    }
+                    if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        if got.len() - end - 4 >= STREAM {
+                            break;
+                        }
+                    }
+                }
+                let end = got
+                    .windows(4)
+                    .position(|w| w == b"\r\n\r\n")
+                    .ok_or("no response head")?;
+                let body = &got[end + 4..];
+                if body.len() != STREAM {
+                    return Err(format!("{} body bytes of {STREAM}", body.len()));
+                }
+                for (i, &b) in body.iter().enumerate() {
+                    let want = b'a' + ((i % (256 * 1024)) % 26) as u8;
+                    if b != want {
+                        return Err(format!("byte {i} is {b}, not {want}"));
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+
+    let common = |tls: &str| {
+        let mut a: Vec<String> = [
+            "--target",
+            &target,
+            "--rate",
+            "20",
+            "--duration",
+            "28",
+            "--reuse",
+            "always",
+            "--timeout",
+            "10",
+            "--tls",
+            tls,
+        ]
+        .map(String::from)
+        .to_vec();
+        if tls == "1.2" {
+            a.extend(["--resume-by".to_owned(), "id".to_owned()]);
+        }
+        a
+    };
+    let load13 = bench_load(common("1.3"));
+    let load12 = bench_load(common("1.2"));
+    thread::sleep(Duration::from_secs(2));
+    for n in 1..=20 {
+        upgrade(&shuck, &pidfile, &masters, n);
+        thread::sleep(Duration::from_millis(500));
+    }
+    let r13 = load13.join().unwrap();
+    let r12 = load12.join().unwrap();
+    for (i, s) in streams.into_iter().enumerate() {
+        s.join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("long-lived connection {i}: {e}"));
+    }
+    for (name, r) in [("TLS 1.3 tickets", &r13), ("TLS 1.2 session IDs", &r12)] {
+        eprintln!(
+            "{name}: attempted {}, completed {}, resumed {:.4}, failures {:?}",
+            r["attempted"],
+            r["completed"],
+            r["resumed_share"],
+            failures(r)
+        );
+        assert!(failures(r).is_empty(), "{name}: failures {:?}", failures(r));
+        assert!(r["attempted"].as_u64().unwrap() >= 500, "{name}: {r}");
+        assert!(
+            r["resumed_share"].as_f64().unwrap() >= 0.99,
+            "{name}: resumption across upgrades {r}"
+        );
+    }
+    assert_eq!(
+        shuck
+            .log()
+            .matches("this one stops accepting, hands over")
+            .count(),
+        20
+    );
+    // The old masters have exited; the newest serves.
+    let newest = read_pid(&pidfile).unwrap();
+    for pid in masters.0.lock().unwrap().iter().filter(|&&p| p != newest) {
+        assert!(
+            wait_for(Duration::from_secs(10), || !alive(*pid)),
+            "old master {pid} still runs"
+        );
+    }
+    echo_http(addr);
+}
+
+/// One request through shuck to the bench origin.
+fn echo_http(addr: SocketAddr) {
+    let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
+    c.write_all(b"GET /10 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
+#[test]
+fn an_upgrade_to_a_binary_that_fails_keeps_the_old_one_serving() {
+    let dir = TempDir::new("process-bad-upgrade");
+    let bin = dir.path("shuck");
+    std::fs::copy(BIN, &bin).unwrap();
+    let pidfile = dir.path("shuck.pid");
+    let origin = Origin::echo();
+    let port = free_port();
+    let notify = dir.path("notify.sock");
+    let notify_sock = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    notify_sock
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut child = Command::new(&bin)
+        .args([
+            "-f",
+            &format!("[127.0.0.1]:{port}"),
+            "-b",
+            &origin.addr(),
+            "--pidfile",
+            pidfile.to_str().unwrap(),
+        ])
+        .env("NOTIFY_SOCKET", &notify)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let sink = log.clone();
+    thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let mut l = sink.lock().unwrap();
+            l.push_str(&line);
+            l.push('\n');
+        }
+    });
+    let first = Proc(child);
+    let masters = Masters(Mutex::new(vec![first.0.id()]));
+    let log_has = |s: &str, n: usize| {
+        wait_for(Duration::from_secs(20), || {
+            log.lock().unwrap().matches(s).count() >= n
+        })
+    };
+    assert!(log_has("listening on", 1));
+    let mut buf = [0u8; 256];
+    let n = notify_sock.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"READY=1");
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut live = tls_connect(addr, &ClientOpts::default()).unwrap();
+
+    // A binary that exits at start.
+    std::fs::write(
+        &bin,
+        "#!/bin/sh\necho 'new binary: refusing to start' >&2\nexit 1\n",
+    )
+    .unwrap();
+    sh(&format!("chmod 755 {}", bin.display()));
+    let pid = first.0.id();
+    sh(&format!("kill -USR2 {pid}"));
+    assert!(
+        log_has("before it served; this process goes on serving", 1),
+        "{}",
+        log.lock().unwrap()
+    );
+    assert!(log.lock().unwrap().contains("exited with status 1"));
+    echo_roundtrip(&mut live);
+    echo_roundtrip(&mut tls_connect(addr, &ClientOpts::default()).unwrap());
+    assert_eq!(read_pid(&pidfile), Some(pid));
+
+    // A binary that refuses the configuration: the same.
+    std::fs::copy(BIN, &bin).unwrap();
+    let conf = dir.path("bad.conf");
+    std::fs::write(&conf, "frontend = \n").unwrap();
+    // (The configuration is the command line's; a missing backend file stands in.)
+    std::fs::write(
+        &bin,
+        format!("#!/bin/sh\nexec {BIN} --config {} \"$@\"\n", conf.display()),
+    )
+    .unwrap();
+    sh(&format!("kill -USR2 {pid}"));
+    assert!(
+        log_has("before it served; this process goes on serving", 2),
+        "{}",
+        log.lock().unwrap()
+    );
+    echo_roundtrip(&mut live);
+
+    // A slow binary: a second SIGUSR2 meanwhile is refused; then it takes over, and
+    // tells systemd its pid.
+    std::fs::write(&bin, format!("#!/bin/sh\nsleep 2\nexec {BIN} \"$@\"\n")).unwrap();
+    sh(&format!("kill -USR2 {pid}"));
+    assert!(log_has("SIGUSR2: started", 3));
+    sh(&format!("kill -USR2 {pid}"));
+    assert!(
+        log_has(
+            "a binary upgrade is already under way; this one is refused",
+            1
+        ),
+        "{}",
+        log.lock().unwrap()
+    );
+    assert!(
+        log_has("hands over its sessions", 1),
+        "{}",
+        log.lock().unwrap()
+    );
+    let new = read_pid(&pidfile).unwrap();
+    masters.add(new);
+    assert_ne!(new, pid);
+    let n = notify_sock.recv(&mut buf).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&buf[..n]),
+        format!("MAINPID={new}\nREADY=1")
+    );
+    // The live connection drains in the old worker; new ones go to the new process.
+    echo_roundtrip(&mut live);
+    drop(live);
+    assert!(
+        wait_for(Duration::from_secs(10), || !alive(pid)),
+        "the old master did not exit: {}",
+        log.lock().unwrap()
+    );
+    echo_roundtrip(&mut tls_connect(addr, &ClientOpts::default()).unwrap());
+}
+
+#[test]
+fn socket_activation_takes_systemds_sockets() {
+    assert!(
+        Path::new("/usr/bin/systemd-socket-activate").exists()
+            || sh_status("apt-get install -y -qq systemd >/dev/null 2>&1"),
+        "systemd-socket-activate (Debian's systemd package) is needed"
+    );
+    let origin = Origin::echo();
+    let port = free_port();
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut child = Command::new("systemd-socket-activate")
+        .args([
+            "-l",
+            &format!("127.0.0.1:{port}"),
+            "--fdname=web",
+            BIN,
+            "-f",
+            &format!("[127.0.0.1]:{port}"),
+            "-b",
+            &origin.addr(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let sink = log.clone();
+    thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let mut l = sink.lock().unwrap();
+            l.push_str(&line);
+            l.push('\n');
+        }
+    });
+    let shuck = Proc(child);
+    assert!(
+        wait_for(Duration::from_secs(20), || log
+            .lock()
+            .unwrap()
+            .contains("listening on")),
+        "{}",
+        log.lock().unwrap()
+    );
+    let text = log.lock().unwrap().clone();
+    assert!(
+        text.contains("listening sockets taken from systemd, not bound again"),
+        "{text}"
+    );
+    assert!(!text.contains("address already in use"), "{text}");
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    echo_roundtrip(&mut tls_connect(addr, &ClientOpts::default()).unwrap());
+    // The only socket on the port is systemd's: one listener, no SO_REUSEPORT sibling.
+    let listeners = sh_out(&format!("ss -Hltn 'sport = :{port}' | wc -l"));
+    assert_eq!(listeners.trim(), "1", "shuck bound the port again");
+    drop(shuck);
+}
+
+#[test]
+fn a_crash_loop_gives_up() {
+    let origin = Origin::echo();
+    let mut shuck = Shuck::start(&["-b", &origin.addr()]);
+    let master = shuck.pid();
+    let mut seen = Vec::new();
+    for i in 0..5 {
+        let w = worker_of(master);
+        assert!(!seen.contains(&w));
+        seen.push(w);
+        sh(&format!("kill -KILL {w}"));
+        if i < 4 {
+            assert!(
+                wait_for(Duration::from_secs(3), || children_of(master)
+                    .iter()
+                    .any(|p| !seen.contains(p))),
+                "crash {i}: not replaced: {}",
+                shuck.log()
+            );
+        }
+    }
+    let st = shuck
+        .wait_exit(Duration::from_secs(5))
+        .expect("the master gives up");
+    assert_eq!(st.code(), Some(1));
+    let log = shuck.log();
+    assert!(log.contains("5 crashes within 60s; giving up"), "{log}");
+    assert!(
+        log.contains("ms (2 crashes within 60s)"),
+        "the second crash backs off: {log}"
+    );
+}
