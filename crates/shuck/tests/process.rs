@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -526,6 +526,15 @@ fn echo_http(addr: SocketAddr) {
     );
 }
 
+/// Puts a new executable in place as a package manager does: a new file renamed over the
+/// running one (which cannot be written: "text file busy").
+fn install(path: &Path, script: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, script).unwrap();
+    sh(&format!("chmod 755 {}", tmp.display()));
+    std::fs::rename(&tmp, path).unwrap();
+}
+
 #[test]
 fn an_upgrade_to_a_binary_that_fails_keeps_the_old_one_serving() {
     let dir = TempDir::new("process-bad-upgrade");
@@ -583,12 +592,10 @@ fn an_upgrade_to_a_binary_that_fails_keeps_the_old_one_serving() {
     let mut live = tls_connect(addr, &ClientOpts::default()).unwrap();
 
     // A binary that exits at start.
-    std::fs::write(
+    install(
         &bin,
         "#!/bin/sh\necho 'new binary: refusing to start' >&2\nexit 1\n",
-    )
-    .unwrap();
-    sh(&format!("chmod 755 {}", bin.display()));
+    );
     let pid = first.0.id();
     sh(&format!("kill -USR2 {pid}"));
     assert!(
@@ -602,15 +609,13 @@ fn an_upgrade_to_a_binary_that_fails_keeps_the_old_one_serving() {
     assert_eq!(read_pid(&pidfile), Some(pid));
 
     // A binary that refuses the configuration: the same.
-    std::fs::copy(BIN, &bin).unwrap();
     let conf = dir.path("bad.conf");
     std::fs::write(&conf, "frontend = \n").unwrap();
     // (The configuration is the command line's; a missing backend file stands in.)
-    std::fs::write(
+    install(
         &bin,
-        format!("#!/bin/sh\nexec {BIN} --config {} \"$@\"\n", conf.display()),
-    )
-    .unwrap();
+        &format!("#!/bin/sh\nexec {BIN} --config {} \"$@\"\n", conf.display()),
+    );
     sh(&format!("kill -USR2 {pid}"));
     assert!(
         log_has("before it served; this process goes on serving", 2),
@@ -621,7 +626,7 @@ fn an_upgrade_to_a_binary_that_fails_keeps_the_old_one_serving() {
 
     // A slow binary: a second SIGUSR2 meanwhile is refused; then it takes over, and
     // tells systemd its pid.
-    std::fs::write(&bin, format!("#!/bin/sh\nsleep 2\nexec {BIN} \"$@\"\n")).unwrap();
+    install(&bin, &format!("#!/bin/sh\nsleep 2\nexec {BIN} \"$@\"\n"));
     sh(&format!("kill -USR2 {pid}"));
     assert!(log_has("SIGUSR2: started", 3));
     sh(&format!("kill -USR2 {pid}"));
@@ -698,6 +703,21 @@ fn socket_activation_takes_systemds_sockets() {
     });
     let shuck = Proc(child);
     assert!(
+        wait_for(Duration::from_secs(10), || log
+            .lock()
+            .unwrap()
+            .contains("Listening on")),
+        "{}",
+        log.lock().unwrap()
+    );
+    // systemd starts the service on the first connection, which waits in the socket's
+    // backlog and is served by shuck once it runs: the socket was never bound again.
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let first = thread::spawn(move || {
+        let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
+        echo_roundtrip(&mut c);
+    });
+    assert!(
         wait_for(Duration::from_secs(20), || log
             .lock()
             .unwrap()
@@ -711,7 +731,7 @@ fn socket_activation_takes_systemds_sockets() {
         "{text}"
     );
     assert!(!text.contains("address already in use"), "{text}");
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    first.join().unwrap();
     echo_roundtrip(&mut tls_connect(addr, &ClientOpts::default()).unwrap());
     // The only socket on the port is systemd's: one listener, no SO_REUSEPORT sibling.
     let listeners = sh_out(&format!("ss -Hltn 'sport = :{port}' | wc -l"));
