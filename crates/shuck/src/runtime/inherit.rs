@@ -138,8 +138,10 @@ impl Inherited {
         let mut i = 0;
         while i < self.offered.len() {
             let o = &self.offered[i];
-            let wanted = matches!(o.kind, Kind::Frontend | Kind::Stats)
-                && (o.addr == addr || o.name.as_deref() == Some(name));
+            // By name, a socket goes to the address of its family ("[*]:443" is two).
+            let named = o.name.as_deref() == Some(name) && o.addr.is_ipv4() == addr.is_ipv4();
+            let wanted =
+                matches!(o.kind, Kind::Frontend | Kind::Stats) && (o.addr == addr || named);
             if wanted {
                 out.push(TcpListener::from(self.offered.remove(i).fd));
             } else {

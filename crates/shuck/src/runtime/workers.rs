@@ -60,16 +60,28 @@ pub fn spawn(
             .name(format!("shuck-worker-{id}"))
             .spawn(move || {
                 let local = tokio::task::LocalSet::new();
-                local.block_on(
-                    &rt,
-                    worker_main(
-                        Worker::new(id, state, mine),
-                        control,
-                        start,
-                        shutdown,
-                        drain,
-                    ),
-                );
+                let run = std::panic::AssertUnwindSafe(|| {
+                    local.block_on(
+                        &rt,
+                        worker_main(
+                            Worker::new(id, state, mine),
+                            control,
+                            start,
+                            shutdown,
+                            drain,
+                        ),
+                    )
+                });
+                // A connection's panic is its task's (tokio catches it); one that ends a
+                // worker thread ends the worker process, which the master replaces
+                // rather than serve on with a thread short.
+                if std::panic::catch_unwind(run).is_err() {
+                    tracing::error!(
+                        worker = id,
+                        "worker thread panicked: the worker process exits; the master starts another"
+                    );
+                    std::process::exit(70);
+                }
                 drop(done);
             })?;
     }
