@@ -448,7 +448,7 @@ fn twenty_binary_upgrades_under_load_lose_nothing() {
             "--target",
             &target,
             "--rate",
-            "20",
+            "30",
             "--duration",
             "28",
             "--reuse",
@@ -488,7 +488,9 @@ fn twenty_binary_upgrades_under_load_lose_nothing() {
             failures(r)
         );
         assert!(failures(r).is_empty(), "{name}: failures {:?}", failures(r));
-        assert!(r["attempted"].as_u64().unwrap() >= 500, "{name}: {r}");
+        assert!(r["attempted"].as_u64().unwrap() >= 700, "{name}: {r}");
+        // Counted over every session, also the first few of the run that had nothing to
+        // resume yet: stricter than over resumption attempts alone.
         assert!(
             r["resumed_share"].as_f64().unwrap() >= 0.99,
             "{name}: resumption across upgrades {r}"

@@ -426,15 +426,18 @@ impl Run {
                 );
                 self.handing_over = true;
                 self.respawn_at = None;
-                if let Some(w) = self.worker.take() {
-                    if let Some(c) = &w.chan {
-                        if let Err(e) = c.send(&Msg::Handover) {
-                            tracing::warn!("cannot reach the worker process: {e}");
-                            let _ = kill(w.pid, Signal::SIGTERM);
-                        }
+                let Some(w) = self.worker.take() else {
+                    // Between a crash and its respawn: no session to hand over.
+                    self.to_successor(&Msg::SessionsEnd);
+                    return;
+                };
+                if let Some(c) = &w.chan {
+                    if let Err(e) = c.send(&Msg::Handover) {
+                        tracing::warn!("cannot reach the worker process: {e}");
+                        let _ = kill(w.pid, Signal::SIGTERM);
                     }
-                    self.retiring.push(w);
                 }
+                self.retiring.push(w);
             }
             Ok(_) => {}
             Err(_) => u.chan = None,
@@ -513,7 +516,6 @@ impl Run {
                     pid,
                     chan: Some(mine),
                 });
-                self.ready_once = self.ready_once && !self.await_sessions;
                 Ok(())
             }
         }
