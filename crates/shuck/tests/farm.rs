@@ -61,9 +61,7 @@ impl Farm {
             .status()
             .is_ok_and(|s| s.success())
         {
-            eprintln!(
-                "SKIP: cannot create network namespaces (not root?); the farm test did not run"
-            );
+            skip("cannot create network namespaces (not root?); the farm test");
             return None;
         }
         let _ = Command::new("ip").args(["netns", "del", &probe]).status();

@@ -269,12 +269,31 @@ fn nginx_reads_proxy_protocol() {
     if !require("nginx", "nginx libnginx-mod-stream") {
         return;
     }
-    let module = [
+    // nginx-light has no stream module: get it as the programs are got.
+    let modules = [
         "/usr/lib/nginx/modules/ngx_stream_module.so",
         "/usr/share/nginx/modules/ngx_stream_module.so",
-    ]
-    .into_iter()
-    .find(|p| std::path::Path::new(p).exists());
+    ];
+    let find = || {
+        modules
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+    };
+    let built_in = {
+        let v = Command::new("nginx").arg("-V").output().unwrap();
+        let text = String::from_utf8_lossy(&v.stderr).into_owned();
+        text.contains("--with-stream ") || text.trim_end().ends_with("--with-stream")
+    };
+    if find().is_none() && !built_in {
+        let _ = Command::new("sh")
+            .args(["-c", "(apt-get install -y -qq libnginx-mod-stream || (apt-get update -qq && apt-get install -y -qq libnginx-mod-stream)) >/dev/null 2>&1"])
+            .status();
+        if find().is_none() {
+            skip("nginx has no stream module and libnginx-mod-stream could not be installed");
+            return;
+        }
+    }
+    let module = find();
     let dir = TempDir::new("nginx");
     let port = free_port();
     let load = module

@@ -294,10 +294,11 @@ fn drain_deadline_and_second_signal() {
 fn two_workers_both_serve() {
     let origin = Origin::echo();
     let shuck = Shuck::start(&["-n", "2", "-b", &origin.addr(), "--log-connections"]);
-    let out = Command::new("ss")
-        .args(["-Hltn", &format!("sport = :{}", shuck.port)])
-        .output();
-    if let Ok(out) = out {
+    if require("ss", "iproute2") {
+        let out = Command::new("ss")
+            .args(["-Hltn", &format!("sport = :{}", shuck.port)])
+            .output()
+            .unwrap();
         let listeners = String::from_utf8_lossy(&out.stdout).lines().count();
         assert_eq!(listeners, 2, "one SO_REUSEPORT socket per worker");
     }

@@ -27,7 +27,7 @@ fn status_field(pid: u32, field: &str) -> String {
 #[test]
 fn user_and_group_are_dropped_to_and_it_still_serves() {
     if !is_root() {
-        eprintln!("SKIP: not root; --user needs root to start");
+        skip("not root; --user needs root to start");
         return;
     }
     let origin = Origin::echo();
@@ -99,7 +99,7 @@ fn user_and_group_are_dropped_to_and_it_still_serves() {
 #[test]
 fn chroot_shuts_the_process_in() {
     if !is_root() {
-        eprintln!("SKIP: not root; --chroot needs root");
+        skip("not root; --chroot needs root");
         return;
     }
     let origin = Origin::echo();
@@ -120,7 +120,7 @@ fn chroot_shuts_the_process_in() {
 #[test]
 fn the_pid_file_outside_the_chroot_is_removed_at_exit() {
     if !is_root() {
-        eprintln!("SKIP: not root; --chroot needs root");
+        skip("not root; --chroot needs root");
         return;
     }
     let origin = Origin::echo();

@@ -85,8 +85,34 @@ pub fn require(program: &str, package: &str) -> bool {
     if have() {
         return true;
     }
-    eprintln!("SKIP: {program} is not installed and could not be installed (apt-get install {package}); this check did not run");
+    skip(&format!(
+        "{program} is not installed and could not be installed (apt-get install {package})"
+    ));
     false
+}
+
+/// Whether this run is CI's (`CI=true`, as `.ci/run` sets): there every check must run.
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// A check that cannot run here: a loud `SKIP:` line, or under CI a failure, since CI
+/// installs everything the suite needs and a skip there hides a missing step.
+pub fn skip(why: &str) {
+    assert!(
+        !under_ci(),
+        "under CI every check must run, and this one cannot: {why}"
+    );
+    eprintln!("SKIP: {why}; this check did not run");
+}
+
+/// The alert a refused handshake received from shuck, if that is why it failed.
+pub fn alert_of<T>(r: &Result<T, io::Error>) -> Option<rustls::AlertDescription> {
+    let e = r.as_ref().err()?;
+    match e.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::AlertReceived(a) => Some(*a),
+        _ => None,
+    }
 }
 
 // ---------------------------------------------------------------- certificates
