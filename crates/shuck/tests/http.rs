@@ -247,3 +247,64 @@ fn malformed_and_smuggling_prone_heads_get_400_and_a_close() {
         start.elapsed()
     );
 }
+
+#[test]
+fn bare_lf_host_rules_and_forwarding_names_by_any_spelling() {
+    let (o, seen) = recording_http();
+    let shuck = Shuck::start(&[
+        "-n",
+        "1",
+        "-b",
+        &o.addr(),
+        "--http",
+        "--client-cert-header",
+        "X-Client-Cert",
+        "--idle-timeout",
+        "30",
+    ]);
+    // Each is answered 400 at once (not at the 30 s idle timeout) and reaches nobody.
+    let cases: [&[u8]; 6] = [
+        b"GET / HTTP/1.1\nHost: x\n\n",
+        b"GET / HTTP/1.1\r\nHost: x\nX: y\r\n\r\n",
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
+        b"GET http://evil.example/ HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET / HTTP/1.0\r\nHost: x\r\nhost: x\r\n\r\n",
+    ];
+    for case in cases {
+        let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+        c.sock
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        c.write_all(case).unwrap();
+        let got = String::from_utf8_lossy(&read_all(&mut c).unwrap_or_default()).into_owned();
+        assert!(
+            got.starts_with("HTTP/1.1 400 Bad Request"),
+            "{:?} got {got:?}",
+            String::from_utf8_lossy(case)
+        );
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+
+    // Forwarding headers under other spellings are the client's claims too, and a
+    // Connection header may not nominate shuck's own for removal.
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(
+        b"GET /a HTTP/1.1\r\nHost: x\r\nX_Forwarded_For: 6.6.6.6\r\nx-forwarded_PROTO: http\r\n\
+          X_Client_Cert: CN=admin\r\nConnection: keep-alive, X-Forwarded-For, X_Client_Cert\r\n\r\n",
+    )
+    .unwrap();
+    assert!(response(&mut c).starts_with("HTTP/1.1 200"));
+    let seen = seen.lock().unwrap();
+    let req = &seen[0];
+    let lower = req.to_ascii_lowercase().replace('_', "-");
+    assert!(!req.contains("6.6.6.6") && !req.contains("admin"), "{req}");
+    assert_eq!(lower.matches("x-forwarded-for:").count(), 1, "{req}");
+    assert_eq!(lower.matches("x-forwarded-proto:").count(), 1, "{req}");
+    assert!(req.contains("Connection: keep-alive\r\n"), "{req}");
+    assert!(req.contains("X-Forwarded-For: 127.0.0.1\r\n"), "{req}");
+}

@@ -16,6 +16,9 @@ pub enum Pushed {
     Partial,
     /// The head is longer than the limit.
     TooLarge,
+    /// A line ends in a bare LF (no CR before it): refused at once rather than waited on
+    /// (the head would never end in CRLF CRLF).
+    BareLf,
 }
 
 /// The bytes of a head received so far.
@@ -52,7 +55,14 @@ impl HeadBuf {
         let room = self.max.saturating_sub(before);
         let take = input.len().min(room + 1);
         self.buf.extend_from_slice(&input[..take]);
-        match head_end(&self.buf, before) {
+        let end = head_end(&self.buf, before);
+        let scanned = &self.buf[..end.unwrap_or(self.buf.len())];
+        if (before..scanned.len())
+            .any(|i| scanned[i] == b'\n' && (i == 0 || scanned[i - 1] != b'\r'))
+        {
+            return Pushed::BareLf;
+        }
+        match end {
             Some(end) if end <= self.max => {
                 self.buf.truncate(end);
                 Pushed::Complete {
@@ -94,6 +104,23 @@ mod tests {
                 other => panic!("cut {cut}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_bare_lf_is_found_however_the_bytes_arrive() {
+        let msg = b"GET / HTTP/1.1\r\nHost: a\nX: b\r\n\r\n";
+        for cut in 1..msg.len() {
+            let mut h = HeadBuf::new(64);
+            let first = h.push(&msg[..cut]);
+            let got = if first == Pushed::Partial {
+                h.push(&msg[cut..])
+            } else {
+                first
+            };
+            assert_eq!(got, Pushed::BareLf, "cut {cut}");
+        }
+        let mut h = HeadBuf::new(64);
+        assert_eq!(h.push(b"\n"), Pushed::BareLf);
     }
 
     #[test]

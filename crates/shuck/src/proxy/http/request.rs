@@ -151,6 +151,9 @@ impl RequestRewriter {
                         Pushed::TooLarge => {
                             return Err(Rejected("request head too large (--max-header-bytes)"));
                         }
+                        Pushed::BareLf => {
+                            return Err(Rejected("a line of the request head ends in a bare LF"));
+                        }
                         Pushed::Partial => return Ok(()),
                     }
                 }
@@ -205,17 +208,29 @@ impl RequestRewriter {
         } else {
             b" HTTP/1.1\r\n"
         });
+        check_host(path, version, req.headers)?;
+        let strip = self.strip.as_deref();
         for h in req.headers.iter() {
             let name = h.name;
-            if name.eq_ignore_ascii_case("x-forwarded-for")
-                || name.eq_ignore_ascii_case("x-forwarded-proto")
-                || name.eq_ignore_ascii_case("forwarded")
-                || self
-                    .strip
-                    .as_deref()
-                    .is_some_and(|s| name.eq_ignore_ascii_case(s))
-            {
+            if is_forwarding(name.as_bytes(), strip) {
                 continue; // the client's own claims: never passed on
+            }
+            if name.eq_ignore_ascii_case("connection") {
+                // A nomination of a forwarding header would make the next hop strip ours.
+                let kept: Vec<&[u8]> = h
+                    .value
+                    .split(|&b| b == b',')
+                    .map(<[u8]>::trim_ascii)
+                    .filter(|t| !t.is_empty() && !is_forwarding(t, strip))
+                    .collect();
+                connection_upgrade |= kept.iter().any(|t| t.eq_ignore_ascii_case(b"upgrade"));
+                if kept.is_empty() {
+                    continue;
+                }
+                out.extend_from_slice(b"Connection: ");
+                out.extend_from_slice(&kept.join(&b", "[..]));
+                out.extend_from_slice(b"\r\n");
+                continue;
             }
             if name.eq_ignore_ascii_case("content-length") {
                 let v = std::str::from_utf8(h.value)
@@ -241,11 +256,6 @@ impl RequestRewriter {
                 chunked = last.eq_ignore_ascii_case("chunked");
             } else if name.eq_ignore_ascii_case("upgrade") {
                 upgrade_header = true;
-            } else if name.eq_ignore_ascii_case("connection") {
-                connection_upgrade |= h
-                    .value
-                    .split(|&b| b == b',')
-                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
             }
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b": ");
@@ -284,6 +294,66 @@ impl RequestRewriter {
     }
 }
 
+/// Whether `name` is one of the forwarding headers shuck sets (or `--client-cert-header`),
+/// compared as backends do: case folded, and `_` read as `-` (CGI, WSGI and PHP turn
+/// `X_Forwarded_For` into `HTTP_X_FORWARDED_FOR` like the real one).
+fn is_forwarding(name: &[u8], strip: Option<&str>) -> bool {
+    let folds = |want: &[u8]| {
+        name.len() == want.len()
+            && name.iter().zip(want).all(|(&a, &b)| {
+                let a = if a == b'_' {
+                    b'-'
+                } else {
+                    a.to_ascii_lowercase()
+                };
+                let b = if b == b'_' {
+                    b'-'
+                } else {
+                    b.to_ascii_lowercase()
+                };
+                a == b
+            })
+    };
+    folds(b"x-forwarded-for")
+        || folds(b"x-forwarded-proto")
+        || folds(b"forwarded")
+        || strip.is_some_and(|s| folds(s.as_bytes()))
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host; no request has two; a target
+/// in absolute form names the same authority as Host.
+fn check_host(target: &str, version: u8, headers: &[httparse::Header<'_>]) -> Result<(), Rejected> {
+    let mut hosts = headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("host"));
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err(Rejected("more than one Host header"));
+    }
+    let Some(host) = host else {
+        return if version == 1 {
+            Err(Rejected("no Host header in an HTTP/1.1 request"))
+        } else {
+            Ok(())
+        };
+    };
+    if let Some((scheme, rest)) = target.split_once("://") {
+        if scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+        {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+            let host = std::str::from_utf8(host.value).map_err(|_| Rejected("bad Host header"))?;
+            if !authority.eq_ignore_ascii_case(host.trim()) {
+                return Err(Rejected(
+                    "the absolute-form target and Host name different authorities",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,6 +369,42 @@ mod tests {
     }
 
     #[test]
+    fn host_rules_of_rfc_9112() {
+        for (input, why) in [
+            (&b"GET / HTTP/1.1\r\n\r\n"[..], "no Host"),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                "more than one Host",
+            ),
+            (
+                b"GET / HTTP/1.0\r\nHost: a\r\nhost: a\r\n\r\n",
+                "more than one Host",
+            ),
+            (
+                b"GET http://b/x HTTP/1.1\r\nHost: a\r\n\r\n",
+                "different authorities",
+            ),
+        ] {
+            let e = rewrite(input).unwrap_err();
+            assert!(
+                e.0.contains(why),
+                "{:?}: {e}",
+                String::from_utf8_lossy(input)
+            );
+        }
+        assert!(rewrite(b"GET / HTTP/1.0\r\n\r\n").is_ok());
+        assert!(rewrite(b"GET HTTP://A:80/x HTTP/1.1\r\nHost: a:80\r\n\r\n").is_ok());
+    }
+
+    #[test]
+    fn forwarding_headers_are_removed_by_any_spelling_and_not_nominated() {
+        let out = rewrite(b"GET / HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: 1.2.3.4\r\nx-FORWARDED_proto: http\r\nConnection: close, X-Forwarded-For, x_forwarded_proto\r\n\r\n").unwrap();
+        assert_eq!(out, "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nX-Forwarded-For: 203.0.113.5\r\nX-Forwarded-Proto: https\r\n\r\n");
+        let out = rewrite(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Forwarded\r\n\r\n").unwrap();
+        assert!(!out.contains("Connection"), "{out}");
+    }
+
+    #[test]
     fn strips_and_injects() {
         let out = rewrite(b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\nx-forwarded-proto: http\r\nForwarded: for=1.2.3.4\r\n\r\n").unwrap();
         assert_eq!(out, "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.5\r\nX-Forwarded-Proto: https\r\n\r\n");
@@ -306,7 +412,7 @@ mod tests {
 
     #[test]
     fn bodies_and_pipelining_pass_intact() {
-        let input = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloPOST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /c HTTP/1.1\r\n\r\n";
+        let input = b"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloPOST /b HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /c HTTP/1.1\r\nHost: a\r\n\r\n";
         let out = rewrite(input).unwrap();
         assert_eq!(out.matches("X-Forwarded-For: 203.0.113.5").count(), 3);
         assert!(out.contains("\r\n\r\nhelloPOST /b"));
@@ -317,20 +423,20 @@ mod tests {
     fn smuggling_and_malformed_heads_are_refused() {
         for (bad, why) in [
             (
-                &b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+                &b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
                 "both",
             ),
             (
-                b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
                 "conflicting",
             ),
             (
-                b"POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n",
+                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\n",
                 "Content-Length",
             ),
             (b"GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n", "malformed"),
             (
-                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
                 "Transfer-Encoding",
             ),
             (
@@ -338,21 +444,26 @@ mod tests {
                 "Transfer-Encoding",
             ),
             (b"GARBAGE\r\n\r\n", "malformed"),
-            (b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", "malformed"),
-            (b"CONNECT a:443 HTTP/1.1\r\n\r\n", "CONNECT"),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n", "malformed"),
+            (b"CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n", "CONNECT"),
             (
-                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
                 "chunk",
             ),
         ] {
             let e = rewrite(bad).unwrap_err();
             assert!(e.0.contains(why), "{:?}: {e}", String::from_utf8_lossy(bad));
         }
-        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+        let big = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
+            "a".repeat(20_000)
+        );
         assert!(rewrite(big.as_bytes()).unwrap_err().0.contains("too large"));
         // An identical duplicate Content-Length is accepted and passed once.
-        let out = rewrite(b"POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok")
-            .unwrap();
+        let out = rewrite(
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
+        )
+        .unwrap();
         assert_eq!(out.matches("Content-Length").count(), 1);
     }
 
@@ -361,7 +472,7 @@ mod tests {
         let mut r = RequestRewriter::new("203.0.113.5".parse().unwrap(), 16 * 1024);
         let mut ex = Exchange::new();
         let mut out = Vec::new();
-        r.feed(b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\r\nFRAME", &mut out, &mut ex).unwrap();
+        r.feed(b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\r\nFRAME", &mut out, &mut ex).unwrap();
         assert!(r.is_holding());
         assert!(!String::from_utf8_lossy(&out).contains("FRAME"));
         // Accepted (the response side saw 101): the held bytes and what follows pass as is.
