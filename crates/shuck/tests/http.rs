@@ -308,3 +308,107 @@ fn bare_lf_host_rules_and_forwarding_names_by_any_spelling() {
     assert!(req.contains("Connection: keep-alive\r\n"), "{req}");
     assert!(req.contains("X-Forwarded-For: 127.0.0.1\r\n"), "{req}");
 }
+
+#[test]
+fn slow_heads_get_408_and_idle_keep_alive_closes_while_others_are_served() {
+    let (o, seen) = recording_http();
+    let shuck = Shuck::start(&[
+        "-b",
+        &o.addr(),
+        "--http",
+        "--http-request-timeout",
+        "2",
+        "--http-keepalive-timeout",
+        "2",
+        "--idle-timeout",
+        "60",
+    ]);
+    let addr = shuck.addr();
+    // 200 clients drip a head a byte at a time (slowloris), from 10 threads.
+    const DRIPPERS: usize = 200;
+    let drippers: Vec<_> = (0..10)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut cs: Vec<Client> = (0..DRIPPERS / 10)
+                    .map(|_| {
+                        let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
+                        c.sock.set_nonblocking(false).unwrap();
+                        c.sock
+                            .set_read_timeout(Some(Duration::from_millis(1)))
+                            .unwrap();
+                        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nX-Drip: ")
+                            .unwrap();
+                        c
+                    })
+                    .collect();
+                let started = std::time::Instant::now();
+                let mut answers: Vec<Option<Vec<u8>>> = vec![None; cs.len()];
+                while answers.iter().any(Option::is_none)
+                    && started.elapsed() < Duration::from_secs(20)
+                {
+                    for (c, a) in cs.iter_mut().zip(answers.iter_mut()) {
+                        if a.is_some() {
+                            continue;
+                        }
+                        let _ = c.write_all(b"a");
+                        let mut buf = [0u8; 256];
+                        match c.read(&mut buf) {
+                            Ok(n) => *a = Some(buf[..n].to_vec()),
+                            Err(e)
+                                if e.kind() == std::io::ErrorKind::WouldBlock
+                                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+                            Err(_) => *a = Some(Vec::new()),
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                (started.elapsed(), answers)
+            })
+        })
+        .collect();
+    // Meanwhile a keep-alive client is served promptly.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
+    let mut took = Vec::new();
+    for i in 0..50 {
+        let t = std::time::Instant::now();
+        write!(c, "GET /{i} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert!(response(&mut c).starts_with("HTTP/1.1 200"), "request {i}");
+        took.push(t.elapsed());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    took.sort();
+    let p99 = took[took.len() * 99 / 100];
+    for d in drippers {
+        let (elapsed, answers) = d.join().unwrap();
+        for a in answers {
+            let a = a.expect("a dripping client was never cut");
+            assert!(
+                a.starts_with(b"HTTP/1.1 408 Request Timeout"),
+                "{}",
+                String::from_utf8_lossy(&a)
+            );
+        }
+        assert!(elapsed < Duration::from_secs(8), "cut late: {elapsed:?}");
+    }
+    assert!(
+        p99 < Duration::from_millis(100),
+        "p99 {p99:?} while dripped on"
+    );
+    // None of the dripped heads reached the backend.
+    assert_eq!(seen.lock().unwrap().len(), 50);
+
+    // After a response, a keep-alive connection with no next request is closed without a
+    // word at --http-keepalive-timeout (not the 60 s idle timeout).
+    let t = std::time::Instant::now();
+    c.sock
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let rest = read_all(&mut c).unwrap_or_default();
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+}

@@ -134,6 +134,16 @@ pub struct Cli {
     #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024)]
     pub max_header_bytes: usize,
 
+    /// In --http mode, time a whole request head gets from its first byte; a slower one
+    /// is answered 408 and closed (HAProxy's timeout http-request).
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
+    pub http_request_timeout: Duration,
+
+    /// In --http mode, longest wait for the next request once a response is done; then the
+    /// connection closes (HAProxy's timeout http-keep-alive).
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_duration)]
+    pub http_keepalive_timeout: Duration,
+
     /// Number of workers, each a thread with its own listening socket (default: one per core).
     #[arg(short = 'n', long, value_name = "NUM")]
     pub workers: Option<usize>,

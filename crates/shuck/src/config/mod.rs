@@ -49,6 +49,10 @@ pub struct Limits {
     pub queue_timeout: Duration,
     /// How long a failed server stays down.
     pub retry_after: Duration,
+    /// `--http`: time for a whole request head from its first byte.
+    pub http_request_timeout: Duration,
+    /// `--http`: longest wait for the next request of a keep-alive connection.
+    pub http_keepalive_timeout: Duration,
 }
 
 /// A validated configuration.
@@ -150,6 +154,8 @@ impl Config {
             ("--backend-connect-timeout", cli.backend_connect_timeout),
             ("--queue-timeout", cli.queue_timeout),
             ("--idle-timeout", cli.idle_timeout),
+            ("--http-request-timeout", cli.http_request_timeout),
+            ("--http-keepalive-timeout", cli.http_keepalive_timeout),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::Invalid {
@@ -216,6 +222,8 @@ impl Config {
                 queue_size: cli.queue_size,
                 queue_timeout: cli.queue_timeout,
                 retry_after: cli.backend_retry_after,
+                http_request_timeout: cli.http_request_timeout,
+                http_keepalive_timeout: cli.http_keepalive_timeout,
             },
             log_connections: cli.log_connections,
             preamble,

@@ -171,9 +171,13 @@ pub async fn serve(
             .client_cert_header
             .as_deref()
             .map(|name| (name, subject.as_ref().map(|s| s.name.as_str())));
+        let timeouts = http::Timeouts {
+            request: limits.http_request_timeout,
+            keepalive: limits.http_keepalive_timeout,
+        };
         let http = state
             .http
-            .map(|max| Http::new(client.ip(), max, cert_header));
+            .map(|max| Http::new(client.ip(), max, cert_header, timeouts));
         (bytes, http)
     };
 
@@ -194,6 +198,16 @@ pub async fn serve(
     match &out.end {
         RelayEnd::Error(side, e) => {
             tracing::debug!(client = %client, ?side, error = %e, "connection ended by an error")
+        }
+        RelayEnd::HttpTimeout(why) => {
+            tracing::debug!(client = %client, ?why, "HTTP timeout");
+            let _ = tokio::time::timeout(CLOSE_GRACE, async {
+                if *why == http::Expired::Request {
+                    tls.write_all(http::REQUEST_TIMEOUT).await?;
+                }
+                tls.shutdown().await
+            })
+            .await;
         }
         RelayEnd::BadRequest(why) => {
             tracing::debug!(client = %client, error = %why, "request refused");

@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::buffers;
 use super::http::request::Rejected;
-use super::http::{Exchange, Http, RequestRewriter, ResponseTracker, Upgrade};
+use super::http::{Exchange, Expired, Http, RequestRewriter, ResponseTracker, Upgrade};
 use tokio::time::Instant;
 
 /// Which side of the relay failed.
@@ -40,6 +40,8 @@ pub enum RelayEnd {
     Error(Side, io::Error),
     /// HTTP mode refused a request (the client is answered 400).
     BadRequest(Rejected),
+    /// HTTP mode: a head too slow (answered 408) or no next request in time.
+    HttpTimeout(Expired),
 }
 
 /// What a relay moved and how it ended.
@@ -117,12 +119,28 @@ where
                 // connections do not touch the timer wheel on every read.
                 last_active = Instant::now();
             }
+            // HTTP mode's deadline, if it waits for a head or the next request; compared with
+            // the clock only when the timer fires, like the idle deadline.
+            let http_due = http.as_deref().and_then(|h| h.deadline(last_active));
             while sleep.as_mut().poll(cx).is_ready() {
+                let now = Instant::now();
+                if let Some((at, why)) = http_due {
+                    if now >= at {
+                        return Poll::Ready(RelayEnd::HttpTimeout(why));
+                    }
+                }
                 let deadline = last_active + idle;
-                if Instant::now() >= deadline {
+                if now >= deadline {
                     return Poll::Ready(RelayEnd::IdleTimeout);
                 }
-                sleep.as_mut().reset(deadline);
+                let next = http_due.map_or(deadline, |(at, _)| at.min(deadline));
+                sleep.as_mut().reset(next);
+            }
+            if let Some((at, _)) = http_due {
+                if at < sleep.deadline() {
+                    sleep.as_mut().reset(at);
+                    cx.waker().wake_by_ref();
+                }
             }
             Poll::Pending
         })

@@ -12,6 +12,10 @@ pub mod request;
 pub mod response;
 
 use std::collections::VecDeque;
+use std::time::Duration;
+
+use request::Waiting;
+use tokio::time::Instant;
 
 pub use request::RequestRewriter;
 pub use response::ResponseTracker;
@@ -78,6 +82,26 @@ pub struct Http {
     pub response: ResponseTracker,
     /// Shared state.
     pub exchange: Exchange,
+    /// `--http-request-timeout` and `--http-keepalive-timeout`.
+    pub timeouts: Timeouts,
+}
+
+/// HTTP mode's timeouts.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Time for a whole request head from its first byte.
+    pub request: Duration,
+    /// Longest wait for the next request once nothing is outstanding.
+    pub keepalive: Duration,
+}
+
+/// Which of HTTP mode's timeouts ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    /// A request head took too long (answered 408).
+    Request,
+    /// No next request came (closed without a word).
+    KeepAlive,
 }
 
 impl Http {
@@ -87,11 +111,24 @@ impl Http {
         client_ip: std::net::IpAddr,
         max_head: usize,
         cert_header: Option<(&str, Option<&str>)>,
+        timeouts: Timeouts,
     ) -> Self {
         Http {
             request: RequestRewriter::with_client_cert(client_ip, max_head, cert_header),
             response: ResponseTracker::new(max_head.max(16 * 1024)),
             exchange: Exchange::new(),
+            timeouts,
+        }
+    }
+
+    /// When one of the timeouts runs out, given the last time a byte moved.
+    pub fn deadline(&self, last_active: Instant) -> Option<(Instant, Expired)> {
+        match self.request.waiting(&self.exchange) {
+            Waiting::Head(started) => Some((started + self.timeouts.request, Expired::Request)),
+            Waiting::NextRequest => {
+                Some((last_active + self.timeouts.keepalive, Expired::KeepAlive))
+            }
+            Waiting::Other => None,
         }
     }
 }
@@ -99,6 +136,10 @@ impl Http {
 /// The answer to a refused request.
 pub const BAD_REQUEST: &[u8] =
     b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\nBad Request\n";
+
+/// The answer to a request head that took longer than `--http-request-timeout`.
+pub const REQUEST_TIMEOUT: &[u8] =
+    b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\nContent-Length: 16\r\nConnection: close\r\n\r\nRequest Timeout\n";
 
 /// The answer when no backend could take the request in time.
 pub const SERVICE_UNAVAILABLE: &[u8] =

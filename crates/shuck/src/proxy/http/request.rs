@@ -34,6 +34,19 @@ pub struct RequestRewriter {
     forwarded: String,
     /// Another header the client may not set (`--client-cert-header`).
     strip: Option<String>,
+    /// When the head being received got its first byte (`--http-request-timeout`).
+    head_started: Option<tokio::time::Instant>,
+}
+
+/// What the request side is waiting for, for HTTP mode's timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// The rest of a head that began at this instant.
+    Head(tokio::time::Instant),
+    /// The next request, with no response outstanding (keep-alive).
+    NextRequest,
+    /// Neither (a body, a response, a tunnel).
+    Other,
 }
 
 /// Most bytes held while an upgrade is pending.
@@ -72,6 +85,18 @@ impl RequestRewriter {
             held: Vec::new(),
             forwarded,
             strip,
+            head_started: None,
+        }
+    }
+
+    /// What the client side is waiting for now.
+    pub fn waiting(&self, ex: &Exchange) -> Waiting {
+        match (&self.state, self.head_started) {
+            (State::Head, Some(t)) => Waiting::Head(t),
+            (State::Head, None) if ex.pending.is_empty() && ex.upgrade == Upgrade::None => {
+                Waiting::NextRequest
+            }
+            _ => Waiting::Other,
         }
     }
 
@@ -143,9 +168,13 @@ impl RequestRewriter {
                         i += 1;
                         continue;
                     }
+                    if self.head_started.is_none() {
+                        self.head_started = Some(tokio::time::Instant::now());
+                    }
                     match self.head.push(&input[i..]) {
                         Pushed::Complete { used, head } => {
                             i += used;
+                            self.head_started = None;
                             self.start_message(&head, out, ex)?;
                         }
                         Pushed::TooLarge => {
