@@ -350,3 +350,48 @@ fn conflicting_preamble_flags_are_refused() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--write-ip"), "{err}");
 }
+
+#[test]
+fn proxy_proxy_alone_sends_a_header_encoded_anew_and_refuses_what_does_not_parse() {
+    let unknown = b"PROXY UNKNOWN\r\n";
+    let (o, seen) = recording_origin(unknown.len());
+    let cfg = client_config(&ClientOpts::default());
+    let shuck = Shuck::start(&["-n", "1", "-b", &o.addr(), "--proxy-proxy"]);
+    // UNKNOWN with fields after it: the backend gets a bare UNKNOWN line.
+    let mut sock = TcpStream::connect(shuck.addr()).unwrap();
+    sock.write_all(b"PROXY UNKNOWN junk 1 2 3\r\n").unwrap();
+    echo_roundtrip(&mut tls_over(sock, &cfg, None).unwrap());
+    assert_eq!(seen.lock().unwrap()[0], unknown.to_vec());
+    // Refused before anything reaches the backend: control bytes in a v1 line, a v2
+    // header whose TLVs do not parse.
+    let v2 = ppp::v2::Builder::with_addresses(
+        ppp::v2::Version::Two | ppp::v2::Command::Proxy,
+        ppp::v2::Protocol::Stream,
+        (
+            "203.0.113.7:5555".parse::<SocketAddr>().unwrap(),
+            "127.0.0.1:443".parse::<SocketAddr>().unwrap(),
+        ),
+    )
+    .write_tlv(ppp::v2::Type::Authority, b"example.com")
+    .unwrap()
+    .build()
+    .unwrap();
+    let mut bad_tlv = v2.clone();
+    let len = u16::from_be_bytes([bad_tlv[14], bad_tlv[15]]) + 2;
+    bad_tlv[14..16].copy_from_slice(&len.to_be_bytes());
+    bad_tlv.extend_from_slice(&[0x02, 0x00]);
+    let before = o.accepted.load(std::sync::atomic::Ordering::SeqCst);
+    for header in [&b"PROXY UNKNOWN \x1b[2J\r\n"[..], &bad_tlv] {
+        let mut sock = TcpStream::connect(shuck.addr()).unwrap();
+        sock.write_all(header).unwrap();
+        assert!(tls_over(sock, &cfg, None).is_err());
+    }
+    assert_eq!(o.accepted.load(std::sync::atomic::Ordering::SeqCst), before);
+    // A good v2 header with its TLVs goes on as parsed.
+    let (o2, seen2) = recording_origin(v2.len());
+    let shuck = Shuck::start(&["-n", "1", "-b", &o2.addr(), "--proxy-proxy"]);
+    let mut sock = TcpStream::connect(shuck.addr()).unwrap();
+    sock.write_all(&v2).unwrap();
+    echo_roundtrip(&mut tls_over(sock, &cfg, None).unwrap());
+    assert_eq!(seen2.lock().unwrap()[0], v2);
+}

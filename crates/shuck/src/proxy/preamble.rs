@@ -21,7 +21,8 @@ pub struct Origin {
     pub src: SocketAddr,
     /// The address it connected to.
     pub dst: SocketAddr,
-    /// The PROXY header received, byte for byte (`--proxy-proxy`).
+    /// The PROXY header received (`--proxy-proxy`), re-encoded from what was parsed: a
+    /// backend never sees bytes the hop in front sent unchecked.
     pub received: Option<Vec<u8>>,
 }
 
@@ -70,14 +71,19 @@ pub async fn receive(
 ) -> Result<(Origin, Vec<u8>), PreambleError> {
     let mut buf = Vec::with_capacity(256);
     loop {
-        if let Some((len, addrs)) = parse_received(&buf)? {
+        if let Some(Parsed {
+            len,
+            addrs,
+            encoded,
+        }) = parse_received(&buf)?
+        {
             let (src, dst) = addrs.unwrap_or((socket_src, socket_dst));
             let rest = buf.split_off(len);
             return Ok((
                 Origin {
                     src,
                     dst,
-                    received: Some(buf),
+                    received: Some(encoded),
                 },
                 rest,
             ));
@@ -95,12 +101,18 @@ pub async fn receive(
     }
 }
 
-/// `Ok(None)`: need more bytes. `Ok(Some((len, None)))`: a LOCAL/UNKNOWN header (use the
-/// socket's addresses).
-#[allow(clippy::type_complexity)]
-fn parse_received(
-    buf: &[u8],
-) -> Result<Option<(usize, Option<(SocketAddr, SocketAddr)>)>, PreambleError> {
+/// A PROXY header read from the client side.
+struct Parsed {
+    /// Its length in the input.
+    len: usize,
+    /// The addresses it names; `None` for LOCAL/UNKNOWN (use the socket's).
+    addrs: Option<(SocketAddr, SocketAddr)>,
+    /// The same header encoded anew from what was parsed (for `--proxy-proxy` alone).
+    encoded: Vec<u8>,
+}
+
+/// `Ok(None)`: need more bytes.
+fn parse_received(buf: &[u8]) -> Result<Option<Parsed>, PreambleError> {
     let prefix = buf.len().min(V2_SIG.len());
     if buf[..prefix] == V2_SIG[..prefix] {
         if buf.len() < 16 {
@@ -123,7 +135,12 @@ fn parse_received(
             )),
             _ => None,
         };
-        return Ok(Some((len, addrs)));
+        let encoded = reencode_v2(&h)?;
+        return Ok(Some(Parsed {
+            len,
+            addrs,
+            encoded,
+        }));
     }
     let prefix = buf.len().min(6);
     if buf[..prefix] != b"PROXY "[..prefix] {
@@ -138,6 +155,13 @@ fn parse_received(
         return Ok(None);
     };
     let len = end + 2;
+    // Control bytes (which ppp lets through after UNKNOWN) are refused: a backend's parser
+    // may read them as something else.
+    if buf[..end].iter().any(|&b| b < 0x20 || b == 0x7f) {
+        return Err(PreambleError::Malformed(
+            "control bytes in the v1 line".into(),
+        ));
+    }
     let h = ppp::v1::Header::try_from(&buf[..len])
         .map_err(|e| PreambleError::Malformed(e.to_string()))?;
     let addrs = match h.addresses {
@@ -151,7 +175,25 @@ fn parse_received(
         )),
         ppp::v1::Addresses::Unknown => None,
     };
-    Ok(Some((len, addrs)))
+    Ok(Some(Parsed {
+        len,
+        addrs,
+        encoded: h.addresses.to_string().into_bytes(),
+    }))
+}
+
+/// A v2 header built anew from `h`'s command, addresses and TLVs; a TLV that does not
+/// parse is refused.
+fn reencode_v2(h: &v2::Header<'_>) -> Result<Vec<u8>, PreambleError> {
+    let bad = |e: String| PreambleError::Malformed(e);
+    let mut b = v2::Builder::with_addresses(h.version | h.command, h.protocol, h.addresses);
+    for tlv in h.tlvs() {
+        let tlv = tlv.map_err(|e| bad(format!("a TLV does not parse: {e}")))?;
+        b = b
+            .write_tlv(tlv.kind, &tlv.value)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    b.build().map_err(|e| bad(e.to_string()))
 }
 
 /// IPv4 clients of a dual-stack socket appear as `::ffff:a.b.c.d`; backends want a.b.c.d.
@@ -394,9 +436,10 @@ mod tests {
     #[test]
     fn received_headers() {
         let v1 = b"PROXY TCP4 203.0.113.9 127.0.0.1 40000 443\r\n\x16\x03\x01";
-        let (len, addrs) = parse_received(v1).unwrap().unwrap();
-        assert_eq!(&v1[len..], b"\x16\x03\x01");
-        assert_eq!(addrs.unwrap().0, "203.0.113.9:40000".parse().unwrap());
+        let p = parse_received(v1).unwrap().unwrap();
+        assert_eq!(&v1[p.len..], b"\x16\x03\x01");
+        assert_eq!(p.addrs.unwrap().0, "203.0.113.9:40000".parse().unwrap());
+        assert_eq!(p.encoded, &v1[..p.len]);
         assert!(parse_received(b"PROXY TCP4 203.0").unwrap().is_none());
         assert!(matches!(
             parse_received(b"\x16\x03\x01\x00"),
@@ -406,13 +449,40 @@ mod tests {
         let v2 = build(
             Preamble::ProxyV2,
             &origin("[2001:db8::9]:7", "[::1]:443"),
-            &TlsFacts::default(),
+            &TlsFacts {
+                sni: Some("example.com"),
+                version: Some("TLSv1.3"),
+                ..TlsFacts::default()
+            },
         );
-        let (len, addrs) = parse_received(&v2).unwrap().unwrap();
-        assert_eq!(len, v2.len());
-        assert_eq!(addrs.unwrap().0, "[2001:db8::9]:7".parse().unwrap());
+        let p = parse_received(&v2).unwrap().unwrap();
+        assert_eq!(p.len, v2.len());
+        assert_eq!(p.addrs.unwrap().0, "[2001:db8::9]:7".parse().unwrap());
+        assert_eq!(
+            p.encoded, v2,
+            "a well-formed v2 header is re-encoded as it was"
+        );
         assert!(parse_received(&v2[..10]).unwrap().is_none());
-        let unknown = b"PROXY UNKNOWN\r\n";
-        assert_eq!(parse_received(unknown).unwrap().unwrap(), (15, None));
+        let p = parse_received(b"PROXY UNKNOWN\r\n").unwrap().unwrap();
+        assert_eq!(
+            (p.len, p.addrs, p.encoded),
+            (15, None, b"PROXY UNKNOWN\r\n".to_vec())
+        );
+        // UNKNOWN with anything after it goes on as a bare UNKNOWN; control bytes are
+        // refused.
+        let p = parse_received(b"PROXY UNKNOWN whatever 1 2\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.encoded, b"PROXY UNKNOWN\r\n");
+        assert!(parse_received(b"PROXY UNKNOWN \x1b[2J\r\n").is_err());
+        // A v2 header whose TLV area does not parse is refused.
+        let mut bad = v2.clone();
+        let len = u16::from_be_bytes([bad[14], bad[15]]) + 2;
+        bad[14..16].copy_from_slice(&len.to_be_bytes());
+        bad.extend_from_slice(&[0x02, 0x00]);
+        assert!(matches!(
+            parse_received(&bad),
+            Err(PreambleError::Malformed(m)) if m.contains("TLV")
+        ));
     }
 }
