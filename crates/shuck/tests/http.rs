@@ -412,3 +412,44 @@ fn slow_heads_get_408_and_idle_keep_alive_closes_while_others_are_served() {
         "{waited:?}"
     );
 }
+
+#[test]
+fn no_backend_connection_before_the_first_request_is_accepted() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (o, seen) = recording_http();
+    let shuck = Shuck::start(&["-n", "1", "-b", &o.addr(), "--http", "--proxy-proxy"]);
+    let cfg = client_config(&ClientOpts::default());
+    let open = |req: &[u8]| {
+        let mut sock = std::net::TcpStream::connect(shuck.addr()).unwrap();
+        sock.write_all(b"PROXY TCP4 203.0.113.7 127.0.0.1 5555 443\r\n")
+            .unwrap();
+        let mut c = tls_over(sock, &cfg, None).unwrap();
+        c.sock
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        c.write_all(req).unwrap();
+        c
+    };
+    // A refused request: 400, and no backend connection at all (not one carrying only
+    // the PROXY line).
+    let mut c = open(b"GET / HTTP/1.1\r\n\r\n");
+    let got = String::from_utf8_lossy(&read_all(&mut c).unwrap_or_default()).into_owned();
+    assert!(got.starts_with("HTTP/1.1 400"), "{got}");
+    // A client that sends nothing after its handshake holds no backend connection either.
+    let _silent = open(b"");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        o.accepted.load(SeqCst),
+        0,
+        "a backend connection was opened"
+    );
+    // A good request opens one, and the balancer's client is the one forwarded.
+    let mut c = open(b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(response(&mut c).starts_with("HTTP/1.1 200"));
+    assert_eq!(o.accepted.load(SeqCst), 1);
+    assert!(
+        seen.lock().unwrap()[0].contains("X-Forwarded-For: 203.0.113.7\r\n"),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+}

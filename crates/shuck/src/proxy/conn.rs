@@ -119,27 +119,6 @@ pub async fn serve(
         &counters.handshakes_full
     });
 
-    // choose and connect (boxed for the same reason as the handshake)
-    let (mut backend, lease) = match Box::pin(state.pool.connect(&worker.picker)).await {
-        Ok(b) => b,
-        Err(e) => {
-            WorkerCounters::bump(&counters.backend_failures);
-            WorkerCounters::bump(&fe_counters.refused);
-            if e.is_queue() {
-                tracing::debug!(client = %client, error = %e, "no backend slot");
-            } else {
-                tracing::warn!(client = %client, error = %e, "no backend could be reached");
-            }
-            if state.http.is_some() {
-                let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(http::SERVICE_UNAVAILABLE))
-                    .await;
-            }
-            // close_notify, then FIN: the client learns at once that nothing will come.
-            let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
-            return;
-        }
-    };
-
     // What the backend is told first, and the HTTP rewriter; the client certificate's
     // subject is only needed to build them, so it does not stay in this task while the
     // connection idles.
@@ -181,13 +160,50 @@ pub async fn serve(
         (bytes, http)
     };
 
-    // preamble
-    if let Some(bytes) = preamble_bytes {
-        if let Err(e) = backend.write_all(&bytes).await {
+    // HTTP mode: the first request head is read and accepted before a backend is chosen,
+    // so that a request refused (400, 408) or never sent costs no backend connection.
+    let first = match http.as_mut() {
+        Some(h) => match first_request(&mut tls, h, limits.idle_timeout).await {
+            Ok(bytes) => bytes,
+            Err(end) => {
+                finish(&mut tls, &end, client).await;
+                return;
+            }
+        },
+        None => Vec::new(),
+    };
+
+    // choose and connect (boxed for the same reason as the handshake)
+    let (mut backend, lease) = match Box::pin(state.pool.connect(&worker.picker)).await {
+        Ok(b) => b,
+        Err(e) => {
+            WorkerCounters::bump(&counters.backend_failures);
+            WorkerCounters::bump(&fe_counters.refused);
+            if e.is_queue() {
+                tracing::debug!(client = %client, error = %e, "no backend slot");
+            } else {
+                tracing::warn!(client = %client, error = %e, "no backend could be reached");
+            }
+            if state.http.is_some() {
+                let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(http::SERVICE_UNAVAILABLE))
+                    .await;
+            }
+            // close_notify, then FIN: the client learns at once that nothing will come.
+            let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
+            return;
+        }
+    };
+
+    // preamble, and the first request
+    let mut opening = preamble_bytes.unwrap_or_default();
+    opening.extend_from_slice(&first);
+    if !opening.is_empty() {
+        if let Err(e) = backend.write_all(&opening).await {
             tracing::warn!(client = %client, backend = %lease.server().name(), error = %e, "cannot write the preamble");
             return;
         }
     }
+    drop(opening);
 
     // relay
     let out = relay(&mut tls, &mut backend, limits.idle_timeout, http.as_mut()).await;
@@ -195,30 +211,7 @@ pub async fn serve(
     // close
     WorkerCounters::add(&fe_counters.bytes_in, out.client_to_backend);
     WorkerCounters::add(&fe_counters.bytes_out, out.backend_to_client);
-    match &out.end {
-        RelayEnd::Error(side, e) => {
-            tracing::debug!(client = %client, ?side, error = %e, "connection ended by an error")
-        }
-        RelayEnd::HttpTimeout(why) => {
-            tracing::debug!(client = %client, ?why, "HTTP timeout");
-            let _ = tokio::time::timeout(CLOSE_GRACE, async {
-                if *why == http::Expired::Request {
-                    tls.write_all(http::REQUEST_TIMEOUT).await?;
-                }
-                tls.shutdown().await
-            })
-            .await;
-        }
-        RelayEnd::BadRequest(why) => {
-            tracing::debug!(client = %client, error = %why, "request refused");
-            let _ = tokio::time::timeout(CLOSE_GRACE, async {
-                tls.write_all(http::BAD_REQUEST).await?;
-                tls.shutdown().await
-            })
-            .await;
-        }
-        _ => {}
-    }
+    finish(&mut tls, &out.end, client).await;
     if state.log_connections {
         let conn = tls.conn();
         tracing::info!(
@@ -266,4 +259,69 @@ fn admit(tcp: &TcpStream, keepalive: Option<std::time::Duration>) -> std::io::Re
         socket2::SockRef::from(tcp).set_tcp_keepalive(&ka)?;
     }
     Ok(())
+}
+
+/// How a relay's end is told to the client: 400 or 408 in HTTP mode, then close.
+async fn finish<S>(tls: &mut S, end: &RelayEnd, client: SocketAddr)
+where
+    S: tokio::io::AsyncWrite + Unpin,
+{
+    let answer = match end {
+        RelayEnd::Error(side, e) => {
+            tracing::debug!(client = %client, ?side, error = %e, "connection ended by an error");
+            return;
+        }
+        RelayEnd::HttpTimeout(why) => {
+            tracing::debug!(client = %client, ?why, "HTTP timeout");
+            (*why == http::Expired::Request).then_some(http::REQUEST_TIMEOUT)
+        }
+        RelayEnd::BadRequest(why) => {
+            tracing::debug!(client = %client, error = %why, "request refused");
+            Some(http::BAD_REQUEST)
+        }
+        RelayEnd::Closed | RelayEnd::IdleTimeout => return,
+    };
+    let _ = tokio::time::timeout(CLOSE_GRACE, async {
+        if let Some(a) = answer {
+            tls.write_all(a).await?;
+        }
+        tls.shutdown().await
+    })
+    .await;
+}
+
+/// HTTP mode: reads the client until its first request head is accepted, and returns it
+/// rewritten (with any body bytes that came with it); the end to report otherwise.
+async fn first_request<S>(
+    tls: &mut S,
+    http: &mut Http,
+    idle: std::time::Duration,
+) -> Result<Vec<u8>, RelayEnd>
+where
+    S: tokio::io::AsyncRead + Unpin,
+{
+    use tokio::io::AsyncReadExt;
+    let start = tokio::time::Instant::now();
+    let mut out = Vec::new();
+    // Only until the first head is in: freed before the relay starts.
+    let mut buf = vec![0u8; 4096];
+    while http.exchange.pending.is_empty() {
+        let due = http.deadline(start);
+        let deadline = due.map_or(start + idle, |(at, _)| at.min(start + idle));
+        let n = match tokio::time::timeout_at(deadline, tls.read(&mut buf)).await {
+            Err(_) => {
+                return Err(match due {
+                    Some((at, why)) if at <= deadline => RelayEnd::HttpTimeout(why),
+                    _ => RelayEnd::IdleTimeout,
+                })
+            }
+            Ok(Ok(0)) => return Err(RelayEnd::Closed),
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => return Err(RelayEnd::Error(super::relay::Side::Client, e)),
+        };
+        http.request
+            .feed(&buf[..n], &mut out, &mut http.exchange)
+            .map_err(RelayEnd::BadRequest)?;
+    }
+    Ok(out)
 }
