@@ -489,10 +489,9 @@ fn twenty_binary_upgrades_under_load_lose_nothing() {
         );
         assert!(failures(r).is_empty(), "{name}: failures {:?}", failures(r));
         assert!(r["attempted"].as_u64().unwrap() >= 700, "{name}: {r}");
-        // Counted over every session, also the first few of the run that had nothing to
-        // resume yet: stricter than over resumption attempts alone.
+        // Client side, over every session (also those that had nothing to offer yet).
         assert!(
-            r["resumed_share"].as_f64().unwrap() >= 0.99,
+            r["resumed_share"].as_f64().unwrap() >= 0.97,
             "{name}: resumption across upgrades {r}"
         );
     }
@@ -512,6 +511,50 @@ fn twenty_binary_upgrades_under_load_lose_nothing() {
         );
     }
     echo_http(addr);
+
+    // Server side, over the resumption attempts themselves: every worker's closing
+    // summary counts session-ID lookups (hits, misses) and tickets (resumed, refused).
+    sh(&format!("kill -TERM {newest}"));
+    assert!(
+        wait_for(Duration::from_secs(30), || !alive(newest)),
+        "the last master did not stop"
+    );
+    let log = shuck.log();
+    let summaries: Vec<&str> = log.lines().filter(|l| l.contains(" stopped; ")).collect();
+    assert_eq!(summaries.len(), 21, "one summary per worker: {log}");
+    let sum = |part: &str, key: &str| -> u64 {
+        summaries
+            .iter()
+            .map(|l| {
+                let section = l.split(part).nth(1).unwrap_or("");
+                section
+                    .split(&format!(" {key}="))
+                    .nth(1)
+                    .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("no {key}= in {l}"))
+            })
+            .sum()
+    };
+    let (hits, misses) = (sum("session cache", "hits"), sum("session cache", "misses"));
+    let (resumed, refused) = (sum("tickets", "resumed"), sum("tickets", "refused"));
+    eprintln!(
+        "across 20 upgrades: session IDs {hits} hits / {misses} misses, tickets {resumed} resumed / {refused} refused"
+    );
+    assert!(
+        hits >= 700 && resumed >= 700,
+        "too few attempts: {hits}, {resumed}"
+    );
+    assert!(
+        hits * 100 >= (hits + misses) * 99,
+        "session IDs: {hits} of {} attempts resumed",
+        hits + misses
+    );
+    assert!(
+        resumed * 100 >= (resumed + refused) * 99,
+        "tickets: {resumed} of {} attempts resumed",
+        resumed + refused
+    );
 }
 
 /// One request through shuck to the bench origin.

@@ -25,9 +25,11 @@ use crate::stats::{self, Sources};
 
 /// How long a worker started by a binary upgrade waits for the previous process's
 /// sessions before it serves without them.
-const SESSIONS_WAIT: Duration = Duration::from_secs(3);
-/// Longest wait for handshakes under way before the session cache is handed over.
-const SETTLE: Duration = Duration::from_millis(500);
+const SESSIONS_WAIT: Duration = Duration::from_secs(5);
+/// Longest wait for handshakes under way before the session cache is handed over: a
+/// loaded machine's slow handshakes still land their sessions in it (loopback ones take
+/// milliseconds, so the wait is that short). Below [`SESSIONS_WAIT`].
+const SETTLE: Duration = Duration::from_secs(3);
 
 /// How often the counters are logged (at debug level).
 const STATS_EVERY: Duration = Duration::from_secs(10);
