@@ -334,7 +334,9 @@ fn read_pid(path: &Path) -> Option<u32> {
 }
 
 /// Every master this test saw, killed at the end (their workers die with them).
-struct Masters(Mutex<Vec<u32>>);
+/// The pids are checked before the kill: only a process whose command line holds this
+/// test's own pid file path (a pid may have been reused since) is ended.
+struct Masters(Mutex<Vec<u32>>, String);
 
 impl Masters {
     fn add(&self, pid: u32) {
@@ -345,14 +347,18 @@ impl Masters {
 impl Drop for Masters {
     fn drop(&mut self) {
         for pid in self.0.lock().unwrap().iter() {
-            for c in children_of(*pid) {
+            // Most have exited already; a pid that is gone, or now another's, is left.
+            for p in children_of(*pid).into_iter().chain([*pid]) {
+                let ours = std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&self.1));
+                if !ours {
+                    continue;
+                }
                 let _ = Command::new("kill")
-                    .args(["-KILL", &c.to_string()])
+                    .args(["-KILL", &p.to_string()])
+                    .stderr(Stdio::null())
                     .status();
             }
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
         }
     }
 }
@@ -390,7 +396,7 @@ fn twenty_binary_upgrades_under_load_lose_nothing() {
         "--drain-timeout",
         "60",
     ]);
-    let masters = Masters(Mutex::new(vec![shuck.pid()]));
+    let masters = Masters(Mutex::new(vec![shuck.pid()]), pidfile.display().to_string());
     let target = shuck.addr().to_string();
     let addr = shuck.addr();
 
@@ -623,7 +629,10 @@ fn an_upgrade_to_a_binary_that_fails_keeps_the_old_one_serving() {
         }
     });
     let first = Proc(child);
-    let masters = Masters(Mutex::new(vec![first.0.id()]));
+    let masters = Masters(
+        Mutex::new(vec![first.0.id()]),
+        pidfile.display().to_string(),
+    );
     let log_has = |s: &str, n: usize| {
         wait_for(Duration::from_secs(20), || {
             log.lock().unwrap().matches(s).count() >= n
