@@ -453,3 +453,38 @@ fn no_backend_connection_before_the_first_request_is_accepted() {
         seen.lock().unwrap()
     );
 }
+
+#[test]
+fn forwarding_fields_in_chunked_trailers_are_removed() {
+    // An origin that keeps the raw bytes of one chunked request, trailers included.
+    let raw = Arc::new(Mutex::new(Vec::new()));
+    let r2 = raw.clone();
+    let o = Origin::start(move |mut s| {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(5).any(|w| w == b"0\r\n\r\n")
+            && !(got.windows(3).any(|w| w == b"\n0\r") && got.ends_with(b"\r\n\r\n"))
+        {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        *r2.lock().unwrap() = got;
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    });
+    let shuck = Shuck::start(&["-n", "1", "-b", &o.addr(), "--http"]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\
+          X_Forwarded_For: 6.6.6.6\r\nX-Checksum: 42\r\nForwarded: for=6.6.6.6\r\n\r\n",
+    )
+    .unwrap();
+    assert!(response(&mut c).starts_with("HTTP/1.1 200"));
+    let got = String::from_utf8_lossy(&raw.lock().unwrap()).into_owned();
+    assert!(
+        got.ends_with("3\r\nabc\r\n0\r\nX-Checksum: 42\r\n\r\n"),
+        "{got:?}"
+    );
+    assert!(!got.contains("6.6.6.6"), "{got:?}");
+}

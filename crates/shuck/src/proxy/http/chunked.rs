@@ -38,8 +38,9 @@ impl Chunked {
         Chunked(Step::size_line())
     }
 
-    /// Consumes body bytes from `input`; returns how many belong to the body (less than
-    /// `input.len()` only once the body has ended).
+    /// Consumes body bytes from `input`; returns how many it took: less than
+    /// `input.len()` once the body has ended, or where the trailer section begins (call
+    /// again with the rest).
     pub fn advance(&mut self, input: &[u8]) -> Result<usize, ChunkError> {
         let mut i = 0;
         let state = &mut self.0;
@@ -85,15 +86,16 @@ impl Chunked {
                         if *digits == 0 {
                             return Err(ChunkError("missing chunk size"));
                         }
-                        *state = if *size == 0 {
-                            Step::Trailer {
+                        if *size == 0 {
+                            *state = Step::Trailer {
                                 line: 0,
                                 cr: false,
                                 total: 0,
-                            }
-                        } else {
-                            Step::Data(*size)
-                        };
+                            };
+                            // The caller sees where the trailer section begins.
+                            return Ok(i);
+                        }
+                        *state = Step::Data(*size);
                         continue;
                     }
                     match b {
@@ -144,6 +146,11 @@ impl Chunked {
         Ok(i)
     }
 
+    /// True while in the trailer section (after the last chunk).
+    pub fn in_trailer(&self) -> bool {
+        matches!(self.0, Step::Trailer { .. })
+    }
+
     /// True once the final chunk and trailer have passed.
     pub fn is_done(&self) -> bool {
         self.0 == Step::Done
@@ -176,10 +183,14 @@ mod tests {
         let mut c = Chunked::new();
         let mut used = 0;
         for part in body.chunks(step) {
-            let n = c.advance(part)?;
-            used += n;
-            if c.is_done() {
-                return Ok(used);
+            let mut at = 0;
+            while at < part.len() {
+                let n = c.advance(&part[at..])?;
+                at += n;
+                used += n;
+                if c.is_done() {
+                    return Ok(used);
+                }
             }
         }
         Err(ChunkError("not done"))

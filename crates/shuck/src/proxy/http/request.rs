@@ -36,6 +36,8 @@ pub struct RequestRewriter {
     strip: Option<String>,
     /// When the head being received got its first byte (`--http-request-timeout`).
     head_started: Option<tokio::time::Instant>,
+    /// A chunked body's trailer section, held until whole to drop forwarding fields.
+    trailer: Vec<u8>,
 }
 
 /// What the request side is waiting for, for HTTP mode's timeouts.
@@ -86,6 +88,7 @@ impl RequestRewriter {
             forwarded,
             strip,
             head_started: None,
+            trailer: Vec::new(),
         }
     }
 
@@ -155,10 +158,17 @@ impl RequestRewriter {
                     }
                 }
                 State::Chunked(c) => {
+                    let in_trailer = c.in_trailer();
                     let n = c.advance(&input[i..]).map_err(|e| Rejected(e.0))?;
-                    out.extend_from_slice(&input[i..i + n]);
+                    if in_trailer {
+                        self.trailer.extend_from_slice(&input[i..i + n]);
+                    } else {
+                        out.extend_from_slice(&input[i..i + n]);
+                    }
                     i += n;
                     if c.is_done() {
+                        let trailer = std::mem::take(&mut self.trailer);
+                        filter_trailer(&trailer, self.strip.as_deref(), out);
                         self.after_message(ex);
                     }
                 }
@@ -349,6 +359,22 @@ fn is_forwarding(name: &[u8], strip: Option<&str>) -> bool {
         || strip.is_some_and(|s| folds(s.as_bytes()))
 }
 
+/// The trailer section without the forwarding fields a client may not set (they would be
+/// merged into the headers by some backends).
+fn filter_trailer(trailer: &[u8], strip: Option<&str>, out: &mut Vec<u8>) {
+    for line in trailer.split_inclusive(|&b| b == b'\n') {
+        let name = line
+            .split(|&b| b == b':')
+            .next()
+            .unwrap_or(b"")
+            .trim_ascii();
+        if line.contains(&b':') && is_forwarding(name, strip) {
+            continue;
+        }
+        out.extend_from_slice(line);
+    }
+}
+
 /// RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host; no request has two; a target
 /// in absolute form names the same authority as Host.
 fn check_host(target: &str, version: u8, headers: &[httparse::Header<'_>]) -> Result<(), Rejected> {
@@ -423,6 +449,16 @@ mod tests {
         }
         assert!(rewrite(b"GET / HTTP/1.0\r\n\r\n").is_ok());
         assert!(rewrite(b"GET HTTP://A:80/x HTTP/1.1\r\nHost: a:80\r\n\r\n").is_ok());
+    }
+
+    #[test]
+    fn forwarding_fields_are_removed_from_chunked_trailers() {
+        let out = rewrite(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-Forwarded-For: 6.6.6.6\r\nX-Sum: 1\r\nforwarded: for=6.6.6.6\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        assert!(!out.contains("6.6.6.6"), "{out}");
+        assert!(
+            out.contains("3\r\nabc\r\n0\r\nX-Sum: 1\r\n\r\nGET / HTTP/1.1"),
+            "{out}"
+        );
     }
 
     #[test]
