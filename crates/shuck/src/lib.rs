@@ -5,8 +5,8 @@
 //! per core; each worker runs [`proxy`]'s stages (listener → handshake → connect → relay)
 //! with certificates from [`tls`] and servers from [`backend`].
 
-// One `unsafe` block in the crate, allowed where it stands with its proof
-// (`proxy::listener::set_fastopen`); everything else is safe code.
+// Two `unsafe` blocks in the crate, each allowed where it stands with its proof
+// (`proxy::listener::set_fastopen`, `runtime::master`'s fork); everything else is safe code.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -14,6 +14,7 @@ pub(crate) mod backend;
 pub(crate) mod clock;
 pub mod config;
 pub(crate) mod counters;
+pub mod fuzzing;
 pub(crate) mod origin;
 pub mod proxy;
 pub mod runtime;

@@ -102,7 +102,7 @@ pub async fn receive(
 }
 
 /// A PROXY header read from the client side.
-struct Parsed {
+pub(crate) struct Parsed {
     /// Its length in the input.
     len: usize,
     /// The addresses it names; `None` for LOCAL/UNKNOWN (use the socket's).
@@ -112,7 +112,7 @@ struct Parsed {
 }
 
 /// `Ok(None)`: need more bytes.
-fn parse_received(buf: &[u8]) -> Result<Option<Parsed>, PreambleError> {
+pub(crate) fn parse_received(buf: &[u8]) -> Result<Option<Parsed>, PreambleError> {
     let prefix = buf.len().min(V2_SIG.len());
     if buf[..prefix] == V2_SIG[..prefix] {
         if buf.len() < 16 {
