@@ -277,6 +277,14 @@ impl Run {
             let Some(pid) = status.pid() else { continue };
             if self.worker.as_ref().is_some_and(|w| w.pid == pid) {
                 self.worker = None;
+                if !self.stopping && !self.ready_once {
+                    // It never served (privileges, chroot, a service that cannot start):
+                    // a start failure, said once, not a crash loop.
+                    return Err(StartError::System(std::io::Error::other(format!(
+                        "the worker process {} before it served (its error is above)",
+                        describe(&status)
+                    ))));
+                }
                 if !self.stopping {
                     self.crashed(pid, &status)?;
                 }
