@@ -486,7 +486,7 @@ fn operation_keys_in_one_file() {
         thread::sleep(Duration::from_millis(20));
     }
     // The worker process (the master's child) is nobody, in the jail.
-    let worker = worker_of_daemon(pid);
+    let worker = only_child(pid);
     let status = std::fs::read_to_string(format!("/proc/{worker}/status")).unwrap();
     assert!(status.contains("Uid:\t65534\t65534"), "user: {status}");
     assert!(status.contains("Gid:\t65534\t65534"), "group: {status}");
@@ -508,20 +508,4 @@ fn operation_keys_in_one_file() {
         body.contains("shuck_handshakes_total{kind=\"full\"} 1"),
         "stats: {body}"
     );
-}
-
-/// The one child of a daemon's master process (waits up to 10 s).
-fn worker_of_daemon(master: u32) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let found = children_of(master);
-        if found.len() == 1 {
-            return found[0];
-        }
-        assert!(
-            Instant::now() < deadline,
-            "master {master}: workers {found:?}"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
 }

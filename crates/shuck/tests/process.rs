@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -100,40 +100,6 @@ fn alive(pid: u32) -> bool {
     })
 }
 
-/// Waits up to `t` for `f`.
-fn wait_for(t: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + t;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-    f()
-}
-
-/// The one worker process of master `pid` (waits for it).
-fn worker_of(pid: u32) -> u32 {
-    let mut found = Vec::new();
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            found = children_of(pid);
-            found.len() == 1
-        }),
-        "master {pid} has workers {found:?}"
-    );
-    found[0]
-}
-
-fn status_field(pid: u32, field: &str) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .unwrap_or("")
-        .to_owned()
-}
-
 fn swap_in(path: &Path, content: &[u8]) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, content).unwrap();
@@ -158,7 +124,7 @@ fn a_reload_as_root_reads_a_key_only_root_can_read() {
         site.to_str().unwrap(),
     ]);
     let master = shuck.pid();
-    let worker = worker_of(master);
+    let worker = only_child(master);
     assert!(
         status_field(master, "Uid:").contains("\t0\t"),
         "the master stays root"
@@ -196,7 +162,7 @@ fn a_reload_as_root_reads_a_key_only_root_can_read() {
     swap_in(&site, &std::fs::read(&a_path).unwrap());
     sh(&format!("kill -HUP {worker}"));
     assert!(
-        wait_for(Duration::from_secs(10), || shuck
+        wait_until(Duration::from_secs(10), || shuck
             .log()
             .matches("SIGHUP: configuration reloaded")
             .count()
@@ -213,7 +179,7 @@ fn a_killed_worker_is_replaced_on_the_same_sockets_under_load() {
     let (_origin, origin_port) = bench_origin();
     let shuck = Shuck::start(&["-b", &format!("[127.0.0.1]:{origin_port}")]);
     let master = shuck.pid();
-    let first = worker_of(master);
+    let first = only_child(master);
     let target = shuck.addr().to_string();
 
     // A TLS 1.3 ticket issued before the crash.
@@ -256,7 +222,7 @@ fn a_killed_worker_is_replaced_on_the_same_sockets_under_load() {
     sh(&format!("kill -KILL {first}"));
     let mut second = 0;
     assert!(
-        wait_for(Duration::from_secs(1), || {
+        wait_until(Duration::from_secs(1), || {
             second = children_of(master)
                 .into_iter()
                 .find(|&p| p != first)
@@ -269,7 +235,7 @@ fn a_killed_worker_is_replaced_on_the_same_sockets_under_load() {
     let replaced_in = killed_at.elapsed();
     assert!(
         shuck.wait_log("listening on", Duration::from_secs(5))
-            && wait_for(Duration::from_secs(5), || shuck
+            && wait_until(Duration::from_secs(5), || shuck
                 .log()
                 .matches("listening on")
                 .count()
@@ -369,7 +335,7 @@ fn upgrade(shuck: &Shuck, pidfile: &Path, masters: &Masters, n: usize) {
     let old = read_pid(pidfile).unwrap();
     sh(&format!("kill -USR2 {old}"));
     assert!(
-        wait_for(Duration::from_secs(20), || {
+        wait_until(Duration::from_secs(20), || {
             read_pid(pidfile).is_some_and(|p| p != old)
                 && shuck
                     .log()
@@ -512,7 +478,7 @@ fn twenty_binary_upgrades_under_load_lose_nothing() {
     let newest = read_pid(&pidfile).unwrap();
     for pid in masters.0.lock().unwrap().iter().filter(|&&p| p != newest) {
         assert!(
-            wait_for(Duration::from_secs(10), || !alive(*pid)),
+            wait_until(Duration::from_secs(10), || !alive(*pid)),
             "old master {pid} still runs"
         );
     }
@@ -522,7 +488,7 @@ fn twenty_binary_upgrades_under_load_lose_nothing() {
     // summary counts session-ID lookups (hits, misses) and tickets (resumed, refused).
     sh(&format!("kill -TERM {newest}"));
     assert!(
-        wait_for(Duration::from_secs(30), || !alive(newest)),
+        wait_until(Duration::from_secs(30), || !alive(newest)),
         "the last master did not stop"
     );
     let log = shuck.log();
@@ -599,7 +565,6 @@ fn an_upgrade_to_a_binary_that_fails_keeps_the_old_one_serving() {
     notify_sock
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    let log = Arc::new(Mutex::new(String::new()));
     let mut child = Command::new(&bin)
         .args([
             "-f",
@@ -615,26 +580,14 @@ fn an_upgrade_to_a_binary_that_fails_keeps_the_old_one_serving() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let sink = log.clone();
-    thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let mut l = sink.lock().unwrap();
-            l.push_str(&line);
-            l.push('\n');
-        }
-    });
+    let log = capture_stderr(&mut child);
     let first = Proc(child);
     let masters = Masters(
         Mutex::new(vec![first.0.id()]),
         pidfile.display().to_string(),
     );
     let log_has = |s: &str, n: usize| {
-        wait_for(Duration::from_secs(20), || {
+        wait_until(Duration::from_secs(20), || {
             log.lock().unwrap().matches(s).count() >= n
         })
     };
@@ -709,7 +662,7 @@ fn an_upgrade_to_a_binary_that_fails_keeps_the_old_one_serving() {
     echo_roundtrip(&mut live);
     drop(live);
     assert!(
-        wait_for(Duration::from_secs(10), || !alive(pid)),
+        wait_until(Duration::from_secs(10), || !alive(pid)),
         "the old master did not exit: {}",
         log.lock().unwrap()
     );
@@ -725,7 +678,6 @@ fn socket_activation_takes_systemds_sockets() {
     );
     let origin = Origin::echo();
     let port = free_port();
-    let log = Arc::new(Mutex::new(String::new()));
     let mut child = Command::new("systemd-socket-activate")
         .args([
             "-l",
@@ -742,22 +694,10 @@ fn socket_activation_takes_systemds_sockets() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let sink = log.clone();
-    thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let mut l = sink.lock().unwrap();
-            l.push_str(&line);
-            l.push('\n');
-        }
-    });
+    let log = capture_stderr(&mut child);
     let shuck = Proc(child);
     assert!(
-        wait_for(Duration::from_secs(10), || log
+        wait_until(Duration::from_secs(10), || log
             .lock()
             .unwrap()
             .contains("Listening on")),
@@ -772,7 +712,7 @@ fn socket_activation_takes_systemds_sockets() {
         echo_roundtrip(&mut c);
     });
     assert!(
-        wait_for(Duration::from_secs(20), || log
+        wait_until(Duration::from_secs(20), || log
             .lock()
             .unwrap()
             .contains("listening on")),
@@ -800,7 +740,7 @@ fn a_crash_loop_gives_up() {
     let master = shuck.pid();
     let mut seen = Vec::new();
     for i in 0..5 {
-        let w = worker_of(master);
+        let w = only_child(master);
         assert!(!seen.contains(&w));
         seen.push(w);
         // SIGKILL as the OOM killer sends, SIGABRT as a failed assertion or an abort.
@@ -808,7 +748,7 @@ fn a_crash_loop_gives_up() {
         sh(&format!("kill -{sig} {w}"));
         if i < 4 {
             assert!(
-                wait_for(Duration::from_secs(3), || children_of(master)
+                wait_until(Duration::from_secs(3), || children_of(master)
                     .iter()
                     .any(|p| !seen.contains(p))),
                 "crash {i}: not replaced: {}",

@@ -42,17 +42,6 @@ fn reload_and_wait(shuck: &Shuck, expect: &str) {
     );
 }
 
-fn wait_until(t: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + t;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    f()
-}
-
 #[test]
 fn twenty_certificate_swaps_under_load_lose_nothing() {
     let dir = TempDir::new("reload");

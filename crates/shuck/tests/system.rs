@@ -15,15 +15,6 @@ fn is_root() -> bool {
     sh_out("id -u").trim() == "0"
 }
 
-fn status_field(pid: u32, field: &str) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .unwrap_or("")
-        .to_owned()
-}
-
 #[test]
 fn user_and_group_are_dropped_to_and_it_still_serves() {
     if !is_root() {

@@ -291,7 +291,8 @@ where
 }
 
 /// HTTP mode: reads the client until its first request head is accepted, and returns it
-/// rewritten (with any body bytes that came with it); the end to report otherwise.
+/// rewritten (with any body bytes that came with it); the end to report otherwise. Reads
+/// land in the worker's scratch buffer, as the relay's do.
 async fn first_request<S>(
     tls: &mut S,
     http: &mut Http,
@@ -300,28 +301,40 @@ async fn first_request<S>(
 where
     S: tokio::io::AsyncRead + Unpin,
 {
-    use tokio::io::AsyncReadExt;
+    use std::task::Poll;
     let start = tokio::time::Instant::now();
     let mut out = Vec::new();
-    // Only until the first head is in: freed before the relay starts.
-    let mut buf = vec![0u8; 4096];
     while http.exchange.pending.is_empty() {
         let due = http.deadline(start);
         let deadline = due.map_or(start + idle, |(at, _)| at.min(start + idle));
-        let n = match tokio::time::timeout_at(deadline, tls.read(&mut buf)).await {
+        let read = std::future::poll_fn(|cx| {
+            super::buffers::with_scratch(|buf| {
+                let mut rb = tokio::io::ReadBuf::new(buf);
+                match std::pin::Pin::new(&mut *tls).poll_read(cx, &mut rb) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(Err(e)) => {
+                        Poll::Ready(Err(RelayEnd::Error(super::relay::Side::Client, e)))
+                    }
+                    Poll::Ready(Ok(())) if rb.filled().is_empty() => {
+                        Poll::Ready(Err(RelayEnd::Closed))
+                    }
+                    Poll::Ready(Ok(())) => Poll::Ready(
+                        http.request
+                            .feed(rb.filled(), &mut out, &mut http.exchange)
+                            .map_err(RelayEnd::BadRequest),
+                    ),
+                }
+            })
+        });
+        match tokio::time::timeout_at(deadline, read).await {
+            Ok(r) => r?,
             Err(_) => {
                 return Err(match due {
                     Some((at, why)) if at <= deadline => RelayEnd::HttpTimeout(why),
                     _ => RelayEnd::IdleTimeout,
                 })
             }
-            Ok(Ok(0)) => return Err(RelayEnd::Closed),
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) => return Err(RelayEnd::Error(super::relay::Side::Client, e)),
-        };
-        http.request
-            .feed(&buf[..n], &mut out, &mut http.exchange)
-            .map_err(RelayEnd::BadRequest)?;
+        }
     }
     Ok(out)
 }

@@ -140,8 +140,7 @@ impl Inherited {
             let o = &self.offered[i];
             // By name, a socket goes to the address of its family ("[*]:443" is two).
             let named = o.name.as_deref() == Some(name) && o.addr.is_ipv4() == addr.is_ipv4();
-            let wanted =
-                matches!(o.kind, Kind::Frontend | Kind::Stats) && (o.addr == addr || named);
+            let wanted = o.kind == Kind::Frontend && (o.addr == addr || named);
             if wanted {
                 out.push(TcpListener::from(self.offered.remove(i).fd));
             } else {

@@ -4,6 +4,7 @@
 //! same sockets: what arrived meanwhile waits in their backlog.
 
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::OwnedFd;
 
 use super::channel::{Entry, Kind};
 use super::error::StartError;
@@ -44,13 +45,8 @@ impl Listeners {
         self.bound.iter().find(|b| b.name == name)
     }
 
-    /// Binds `fe` (or takes its inherited sockets); returns a copy of the new sockets for
-    /// a running worker.
-    pub fn open(
-        &mut self,
-        fe: &Frontend,
-        inherited: &mut Inherited,
-    ) -> Result<Vec<(SocketAddr, TcpListener)>, StartError> {
+    /// Binds `fe` (or takes its inherited sockets).
+    pub fn open(&mut self, fe: &Frontend, inherited: &mut Inherited) -> Result<(), StartError> {
         let name = fe.endpoint.to_string();
         let mut sockets = Vec::new();
         for &addr in &fe.addrs {
@@ -81,9 +77,8 @@ impl Listeners {
                 sockets.push((addr, l));
             }
         }
-        let copy = clone_all(&sockets).map_err(StartError::System)?;
         self.bound.push(Bound { name, sockets });
-        Ok(copy)
+        Ok(())
     }
 
     /// Forgets a frontend: the master's sockets for it are closed.
@@ -92,20 +87,29 @@ impl Listeners {
     }
 
     /// Every socket, described, with a copy of each descriptor (for the next master).
-    pub fn export(&self) -> std::io::Result<Vec<(Entry, std::os::fd::OwnedFd)>> {
+    pub fn export(&self) -> std::io::Result<Vec<(Entry, OwnedFd)>> {
         let mut out = Vec::new();
         for b in &self.bound {
-            for (addr, l) in &b.sockets {
-                out.push((
-                    Entry {
-                        kind: Kind::Frontend,
-                        addr: *addr,
-                    },
-                    l.try_clone()?.into(),
-                ));
-            }
+            out.extend(b.export()?);
         }
         Ok(out)
+    }
+}
+
+impl Bound {
+    /// Its sockets, described, with a copy of each descriptor (for a worker or the next
+    /// master).
+    pub fn export(&self) -> std::io::Result<Vec<(Entry, OwnedFd)>> {
+        self.sockets
+            .iter()
+            .map(|(addr, l)| {
+                let entry = Entry {
+                    kind: Kind::Frontend,
+                    addr: *addr,
+                };
+                Ok((entry, l.try_clone()?.into()))
+            })
+            .collect()
     }
 }
 

@@ -570,16 +570,16 @@ impl Run {
             if self.m.listeners.get(&name).is_some() {
                 continue;
             }
-            match self.m.listeners.open(fe, &mut Inherited::default()) {
-                Ok(copies) => fresh.extend(copies.into_iter().map(|(addr, l)| {
-                    (
-                        Entry {
-                            kind: super::channel::Kind::Frontend,
-                            addr,
-                        },
-                        OwnedFd::from(l),
-                    )
-                })),
+            let opened = self
+                .m
+                .listeners
+                .open(fe, &mut Inherited::default())
+                .and_then(|()| match self.m.listeners.get(&name) {
+                    Some(b) => b.export().map_err(StartError::System),
+                    None => Ok(Vec::new()),
+                });
+            match opened {
+                Ok(sockets) => fresh.extend(sockets),
                 Err(e) => tracing::error!("SIGHUP: cannot open frontend {name}: {e}"),
             }
         }

@@ -55,29 +55,48 @@ fn not_recorded(path: &Path) -> io::Error {
     )
 }
 
+/// In a replay, `pick`'s answer from the recording; `None` otherwise.
+fn replayed<T>(pick: impl FnOnce(&Recording) -> T) -> Option<T> {
+    MODE.with(|m| match &*m.borrow() {
+        Some(Mode::Replay(r)) => Some(pick(r)),
+        _ => None,
+    })
+}
+
+/// A recorded answer as the disk gave it (the error kept as its text).
+fn replay_answer<T: Clone>(path: &Path, got: Option<&Result<T, String>>) -> io::Result<T> {
+    match got {
+        Some(Ok(v)) => Ok(v.clone()),
+        Some(Err(e)) => Err(io::Error::other(e.clone())),
+        None => Err(not_recorded(path)),
+    }
+}
+
+/// While recording, keeps what the disk answered via `keep`.
+fn record_answer<T: Clone>(
+    got: &io::Result<T>,
+    keep: impl FnOnce(&mut Recording, Result<T, String>),
+) {
+    MODE.with(|m| {
+        if let Some(Mode::Record(r)) = &mut *m.borrow_mut() {
+            let kept = match got {
+                Ok(v) => Ok(v.clone()),
+                Err(e) => Err(e.to_string()),
+            };
+            keep(r, kept);
+        }
+    });
+}
+
 /// The whole file, at most `max` bytes: a larger one is an error asking whether it is
 /// `what` ("a key file").
 pub fn read(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
-    let replayed = MODE.with(|m| match &*m.borrow() {
-        Some(Mode::Replay(r)) => Some(match r.files.get(path) {
-            Some(Ok(b)) => Ok(b.clone()),
-            Some(Err(e)) => Err(io::Error::other(e.clone())),
-            None => Err(not_recorded(path)),
-        }),
-        _ => None,
-    });
-    if let Some(r) = replayed {
+    if let Some(r) = replayed(|r| replay_answer(path, r.files.get(path))) {
         return r.and_then(|b| within(b, max, what));
     }
     let got = std::fs::read(path);
-    MODE.with(|m| {
-        if let Some(Mode::Record(r)) = &mut *m.borrow_mut() {
-            let kept = match &got {
-                Ok(b) => Ok(b.clone()),
-                Err(e) => Err(e.to_string()),
-            };
-            r.files.insert(path.to_owned(), kept);
-        }
+    record_answer(&got, |r, kept| {
+        r.files.insert(path.to_owned(), kept);
     });
     got.and_then(|b| within(b, max, what))
 }
@@ -99,11 +118,7 @@ pub fn read_to_string(path: &Path, max: u64, what: &str) -> io::Result<String> {
 
 /// Whether `path` is a regular file that can be read.
 pub fn is_file(path: &Path) -> bool {
-    let replayed = MODE.with(|m| match &*m.borrow() {
-        Some(Mode::Replay(r)) => Some(matches!(r.files.get(path), Some(Ok(_)))),
-        _ => None,
-    });
-    if let Some(r) = replayed {
+    if let Some(r) = replayed(|r| matches!(r.files.get(path), Some(Ok(_)))) {
         return r;
     }
     // Recorded as a read, so that the replay answers alike.
@@ -112,15 +127,7 @@ pub fn is_file(path: &Path) -> bool {
 
 /// The regular files in `dir`, by name, sorted.
 pub fn list_files(dir: &Path) -> io::Result<Vec<(OsString, PathBuf)>> {
-    let replayed = MODE.with(|m| match &*m.borrow() {
-        Some(Mode::Replay(r)) => Some(match r.dirs.get(dir) {
-            Some(Ok(l)) => Ok(l.clone()),
-            Some(Err(e)) => Err(io::Error::other(e.clone())),
-            None => Err(not_recorded(dir)),
-        }),
-        _ => None,
-    });
-    if let Some(r) = replayed {
+    if let Some(r) = replayed(|r| replay_answer(dir, r.dirs.get(dir))) {
         return r;
     }
     let got = std::fs::read_dir(dir).map(|rd| {
@@ -132,14 +139,8 @@ pub fn list_files(dir: &Path) -> io::Result<Vec<(OsString, PathBuf)>> {
         files.sort();
         files
     });
-    MODE.with(|m| {
-        if let Some(Mode::Record(r)) = &mut *m.borrow_mut() {
-            let kept = match &got {
-                Ok(l) => Ok(l.clone()),
-                Err(e) => Err(e.to_string()),
-            };
-            r.dirs.insert(dir.to_owned(), kept);
-        }
+    record_answer(&got, |r, kept| {
+        r.dirs.insert(dir.to_owned(), kept);
     });
     got
 }

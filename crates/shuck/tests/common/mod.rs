@@ -193,6 +193,58 @@ pub fn pem_der(pem: &[u8]) -> Vec<u8> {
 }
 
 /// Runs a shell command and returns its stdout and stderr together.
+/// A child's standard error, line by line, as it comes (the child must have been spawned
+/// with `Stdio::piped()` for it).
+pub fn capture_stderr(child: &mut std::process::Child) -> Arc<Mutex<String>> {
+    let log = Arc::new(Mutex::new(String::new()));
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let sink = log.clone();
+    thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let mut l = sink.lock().unwrap();
+            l.push_str(&line);
+            l.push('\n');
+        }
+    });
+    log
+}
+
+/// Waits up to `t` for `f`, looking every 5 ms; its last answer.
+pub fn wait_until(t: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + t;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    f()
+}
+
+/// The one child of process `pid` (a master's worker), waiting up to 10 s for there to be
+/// exactly one.
+pub fn only_child(pid: u32) -> u32 {
+    let mut found = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            found = children_of(pid);
+            found.len() == 1
+        }),
+        "process {pid} has children {found:?}"
+    );
+    found[0]
+}
+
+/// A field of /proc/PID/status (`Uid:`), the whole line.
+pub fn status_field(pid: u32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or("")
+        .to_owned()
+}
+
 /// The processes whose parent is `pid`.
 pub fn children_of(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
@@ -275,17 +327,7 @@ impl Shuck {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let stderr = child.stderr.take().unwrap();
-        let sink = log.clone();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let mut l = sink.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-            }
-        });
+        let log = capture_stderr(&mut child);
         let mut s = Shuck { child, log, port };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !s.log().contains("listening on") {
@@ -313,19 +355,7 @@ impl Shuck {
 
     /// The worker process's id (the master's one child; waits up to 10 s for it).
     pub fn worker(&self) -> u32 {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let found = children_of(self.pid());
-            if found.len() == 1 {
-                return found[0];
-            }
-            assert!(
-                Instant::now() < deadline,
-                "master {} has workers {found:?}",
-                self.pid()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        only_child(self.pid())
     }
 
     /// Everything shuck logged so far.
