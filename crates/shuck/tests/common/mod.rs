@@ -17,13 +17,23 @@ use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureSch
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_shuck");
 
-/// A port free right now on 127.0.0.1.
+/// A port free right now on 127.0.0.1, never one this test process was given before: the
+/// kernel may hand the same ephemeral port to two binds in a row once the first is closed,
+/// and two frontends (or two tests) would then collide.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// A scratch directory removed at drop.
