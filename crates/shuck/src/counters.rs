@@ -77,6 +77,8 @@ pub struct WorkerCounters {
     alert_received: Box<[AtomicU64; 256]>,
     /// Backend connections that could not be made.
     pub backend_failures: AtomicU64,
+    /// Accept loops running now (a gauge): once none is, this worker accepts no more.
+    pub accepting: AtomicU64,
 }
 
 /// How a handshake failed, for counting.
@@ -103,6 +105,7 @@ impl WorkerCounters {
             alert_sent: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
             alert_received: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
             backend_failures: AtomicU64::new(0),
+            accepting: AtomicU64::new(0),
         }
     }
 
@@ -187,6 +190,8 @@ pub struct Totals {
     pub alerts: Vec<(u8, u64, u64)>,
     /// See [`WorkerCounters::backend_failures`].
     pub backend_failures: u64,
+    /// See [`WorkerCounters::accepting`].
+    pub accepting: u64,
 }
 
 impl Counters {
@@ -221,6 +226,7 @@ impl Counters {
             t.handshakes_full += w.handshakes_full.load(Relaxed);
             t.handshakes_resumed += w.handshakes_resumed.load(Relaxed);
             t.backend_failures += w.backend_failures.load(Relaxed);
+            t.accepting += w.accepting.load(Relaxed);
             for (slot, c) in failed.iter_mut().zip(w.failed.iter()) {
                 *slot += c.load(Relaxed);
             }

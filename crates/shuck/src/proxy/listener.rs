@@ -84,6 +84,25 @@ fn new_socket(addr: SocketAddr) -> io::Result<Socket> {
     Ok(socket)
 }
 
+/// Counts a running accept loop in its worker's `accepting` gauge while it lives, so that a
+/// handover knows when no more connection can be accepted.
+struct Accepting<'a>(&'a crate::counters::WorkerCounters);
+
+impl<'a> Accepting<'a> {
+    fn new(c: &'a crate::counters::WorkerCounters) -> Self {
+        c.accepting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Accepting(c)
+    }
+}
+
+impl Drop for Accepting<'_> {
+    fn drop(&mut self) {
+        self.0
+            .accepting
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Accepts connections on `listener` until shutdown, spawning one task per connection.
 pub async fn accept_loop(
     listener: TcpListener,
@@ -92,6 +111,7 @@ pub async fn accept_loop(
     mut shutdown: Shutdown,
     mut stop: Shutdown,
 ) {
+    let _accepting = Accepting::new(&worker.counters);
     let local = listener.local_addr().ok();
     let mut exhausted_logged = false;
     loop {

@@ -233,14 +233,17 @@ impl Supervisor {
     }
 }
 
-/// Waits (at most [`SETTLE`]) for the handshakes under way to finish, so that the
-/// sessions they make are in the cache handed over.
+/// Waits (at most [`SETTLE`]) until every accept loop has stopped (the worker threads see
+/// the shutdown on their own time, and one may accept a last connection) and the handshakes
+/// under way have finished, so that every session this worker will make is in the cache
+/// handed over.
 async fn handshakes_settle(counters: &crate::counters::Counters) {
     let deadline = tokio::time::Instant::now() + SETTLE;
     while tokio::time::Instant::now() < deadline {
         let t = counters.totals();
         let refused: u64 = t.frontends.iter().map(|f| f.refused).sum();
-        if t.accepted <= t.handshakes_full + t.handshakes_resumed + t.handshakes_failed + refused {
+        let done = t.handshakes_full + t.handshakes_resumed + t.handshakes_failed + refused;
+        if t.accepting == 0 && t.accepted <= done {
             return;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
