@@ -90,7 +90,8 @@ struct Accepting<'a>(&'a crate::counters::WorkerCounters);
 
 impl<'a> Accepting<'a> {
     fn new(c: &'a crate::counters::WorkerCounters) -> Self {
-        c.accepting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        c.accepting
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Accepting(c)
     }
 }
