@@ -6,7 +6,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -311,25 +311,32 @@ fn bare_lf_host_rules_and_forwarding_names_by_any_spelling() {
 
 #[test]
 fn slow_heads_get_408_and_idle_keep_alive_closes_while_others_are_served() {
+    // A thousand client sockets here, as many in shuck: past the usual soft limit of 1024.
+    common::raise_fd_limit(4096);
     let (o, seen) = recording_http();
     let shuck = Shuck::start(&[
         "-b",
         &o.addr(),
         "--http",
         "--http-request-timeout",
-        "2",
+        "4",
         "--http-keepalive-timeout",
         "2",
         "--idle-timeout",
         "60",
     ]);
     let addr = shuck.addr();
-    // 200 clients drip a head a byte at a time (slowloris), from 10 threads.
-    const DRIPPERS: usize = 200;
-    let drippers: Vec<_> = (0..10)
+    // 1,000 clients drip a head a byte at a time (slowloris), from 10 threads; once all
+    // are connected, a keep-alive client is timed while they drip.
+    const DRIPPERS: usize = 1000;
+    const THREADS: usize = 10;
+    let deadline = Duration::from_secs(4);
+    let connected = std::sync::Arc::new(std::sync::Barrier::new(THREADS + 1));
+    let drippers: Vec<_> = (0..THREADS)
         .map(|_| {
+            let connected = connected.clone();
             std::thread::spawn(move || {
-                let mut cs: Vec<Client> = (0..DRIPPERS / 10)
+                let mut cs: Vec<(Client, Instant)> = (0..DRIPPERS / THREADS)
                     .map(|_| {
                         let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
                         c.sock.set_nonblocking(false).unwrap();
@@ -338,59 +345,69 @@ fn slow_heads_get_408_and_idle_keep_alive_closes_while_others_are_served() {
                             .unwrap();
                         c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nX-Drip: ")
                             .unwrap();
-                        c
+                        (c, Instant::now())
                     })
                     .collect();
-                let started = std::time::Instant::now();
-                let mut answers: Vec<Option<Vec<u8>>> = vec![None; cs.len()];
+                connected.wait();
+                let started = Instant::now();
+                // Each client's answer, and how long after its first byte it came.
+                let mut answers: Vec<Option<(Vec<u8>, Duration)>> = vec![None; cs.len()];
                 while answers.iter().any(Option::is_none)
-                    && started.elapsed() < Duration::from_secs(20)
+                    && started.elapsed() < Duration::from_secs(30)
                 {
-                    for (c, a) in cs.iter_mut().zip(answers.iter_mut()) {
+                    for ((c, first), a) in cs.iter_mut().zip(answers.iter_mut()) {
                         if a.is_some() {
                             continue;
                         }
                         let _ = c.write_all(b"a");
                         let mut buf = [0u8; 256];
                         match c.read(&mut buf) {
-                            Ok(n) => *a = Some(buf[..n].to_vec()),
+                            Ok(n) => *a = Some((buf[..n].to_vec(), first.elapsed())),
                             Err(e)
                                 if e.kind() == std::io::ErrorKind::WouldBlock
                                     || e.kind() == std::io::ErrorKind::TimedOut => {}
-                            Err(_) => *a = Some(Vec::new()),
+                            Err(_) => *a = Some((Vec::new(), first.elapsed())),
                         }
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                (started.elapsed(), answers)
+                answers
             })
         })
         .collect();
-    // Meanwhile a keep-alive client is served promptly.
-    std::thread::sleep(Duration::from_millis(500));
+    connected.wait();
     let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
     let mut took = Vec::new();
     for i in 0..50 {
-        let t = std::time::Instant::now();
+        let t = Instant::now();
         write!(c, "GET /{i} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
         assert!(response(&mut c).starts_with("HTTP/1.1 200"), "request {i}");
         took.push(t.elapsed());
         std::thread::sleep(Duration::from_millis(20));
     }
+    let last_response = Instant::now();
     took.sort();
     let p99 = took[took.len() * 99 / 100];
+    let mut cut = 0;
     for d in drippers {
-        let (elapsed, answers) = d.join().unwrap();
-        for a in answers {
-            let a = a.expect("a dripping client was never cut");
+        for a in d.join().unwrap() {
+            let (a, after) = a.expect("a dripping client was never cut");
             assert!(
                 a.starts_with(b"HTTP/1.1 408 Request Timeout"),
                 "{}",
                 String::from_utf8_lossy(&a)
             );
+            // At the deadline: not before it, and not long after (a client notices within
+            // one pass over its thread's hundred sockets).
+            assert!(
+                after + Duration::from_millis(100) >= deadline
+                    && after < deadline + Duration::from_secs(4),
+                "cut {after:?} after the first byte"
+            );
+            cut += 1;
         }
-        assert!(elapsed < Duration::from_secs(8), "cut late: {elapsed:?}");
     }
+    assert_eq!(cut, DRIPPERS);
     assert!(
         p99 < Duration::from_millis(100),
         "p99 {p99:?} while dripped on"
@@ -400,15 +417,14 @@ fn slow_heads_get_408_and_idle_keep_alive_closes_while_others_are_served() {
 
     // After a response, a keep-alive connection with no next request is closed without a
     // word at --http-keepalive-timeout (not the 60 s idle timeout).
-    let t = std::time::Instant::now();
     c.sock
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let rest = read_all(&mut c).unwrap_or_default();
     assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
-    let waited = t.elapsed();
+    let waited = last_response.elapsed();
     assert!(
-        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(5),
+        waited >= Duration::from_millis(1900) && waited < Duration::from_secs(5),
         "{waited:?}"
     );
 }

@@ -194,10 +194,20 @@ impl TicketKeys {
 
     /// Keys from an HAProxy-style key file.
     pub fn from_file(path: &Path, session_lifetime: Duration) -> Result<Self, TicketError> {
-        let ring = load_file(path)?;
+        let text = read_key_file(path)?;
+        Self::from_text(&text, path, session_lifetime)
+    }
+
+    /// Keys from a key file's text (the fuzz targets' fixed ring); `name` stands for the
+    /// file in errors and in reloads, which read it from disk.
+    pub(crate) fn from_text(
+        text: &str,
+        name: &Path,
+        session_lifetime: Duration,
+    ) -> Result<Self, TicketError> {
         Ok(TicketKeys {
-            ring: ArcSwap::from_pointee(ring),
-            source: Source::File(path.to_owned()),
+            ring: ArcSwap::from_pointee(parse_key_file(text, name)?),
+            source: Source::File(name.to_owned()),
             session_lifetime,
             stats: TicketStats::default(),
             on_change: OnceLock::new(),
@@ -560,18 +570,31 @@ pub(crate) fn derive_aes_256_gcm(salt: &[u8], secret: &[u8]) -> Result<LessSafeK
     Ok(LessSafeKey::new(UnboundKey::from(okm)))
 }
 
-/// Parses an HAProxy tls-ticket-keys file: one base64 key per line (48 or 80 bytes, all the
-/// same length), `#` comments and blank lines ignored. Every key decrypts; the
-/// second-to-last encrypts (HAProxy's rule: the last is the next key, already distributed),
-/// or the only one when there is one.
+/// Reads an HAProxy tls-ticket-keys file (see [`parse_key_file`]).
 fn load_file(path: &Path) -> Result<Ring, TicketError> {
+    parse_key_file(&read_key_file(path)?, path)
+}
+
+fn read_key_file(path: &Path) -> Result<String, TicketError> {
+    crate::system::files::read_to_string(path, MAX_KEY_FILE, "a key file").map_err(|e| {
+        TicketError::BadKeyFile {
+            path: path.to_owned(),
+            line: None,
+            reason: e.to_string(),
+        }
+    })
+}
+
+/// Parses an HAProxy tls-ticket-keys file's `text` (read from `path`, named in errors):
+/// one base64 key per line (48 or 80 bytes, all the same length), `#` comments and blank
+/// lines ignored. Every key decrypts; the second-to-last encrypts (HAProxy's rule: the last
+/// is the next key, already distributed), or the only one when there is one.
+fn parse_key_file(text: &str, path: &Path) -> Result<Ring, TicketError> {
     let bad = |line: Option<usize>, reason: String| TicketError::BadKeyFile {
         path: path.to_owned(),
         line,
         reason,
     };
-    let text = crate::system::files::read_to_string(path, MAX_KEY_FILE, "a key file")
-        .map_err(|e| bad(None, e.to_string()))?;
     let mut keys = Vec::new();
     let mut first_len = None;
     for (i, line) in text.lines().enumerate() {

@@ -843,3 +843,19 @@ pub fn read_all(c: &mut Client) -> io::Result<Vec<u8>> {
     c.read_to_end(&mut out)?;
     Ok(out)
 }
+
+/// Raises this test process's soft limit on open descriptors to `want` (or to the hard
+/// limit, if lower), for tests that hold many sockets at once.
+pub fn raise_fd_limit(want: u64) {
+    let (soft, hard) = rlimit::Resource::NOFILE.get().expect("getrlimit NOFILE");
+    let target = want.min(hard);
+    if soft < target {
+        rlimit::Resource::NOFILE
+            .set(target, hard)
+            .expect("setrlimit NOFILE");
+    }
+    assert!(
+        target >= want,
+        "the hard limit on descriptors is {hard}, this test needs {want}"
+    );
+}
