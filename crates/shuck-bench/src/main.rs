@@ -18,7 +18,6 @@ mod report;
 mod results;
 mod scenarios;
 mod sessions;
-mod size;
 mod stats;
 
 /// shuck-bench: TLS terminator benchmarks.

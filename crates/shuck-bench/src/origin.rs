@@ -10,7 +10,7 @@ use anyhow::Context;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::size::parse_size;
+use shuck::origin::size::parse_size;
 
 const CHUNK: usize = 256 * 1024;
 const MAX_HEAD: usize = 16 * 1024;

@@ -49,6 +49,8 @@ pub struct Stats {
     pub request_us: Histogram<u64>,
     /// Wall time of the run.
     pub elapsed: Duration,
+    /// What was wrong with the first bad answer (`BadResponse`), in one line.
+    pub first_bad: Option<String>,
 }
 
 fn histogram() -> Result<Histogram<u64>, hdrhistogram::CreationError> {
@@ -69,6 +71,7 @@ impl Stats {
             handshake_us: histogram()?,
             request_us: histogram()?,
             elapsed: Duration::ZERO,
+            first_bad: None,
         })
     }
 
@@ -95,6 +98,9 @@ impl Stats {
         let _ = self.handshake_us.add(&o.handshake_us);
         let _ = self.request_us.add(&o.request_us);
         self.elapsed = self.elapsed.max(o.elapsed);
+        if self.first_bad.is_none() {
+            self.first_bad.clone_from(&o.first_bad);
+        }
     }
 
     /// Failed sessions of all kinds.
@@ -128,6 +134,7 @@ impl Stats {
             session_ms: Latency::of(&self.session_us),
             handshake_ms: Latency::of(&self.handshake_us),
             request_ms: Latency::of(&self.request_us),
+            first_bad_answer: self.first_bad.clone(),
         }
     }
 }
@@ -192,6 +199,9 @@ pub struct LoadReport {
     pub handshake_ms: Latency,
     /// Request latency.
     pub request_ms: Latency,
+    /// What was wrong with the first bad answer, when there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_bad_answer: Option<String>,
 }
 
 impl std::fmt::Display for LoadReport {
@@ -223,6 +233,9 @@ impl std::fmt::Display for LoadReport {
             self.failure_ratio * 100.0,
             fails.join(" ")
         )?;
+        if let Some(what) = &self.first_bad_answer {
+            writeln!(f, "first bad answer {what}")?;
+        }
         for (name, l) in [
             ("session", &self.session_ms),
             ("handshake", &self.handshake_ms),

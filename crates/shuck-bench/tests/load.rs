@@ -49,10 +49,11 @@ fn wait_port(port: u16) {
     }
 }
 
-fn origin() -> (Proc, u16) {
+/// `program args` with `{port}` in them replaced by a free port, once that port is open.
+fn serving(program: &std::path::Path, args: &[&str]) -> (Proc, u16) {
     let port = free_port();
-    let child = Command::new(BENCH)
-        .args(["origin", "--listen", &format!("127.0.0.1:{port}")])
+    let child = Command::new(program)
+        .args(args.iter().map(|a| a.replace("{port}", &port.to_string())))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -60,6 +61,10 @@ fn origin() -> (Proc, u16) {
     let p = Proc(child);
     wait_port(port);
     (p, port)
+}
+
+fn origin() -> (Proc, u16) {
+    serving(BENCH.as_ref(), &["origin", "--listen", "127.0.0.1:{port}"])
 }
 
 /// shuck in front of the origin; its stderr is kept for the final counters.
@@ -341,4 +346,84 @@ fn ramp_finds_a_rate_within_the_limits_and_key_type_is_checked() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("Rsa2048"));
     let _ = std::fs::remove_file(log);
+}
+
+/// shuck with no backend, on its built-in origin (as a newcomer first runs it).
+fn bare_shuck() -> (Proc, u16) {
+    serving(&shuck_bin(), &["-n", "1", "-f", "[127.0.0.1]:{port}"])
+}
+
+#[test]
+fn load_measures_shuck_on_its_built_in_origin() {
+    let (_sh, port) = bare_shuck();
+    let target = format!("127.0.0.1:{port}");
+    for size in ["0", "4k", "1m"] {
+        let r = load(&[
+            "--target",
+            &target,
+            "--duration",
+            "1",
+            "--concurrency",
+            "2",
+            "--requests-per-conn",
+            "2",
+            "--size",
+            size,
+        ]);
+        assert!(r["completed"].as_u64().unwrap() > 0, "{size}: {r}");
+        assert_eq!(r["failures"].as_object().unwrap().len(), 0, "{size}: {r}");
+        assert!(r.get("first_bad_answer").is_none(), "{size}: {r}");
+    }
+}
+
+#[test]
+fn a_bad_answer_is_described_in_one_line() {
+    // A backend that answers every request with 5 bytes, whatever size was asked.
+    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+    let bport = backend.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in backend.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut w = s;
+                let mut line = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    if line == "\r\n"
+                        && w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+                            .is_err()
+                    {
+                        return;
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    let (_sh, port, _log) = shuck(bport);
+    let args = [
+        "--target",
+        &format!("127.0.0.1:{port}"),
+        "--duration",
+        "0.5",
+        "--concurrency",
+        "1",
+        "--size",
+        "4k",
+    ];
+    let r = load(&args);
+    assert!(r["failures"]["bad_response"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(
+        r["first_bad_answer"].as_str().unwrap(),
+        "GET /4k: Content-Length 5, expected 4096 (the target's backend must answer \
+         GET /N with N bytes, as `shuck-bench origin` does)",
+        "{r}"
+    );
+    // And in the text report, on one line.
+    let out = Command::new(BENCH).arg("load").args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("first bad answer"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("Content-Length 5, expected 4096"), "{line}");
 }

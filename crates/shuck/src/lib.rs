@@ -15,7 +15,7 @@ pub(crate) mod clock;
 pub mod config;
 pub(crate) mod counters;
 pub mod fuzzing;
-pub(crate) mod origin;
+pub mod origin;
 pub mod proxy;
 pub mod runtime;
 pub mod session;

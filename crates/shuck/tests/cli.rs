@@ -284,6 +284,60 @@ fn help_and_version_exit_zero() {
 }
 
 #[test]
+fn version_says_what_a_bug_report_needs() {
+    let out = std::process::Command::new(BIN)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lock =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock")).unwrap();
+    let locked = |name: &str| {
+        let entry = format!("name = \"{name}\"\nversion = \"");
+        let at = lock.find(&entry).unwrap() + entry.len();
+        lock[at..].split('"').next().unwrap().to_owned()
+    };
+    assert!(
+        text.starts_with(&format!("shuck {}\n", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    for (name, v) in [
+        ("rustls", locked("rustls")),
+        ("aws-lc-rs", locked("aws-lc-rs")),
+        ("aws-lc-sys", locked("aws-lc-sys")),
+    ] {
+        assert!(text.contains(&format!("{name} {v}")), "{name} {v}: {text}");
+    }
+    // The commit it was built from: this checkout's HEAD ("unknown" in a tree without git).
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".into());
+    assert!(
+        text.contains(&format!("commit {head}, built ")),
+        "{head}: {text}"
+    );
+    // Built on a date written YYYY-MM-DD.
+    let date = text.split("built ").nth(1).unwrap().lines().next().unwrap();
+    let parts: Vec<&str> = date.split('-').collect();
+    assert!(
+        parts.len() == 3 && parts.iter().all(|p| p.parse::<u32>().is_ok()),
+        "{date}"
+    );
+    // -V is the version alone, as hitch -V.
+    let short = std::process::Command::new(BIN).arg("-V").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&short.stdout),
+        format!("shuck {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
 fn readme_documents_every_flag() {
     let out = std::process::Command::new(BIN)
         .arg("--help")

@@ -15,8 +15,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::size::format_size;
 use crate::stats::{Failure, Stats};
+use shuck::origin::size::format_size;
 
 mod client;
 mod idle;
@@ -210,7 +210,7 @@ async fn session(
             tls.write_all(request.as_bytes())
                 .await
                 .map_err(|_| Failure::Io)?;
-            read_response(&mut tls, &mut buf, &mut filled, o.size).await
+            read_response(&mut tls, &mut buf, &mut filled, o.size, stats).await
         };
         match tokio::time::timeout(timeout, fut).await {
             Err(_) => return Err(Failure::Timeout),
@@ -235,19 +235,29 @@ fn classify_tls(e: &io::Error) -> Failure {
 }
 
 /// Reads one response: a `200` head and exactly `size` body bytes. Bytes after it stay in
-/// `buf` (there should be none: requests are not pipelined).
+/// `buf` (there should be none: requests are not pipelined). What was wrong with the first
+/// bad answer of the run is kept in `stats`, for its one-line diagnosis.
 async fn read_response<S: tokio::io::AsyncRead + Unpin>(
     s: &mut S,
     buf: &mut [u8],
     filled: &mut usize,
     size: usize,
+    stats: &RefCell<Stats>,
 ) -> Result<(), Failure> {
+    let bad = |what: String| {
+        stats.borrow_mut().first_bad.get_or_insert(what);
+        Failure::BadResponse
+    };
+    let asked = format!("GET /{}", format_size(size));
     let head_end = loop {
         if let Some(i) = buf[..*filled].windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;
         }
         if *filled == buf.len() {
-            return Err(Failure::BadResponse);
+            return Err(bad(format!(
+                "{asked}: no end of the response head in {} bytes",
+                buf.len()
+            )));
         }
         let n = s.read(&mut buf[*filled..]).await.map_err(|_| Failure::Io)?;
         if n == 0 {
@@ -259,16 +269,36 @@ async fn read_response<S: tokio::io::AsyncRead + Unpin>(
     let mut resp = httparse::Response::new(&mut headers);
     match resp.parse(&buf[..head_end]) {
         Ok(httparse::Status::Complete(_)) if resp.code == Some(200) => {}
-        _ => return Err(Failure::BadResponse),
+        Ok(httparse::Status::Complete(_)) => {
+            return Err(bad(format!(
+                "{asked}: status {} {}, expected 200",
+                resp.code.unwrap_or(0),
+                resp.reason.unwrap_or("")
+            )))
+        }
+        _ => {
+            let line = buf[..head_end].split(|&b| b == b'\n').next().unwrap_or(&[]);
+            return Err(bad(format!(
+                "{asked}: not an HTTP/1.1 response head: {:?}",
+                String::from_utf8_lossy(&line[..line.len().min(80)])
+            )));
+        }
     }
     let len: usize = resp
         .headers
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case("content-length"))
         .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
-        .ok_or(Failure::BadResponse)?;
+        .ok_or_else(|| {
+            bad(format!(
+                "{asked}: status 200 without a Content-Length, expected Content-Length: {size}"
+            ))
+        })?;
     if len != size {
-        return Err(Failure::BadResponse);
+        return Err(bad(format!(
+            "{asked}: Content-Length {len}, expected {size} (the target's backend must answer \
+             GET /N with N bytes, as `shuck-bench origin` does)"
+        )));
     }
     let have = *filled - head_end;
     if have >= len {
@@ -284,7 +314,10 @@ async fn read_response<S: tokio::io::AsyncRead + Unpin>(
             return Err(Failure::Io);
         }
         if n > left {
-            return Err(Failure::BadResponse);
+            return Err(bad(format!(
+                "{asked}: {} bytes past the announced Content-Length {len}",
+                n - left
+            )));
         }
         left -= n;
     }

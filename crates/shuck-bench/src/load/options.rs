@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use clap::Args;
 
-use crate::size::{format_size, parse_size};
+use shuck::origin::size::{format_size, parse_size};
 
 /// When to resume a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -9,11 +9,30 @@ use clap::Parser;
 
 use super::duration::parse_duration;
 
+/// What `shuck --version` prints after the name: what a bug report needs to carry
+/// (`-V` prints the version alone).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\ncommit ",
+    env!("SHUCK_GIT_COMMIT"),
+    ", built ",
+    env!("SHUCK_BUILD_DATE"),
+    "\nrustls ",
+    env!("SHUCK_RUSTLS_VERSION"),
+    ", aws-lc-rs ",
+    env!("SHUCK_AWS_LC_RS_VERSION"),
+    " (aws-lc-sys ",
+    env!("SHUCK_AWS_LC_SYS_VERSION"),
+    "), tokio ",
+    env!("SHUCK_TOKIO_VERSION"),
+);
+
 /// shuck: a TLS termination proxy (stud and hitch's job, in Rust).
 #[derive(Debug, Parser)]
 #[command(
     name = "shuck",
     version,
+    long_version = LONG_VERSION,
     about,
     max_term_width = 100,
     args_override_self = true

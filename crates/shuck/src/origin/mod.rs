@@ -1,6 +1,10 @@
 //! The built-in origin: a tiny HTTP/1.1 server on a loopback port, used when no backend is
 //! given so that a fresh machine sees shuck answer at once. It is not a web server: it reads
-//! request heads, skips bodies, and answers each request with a short text page.
+//! request heads, skips bodies, and answers `GET /N` (`/4k`, `/1m`: [`size`]) with N bytes,
+//! as shuck-bench's origin does so that `shuck-bench load` measures something, and any other
+//! request with a short text page.
+
+pub mod size;
 
 use std::net::SocketAddr;
 
@@ -98,17 +102,39 @@ async fn serve(mut s: TcpStream) {
                 }
             }
         }
-        let body = format!("shuck is running. This page comes from its built-in origin (no --backend given); you asked for {path}.\n");
-        let resp = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n{}\r\n{}",
-            body.len(),
-            if close { "connection: close\r\n" } else { "" },
-            body
-        );
-        if s.write_all(resp.as_bytes()).await.is_err() || close {
+        let sent = match size::parse_size(path.trim_start_matches('/')) {
+            Some(n) => answer_bytes(&mut s, n, close).await,
+            None => {
+                let body = format!("shuck is running. This page comes from its built-in origin (no --backend given); you asked for {path}. GET /N answers N bytes (/4k, /1m).\n");
+                let head = head(body.len(), "text/plain; charset=utf-8", close);
+                s.write_all(format!("{head}{body}").as_bytes()).await
+            }
+        };
+        if sent.is_err() || close {
             return;
         }
     }
+}
+
+fn head(len: usize, content_type: &str, close: bool) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {len}\r\n{}\r\n",
+        if close { "connection: close\r\n" } else { "" },
+    )
+}
+
+/// `n` bytes of `x`, from one static block (no buffer of the object's size).
+async fn answer_bytes(s: &mut TcpStream, n: usize, close: bool) -> std::io::Result<()> {
+    static BLOCK: [u8; 16 * 1024] = [b'x'; 16 * 1024];
+    s.write_all(head(n, "application/octet-stream", close).as_bytes())
+        .await?;
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(BLOCK.len());
+        s.write_all(&BLOCK[..k]).await?;
+        left -= k;
+    }
+    Ok(())
 }
 
 fn find_head_end(buf: &[u8]) -> Option<usize> {
