@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 use shuck::config::{self, Cli, Config};
-use shuck::system::log::{self, Sink};
+use shuck::system::log::{self, LogFormat, Sink};
 
 fn main() -> ExitCode {
     let raw: Vec<OsString> = std::env::args_os().collect();
@@ -25,7 +25,8 @@ fn main() -> ExitCode {
         Sink::Syslog(s) => s.unreachable_at_start().map(str::to_owned),
         _ => None,
     };
-    init_logging(config::log_level(&cli), sink);
+    let json = cli.log_format == LogFormat::Json;
+    init_logging(config::log_level(&cli), sink, cli.log_format);
     if let Some(why) = no_dev_log {
         tracing::warn!("--syslog: /dev/log cannot be reached ({why}); logging to stderr until it can (as hitch, shuck starts anyway)");
     }
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
     }
     let config = match Config::from_cli(&cli) {
         Ok(c) => c,
+        Err(e) if json => return fail_logged(&e),
         Err(e) => return fail(&e),
     };
     if cli.test {
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
     });
     match shuck::runtime::run(config, reparse) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if json => fail_logged(&e),
         Err(e) => {
             // After --daemon, stderr is /dev/null: the log is where the operator looks.
             if !to_stderr {
@@ -102,11 +105,24 @@ fn clap_fail(e: clap::Error) -> Fail {
     let rendered = e.render().to_string();
     let first = rendered.lines().next().unwrap_or("bad command line");
     let first = first.strip_prefix("error: ").unwrap_or(first);
-    Fail::Error(format!("{first} (see shuck --help)"))
+    // The values a closed set takes are worth the same line.
+    let values = rendered
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("[possible values"))
+        .map(|l| format!(" {l}"))
+        .unwrap_or_default();
+    Fail::Error(format!("{first}{values} (see shuck --help)"))
 }
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {
     eprintln!("shuck: error: {e}");
+    ExitCode::FAILURE
+}
+
+/// A start-up error once logging is JSON: one more object in the log, not a text line.
+fn fail_logged(e: &dyn std::fmt::Display) -> ExitCode {
+    tracing::error!(error = %e, "cannot start");
     ExitCode::FAILURE
 }
 
@@ -126,13 +142,18 @@ fn log_sink(cli: &Cli) -> Result<Sink, String> {
     Ok(Sink::Stderr)
 }
 
-fn init_logging(level: tracing::level_filters::LevelFilter, sink: Sink) {
+fn init_logging(level: tracing::level_filters::LevelFilter, sink: Sink, format: LogFormat) {
     use std::io::IsTerminal;
     let ansi = matches!(sink, Sink::Stderr) && std::io::stderr().is_terminal();
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_max_level(level)
         .with_target(false)
-        .with_ansi(ansi)
-        .with_writer(sink)
-        .init();
+        .with_writer(sink);
+    match format {
+        LogFormat::Text => fmt.with_ansi(ansi).init(),
+        LogFormat::Json => fmt
+            .with_ansi(false)
+            .event_format(shuck::system::json_log::JsonLines)
+            .init(),
+    }
 }

@@ -369,3 +369,120 @@ fn syslog_without_dev_log_starts_on_stderr_and_moves_to_dev_log_when_it_appears(
         "{line}"
     );
 }
+
+/// Every line of `log` as a JSON object with the stable fields; panics naming the first
+/// line that is not one.
+fn json_lines(log: &str) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    log.lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n{log}"));
+            let obj = v
+                .as_object()
+                .unwrap_or_else(|| panic!("not an object: {line}"));
+            let time = obj["time"].as_str().unwrap();
+            assert!(
+                time.len() >= 20 && time.ends_with('Z') && &time[10..11] == "T",
+                "{line}"
+            );
+            let level = obj["level"].as_str().unwrap();
+            assert!(
+                ["error", "warn", "info", "debug", "trace"].contains(&level),
+                "{line}"
+            );
+            assert!(!obj["event"].as_str().unwrap().is_empty(), "{line}");
+            obj.clone()
+        })
+        .collect()
+}
+
+#[test]
+fn json_logs_are_one_object_per_line_through_errors_reloads_and_connections() {
+    let dir = TempDir::new("json-log");
+    let (pem, _) = openssl_cert(&dir, "a", Key::EcP256, &["a.example"]);
+    let origin = StoppableOrigin::echo();
+    let conf = dir.path("shuck.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "pem-file = \"{}\"\nbackend = \"{}\"\nlog-format = json\nlog-connections = on\n",
+            pem.display(),
+            origin.port_spec
+        ),
+    )
+    .unwrap();
+    let mut shuck = Shuck::start(&["-n", "1", "--config", conf.to_str().unwrap()]);
+
+    // Connections: two served, one that is not TLS.
+    for _ in 0..2 {
+        let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+        echo_roundtrip(&mut c);
+    }
+    let mut plain = std::net::TcpStream::connect(shuck.addr()).unwrap();
+    std::io::Write::write_all(&mut plain, b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    drop(plain);
+    // A good reload, then one refused (the certificate file broken).
+    shuck.signal("HUP");
+    assert!(shuck.wait_log("configuration reloaded", Duration::from_secs(10)));
+    std::fs::write(&pem, "not a certificate\n").unwrap();
+    shuck.signal("HUP");
+    assert!(shuck.wait_log("configuration refused", Duration::from_secs(10)));
+    // The backend gone: an error for the connection that finds no backend.
+    origin.stop();
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    let _ = read_all(&mut c);
+    assert!(shuck.wait_log("no backend could be reached", Duration::from_secs(10)));
+    shuck.signal("TERM");
+    assert!(shuck.wait_exit(Duration::from_secs(20)).is_some());
+
+    let lines = json_lines(&shuck.log());
+    let find = |event: &str| {
+        lines
+            .iter()
+            .filter(|o| o["event"].as_str().unwrap().contains(event))
+            .collect::<Vec<_>>()
+    };
+    let closed = find("connection closed");
+    assert_eq!(closed.len(), 2, "{lines:?}");
+    for o in &closed {
+        // Numbers stay numbers; names stay the text format's.
+        assert!(o["bytes_in"].as_u64().unwrap() > 0, "{o:?}");
+        assert!(o["bytes_out"].as_u64().unwrap() > 0, "{o:?}");
+        assert_eq!(o["handshake"], "full", "{o:?}");
+        assert_eq!(o["level"], "info");
+        assert!(
+            o["client"].as_str().unwrap().starts_with("127.0.0.1:"),
+            "{o:?}"
+        );
+    }
+    let failed = find("handshake failed");
+    assert_eq!(failed.len(), 1, "{lines:?}");
+    assert!(failed[0]["client"].as_str().is_some());
+    assert_eq!(find("configuration reloaded").len(), 1);
+    let refused = find("configuration refused");
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0]["level"], "error");
+    let no_backend = find("no backend could be reached");
+    assert_eq!(no_backend[0]["level"], "warn");
+    assert!(no_backend[0]["error"].as_str().unwrap().contains("refused"));
+    assert!(!find("stopped;").is_empty());
+
+    // A start-up error once the format is known is one more object, not a text line.
+    let (code, err) = run_to_exit(&["--log-format", "json", "--pem-file", "/nonexistent.pem"]);
+    assert_eq!(code, Some(1));
+    let lines = json_lines(&err);
+    let last = lines.last().unwrap();
+    assert_eq!(last["level"], "error");
+    assert_eq!(last["event"], "cannot start");
+    assert!(
+        last["error"].as_str().unwrap().contains("/nonexistent.pem"),
+        "{err}"
+    );
+    // And a bad value for the flag names it.
+    let (code, err) = run_to_exit(&["--log-format", "xml"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("--log-format") && err.contains("json"),
+        "{err}"
+    );
+}

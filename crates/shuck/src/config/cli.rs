@@ -402,6 +402,12 @@ pub struct Cli {
     #[arg(short = 'L', long, value_name = "LEVEL", default_value = "info", value_parser = parse_log_level)]
     pub log_level: tracing::level_filters::LevelFilter,
 
+    /// How log lines are written: text (one line per event, as hitch) or json (one object per
+    /// line: time, level, event and the event's fields, the lines of --log-connections too; for
+    /// Loki or Elasticsearch pipelines).
+    #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
+    pub log_format: crate::system::log::LogFormat,
+
     /// Log only errors (as -L error).
     #[arg(short = 'q', long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]

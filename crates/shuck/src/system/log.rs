@@ -40,6 +40,16 @@ const FACILITIES: &[(&str, u8)] = &[
     ("local7", 23),
 ];
 
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line of text per event, as hitch writes them.
+    #[default]
+    Text,
+    /// One JSON object per line (see [`super::json_log`]).
+    Json,
+}
+
 /// A facility's code, or the valid names.
 pub fn facility(name: &str) -> Result<u8, String> {
     FACILITIES

@@ -4,6 +4,7 @@
 
 pub mod daemon;
 pub mod files;
+pub mod json_log;
 pub mod log;
 pub mod notify;
 pub mod privileges;
