@@ -172,3 +172,131 @@ fn a_taken_stats_port_is_an_error() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--stats") && err.contains(&port), "{err}");
 }
+
+/// One worker thread, `--stats` on a fresh port, an echo origin, and `extra`.
+fn with_stats(extra: &[&str]) -> (Shuck, u16, Origin) {
+    let origin = Origin::echo();
+    let stats = free_port();
+    let (stats_s, backend) = (stats.to_string(), origin.addr());
+    let mut args = vec!["-n", "1", "--stats", &stats_s, "-b", &backend];
+    args.extend_from_slice(extra);
+    (Shuck::start(&args), stats, origin)
+}
+
+#[test]
+fn certificate_expiry_is_exposed_per_name_and_follows_reloads() {
+    let dir = TempDir::new("cert-expiry");
+    let (a, _) = openssl_cert(&dir, "a", Key::EcP256, &["a.example"]);
+    let (b, _) = openssl_cert(&dir, "b", Key::EcP256, &["b.example", "www.b.example"]);
+    let not_after = |name: &str| -> f64 {
+        let crt = dir.path(&format!("{name}.crt"));
+        sh_out(&format!(
+            "date -d \"$(openssl x509 -enddate -noout -in {} | cut -d= -f2)\" +%s",
+            crt.display()
+        ))
+        .trim()
+        .parse()
+        .unwrap()
+    };
+    let (shuck, stats, _origin) = with_stats(&[a.to_str().unwrap(), b.to_str().unwrap()]);
+    let (_, body) = scrape(stats, "/metrics");
+    let series = |n: &str| format!("shuck_certificate_not_after_seconds{{name=\"{n}\"}}");
+    assert_eq!(sample(&body, &series("a.example")), not_after("a"));
+    assert_eq!(sample(&body, &series("b.example")), not_after("b"));
+    assert!(
+        body.contains("# TYPE shuck_certificate_not_after_seconds gauge"),
+        "{body}"
+    );
+
+    // A renewed certificate (valid until 4096, rcgen's default) shows after the reload.
+    let (renewed, _) = rcgen_cert(&dir, "renewed", &["a.example"], false);
+    std::fs::copy(&renewed, &a).unwrap();
+    shuck.signal("HUP");
+    assert!(shuck.wait_log("configuration reloaded", Duration::from_secs(10)));
+    let (_, body) = scrape(stats, "/metrics");
+    assert_eq!(sample(&body, &series("a.example")), 67_090_118_400.0);
+    assert_eq!(sample(&body, &series("b.example")), not_after("b"));
+}
+
+/// Every `expr` (and template query) in a Grafana dashboard, wherever it is nested.
+fn queries(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("expr" | "definition", serde_json::Value::String(s)) => out.push(s.clone()),
+                    _ => queries(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| queries(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_metric_the_dashboard_queries_is_exposed() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../contrib/grafana/shuck.json"
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut exprs = Vec::new();
+    queries(&dashboard, &mut exprs);
+    let mut queried: Vec<String> = exprs
+        .iter()
+        .flat_map(|e| {
+            e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("shuck_"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    queried.sort();
+    queried.dedup();
+    // What the issue asks the dashboard to show is among them.
+    for m in [
+        "shuck_handshakes_total",
+        "shuck_handshakes_failed_total",
+        "shuck_connections_active",
+        "shuck_bytes_received_total",
+        "shuck_bytes_sent_total",
+        "shuck_backend_up",
+        "shuck_backend_queued",
+        "shuck_replication_dropped_total",
+        "shuck_certificate_not_after_seconds",
+    ] {
+        assert!(
+            queried.iter().any(|q| q == m),
+            "the dashboard does not show {m}"
+        );
+    }
+
+    // A shuck with replication on, so that every family has its samples.
+    let dir = TempDir::new("dashboard");
+    let key = dir.path("farm.key");
+    std::fs::write(&key, "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n").unwrap();
+    sh(&format!("chmod 600 {}", key.display()));
+    let (udp, peer) = (free_port(), free_port());
+    let (_shuck, stats, _origin) = with_stats(&[
+        "-U",
+        &format!("[127.0.0.1]:{udp}"),
+        "-P",
+        &format!("[127.0.0.1]:{peer}"),
+        "--shared-cache-key",
+        key.to_str().unwrap(),
+    ]);
+    let (_, body) = scrape(stats, "/metrics");
+    let exposed: Vec<&str> = body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    for m in &queried {
+        assert!(
+            exposed.contains(&m.as_str()),
+            "the dashboard queries {m}, which /metrics does not give:\n{body}"
+        );
+    }
+}

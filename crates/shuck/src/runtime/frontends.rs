@@ -28,6 +28,8 @@ pub struct Frontends {
     live: Vec<Live>,
     /// Names by counter slot, shared with the metrics.
     pub names: Arc<Mutex<Vec<String>>>,
+    /// The frontends served now, shared with the metrics (their certificates).
+    pub served: Arc<Mutex<Vec<Arc<FrontendState>>>>,
     workers: Vec<UnboundedSender<Control>>,
 }
 
@@ -37,6 +39,7 @@ impl Frontends {
         Frontends {
             live: Vec::new(),
             names: Arc::new(Mutex::new(Vec::new())),
+            served: Arc::new(Mutex::new(Vec::new())),
             workers,
         }
     }
@@ -103,6 +106,7 @@ impl Frontends {
             addrs: fe.addrs.clone(),
             stop,
         });
+        self.share();
         Ok(())
     }
 
@@ -135,6 +139,13 @@ impl Frontends {
         if let Some(i) = self.live.iter().position(|l| l.state.name == name) {
             let l = self.live.remove(i);
             l.stop.fire();
+            self.share();
         }
+    }
+
+    /// Tells the metrics which frontends are served now.
+    fn share(&self) {
+        let mut served = self.served.lock().unwrap_or_else(|p| p.into_inner());
+        *served = self.live.iter().map(|l| l.state.clone()).collect();
     }
 }

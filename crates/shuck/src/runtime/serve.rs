@@ -137,6 +137,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         resumption: resumption.clone(),
         replication: services.replication.as_ref().map(|r| r.stats.clone()),
         frontends: frontends.names.clone(),
+        served: frontends.served.clone(),
     });
     let reloader = Reloader::new(
         config,

@@ -312,8 +312,47 @@ impl prometheus_client::collector::Collector for Exposition {
             "Failed connection attempts to the server.",
             &crow(&|s| s.stats.connect_failures.load(Relaxed)),
         )?;
+        let certs = certificate_expiry(sources);
+        let rows: Vec<([(&str, &str); 1], i64)> = certs
+            .iter()
+            .map(|(name, t)| ([("name", name.as_str())], *t))
+            .collect();
+        let rows: Vec<(&[(&str, &str)], i64)> = rows.iter().map(|(l, t)| (&l[..], *t)).collect();
+        gauge(
+            &mut enc,
+            "shuck_certificate_not_after_seconds",
+            "When the certificate served for the name expires (unix seconds; the earliest, when several certificates serve one name).",
+            &rows,
+        )?;
         Ok(())
     }
+}
+
+/// Every certificate the live frontends serve, by its first name (its first DNS
+/// subjectAltName, else its common name), with the earliest expiry per name; read at
+/// scrape time from the TLS state each frontend serves now, so reloads show at once.
+fn certificate_expiry(sources: &Sources) -> Vec<(String, i64)> {
+    let served = sources.served.lock().map(|s| s.clone()).unwrap_or_default();
+    let mut out: std::collections::BTreeMap<String, i64> = Default::default();
+    for fe in served {
+        let tls = fe.tls.load();
+        for key in tls.resolver.all() {
+            let Some(leaf) = key.end_entity_cert().ok() else {
+                continue;
+            };
+            let Ok((names, Some(not_after))) = crate::tls::pem::leaf_facts(leaf) else {
+                continue;
+            };
+            let secs = not_after
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| as_i64(d.as_secs()));
+            let name = names.into_iter().next().unwrap_or_else(|| "-".into());
+            out.entry(name)
+                .and_modify(|t| *t = (*t).min(secs))
+                .or_insert(secs);
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// The text exposition of everything, as `/metrics` serves it.

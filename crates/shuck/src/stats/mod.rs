@@ -11,7 +11,7 @@ pub mod summary;
 use std::sync::{Arc, Mutex};
 
 use crate::counters::Counters;
-use crate::proxy::ProxyState;
+use crate::proxy::{FrontendState, ProxyState};
 use crate::session::sync::SyncStats;
 use crate::session::Resumption;
 
@@ -31,4 +31,6 @@ pub struct Sources {
     pub replication: Option<Arc<SyncStats>>,
     /// Frontend names, by counter slot, for labels (reloads add frontends).
     pub frontends: Arc<Mutex<Vec<String>>>,
+    /// The frontends served now, whose certificates the expiry gauge reads.
+    pub served: Arc<Mutex<Vec<Arc<FrontendState>>>>,
 }

@@ -175,7 +175,9 @@ impl LoadedCert {
 }
 
 /// The names a leaf certificate serves and when it expires.
-fn leaf_facts(der: &CertificateDer<'_>) -> Result<(Vec<String>, Option<SystemTime>), String> {
+pub(crate) fn leaf_facts(
+    der: &CertificateDer<'_>,
+) -> Result<(Vec<String>, Option<SystemTime>), String> {
     use x509_parser::prelude::*;
     let (_, cert) = X509Certificate::from_der(der.as_ref()).map_err(|e| e.to_string())?;
     let mut names = Vec::new();

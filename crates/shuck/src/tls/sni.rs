@@ -54,6 +54,11 @@ impl SniResolver {
         name.and_then(|n| self.lookup(n)).unwrap_or(&self.default)
     }
 
+    /// Every certificate, as served.
+    pub fn all(&self) -> &[Arc<CertifiedKey>] {
+        &self.keys
+    }
+
     /// The `i`th certificate given to [`SniResolver::new`], as served.
     pub fn served(&self, i: usize) -> Option<&Arc<CertifiedKey>> {
         self.keys.get(i)
