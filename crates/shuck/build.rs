@@ -10,23 +10,17 @@ fn main() {
     let root = Path::new(&manifest).join("../..");
     let lock = root.join("Cargo.lock");
     println!("cargo:rerun-if-changed={}", lock.display());
-    println!(
-        "cargo:rerun-if-changed={}",
-        root.join(".git/HEAD").display()
-    );
-    // HEAD names a branch; the commit is in the branch's ref (or packed-refs).
+    // HEAD names a branch; the commit is in the branch's ref (or packed-refs). Only files
+    // that exist are watched: a missing one would make every build rebuild shuck.
+    let mut watch = vec![root.join(".git/HEAD"), root.join(".git/packed-refs")];
     if let Ok(head) = std::fs::read_to_string(root.join(".git/HEAD")) {
         if let Some(r) = head.trim().strip_prefix("ref: ") {
-            println!(
-                "cargo:rerun-if-changed={}",
-                root.join(".git").join(r).display()
-            );
+            watch.push(root.join(".git").join(r));
         }
     }
-    println!(
-        "cargo:rerun-if-changed={}",
-        root.join(".git/packed-refs").display()
-    );
+    for f in watch.iter().filter(|f| f.exists()) {
+        println!("cargo:rerun-if-changed={}", f.display());
+    }
     println!("cargo:rerun-if-env-changed=SHUCK_GIT_COMMIT");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
 

@@ -286,8 +286,8 @@ fn protocol_key(
     Ok(Some(protos))
 }
 
-/// Keys that make no sense in a file.
-const NOT_IN_FILE: &[&str] = &["config", "test", "help", "version"];
+/// Flags that make no sense as keys in a file.
+pub const NOT_IN_FILE: &[&str] = &["config", "test", "help", "version"];
 
 /// Turns a file's entries into arguments. `on_command_line(id)` tells whether the command
 /// line sets the argument with that id (then the file's values for it are left out).

@@ -1,0 +1,157 @@
+//! shuck's release chores, from its one option table (`shuck::config::Cli`):
+//!
+//! - `cargo run -p xtask -- dist [DIR]` writes the man pages `shuck.8` and `shuck.conf.5`,
+//!   the bash, zsh and fish completions and the commented `shuck.conf` into DIR (default
+//!   `target/release/dist`, where the Debian package takes them from);
+//! - `cargo run -p xtask -- deb` builds the release binaries, writes the above and runs
+//!   `cargo deb` (install it with `cargo install cargo-deb`): `target/debian/shuck_*.deb`
+//!   and its debug symbols, `shuck-dbgsym_*.ddeb`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use clap::{Arg, ArgAction, CommandFactory};
+use clap_complete::Shell;
+use shuck::config::Cli;
+
+mod conf;
+mod roff;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["dist"] => dist(&root.join("target/release/dist")),
+        ["dist", dir] => dist(Path::new(dir)),
+        ["deb"] => deb(&root),
+        _ => Err("usage: cargo run -p xtask -- dist [DIR] | deb".into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Every generated file into `dir`.
+fn dist(dir: &Path) -> Result<(), String> {
+    let write = |name: &str, bytes: &[u8]| {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    write("shuck.8", &roff::shuck_8()?)?;
+    write("shuck.conf.5", roff::shuck_conf_5().as_bytes())?;
+    write("shuck.conf", conf::sample().as_bytes())?;
+    for (shell, name) in [
+        (Shell::Bash, "shuck.bash"),
+        (Shell::Zsh, "_shuck"),
+        (Shell::Fish, "shuck.fish"),
+    ] {
+        let mut out = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "shuck", &mut out);
+        write(name, &out)?;
+    }
+    println!("{}", dir.display());
+    Ok(())
+}
+
+/// The release build, the generated files, then `cargo deb` on them.
+fn deb(root: &Path) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let run = |args: &[&str]| -> Result<(), String> {
+        let st = Command::new(&cargo)
+            .args(args)
+            .current_dir(root)
+            .status()
+            .map_err(|e| format!("{cargo}: {e}"))?;
+        st.success()
+            .then_some(())
+            .ok_or_else(|| format!("cargo {} failed ({st})", args.join(" ")))
+    };
+    run(&["build", "--release", "-p", "shuck", "-p", "shuck-bench"])?;
+    let dir = root.join("target/release/dist");
+    dist(&dir)?;
+    // Debian installs man pages compressed; -n keeps the package reproducible.
+    for page in ["shuck.8", "shuck.conf.5"] {
+        let st = Command::new("gzip")
+            .args(["-9nkf", page])
+            .current_dir(&dir)
+            .status()
+            .map_err(|e| format!("gzip: {e}"))?;
+        st.success()
+            .then_some(())
+            .ok_or_else(|| format!("gzip {page} failed ({st})"))?;
+    }
+    // Stripped binaries in the package, their symbols in a -dbgsym one beside it.
+    run(&["deb", "-p", "shuck", "--no-build", "--dbgsym"])
+}
+
+/// The option table, built (so that each argument knows how many values it takes).
+fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    cmd.build();
+    cmd
+}
+
+/// shuck's version (this crate's is not).
+fn version() -> String {
+    Cli::command().get_version().unwrap_or("").to_owned()
+}
+
+/// The file keys: every long flag but those that make no sense in a file.
+fn keys(cmd: &clap::Command) -> impl Iterator<Item = (&str, &Arg)> {
+    cmd.get_arguments().filter_map(|a| {
+        let long = a.get_long()?;
+        (!a.is_hide_set() && !shuck::config::file::NOT_IN_FILE.contains(&long)).then_some((long, a))
+    })
+}
+
+/// How a key's value is written: `on|off` for switches, else its value name.
+fn value_form(a: &Arg) -> String {
+    let takes = a.get_num_args().map(|n| n.max_values()).unwrap_or(0);
+    if takes == 0 || matches!(a.get_action(), ArgAction::SetTrue) {
+        return "on|off".into();
+    }
+    let possible: Vec<String> = a
+        .get_possible_values()
+        .iter()
+        .map(|v| v.get_name().to_owned())
+        .collect();
+    if possible.len() > 1 {
+        return possible.join("|");
+    }
+    a.get_value_names()
+        .and_then(|v| v.first())
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "VALUE".into())
+}
+
+/// The default a key has when not given, if it has one.
+fn default_of(a: &Arg) -> Option<String> {
+    let d: Vec<String> = a
+        .get_default_values()
+        .iter()
+        .map(|v| match v.to_string_lossy().as_ref() {
+            // Switches are written on/off in a file.
+            "false" => "off".to_owned(),
+            "true" => "on".to_owned(),
+            other => other.to_owned(),
+        })
+        .collect();
+    (!d.is_empty()).then(|| d.join(","))
+}
+
+/// A flag's help as plain text (the long help when it has one).
+fn help_of(a: &Arg) -> String {
+    a.get_long_help()
+        .or_else(|| a.get_help())
+        .map(|h| h.to_string())
+        .unwrap_or_default()
+}

@@ -1,0 +1,178 @@
+//! The man pages: `shuck(8)` rendered by clap_mangen from the option table, with the
+//! sections an operator looks for next (signals, files, see also); `shuck.conf(5)` written
+//! here from the same table, one entry per key.
+
+use crate::{command, default_of, help_of, keys, value_form, version};
+
+/// `text` safe as roff input: backslashes escaped, no line taken for a request.
+fn esc(text: &str) -> String {
+    text.replace('\\', "\\e")
+        .replace('-', "\\-")
+        .lines()
+        .map(|l| {
+            let l = l.trim_end();
+            if l.starts_with(['.', '\'']) {
+                format!("\\&{l}")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `shuck(8)`.
+pub fn shuck_8() -> Result<Vec<u8>, String> {
+    let man = clap_mangen::Man::new(command())
+        .section("8")
+        .manual("System Manager's Manual");
+    let mut out = Vec::new();
+    let io = |e: std::io::Error| e.to_string();
+    man.render_title(&mut out).map_err(io)?;
+    // Ragged right: long flag names cannot be justified without warnings.
+    out.extend_from_slice(b".ad l\n");
+    man.render_name_section(&mut out).map_err(io)?;
+    man.render_synopsis_section(&mut out).map_err(io)?;
+    man.render_description_section(&mut out).map_err(io)?;
+    man.render_options_section(&mut out).map_err(io)?;
+    out.extend_from_slice(EXTRA_8.as_bytes());
+    man.render_version_section(&mut out).map_err(io)?;
+    Ok(out)
+}
+
+const EXTRA_8: &str = r#".SH SIGNALS
+.TP
+.B SIGHUP
+Reload: the master process (root) reads the command line, the configuration file,
+certificates, keys and ticket keys again; new connections get the new configuration,
+live ones keep theirs. A configuration that does not load is refused and the running
+one stays.
+.TP
+.B SIGUSR2
+Binary upgrade: the binary on disk is started with the same arguments and given every
+listening socket, the ticket keys and the session cache; the old one drains and exits.
+.TP
+.BR SIGTERM ", " SIGINT
+Stop accepting; live connections get up to \-\-drain\-timeout to finish. A second
+signal ends them at once.
+.SH EXIT STATUS
+0 on a clean stop, for \-\-help, \-\-version and a good \-\-test; 1 for a bad flag, a bad
+configuration, a failed \-\-test or a start\-up error (as hitch).
+.SH FILES
+.TP
+.I /etc/shuck/shuck.conf
+The configuration file (hitch.conf syntax), see
+.BR shuck.conf (5).
+.TP
+.I /var/lib/shuck
+State kept across restarts.
+.SH SEE ALSO
+.BR shuck.conf (5),
+.BR hitch (8),
+.BR haproxy (1)
+"#;
+
+/// `shuck.conf(5)`.
+pub fn shuck_conf_5() -> String {
+    let cmd = command();
+    let version = version();
+    let mut out = format!(
+        ".TH SHUCK.CONF 5 \"\" \"shuck {version}\" \"File Formats Manual\"\n\
+         .ad l\n\
+         .SH NAME\n\
+         shuck.conf \\- configuration file of shuck, the TLS termination proxy\n\
+         .SH SYNOPSIS\n\
+         .I /etc/shuck/shuck.conf\n\
+         .SH DESCRIPTION\n{DESCRIPTION}.SH KEYS\n"
+    );
+    for (long, arg) in keys(&cmd) {
+        out.push_str(&format!(
+            ".TP\n.B {} = {}\n",
+            esc(long),
+            esc(&value_form(arg))
+        ));
+        out.push_str(&esc(&help_of(arg)));
+        out.push('\n');
+        if let Some(d) = default_of(arg) {
+            out.push_str(&format!(".br\nDefault: {}.\n", esc(&d)));
+        }
+    }
+    out.push_str(EXAMPLE_5);
+    out
+}
+
+const DESCRIPTION: &str = r#"shuck reads this file when started with
+.BR \-\-config .
+It has hitch's syntax:
+.I key = value
+lines,
+.B #
+comments, quoted strings (with
+.B \e"
+and
+.BR \e\e )
+or bare words, and
+.B frontend = { ... }
+and
+.B pem\-file = { ... }
+blocks. Every key is the long flag of the same name, with the same meaning and values
+(see
+.BR shuck (8)),
+so a hitch configuration keeps working. Switches take
+.B on
+or
+.BR off .
+Flags given on the command line win over the file's keys.
+.PP
+A
+.B frontend
+block takes
+.BR host ,
+.BR port ,
+.B pem\-file
+(repeatable),
+.BR ciphers ,
+.BR ciphersuites ,
+.BR tls\-protos ,
+.BR prefer\-server\-ciphers ,
+.BR sni\-nomatch\-abort ,
+.BR match\-global\-certs ,
+.B client\-verify
+and
+.BR client\-verify\-ca .
+A
+.B pem\-file
+block takes
+.BR cert ,
+.BR private\-key ,
+.BR ocsp\-resp\-file ,
+.BR ocsp\-verify\-staple ,
+.B client\-verify
+and
+.BR client\-verify\-ca .
+.PP
+Check a file with
+.B shuck \-\-config FILE \-\-test
+and apply a change with SIGHUP
+.RB ( "systemctl reload shuck" ).
+"#;
+
+const EXAMPLE_5: &str = r#".SH EXAMPLE
+.nf
+frontend = "[*]:443"
+backend = "[127.0.0.1]:8080"
+pem\-file = "/etc/ssl/private/example.com.pem"
+user = "_shuck"
+write\-proxy\-v2 = on
+
+frontend = {
+    host = "*"
+    port = "8443"
+    pem\-file = "/etc/ssl/private/admin.example.com.pem"
+    tls\-protos = TLSv1.3
+}
+.fi
+.SH SEE ALSO
+.BR shuck (8),
+.BR hitch.conf (5)
+"#;
