@@ -68,6 +68,9 @@ pub struct Snapshot {
     pub age: Duration,
 }
 
+/// Most expired sessions dropped from a shard's cold end by one store.
+const SWEEP_PER_STORE: usize = 4;
+
 /// A bounded, sharded, expiring LRU session store.
 pub struct SessionCache {
     shards: Box<[Mutex<Shard>]>,
@@ -162,6 +165,19 @@ impl SessionCache {
             return false;
         }
         let mut shard = lock(self.shard(&key));
+        // Expired sessions at the cold end go first, so that memory follows the sessions
+        // still live (rate × lifetime), not the capacity; a few per store bounds the work
+        // done under the lock.
+        let now = Instant::now();
+        for _ in 0..SWEEP_PER_STORE {
+            match shard.lru.peek_lru() {
+                Some((_, e)) if now.duration_since(e.stored) >= self.lifetime => {
+                    shard.lru.pop_lru();
+                    shard.stats.expirations += 1;
+                }
+                _ => break,
+            }
+        }
         if let Some((old_key, _)) = shard.lru.push(key, entry) {
             // `push` returns the replaced entry too; only a different key is an eviction.
             if shard.lru.peek(&old_key).is_none() {
@@ -327,6 +343,23 @@ mod tests {
         assert!(c.get(&key(1)).is_none());
         let s = c.stats();
         assert_eq!((s.expirations, s.entries), (1, 0));
+    }
+
+    #[test]
+    fn stores_drop_expired_sessions_so_memory_follows_the_live_ones() {
+        // One shard (64 entries): a cache far from full still lets expired sessions go.
+        let c = cache(64, Duration::from_millis(50));
+        for i in 0..20 {
+            c.put(key(i), b"v".to_vec());
+        }
+        std::thread::sleep(Duration::from_millis(80));
+        for i in 100..120 {
+            c.put(key(i), b"v".to_vec());
+        }
+        let s = c.stats();
+        assert_eq!(s.entries, 20, "only the live sessions are left");
+        assert_eq!((s.expirations, s.evictions), (20, 0));
+        assert!(c.get(&key(100)).is_some());
     }
 
     #[derive(Default)]
