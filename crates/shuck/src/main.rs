@@ -25,7 +25,8 @@ fn main() -> ExitCode {
         Sink::Syslog(s) => s.unreachable_at_start().map(str::to_owned),
         _ => None,
     };
-    let json = cli.log_format == LogFormat::Json;
+    // JSON on stderr: a start-up error is one more object there, not a text line.
+    let json_stderr = cli.log_format == LogFormat::Json && to_stderr;
     init_logging(config::log_level(&cli), sink, cli.log_format);
     if let Some(why) = no_dev_log {
         tracing::warn!("--syslog: /dev/log cannot be reached ({why}); logging to stderr until it can (as hitch, shuck starts anyway)");
@@ -37,7 +38,7 @@ fn main() -> ExitCode {
     }
     let config = match Config::from_cli(&cli) {
         Ok(c) => c,
-        Err(e) if json => return fail_logged(&e),
+        Err(e) if json_stderr => return fail_logged(&e),
         Err(e) => return fail(&e),
     };
     if cli.test {
@@ -52,7 +53,7 @@ fn main() -> ExitCode {
     });
     match shuck::runtime::run(config, reparse) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if json => fail_logged(&e),
+        Err(e) if json_stderr => fail_logged(&e),
         Err(e) => {
             // After --daemon, stderr is /dev/null: the log is where the operator looks.
             if !to_stderr {
@@ -120,7 +121,7 @@ fn fail(e: &dyn std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// A start-up error once logging is JSON: one more object in the log, not a text line.
+/// A start-up error once logging is JSON on stderr: one more object there, not a text line.
 fn fail_logged(e: &dyn std::fmt::Display) -> ExitCode {
     tracing::error!(error = %e, "cannot start");
     ExitCode::FAILURE
