@@ -100,3 +100,59 @@ where
         writeln!(writer, "}}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn fields_keep_their_types_and_never_hide_the_stable_ones() {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .event_format(JsonLines)
+            .with_writer(move || out.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let addr: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+            tracing::warn!(
+                client = %addr,
+                bytes = 42u64,
+                ok = true,
+                level = "mine",
+                quote = "a \"b\"\n",
+                "said {}",
+                "this"
+            );
+        });
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let v: Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(v["level"], "warn");
+        assert_eq!(v["event"], "said this");
+        assert_eq!(v["client"], "127.0.0.1:9");
+        assert_eq!(v["bytes"], 42);
+        assert_eq!(v["ok"], true);
+        assert_eq!(v["field_level"], "mine");
+        assert_eq!(v["quote"], "a \"b\"\n");
+        let keys: Vec<&str> = text.split("\":").take(3).collect();
+        assert!(
+            keys[0].ends_with("\"time") && keys[1].ends_with("\"level"),
+            "{text}"
+        );
+    }
+}
