@@ -3,7 +3,7 @@
 //! The crate follows the data path of one connection (see docs/ARCHITECTURE.md): [`config`] turns flags
 //! into a validated [`config::Config`]; [`runtime`] binds the frontends and starts one worker
 //! per core; each worker runs [`proxy`]'s stages (listener → handshake → connect → relay)
-//! with certificates from [`tls`] and servers from [`backend`].
+//! with certificates from [`tls`] and servers from `backend`.
 
 // Two `unsafe` blocks in the crate, each allowed where it stands with its proof
 // (`proxy::listener::set_fastopen`, `runtime::master`'s fork); everything else is safe code.

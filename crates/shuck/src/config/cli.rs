@@ -2,6 +2,9 @@
 //! short letters and value syntax follow hitch's `--help`, so a hitch command line keeps
 //! working; the README's option table is checked against this definition by a test.
 
+// The doc comments below are clap's help text, where `[HOST]:PORT` is syntax, not a link.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use std::path::PathBuf;
 use std::time::Duration;
 

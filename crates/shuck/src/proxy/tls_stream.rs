@@ -4,7 +4,7 @@
 //! what an idle connection cost.)
 //!
 //! Reads wait for the socket to be readable before taking a receive buffer; writes encrypt
-//! straight into a send buffer. Both are lent by the worker ([`super::buffers`]) and given
+//! straight into a send buffer. Both are lent by the worker (`proxy::buffers`) and given
 //! back once empty.
 
 use std::future::poll_fn;

@@ -1,9 +1,9 @@
 //! The process model: a **master** process that keeps the starting user, and one **worker**
 //! process that serves. The master **loads** what is read from disk, **binds** every socket
 //! (or takes those of the previous master or of systemd), **becomes the service** (detach,
-//! pid file), and forks the worker ([`master`]); the worker **drops privileges**, **starts
+//! pid file), and forks the worker (`master`); the worker **drops privileges**, **starts
 //! the services** (OCSP, replication), **spawns the worker threads** and is **supervised**
-//! until it drains ([`serve`]). Everything privileged stays with the master.
+//! until it drains (`serve`). Everything privileged stays with the master.
 
 mod channel;
 mod error;

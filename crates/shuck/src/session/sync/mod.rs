@@ -8,7 +8,7 @@
 //! [`replay`]); anything else is dropped and counted by reason.
 //!
 //! Handshakes never wait on it: the cache hands records to a bounded queue without
-//! blocking ([`Outbox`]; a full queue drops and counts), one thread packs and sends them, and
+//! blocking (`Outbox`; a full queue drops and counts), one thread packs and sends them, and
 //! another receives.
 
 pub mod net;
@@ -202,7 +202,7 @@ impl SyncStats {
 }
 
 /// Running replication: two threads and their counters. Dropping it stops the threads
-/// (within [`POLL`]); the cache's sink then drops records silently.
+/// (within `POLL`); the cache's sink then drops records silently.
 pub struct Replication {
     /// Counters.
     pub stats: Arc<SyncStats>,
