@@ -102,18 +102,10 @@ fn clap_fail(e: clap::Error) -> Fail {
         let _ = e.print();
         return Fail::Printed;
     }
-    // clap's own rendering spans several lines; keep the first, which names the fault.
-    let rendered = e.render().to_string();
-    let first = rendered.lines().next().unwrap_or("bad command line");
-    let first = first.strip_prefix("error: ").unwrap_or(first);
-    // The values a closed set takes are worth the same line.
-    let values = rendered
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("[possible values"))
-        .map(|l| format!(" {l}"))
-        .unwrap_or_default();
-    Fail::Error(format!("{first}{values} (see shuck --help)"))
+    Fail::Error(format!(
+        "{} (see shuck --help)",
+        config::file::clap_reason(&e)
+    ))
 }
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {

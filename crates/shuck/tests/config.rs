@@ -509,3 +509,16 @@ fn operation_keys_in_one_file() {
         "stats: {body}"
     );
 }
+
+#[test]
+fn a_bad_value_of_a_closed_set_lists_the_values_from_the_file_too() {
+    let dir = TempDir::new("closed-set");
+    let conf = dir.path("shuck.conf");
+    std::fs::write(&conf, "log-format = xml\n").unwrap();
+    let (code, err) = run_to_exit(&["--config", conf.to_str().unwrap(), "--test"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("line 1") && err.contains("[possible values: text, json]"),
+        "{err}"
+    );
+}

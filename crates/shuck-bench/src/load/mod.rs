@@ -244,18 +244,21 @@ async fn read_response<S: tokio::io::AsyncRead + Unpin>(
     size: usize,
     stats: &RefCell<Stats>,
 ) -> Result<(), Failure> {
+    // Only a bad answer is described: nothing is formatted per good request.
     let bad = |what: String| {
-        stats.borrow_mut().first_bad.get_or_insert(what);
+        stats
+            .borrow_mut()
+            .first_bad
+            .get_or_insert_with(|| format!("GET /{}: {what}", format_size(size)));
         Failure::BadResponse
     };
-    let asked = format!("GET /{}", format_size(size));
     let head_end = loop {
         if let Some(i) = buf[..*filled].windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;
         }
         if *filled == buf.len() {
             return Err(bad(format!(
-                "{asked}: no end of the response head in {} bytes",
+                "no end of the response head in {} bytes",
                 buf.len()
             )));
         }
@@ -271,7 +274,7 @@ async fn read_response<S: tokio::io::AsyncRead + Unpin>(
         Ok(httparse::Status::Complete(_)) if resp.code == Some(200) => {}
         Ok(httparse::Status::Complete(_)) => {
             return Err(bad(format!(
-                "{asked}: status {} {}, expected 200",
+                "status {} {}, expected 200",
                 resp.code.unwrap_or(0),
                 resp.reason.unwrap_or("")
             )))
@@ -279,7 +282,7 @@ async fn read_response<S: tokio::io::AsyncRead + Unpin>(
         _ => {
             let line = buf[..head_end].split(|&b| b == b'\n').next().unwrap_or(&[]);
             return Err(bad(format!(
-                "{asked}: not an HTTP/1.1 response head: {:?}",
+                "not an HTTP/1.1 response head: {:?}",
                 String::from_utf8_lossy(&line[..line.len().min(80)])
             )));
         }
@@ -291,12 +294,12 @@ async fn read_response<S: tokio::io::AsyncRead + Unpin>(
         .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
         .ok_or_else(|| {
             bad(format!(
-                "{asked}: status 200 without a Content-Length, expected Content-Length: {size}"
+                "status 200 without a Content-Length, expected Content-Length: {size}"
             ))
         })?;
     if len != size {
         return Err(bad(format!(
-            "{asked}: Content-Length {len}, expected {size} (the target's backend must answer \
+            "Content-Length {len}, expected {size} (the target's backend must answer \
              GET /N with N bytes, as `shuck-bench origin` does)"
         )));
     }
@@ -315,7 +318,7 @@ async fn read_response<S: tokio::io::AsyncRead + Unpin>(
         }
         if n > left {
             return Err(bad(format!(
-                "{asked}: {} bytes past the announced Content-Length {len}",
+                "{} bytes past the announced Content-Length {len}",
                 n - left
             )));
         }

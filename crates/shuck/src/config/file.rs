@@ -436,10 +436,21 @@ fn check_value(key: &str, value: &str) -> Result<(), String> {
     }
 }
 
-fn clap_reason(e: &clap::Error) -> String {
+/// What clap found wrong, on one line: its first line without `error: `, and the values a
+/// closed set takes when it lists them (`[possible values: text, json]`). The command line
+/// and the file report a bad value alike.
+pub fn clap_reason(e: &clap::Error) -> String {
     let rendered = e.render().to_string();
     let first = rendered.lines().next().unwrap_or("bad value");
-    first.strip_prefix("error: ").unwrap_or(first).to_owned()
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    match rendered
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("[possible values"))
+    {
+        Some(values) => format!("{first} {values}"),
+        None => first.to_owned(),
+    }
 }
 
 fn check_endpoint(
