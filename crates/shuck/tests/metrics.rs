@@ -10,26 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn scrape(port: u16, path: &str) -> (String, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap();
-    (head.to_owned(), body.to_owned())
-}
-
-/// The value of the sample whose line starts with `series` (name and labels).
-fn sample(body: &str, series: &str) -> f64 {
-    body.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("no sample {series} in:\n{body}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn metrics_count_exactly_what_happened() {
     let origin = Origin::echo();

@@ -334,6 +334,31 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_duration)]
     pub shared_cache_window: Duration,
 
+    /// Keep sessions and the ticket key ring in Redis (or Valkey), shared by every host
+    /// pointing at it: redis://[USER@]HOST:PORT[/DB], or rediss:// for TLS. Values are
+    /// sealed under --shared-cache-key. Works with or without -U/-P.
+    #[arg(long, value_name = "URL")]
+    pub shared_store: Option<String>,
+
+    /// CA certificates (PEM) that the rediss:// server's certificate must chain to (default:
+    /// the system's roots).
+    #[arg(long, value_name = "FILE")]
+    pub shared_store_ca: Option<PathBuf>,
+
+    /// The shared store's password, read from FILE (its first line), never from the
+    /// command line.
+    #[arg(long, value_name = "FILE")]
+    pub shared_store_auth_file: Option<PathBuf>,
+
+    /// Prefix of every key shuck writes in the shared store, so that farms can share one.
+    #[arg(long, value_name = "PREFIX", default_value = "shuck:")]
+    pub shared_store_prefix: String,
+
+    /// The most a handshake waits for the shared store; past it (or on any error) the
+    /// handshake goes on as a full one.
+    #[arg(long, value_name = "SECS", default_value = "5ms", value_parser = parse_duration)]
+    pub shared_store_timeout: Duration,
+
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics. A bare PORT listens on
     /// 127.0.0.1 only.
     #[arg(long, value_name = "[ADDR]:PORT")]

@@ -11,6 +11,7 @@ pub mod file;
 pub mod frontend;
 pub mod pem_file;
 pub mod replication;
+pub mod store;
 pub mod tls;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -90,6 +91,8 @@ pub struct Config {
     pub http: Option<usize>,
     /// Session replication between hosts, when on.
     pub replication: Option<sync::Settings>,
+    /// Sessions and ticket keys in a shared store (`--shared-store`), when on.
+    pub store: Option<crate::session::store::Settings>,
     /// Where to serve `/metrics`, when asked.
     pub stats: Option<SocketAddr>,
     /// Pass the client certificate's CN in PROXY v2.
@@ -166,6 +169,10 @@ impl Config {
         }
 
         let replication = replication::settings(cli)?;
+        let store = store::settings(cli)?;
+        if store.is_some() && cli.session_cache == 0 && (cli.no_tickets || !cli.tickets) {
+            tracing::warn!("--shared-store is on but the session cache and tickets are off: there is nothing to share");
+        }
         if replication.is_some() && cli.session_cache == 0 && (cli.no_tickets || !cli.tickets) {
             tracing::warn!("replication is on but the session cache and tickets are off: only keys would be shared, and there are none");
         }
@@ -230,6 +237,7 @@ impl Config {
             proxy_proxy: cli.proxy_proxy,
             http: cli.http.then_some(cli.max_header_bytes),
             replication,
+            store,
             stats: stats_addr(cli)?,
             proxy_client_cert: cli.proxy_client_cert,
             proxy_authority: cli.proxy_authority,

@@ -18,7 +18,9 @@ pub(super) fn settings(cli: &Cli) -> Result<Option<sync::Settings>, ConfigError>
                         .into(),
             });
         }
-        if cli.shared_cache_if.is_some() || cli.shared_cache_key.is_some() {
+        if cli.shared_cache_if.is_some()
+            || (cli.shared_cache_key.is_some() && cli.shared_store.is_none())
+        {
             tracing::warn!(
                 "--shared-cache-if and --shared-cache-key do nothing without --shared-cache-listen"
             );

@@ -11,7 +11,9 @@ use super::client_io::ClientIo;
 use super::tls_stream::TlsStream;
 
 use crate::counters::{FailReason, Failure};
-use crate::tls::TlsState;
+use crate::session::store::SharedStore;
+use crate::session::SessionCache;
+use crate::tls::{hello, TlsState};
 
 /// Why a handshake did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +160,21 @@ fn alert_for(e: &rustls::Error) -> AlertDescription {
     }
 }
 
+/// `--shared-store`: what the ClientHello offers to resume and the cache lacks is fetched
+/// from the store first (within `--shared-store-timeout`), so that rustls finds it.
+async fn prefetch(s: &TlsStream, tls: &TlsState, store: &SharedStore, cache: &SessionCache) {
+    let Some(offered) = hello::resumable(s.received(), tls.resumes) else {
+        return;
+    };
+    if offered.is_empty() {
+        return;
+    }
+    let tickets: Vec<&[u8]> = offered.tickets.iter().map(Vec::as_slice).collect();
+    store
+        .prefetch(cache, offered.session_id.as_deref(), &tickets)
+        .await;
+}
+
 /// Runs the server side of the handshake on `io` within `timeout`; `want_sni` keeps the
 /// server name the client asked for.
 pub async fn handshake(
@@ -182,7 +199,8 @@ pub async fn accept(
     want_sni: bool,
 ) -> Result<TlsStream, HandshakeError> {
     let mut s = TlsStream::new(io, tls.config.clone())?;
-    if want_sni || tls.sni_nomatch_abort || !tls.by_cert.is_empty() {
+    let store = tls.store.as_deref().zip(tls.cache.as_deref());
+    if want_sni || tls.sni_nomatch_abort || !tls.by_cert.is_empty() || store.is_some() {
         let name = s.peek_server_name().await?;
         if let Some(name) = name {
             if tls.sni_nomatch_abort && tls.resolver.lookup(name).is_none() {
@@ -194,6 +212,9 @@ pub async fn accept(
         if let Some(config) = tls.config_for(tls.resolver.choose(name)) {
             let config = config.clone();
             s.reconfigure(config)?;
+        }
+        if let Some((store, cache)) = store {
+            prefetch(&s, tls, store, cache).await;
         }
     }
     s.complete_handshake().await?;

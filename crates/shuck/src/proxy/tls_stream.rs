@@ -175,6 +175,12 @@ impl TlsStream {
         self.incoming.capacity() + self.out.capacity() + self.plain.capacity()
     }
 
+    /// The TLS bytes received and not yet consumed: before the handshake, the ClientHello
+    /// that [`Self::peek_server_name`] read.
+    pub fn received(&self) -> &[u8] {
+        &self.incoming[..self.filled]
+    }
+
     /// Reads the ClientHello's server name through rustls's own parser, leaving the bytes
     /// in place for the handshake proper. A ClientHello that does not parse gives `None`:
     /// the handshake then meets the same error and answers it with its alert.

@@ -21,7 +21,7 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags,
 };
 
-use crate::session::tickets::{RingState, SharedKey};
+use crate::session::tickets::RingState;
 use crate::session::Snapshot;
 use crate::system::files::Recording;
 
@@ -249,15 +249,7 @@ fn encode(msg: &Msg) -> (u8, Vec<u8>) {
             6
         }
         Msg::Tickets(state) => {
-            put_u32(&mut w, state.keys.len() as u32);
-            for k in &state.keys {
-                w.extend_from_slice(&k.name);
-                w.extend_from_slice(&k.secret);
-                w.extend_from_slice(&k.retire_at.to_be_bytes());
-            }
-            put_u32(&mut w, state.current as u32);
-            put_u32(&mut w, state.next.map_or(u32::MAX, |n| n as u32));
-            w.extend_from_slice(&state.rotate_at.unwrap_or(u64::MAX).to_be_bytes());
+            state.encode(&mut w);
             7
         }
         Msg::Sessions(list) => {
@@ -323,11 +315,6 @@ impl<'a> Reader<'a> {
     fn bytes(&mut self) -> Result<&'a [u8], String> {
         let n = self.u32()? as usize;
         self.take(n)
-    }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
     }
     fn path(&mut self) -> Result<PathBuf, String> {
         Ok(PathBuf::from(OsString::from_vec(self.bytes()?.to_vec())))
@@ -406,24 +393,10 @@ fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, String> {
             Msg::Apply(rec)
         }
         7 => {
-            let n = r.count(56)?;
-            let mut keys = Vec::with_capacity(n);
-            for _ in 0..n {
-                keys.push(SharedKey {
-                    name: r.array()?,
-                    secret: r.array()?,
-                    retire_at: r.u64()?,
-                });
-            }
-            let current = r.u32()? as usize;
-            let next = r.u32()?;
-            let rotate_at = r.u64()?;
-            Msg::Tickets(RingState {
-                keys,
-                current,
-                next: (next != u32::MAX).then_some(next as usize),
-                rotate_at: (rotate_at != u64::MAX).then_some(rotate_at),
-            })
+            let (state, rest) =
+                RingState::decode(r.0).ok_or("a ticket ring that does not parse")?;
+            r.0 = rest;
+            Msg::Tickets(state)
         }
         8 => {
             let n = r.count(16)?;

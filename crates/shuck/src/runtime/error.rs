@@ -49,6 +49,9 @@ pub enum StartError {
     /// Session replication could not start.
     #[error(transparent)]
     Sync(#[from] crate::session::sync::SyncError),
+    /// The shared store (`--shared-store`).
+    #[error(transparent)]
+    Store(#[from] crate::session::store::StoreError),
     /// Threads, runtimes or signal handlers could not be set up.
     #[error("cannot start: {0}")]
     System(#[from] io::Error),

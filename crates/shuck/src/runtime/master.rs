@@ -355,7 +355,9 @@ impl Run {
             self.await_sessions = false;
             self.spawn_worker()?;
         }
-        if let Some(t) = &self.m.resumption.tickets {
+        // With a shared store the farm's ring lives there, kept by the worker.
+        let own_ring = self.m.resumption.store.is_none();
+        if let Some(t) = self.m.resumption.tickets.as_ref().filter(|_| own_ring) {
             if t.rotate_if_due() {
                 if let Some(state) = t.state() {
                     self.to_worker(&Msg::Tickets(state));

@@ -27,6 +27,7 @@ use tokio::sync::Semaphore;
 use crate::backend::{Pool, PoolLimits, Server};
 use crate::config::{BackendTarget, Config};
 use crate::proxy::ProxyState;
+use crate::session::store::SharedStore;
 use crate::session::Resumption;
 use crate::system::daemon::PidFile;
 use crate::system::privileges::Target;
@@ -53,11 +54,17 @@ pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
 
     // Load: staples cached on disk, then every frontend's TLS state.
     let ocsp_targets = services::load_ocsp_cache(&mut config);
-    let resumption = Resumption::new(
+    let mut resumption = Resumption::new(
         config.tls.session_cache,
         config.tls.session_timeout,
         config.tls.tickets.clone(),
     );
+    if let Some(settings) = &config.store {
+        resumption.store = Some(Arc::new(SharedStore::new(
+            settings.clone(),
+            config.tls.session_timeout,
+        )?));
+    }
     if let (Some(t), Some(state)) = (&resumption.tickets, &inherited.tickets) {
         // Tickets issued by the previous binary still resume.
         t.install(state);

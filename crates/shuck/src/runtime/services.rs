@@ -1,6 +1,6 @@
 //! The services that run beside the workers, off the data path: the `--stats` endpoint,
-//! OCSP stapling (`--ocsp-dir`) and session replication. Their sockets are bound with the
-//! frontends, before privileges are dropped; their threads start after.
+//! OCSP stapling (`--ocsp-dir`), session replication and the shared store. Their sockets
+//! are bound with the frontends, before privileges are dropped; their threads start after.
 
 use std::net::UdpSocket;
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use super::error::StartError;
 use super::inherit::Inherited;
 use crate::backend::Server;
 use crate::config::Config;
+use crate::session::store::StoreThread;
 use crate::session::sync::Replication;
 use crate::session::Resumption;
 use crate::tls::ocsp::manager::{self as ocsp, Target, Updates};
@@ -125,6 +126,8 @@ pub struct Services {
     pub restaple: mpsc::UnboundedReceiver<()>,
     /// Replication's threads; dropping this stops them.
     pub replication: Option<Replication>,
+    /// The shared store's thread; dropping this stops it.
+    _store: Option<StoreThread>,
     /// `--backend-refresh`'s thread, held for its drop, which stops it.
     _backend_refresh: Option<super::refresh::Refresh>,
 }
@@ -186,11 +189,31 @@ impl Services {
             }
             _ => None,
         };
+        let store = match &resumption.store {
+            Some(store) => {
+                let thread = store.start(resumption.cache.clone(), resumption.tickets.clone())?;
+                let settings = store.settings();
+                tracing::info!(
+                    "sharing sessions{} through {} (keys prefixed {:?}; a handshake waits at most {:?} for it)",
+                    if resumption.tickets.as_ref().is_some_and(|t| t.file().is_none()) {
+                        " and the ticket key ring"
+                    } else {
+                        ""
+                    },
+                    settings.url,
+                    settings.prefix,
+                    settings.timeout,
+                );
+                Some(thread)
+            }
+            None => None,
+        };
         Ok(Services {
             stats: sockets.stats,
             ocsp_updates,
             restaple,
             replication,
+            _store: store,
             _backend_refresh: super::refresh::start(config, servers),
         })
     }

@@ -8,9 +8,10 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use lru::LruCache;
 use rustls::server::StoresServerSessions;
 
@@ -76,7 +77,8 @@ pub struct SessionCache {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     lifetime: Duration,
-    sink: OnceLock<Arc<dyn SessionSink>>,
+    /// Replication's and the shared store's: few, set at start.
+    sinks: ArcSwap<Vec<Arc<dyn SessionSink>>>,
 }
 
 impl std::fmt::Debug for SessionCache {
@@ -111,13 +113,26 @@ impl SessionCache {
             shards,
             hasher: RandomState::new(),
             lifetime,
-            sink: OnceLock::new(),
+            sinks: ArcSwap::from_pointee(Vec::new()),
         }
     }
 
-    /// Passes every later local store and removal to `sink` (set once).
-    pub fn set_sink(&self, sink: Arc<dyn SessionSink>) {
-        let _ = self.sink.set(sink);
+    /// Passes every later local store and removal to `sink` too (replication and the
+    /// shared store each add theirs).
+    pub fn add_sink(&self, sink: Arc<dyn SessionSink>) {
+        self.sinks.rcu(|s| {
+            let mut s = Vec::clone(s);
+            s.push(sink.clone());
+            s
+        });
+    }
+
+    /// Whether a live session is held under `key` (neither counted nor made recent).
+    pub fn contains(&self, key: &[u8]) -> bool {
+        lock(self.shard(key))
+            .lru
+            .peek(key)
+            .is_some_and(|e| e.stored.elapsed() < self.lifetime)
     }
 
     /// The lifetime of a session.
@@ -226,7 +241,7 @@ impl SessionCache {
                 shard.stats.hits += 1;
                 drop(shard);
                 if remove {
-                    if let Some(sink) = self.sink.get() {
+                    for sink in self.sinks.load().iter() {
                         sink.removed(key);
                     }
                 }
@@ -257,7 +272,7 @@ impl StoresServerSessions for SessionCache {
         if value.len() > MAX_VALUE {
             return false;
         }
-        if let Some(sink) = self.sink.get() {
+        for sink in self.sinks.load().iter() {
             sink.stored(&key, &value);
         }
         self.insert(
@@ -378,7 +393,7 @@ mod tests {
     fn local_changes_reach_the_sink_and_replicated_ones_do_not() {
         let c = cache(10, Duration::from_secs(60));
         let sink = Arc::new(Recorder::default());
-        c.set_sink(sink.clone());
+        c.add_sink(sink.clone());
         c.put(key(1), b"local".to_vec());
         assert!(c.insert_replicated(key(2), b"remote".to_vec(), Duration::from_secs(1)));
         assert!(!c.insert_replicated(key(3), b"old".to_vec(), Duration::from_secs(61)));

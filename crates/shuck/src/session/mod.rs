@@ -1,9 +1,10 @@
 //! Session resumption state shared by every worker: the level-1 session cache
 //! ([`cache`]), the ticket key ring ([`tickets`]), and replication of sessions and ticket
-//! keys between hosts ([`sync`]). It knows nothing of TLS connections: `tls` plugs these
+//! keys between hosts ([`sync`]) or through a shared store ([`store`]). It knows nothing of TLS connections: `tls` plugs these
 //! into rustls, never the reverse.
 
 pub mod cache;
+pub mod store;
 pub mod sync;
 pub mod tickets;
 
@@ -21,6 +22,8 @@ pub struct Resumption {
     pub cache: Option<Arc<SessionCache>>,
     /// The ticket key ring, when tickets are on.
     pub tickets: Option<Arc<TicketKeys>>,
+    /// The shared store (`--shared-store`), when on; started in the worker.
+    pub store: Option<Arc<store::SharedStore>>,
 }
 
 impl Resumption {
@@ -34,6 +37,7 @@ impl Resumption {
             cache: std::num::NonZeroUsize::new(entries)
                 .map(|n| Arc::new(SessionCache::new(n, lifetime))),
             tickets,
+            store: None,
         }
     }
 }

@@ -11,6 +11,7 @@ use prometheus_client::metrics::MetricType;
 use super::Sources;
 use crate::backend::Server;
 use crate::counters::FrontendTotals;
+use crate::session::store::stats::{Op, Outcome, StoreStats};
 use crate::session::sync::wire::Reject;
 
 /// A TLS alert's name in snake case (`handshake_failure`).
@@ -62,6 +63,74 @@ fn gauge(
         ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
     }
     Ok(())
+}
+
+/// `--shared-store`: operations by kind and result, reachability, lookup latency.
+fn store_metrics(enc: &mut Enc<'_>, stats: &StoreStats) -> std::fmt::Result {
+    let labels: Vec<[(&str, &str); 2]> = Op::ALL
+        .iter()
+        .flat_map(|op| {
+            Outcome::ALL
+                .iter()
+                .map(move |o| [("op", op.name()), ("result", o.name())])
+        })
+        .collect();
+    let rows: Vec<(&[(&str, &str)], u64)> = labels
+        .iter()
+        .zip(
+            Op::ALL
+                .iter()
+                .flat_map(|op| Outcome::ALL.iter().map(move |o| (*op, *o))),
+        )
+        .map(|(l, (op, o))| (&l[..], stats.get(op, o)))
+        .collect();
+    counter(
+        enc,
+        "shuck_store_operations",
+        "Shared store operations by kind (get, take, put, del, ring_read, ring_write, lock) and result.",
+        &rows,
+    )?;
+    gauge(
+        enc,
+        "shuck_store_up",
+        "1 while the shared store answers, 0 while it is unreachable.",
+        &[(&[], as_i64(stats.up.load(Relaxed)))],
+    )?;
+    let (sum, count, buckets) = stats.latency();
+    let m = enc.encode_descriptor(
+        "shuck_store_lookup_seconds",
+        "How long handshakes waited for shared store lookups.",
+        None,
+        MetricType::Histogram,
+    )?;
+    Latency {
+        sum,
+        count,
+        buckets,
+    }
+    .encode(m)
+}
+
+/// A histogram read at scrape time.
+struct Latency {
+    sum: f64,
+    count: u64,
+    buckets: Vec<(f64, u64)>,
+}
+
+impl EncodeMetric for Latency {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> std::fmt::Result {
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            self.sum,
+            self.count,
+            &self.buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
 fn as_i64(n: u64) -> i64 {
@@ -264,6 +333,9 @@ impl prometheus_client::collector::Collector for Exposition {
                 "Replication: datagrams dropped on receipt by reason, and records not sent.",
                 &rows,
             )?;
+        }
+        if let Some(store) = &sources.resumption.store {
+            store_metrics(&mut enc, &store.stats)?;
         }
         let servers = sources.state.pool.servers();
         let labels: Vec<[(&str, &str); 1]> =

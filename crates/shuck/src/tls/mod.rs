@@ -3,6 +3,7 @@
 //! This module knows nothing of sockets; the handshake itself is driven by `proxy`.
 
 pub mod client_auth;
+pub mod hello;
 pub mod ocsp;
 pub mod params;
 pub mod pem;
@@ -19,6 +20,7 @@ use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 pub use pem::LoadedCert;
 pub use sni::SniResolver;
 
+use crate::session::store::SharedStore;
 use crate::session::tickets::TicketKeys;
 use crate::session::{Resumption, SessionCache};
 
@@ -190,6 +192,10 @@ pub struct TlsState {
     /// Certificates with a client verification of their own (a `pem-file` block's
     /// `client-verify`), and the configuration to serve them with; usually empty.
     pub by_cert: Vec<(Arc<CertifiedKey>, Arc<ServerConfig>)>,
+    /// The shared store asked for sessions the cache lacks (`--shared-store`).
+    pub store: Option<Arc<SharedStore>>,
+    /// How this state resumes, for reading what a ClientHello offers.
+    pub resumes: hello::Server,
 }
 
 impl TlsState {
@@ -207,7 +213,7 @@ impl TlsState {
             &certs,
             certs.len().saturating_sub(1),
             &[],
-            resumption.cache,
+            &resumption,
         )
     }
 
@@ -222,7 +228,7 @@ impl TlsState {
         by_cert: &[(usize, Option<client_auth::ClientAuth>)],
         resumption: &Resumption,
     ) -> Result<Self, TlsError> {
-        Self::build_with(settings, certs, default, by_cert, resumption.cache.clone())
+        Self::build_with(settings, certs, default, by_cert, resumption)
     }
 
     /// The configuration to serve the certificate `key` with.
@@ -238,8 +244,9 @@ impl TlsState {
         certs: &[&LoadedCert],
         default: usize,
         by_cert: &[(usize, Option<client_auth::ClientAuth>)],
-        cache: Option<Arc<SessionCache>>,
+        resumption: &Resumption,
     ) -> Result<Self, TlsError> {
+        let cache = resumption.cache.clone();
         let resolver = Arc::new(
             SniResolver::new(certs, default, settings.ocsp.as_deref())
                 .ok_or_else(|| TlsError::Rustls("no certificate".into()))?,
@@ -262,6 +269,12 @@ impl TlsState {
             cache,
             tickets: settings.tickets.clone(),
             by_cert,
+            store: resumption.store.clone(),
+            resumes: hello::Server {
+                tls13: settings.versions.contains(&&rustls::version::TLS13),
+                tls12: settings.versions.contains(&&rustls::version::TLS12),
+                stateless: settings.tickets.is_some(),
+            },
         })
     }
 }

@@ -859,3 +859,162 @@ pub fn raise_fd_limit(want: u64) {
         "the hard limit on descriptors is {hard}, this test needs {want}"
     );
 }
+
+// ---------------------------------------------------------------- redis-server
+
+/// A redis-server of the test's own (Debian's `redis-server`, installed when missing), no
+/// persistence, killed at drop. `restart` brings it back on the same port, empty.
+pub struct Redis {
+    child: Option<Child>,
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    args: Vec<String>,
+    _dir: TempDir,
+}
+
+impl Redis {
+    /// Plain TCP on `ip` (a free port), with `extra` arguments (e.g. `--requirepass`).
+    pub fn start(ip: &str, extra: &[&str]) -> Option<Redis> {
+        let port = free_port();
+        let mut args: Vec<String> = vec!["--port".into(), port.to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::start_args(ip, port, args)
+    }
+
+    /// TLS only (`tls-port`), with the server's certificate and key, on 127.0.0.1.
+    pub fn start_tls(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        ca: &std::path::Path,
+        extra: &[&str],
+    ) -> Option<Redis> {
+        let port = free_port();
+        let p = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+        let args = vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            p(cert),
+            "--tls-key-file".into(),
+            p(key),
+            "--tls-ca-cert-file".into(),
+            p(ca),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ];
+        let args = args
+            .into_iter()
+            .chain(extra.iter().map(|s| s.to_string()))
+            .collect();
+        Self::start_args("127.0.0.1", port, args)
+    }
+
+    fn start_args(ip: &str, port: u16, mut args: Vec<String>) -> Option<Redis> {
+        if !require("redis-server", "redis-server") {
+            return None;
+        }
+        let dir = TempDir::new("redis");
+        args.extend(
+            [
+                "--bind",
+                ip,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+                "--dir",
+                dir.0.to_str().unwrap(),
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        let addr = SocketAddr::new(ip.parse().unwrap(), port);
+        let mut r = Redis {
+            child: None,
+            addr,
+            args,
+            _dir: dir,
+        };
+        r.restart();
+        Some(r)
+    }
+
+    /// Starts it again (after [`Redis::kill`]), empty, on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        let child = Command::new("redis-server")
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(self.addr).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills it outright (SIGKILL): what it held is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Its redis:// URL.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// One command through redis-cli (shipped with the server); its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args([
+                "-h",
+                &self.addr.ip().to_string(),
+                "-p",
+                &self.addr.port().to_string(),
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ---------------------------------------------------------------- --stats
+
+/// GET `path` from a `--stats` port on 127.0.0.1: the head and the body.
+pub fn scrape(port: u16, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head.to_owned(), body.to_owned())
+}
+
+/// The value of the sample whose line starts with `series` (name and labels).
+pub fn sample(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no sample {series} in:\n{body}"))
+        .trim()
+        .parse()
+        .unwrap()
+}

@@ -298,7 +298,7 @@ impl Replication {
         let send_side = shared(send_sock, sealer()?);
 
         if let Some(c) = &cache {
-            c.set_sink(Arc::new(Outbox {
+            c.add_sink(Arc::new(Outbox {
                 tx: tx.clone(),
                 stats: stats.clone(),
             }));
