@@ -1,5 +1,6 @@
 //! A farm on a real network: three hosts, each a Linux network namespace joined to a bridge
-//! by a veth pair, each running shuck with replication on, behind HAProxy in TCP mode
+//! by a veth pair, each running shuck with replication on (or with a shared redis-server on
+//! the bridge instead, `--shared-store`), behind HAProxy in TCP mode
 //! (round robin). A client making 300 connections through HAProxy, reusing its sessions,
 //! must resume at least 99 % of them, for TLS 1.2 session IDs, TLS 1.3 stateful tickets (the
 //! cache) and TLS 1.3 stateless tickets, with unicast and with multicast, while one host is
@@ -100,6 +101,11 @@ impl Farm {
     fn ip(&self, i: usize) -> String {
         format!("10.77.{}.{i}", self.net)
     }
+
+    /// The bridge's address in the root namespace, where a shared redis-server listens.
+    fn bridge_ip(&self) -> String {
+        format!("10.77.{}.254", self.net)
+    }
 }
 
 impl Drop for Farm {
@@ -178,6 +184,8 @@ enum Transport {
     Unicast,
     Multicast,
     MulticastV6,
+    /// No replication: a redis-server on the bridge (`--shared-store`).
+    Redis,
 }
 
 fn key_file(dir: &TempDir) -> String {
@@ -188,7 +196,14 @@ fn key_file(dir: &TempDir) -> String {
     p.to_str().unwrap().to_owned()
 }
 
-fn start_host(farm: &Farm, i: usize, mode: Mode, transport: Transport, key: &str) -> Shuck {
+fn start_host(
+    farm: &Farm,
+    i: usize,
+    mode: Mode,
+    transport: Transport,
+    key: &str,
+    store: Option<&Redis>,
+) -> Shuck {
     let ns = farm.ns(i);
     let fe = format!("[{}]:{TLS_PORT}", farm.ip(i));
     let mut args: Vec<String> = vec![
@@ -198,10 +213,14 @@ fn start_host(farm: &Farm, i: usize, mode: Mode, transport: Transport, key: &str
         "1".into(),
         "--shared-cache-key".into(),
         key.into(),
-        "-U".into(),
-        format!("[*]:{SYNC_PORT}"),
     ];
+    if let Some(redis) = store {
+        args.extend(["--shared-store".into(), redis.url()]);
+    } else {
+        args.extend(["-U".into(), format!("[*]:{SYNC_PORT}")]);
+    }
     match transport {
+        Transport::Redis => {}
         Transport::Unicast => {
             for j in (1..=HOSTS).filter(|&j| j != i) {
                 args.extend(["-P".into(), format!("[{}]:{SYNC_PORT}", farm.ip(j))]);
@@ -260,8 +279,15 @@ fn run_farm(mode: Mode, transport: Transport) {
     let Some(farm) = Farm::create() else { return };
     let dir = TempDir::new("farm");
     let key = key_file(&dir);
+    let redis = match transport {
+        Transport::Redis => match Redis::start(&farm.bridge_ip(), &[]) {
+            Some(r) => Some(r),
+            None => return,
+        },
+        _ => None,
+    };
     let mut hosts: Vec<Shuck> = (1..=HOSTS)
-        .map(|i| start_host(&farm, i, mode, transport, &key))
+        .map(|i| start_host(&farm, i, mode, transport, &key, redis.as_ref()))
         .collect();
     let lb = Balancer::start(&farm);
     // Let the health checks see every host up.
@@ -285,7 +311,7 @@ fn run_farm(mode: Mode, transport: Transport) {
             hosts[1].wait_exit(Duration::from_secs(5)).unwrap();
         }
         if n == 2 * CONNECTIONS / 3 {
-            hosts[1] = start_host(&farm, 2, mode, transport, &key);
+            hosts[1] = start_host(&farm, 2, mode, transport, &key, redis.as_ref());
             // Back in the balancer after two good checks.
             thread::sleep(Duration::from_millis(1000));
         }
@@ -351,6 +377,14 @@ fn farm_unicast_resumes_anywhere() {
 fn farm_multicast_resumes_anywhere() {
     for mode in [Mode::Tls12SessionIds, Mode::Tls13Cache, Mode::Tls13Tickets] {
         run_farm(mode, Transport::Multicast);
+    }
+}
+
+/// The same farm with no replication at all: sessions and the ticket ring in Redis.
+#[test]
+fn farm_through_redis_resumes_anywhere() {
+    for mode in [Mode::Tls12SessionIds, Mode::Tls13Cache, Mode::Tls13Tickets] {
+        run_farm(mode, Transport::Redis);
     }
 }
 
