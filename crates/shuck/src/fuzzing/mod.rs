@@ -31,6 +31,8 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("ocsp_response", ocsp_response),
     ("pem", pem),
     ("datagram", datagram),
+    ("client_hello", client_hello),
+    ("store_value", store_value),
 ];
 
 /// A PROXY v1/v2 header from the client side (`--proxy-proxy`).
@@ -201,6 +203,46 @@ pub fn datagram(data: &[u8]) {
             }
         }
     }
+}
+
+/// A client's first bytes, read for the session ID and PSK identities to fetch from the
+/// shared store (`--shared-store`), under every way a server may resume.
+pub fn client_hello(data: &[u8]) {
+    for tls13 in [true, false] {
+        for stateless in [true, false] {
+            let server = crate::tls::hello::Server {
+                tls13,
+                tls12: true,
+                stateless,
+            };
+            let _ = crate::tls::hello::resumable(data, server);
+        }
+    }
+}
+
+/// A value read from the shared store: opened as a session and as the ticket ring under a
+/// fixed farm key, and the ring's encoding decoded as if it had opened.
+pub fn store_value(data: &[u8]) {
+    use crate::session::store::{self, SharedStore};
+    static STORE: OnceLock<Option<SharedStore>> = OnceLock::new();
+    let shared = STORE.get_or_init(|| {
+        let connection =
+            redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1:6379").ok()?;
+        let settings = store::Settings {
+            url: "redis://127.0.0.1:6379".into(),
+            connection,
+            ca: None,
+            prefix: "shuck:".into(),
+            timeout: Duration::from_millis(5),
+            key: [7; 32],
+        };
+        SharedStore::new(settings, Duration::from_secs(300)).ok()
+    });
+    if let Some(shared) = shared {
+        let name = shared.session_name(b"fuzz");
+        store::open_any(shared, &name, data);
+    }
+    let _ = crate::session::tickets::RingState::decode(data);
 }
 
 #[cfg(test)]

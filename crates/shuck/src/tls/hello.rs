@@ -220,6 +220,20 @@ mod tests {
     }
 
     #[test]
+    fn openssl_hellos_from_the_fuzz_corpus() {
+        let psk = include_bytes!("../../../../fuzz/corpus/client_hello/seed-tls13-psk");
+        let r = resumable(psk, ALL).unwrap();
+        assert_eq!((r.session_id, r.tickets.len()), (None, 1));
+        let id = include_bytes!("../../../../fuzz/corpus/client_hello/seed-tls12-session-id");
+        assert_eq!(
+            resumable(id, ALL).unwrap().session_id.map(|i| i.len()),
+            Some(32)
+        );
+        let plain = include_bytes!("../../../../fuzz/corpus/client_hello/seed-plain");
+        assert!(resumable(plain, ALL).unwrap().is_empty());
+    }
+
+    #[test]
     fn a_hello_split_over_records_is_joined_and_broken_ones_are_refused() {
         let whole = hello(&[7; 16], &[]);
         let msg = &whole[5..];

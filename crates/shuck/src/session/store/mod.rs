@@ -263,7 +263,7 @@ impl SharedStore {
     }
 
     /// The store's name of a session's entry.
-    fn session_name(&self, key: &[u8]) -> Vec<u8> {
+    pub(crate) fn session_name(&self, key: &[u8]) -> Vec<u8> {
         let mut name = Vec::with_capacity(self.settings.prefix.len() + 8 + key.len() * 2);
         name.extend_from_slice(self.settings.prefix.as_bytes());
         name.extend_from_slice(b"session:");
@@ -323,31 +323,11 @@ impl SessionSink for Writer {
     }
 }
 
-/// Entry points for the fuzz targets: a value read from the store, opened and decoded as
-/// a session and as a ticket ring under a fixed farm key.
-#[doc(hidden)]
-pub fn fuzz_open(data: &[u8]) {
-    let Ok(store) = SharedStore::new(fuzz_settings(), Duration::from_secs(300)) else {
-        return;
-    };
-    let name = store.session_name(b"fuzz");
-    let _ = store.open_session(&name, data, crate::clock::unix_ms());
-    let _ = task::open_ring(&store, data);
-    if let Some(plain) = store.sealer.open(&name, data) {
-        let _ = crate::session::tickets::RingState::decode(&plain);
-    }
-}
-
-fn fuzz_settings() -> Settings {
-    Settings {
-        url: "redis://127.0.0.1:6379".into(),
-        connection: redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1:6379")
-            .expect("a literal URL parses"),
-        ca: None,
-        prefix: "shuck:".into(),
-        timeout: Duration::from_millis(5),
-        key: [7; 32],
-    }
+/// A value as read from the store, opened as a session and as the ticket ring under
+/// `store`'s farm key (the fuzz target's entry point).
+pub(crate) fn open_any(store: &SharedStore, name: &[u8], data: &[u8]) {
+    let _ = store.open_session(name, data, crate::clock::unix_ms());
+    let _ = task::open_ring(store, data);
 }
 
 #[cfg(test)]
@@ -356,7 +336,16 @@ mod tests {
 
     #[test]
     fn sessions_open_only_under_their_own_name_and_age() {
-        let store = SharedStore::new(fuzz_settings(), Duration::from_secs(300)).unwrap();
+        let settings = Settings {
+            url: "redis://127.0.0.1:6379".into(),
+            connection: redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1:6379")
+                .unwrap(),
+            ca: None,
+            prefix: "shuck:".into(),
+            timeout: Duration::from_millis(5),
+            key: [7; 32],
+        };
+        let store = SharedStore::new(settings, Duration::from_secs(300)).unwrap();
         let name = store.session_name(&[0xab, 0x01]);
         assert_eq!(name, b"shuck:session:ab01");
         let sealed = store.seal_session(&name, b"rustls value", 1_000).unwrap();
