@@ -102,10 +102,17 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
     let slow_peer = std::net::UdpSocket::bind("127.0.0.1:0")?;
     let sync_key = dir.join("farm.key");
     std::fs::write(&sync_key, "c2h1Y2stYmVuY2ggcmVwbGljYXRpb24ga2V5IDMyIGI=\n")?;
+    // shuck-redis's store: a redis-server beside the client (on CPU 1 when pinned).
+    let redis = if o.targets.contains(&Target::ShuckRedis) {
+        Some(RedisServer::start(&dir, pin)?)
+    } else {
+        None
+    };
     let sync = SyncParams {
         port: free_port()?,
         slow_peer: slow_peer.local_addr()?.port(),
         key: &sync_key,
+        redis_port: redis.as_ref().map_or(0, |r| r.port),
     };
 
     eprintln!("measuring crypto costs (capacity)...");
@@ -409,5 +416,56 @@ impl Drop for RemoveDir {
 pub fn raise_fd_limit() {
     if rlimit::setrlimit(rlimit::Resource::NOFILE, 262_144, 262_144).is_err() {
         let _ = rlimit::increase_nofile_limit(u64::MAX);
+    }
+}
+
+/// The redis-server shuck-redis uses: no persistence, stopped by its PID on drop.
+struct RedisServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start(dir: &Path, pin: bool) -> anyhow::Result<Self> {
+        let port = free_port()?;
+        let mut cmd = if pin {
+            let mut c = Command::new("taskset");
+            c.args(["-c", "1", "redis-server"]);
+            c
+        } else {
+            Command::new("redis-server")
+        };
+        let child = cmd
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no", "--dir"])
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start redis-server (apt-get install redis-server) for shuck-redis")?;
+        let server = RedisServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                anyhow::bail!("redis-server did not start on port {port}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(server)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -30,6 +30,12 @@ pub enum Target {
     #[value(name = "shuck-cache")]
     #[serde(rename = "shuck-cache")]
     ShuckCache,
+    /// shuck-cache with its sessions in a redis-server (`--shared-store`) and a local
+    /// cache of one session, so that nearly every resumption is fetched from Redis: its
+    /// cost is shuck-redis's figure over shuck-cache's.
+    #[value(name = "shuck-redis")]
+    #[serde(rename = "shuck-redis")]
+    ShuckRedis,
     /// hitch (stud's successor).
     Hitch,
     /// HAProxy in TCP mode.
@@ -47,6 +53,7 @@ impl Target {
             Target::Shuck => "shuck",
             Target::ShuckSync => "shuck-sync",
             Target::ShuckCache => "shuck-cache",
+            Target::ShuckRedis => "shuck-redis",
             Target::Hitch => "hitch",
             Target::Haproxy => "haproxy",
             Target::Nginx => "nginx",
@@ -56,7 +63,7 @@ impl Target {
 
     fn program(self) -> &'static str {
         match self {
-            Target::Shuck | Target::ShuckSync | Target::ShuckCache => "shuck",
+            Target::Shuck | Target::ShuckSync | Target::ShuckCache | Target::ShuckRedis => "shuck",
             Target::Hitch => "hitch",
             Target::Haproxy => "haproxy",
             Target::Nginx => "nginx",
@@ -66,7 +73,7 @@ impl Target {
 
     fn packages(self) -> &'static str {
         match self {
-            Target::Shuck | Target::ShuckSync | Target::ShuckCache => "",
+            Target::Shuck | Target::ShuckSync | Target::ShuckCache | Target::ShuckRedis => "",
             Target::Hitch => "hitch",
             Target::Haproxy => "haproxy",
             Target::Nginx => "nginx libnginx-mod-stream",
@@ -79,6 +86,7 @@ impl Target {
             Target::Shuck => "shuck.args",
             Target::ShuckSync => "shuck-sync.args",
             Target::ShuckCache => "shuck-cache.args",
+            Target::ShuckRedis => "shuck-redis.args",
             Target::Hitch => "hitch.conf",
             Target::Haproxy => "haproxy.cfg",
             Target::Nginx => "nginx.conf",
@@ -88,13 +96,16 @@ impl Target {
 
     /// shuck itself, with or without replication.
     pub fn is_shuck(self) -> bool {
-        matches!(self, Target::Shuck | Target::ShuckSync | Target::ShuckCache)
+        matches!(
+            self,
+            Target::Shuck | Target::ShuckSync | Target::ShuckCache | Target::ShuckRedis
+        )
     }
 
     /// The version line the program prints, for reports.
     pub fn version(self, shuck: &Path) -> String {
         let (prog, arg) = match self {
-            Target::Shuck | Target::ShuckSync | Target::ShuckCache => {
+            Target::Shuck | Target::ShuckSync | Target::ShuckCache | Target::ShuckRedis => {
                 (shuck.to_str().unwrap_or("shuck"), "--version")
             }
             Target::Hitch => ("hitch", "--version"),
@@ -192,8 +203,10 @@ pub struct SyncParams<'a> {
     pub port: u16,
     /// A bound UDP socket nobody reads (a slow peer).
     pub slow_peer: u16,
-    /// The pre-shared key file.
+    /// The pre-shared key file (also shuck-redis's farm key).
     pub key: &'a Path,
+    /// shuck-redis: the port of the redis-server shuck-bench started (0: none).
+    pub redis_port: u16,
 }
 
 /// A running server; stopped on drop.
@@ -280,6 +293,7 @@ pub fn start(
         .replace("{{SYNC_PORT}}", &p.sync.port.to_string())
         .replace("{{SLOW_PEER_PORT}}", &p.sync.slow_peer.to_string())
         .replace("{{SYNC_KEY}}", &p.sync.key.display().to_string())
+        .replace("{{REDIS_PORT}}", &p.sync.redis_port.to_string())
         .replace(
             "{{USER_LINE}}",
             if is_root() { "user = \"nobody\"" } else { "" },
@@ -288,7 +302,7 @@ pub fn start(
     std::fs::write(&conf, &text)?;
     let conf_s = conf.display().to_string();
     let args: Vec<String> = match t {
-        Target::Shuck | Target::ShuckSync | Target::ShuckCache => text
+        Target::Shuck | Target::ShuckSync | Target::ShuckCache | Target::ShuckRedis => text
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
             .map(str::to_owned)

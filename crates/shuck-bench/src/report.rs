@@ -167,6 +167,28 @@ pub fn markdown(res: &Results, stem: &str, plots: &[(&str, PathBuf)], fonts: boo
     for sc in res
         .scenarios
         .iter()
+        .filter(|sc| sc.scenario.name.starts_with("resume-"))
+    {
+        let of = |target: Target| {
+            let runs: Vec<&TargetResult> =
+                sc.targets.iter().filter(|r| r.target == target).collect();
+            let cpu: Vec<f64> = runs.iter().filter_map(|r| figure(sc, r)).collect();
+            let p99: Vec<f64> = runs
+                .iter()
+                .filter_map(|r| Some(r.median.as_ref()?.load.session_ms.p99))
+                .collect();
+            let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+            Some((mean(&cpu)?, mean(&p99)?))
+        };
+        if let (Some((redis, redis_p99)), Some((local, local_p99))) =
+            (of(Target::ShuckRedis), of(Target::ShuckCache))
+        {
+            let _ = writeln!(s, "\n{}: a resumption found in Redis costs {:.2}× the server CPU of one found in the local cache: {redis:.1} µs (shuck-redis) against {local:.1} µs (shuck-cache); target ≤ 1.2×. p99 session latency {redis_p99:.2} ms against {local_p99:.2} ms ({:+.2} ms; target ≤ +1 ms).", sc.scenario.name, redis / local, redis_p99 - local_p99);
+        }
+    }
+    for sc in res
+        .scenarios
+        .iter()
         .filter(|sc| sc.scenario.name.starts_with("full-"))
     {
         let mean = |target: Target| {
