@@ -215,6 +215,13 @@ fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
                 c.replication.as_ref().map(|r| (r.listen, r.peers.clone()))
             ),
         ),
+        (
+            "shared store",
+            format!(
+                "{:?}",
+                c.store.as_ref().map(|s| (&s.url, &s.prefix, s.timeout))
+            ),
+        ),
         ("stats", format!("{:?}", c.stats)),
     ]
 }

@@ -87,7 +87,7 @@ fn store_metrics(enc: &mut Enc<'_>, stats: &StoreStats) -> std::fmt::Result {
     counter(
         enc,
         "shuck_store_operations",
-        "Shared store operations by kind (get, take, put, del, ring_read, ring_write, lock) and result.",
+        "Shared store operations by kind (get, take, put, ring_read, ring_write, lock) and result.",
         &rows,
     )?;
     gauge(

@@ -98,9 +98,6 @@ enum Request {
         value: Vec<u8>,
         stored_ms: u64,
     },
-    Del {
-        key: Vec<u8>,
-    },
     Get {
         key: Vec<u8>,
         take: bool,
@@ -293,8 +290,8 @@ impl SharedStore {
     }
 }
 
-/// The local cache's sink: queues every new session and every used ticket for the store,
-/// never blocking the handshake that made it.
+/// The local cache's sink: queues every new session for the store, never blocking the
+/// handshake that made it.
 struct Writer {
     tx: mpsc::Sender<Request>,
     store: Arc<SharedStore>,
@@ -312,14 +309,10 @@ impl SessionSink for Writer {
         }
     }
 
-    fn removed(&self, key: &[u8]) {
-        if self
-            .tx
-            .try_send(Request::Del { key: key.to_vec() })
-            .is_err()
-        {
-            self.store.stats.count(Op::Del, Outcome::Skipped);
-        }
+    fn removed(&self, _key: &[u8]) {
+        // A ticket rustls takes here was taken from the store first (GETDEL in
+        // `prefetch`, sent even when its answer comes too late), or the store was down
+        // and a DEL would fail too.
     }
 }
 

@@ -13,8 +13,6 @@ pub enum Op {
     Take,
     /// A new session written.
     Put,
-    /// A used ticket removed.
-    Del,
     /// The ticket key ring read.
     RingRead,
     /// The ticket key ring written (by the host holding the rotation lock).
@@ -25,11 +23,10 @@ pub enum Op {
 
 impl Op {
     /// Every operation, in the order of [`Op::name`].
-    pub const ALL: [Op; 7] = [
+    pub const ALL: [Op; 6] = [
         Op::Get,
         Op::Take,
         Op::Put,
-        Op::Del,
         Op::RingRead,
         Op::RingWrite,
         Op::Lock,
@@ -41,7 +38,6 @@ impl Op {
             Op::Get => "get",
             Op::Take => "take",
             Op::Put => "put",
-            Op::Del => "del",
             Op::RingRead => "ring_read",
             Op::RingWrite => "ring_write",
             Op::Lock => "lock",

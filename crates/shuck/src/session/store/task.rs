@@ -199,17 +199,6 @@ async fn serve(
                 .await;
             done(&store, &health, Op::Put, "writing a session", r.map(|_| ()));
         }
-        Request::Del { key } => {
-            let name = store.session_name(&key);
-            let r: Result<i64, _> = redis::cmd("DEL").arg(&name).query_async(&mut conn).await;
-            done(
-                &store,
-                &health,
-                Op::Del,
-                "removing a used ticket",
-                r.map(|_| ()),
-            );
-        }
         Request::Get { key, take, reply } => {
             let (op, command) = if take {
                 (Op::Take, "GETDEL")
