@@ -712,3 +712,55 @@ fn an_unreachable_store_at_start_is_logged_and_shuck_serves() {
     assert_eq!(s.log().matches("failed:").count(), 1, "{}", s.log());
     assert_eq!(metric(stats, "shuck_store_up"), 0.0);
 }
+
+/// Replication (`-U`/`-P`) and the store at once: both get every session.
+#[test]
+fn replication_and_the_store_together() {
+    let Some(redis) = Redis::start("127.0.0.1", &[]) else {
+        return;
+    };
+    let dir = TempDir::new("store");
+    let cert = farm_cert(&dir);
+    let key = key_file(&dir, "farm.key", FARM_KEY);
+    let (pa, pb) = (free_port(), free_port());
+    let (la, lb) = (format!("[127.0.0.1]:{pa}"), format!("[127.0.0.1]:{pb}"));
+    let (a, a_stats) = host(
+        &cert,
+        &redis.url(),
+        &key,
+        &["--no-tickets", "-U", &la, "-P", &lb],
+    );
+    let (b, b_stats) = host(
+        &cert,
+        &redis.url(),
+        &key,
+        &["--no-tickets", "-U", &lb, "-P", &la],
+    );
+    let cfg = client_config(&ClientOpts {
+        version: Some(12),
+        session_id_only: true,
+        ..ClientOpts::default()
+    });
+    assert!(!resumes(&a, &cfg));
+    assert!(wait_until(Duration::from_secs(2), || {
+        let body = scrape(b_stats, "/metrics").1;
+        sample(&body, "shuck_replication_received_total{what=\"new\"}") >= 1.0
+    }));
+    assert!(resumes(&b, &cfg), "resumed from what replication brought");
+    assert_eq!(
+        metric(
+            a_stats,
+            "shuck_store_operations_total{op=\"put\",result=\"ok\"}"
+        ),
+        1.0,
+        "and the store has it too"
+    );
+    assert_eq!(
+        metric(
+            b_stats,
+            "shuck_store_operations_total{op=\"get\",result=\"hit\"}"
+        ),
+        0.0,
+        "no lookup for a session held here"
+    );
+}
