@@ -246,6 +246,8 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         "shuck_backend_queued",
         "shuck_replication_dropped_total",
         "shuck_certificate_not_after_seconds",
+        "shuck_store_operations_total",
+        "shuck_store_lookup_seconds_bucket",
     ] {
         assert!(
             queried.iter().any(|q| q == m),
@@ -253,7 +255,11 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         );
     }
 
-    // A shuck with replication on, so that every family has its samples.
+    // A shuck with replication and the shared store on, so that every family has its
+    // samples.
+    let Some(redis) = Redis::start("127.0.0.1", &[]) else {
+        return;
+    };
     let dir = TempDir::new("dashboard");
     let key = dir.path("farm.key");
     std::fs::write(&key, "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n").unwrap();
@@ -266,6 +272,8 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         &format!("[127.0.0.1]:{peer}"),
         "--shared-cache-key",
         key.to_str().unwrap(),
+        "--shared-store",
+        &redis.url(),
     ]);
     let (_, body) = scrape(stats, "/metrics");
     let exposed: Vec<&str> = body
