@@ -4,7 +4,7 @@
 //! pointing at the same store resumes every other host's clients.
 //!
 //! Handshakes never wait on a write: the local cache's sink queues each new session, and
-//! the store's thread ([`task`]) writes it. A lookup happens only on a local miss, before
+//! the store's thread (`task.rs`) writes it. A lookup happens only on a local miss, before
 //! the handshake goes on (rustls asks its store synchronously), and waits at most
 //! `--shared-store-timeout`; past it, or while the store is unreachable, the handshake is a
 //! full one. A single-use TLS 1.3 ticket is taken with GETDEL: one resumption farm-wide.

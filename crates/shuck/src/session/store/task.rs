@@ -1,7 +1,8 @@
 //! The store's thread: one current-thread runtime and one reconnecting, multiplexed
 //! connection (redis's `ConnectionManager`, with backoff), in RESP3 so that the ticket
-//! ring's notifications arrive on it. Requests from handshakes and the cache's sink are
-//! each a task on it; a second loop keeps the ticket ring and watches the store's health.
+//! ring's notifications arrive on it. The requests from handshakes and the cache's sink
+//! that wait at once go as one pipeline, a task on it; a second loop keeps the ticket ring
+//! and watches the store's health.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,8 @@ use crate::session::tickets::{RingState, TicketKeys};
 const TICK: Duration = Duration::from_secs(1);
 /// How long the rotation lock outlives its holder's last renewal.
 const LOCK_TTL: Duration = Duration::from_secs(10);
+/// Most requests sent as one pipeline.
+const BATCH: usize = 64;
 /// Most a command waits for its answer (handshakes wait far less: `--shared-store-timeout`).
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -111,8 +114,15 @@ pub(super) fn run(
             tokio::select! {
                 _ = &mut stop => break,
                 r = requests.recv() => match r {
-                    Some(r) => {
-                        tokio::spawn(serve(store.clone(), conn.clone(), health.clone(), r));
+                    Some(first) => {
+                        let mut batch = vec![first];
+                        while batch.len() < BATCH {
+                            match requests.try_recv() {
+                                Ok(r) => batch.push(r),
+                                Err(_) => break,
+                            }
+                        }
+                        tokio::spawn(serve_batch(store.clone(), conn.clone(), health.clone(), batch));
                     }
                     None => break,
                 },
@@ -167,91 +177,102 @@ impl Health {
     }
 }
 
-/// One request from a handshake or the cache's sink.
-async fn serve(
+/// What a command of a batch answers for.
+enum Pending {
+    Put,
+    Get {
+        name: Vec<u8>,
+        op: Op,
+        reply: oneshot::Sender<Lookup>,
+    },
+}
+
+/// The requests waiting at once, sent as one pipeline: under load many sessions share a
+/// write and a wake-up, and Redis answers them in one read.
+async fn serve_batch(
     store: Arc<SharedStore>,
     mut conn: ConnectionManager,
     health: Arc<Health>,
-    request: Request,
+    batch: Vec<Request>,
 ) {
-    match request {
-        Request::Put {
-            key,
-            value,
-            stored_ms,
-        } => {
-            let name = store.session_name(&key);
-            let age = unix_ms().saturating_sub(stored_ms);
-            let ttl = (store.lifetime.as_millis() as u64).saturating_sub(age);
-            let Some(sealed) = store.seal_session(&name, &value, stored_ms) else {
-                store.stats.count(Op::Put, Outcome::Error);
-                return;
-            };
-            if ttl == 0 {
-                return;
-            }
-            let r: Result<(), _> = redis::cmd("SET")
-                .arg(&name)
-                .arg(sealed)
-                .arg("PX")
-                .arg(ttl)
-                .query_async(&mut conn)
-                .await;
-            done(&store, &health, Op::Put, "writing a session", r.map(|_| ()));
-        }
-        Request::Get { key, take, reply } => {
-            let (op, command) = if take {
-                (Op::Take, "GETDEL")
-            } else {
-                (Op::Get, "GET")
-            };
-            let name = store.session_name(&key);
-            let r: Result<Option<Vec<u8>>, _> =
-                redis::cmd(command).arg(&name).query_async(&mut conn).await;
-            let found = match r {
-                Err(e) => {
-                    store.stats.count(op, Outcome::Error);
-                    health.failed("a lookup", &e);
-                    Lookup::Unavailable
+    let now = unix_ms();
+    let lifetime = store.lifetime.as_millis() as u64;
+    let mut pipe = redis::pipe();
+    let mut pending = Vec::with_capacity(batch.len());
+    for request in batch {
+        match request {
+            Request::Put {
+                key,
+                value,
+                stored_ms,
+            } => {
+                let ttl = lifetime.saturating_sub(now.saturating_sub(stored_ms));
+                let name = store.session_name(&key);
+                match store.seal_session(&name, &value, stored_ms) {
+                    Some(sealed) if ttl > 0 => {
+                        pipe.cmd("SET").arg(name).arg(sealed).arg("PX").arg(ttl);
+                        pending.push(Pending::Put);
+                    }
+                    Some(_) => {}
+                    None => store.stats.count(Op::Put, Outcome::Error),
                 }
-                Ok(got) => {
-                    health.ok();
-                    match got.map(|b| store.open_session(&name, &b, unix_ms())) {
-                        None => {
-                            store.stats.count(op, Outcome::Miss);
-                            Lookup::Absent
-                        }
-                        Some(None) => {
-                            store.stats.count(op, Outcome::Unsealed);
-                            Lookup::Absent
-                        }
-                        Some(Some((_, age))) if age >= store.lifetime => {
-                            store.stats.count(op, Outcome::Miss);
-                            Lookup::Absent
-                        }
-                        Some(Some((value, age))) => {
-                            store.stats.count(op, Outcome::Hit);
-                            Lookup::Found { value, age }
-                        }
+            }
+            Request::Get { key, take, reply } => {
+                let (op, command) = if take {
+                    (Op::Take, "GETDEL")
+                } else {
+                    (Op::Get, "GET")
+                };
+                let name = store.session_name(&key);
+                pipe.cmd(command).arg(&name);
+                pending.push(Pending::Get { name, op, reply });
+            }
+        }
+    }
+    if pending.is_empty() {
+        return;
+    }
+    let answers: Result<Vec<redis::Value>, _> = pipe.query_async(&mut conn).await;
+    let answers = match answers {
+        Ok(a) => {
+            health.ok();
+            a
+        }
+        Err(e) => {
+            health.failed("writing or looking up sessions", &e);
+            for p in pending {
+                match p {
+                    Pending::Put => store.stats.count(Op::Put, Outcome::Error),
+                    Pending::Get { op, reply, .. } => {
+                        store.stats.count(op, Outcome::Error);
+                        let _ = reply.send(Lookup::Unavailable);
                     }
                 }
-            };
-            let _ = reply.send(found);
+            }
+            return;
+        }
+    };
+    for (p, answer) in pending.into_iter().zip(answers) {
+        match p {
+            Pending::Put => store.stats.count(Op::Put, Outcome::Ok),
+            Pending::Get { name, op, reply } => {
+                let got: Option<Vec<u8>> = redis::from_redis_value(answer).unwrap_or(None);
+                let _ = reply.send(found(&store, op, &name, got, now));
+            }
         }
     }
 }
 
-fn done(store: &SharedStore, health: &Health, op: Op, what: &str, r: Result<(), RedisError>) {
-    match r {
-        Ok(()) => {
-            store.stats.count(op, Outcome::Ok);
-            health.ok();
-        }
-        Err(e) => {
-            store.stats.count(op, Outcome::Error);
-            health.failed(what, &e);
-        }
-    }
+/// A lookup's answer, counted.
+fn found(store: &SharedStore, op: Op, name: &[u8], got: Option<Vec<u8>>, now: u64) -> Lookup {
+    let (outcome, lookup) = match got.map(|b| store.open_session(name, &b, now)) {
+        None => (Outcome::Miss, Lookup::Absent),
+        Some(None) => (Outcome::Unsealed, Lookup::Absent),
+        Some(Some((_, age))) if age >= store.lifetime => (Outcome::Miss, Lookup::Absent),
+        Some(Some((value, age))) => (Outcome::Hit, Lookup::Found { value, age }),
+    };
+    store.stats.count(op, outcome);
+    lookup
 }
 
 /// The ring stored under `store`'s ring entry, opened and decoded.
