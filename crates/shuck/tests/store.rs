@@ -58,6 +58,25 @@ fn metric(port: u16, series: &str) -> f64 {
     sample(&scrape(port, "/metrics").1, series)
 }
 
+/// A client resuming TLS 1.2 by session ID only.
+fn tls12_ids() -> std::sync::Arc<rustls::ClientConfig> {
+    client_config(&ClientOpts {
+        version: Some(12),
+        session_id_only: true,
+        ..ClientOpts::default()
+    })
+}
+
+/// What most tests start from: a redis-server of their own (with `extra` arguments), a
+/// directory, the farm's certificate and its key file.
+fn farm(extra: &[&str]) -> Option<(Redis, TempDir, String, String)> {
+    let redis = Redis::start("127.0.0.1", extra)?;
+    let dir = TempDir::new("store");
+    let cert = farm_cert(&dir);
+    let key = key_file(&dir, "farm.key", FARM_KEY);
+    Some((redis, dir, cert, key))
+}
+
 fn farm_cert(dir: &TempDir) -> String {
     let (path, _) = openssl_cert(dir, "farm", Key::EcP256, &["localhost"]);
     path.to_str().unwrap().to_owned()
@@ -89,12 +108,9 @@ fn echo_roundtrip_http(c: &mut Client) {
 
 #[test]
 fn sessions_and_tickets_made_on_one_host_resume_on_another() {
-    let Some(redis) = Redis::start("127.0.0.1", &[]) else {
+    let Some((redis, _dir, cert, key)) = farm(&[]) else {
         return;
     };
-    let dir = TempDir::new("store");
-    let cert = farm_cert(&dir);
-    let key = key_file(&dir, "farm.key", FARM_KEY);
     for (tickets, opts) in [
         (
             "--no-tickets",
@@ -200,12 +216,9 @@ fn a_single_use_ticket_resumes_once_in_the_farm() {
     if !require("openssl", "openssl") {
         return;
     }
-    let Some(redis) = Redis::start("127.0.0.1", &[]) else {
+    let Some((redis, dir, cert, key)) = farm(&[]) else {
         return;
     };
-    let dir = TempDir::new("store");
-    let cert = farm_cert(&dir);
-    let key = key_file(&dir, "farm.key", FARM_KEY);
     let (a, a_stats) = host(&cert, &redis.url(), &key, &["--no-tickets"]);
     let (b, b_stats) = host(&cert, &redis.url(), &key, &["--no-tickets"]);
     let sess = dir.path("ticket.pem");
@@ -263,11 +276,7 @@ fn values_sealed_under_another_farm_key_are_ignored_and_counted() {
     let theirs = key_file(&dir, "theirs.key", OTHER_KEY);
     let (a, _) = host(&cert, &redis.url(), &theirs, &["--no-tickets"]);
     let (b, b_stats) = host(&cert, &redis.url(), &ours, &["--no-tickets"]);
-    let cfg = client_config(&ClientOpts {
-        version: Some(12),
-        session_id_only: true,
-        ..ClientOpts::default()
-    });
+    let cfg = tls12_ids();
     assert!(!resumes(&a, &cfg));
     thread::sleep(Duration::from_millis(100));
     assert!(!resumes(&b, &cfg), "a session sealed under another key");
@@ -291,11 +300,7 @@ fn values_sealed_under_another_farm_key_are_ignored_and_counted() {
     let clients: Vec<_> = (0..2)
         .map(|_| {
             let before = names();
-            let cfg = client_config(&ClientOpts {
-                version: Some(12),
-                session_id_only: true,
-                ..ClientOpts::default()
-            });
+            let cfg = tls12_ids();
             assert!(!resumes(&b, &cfg));
             assert!(wait_until(Duration::from_secs(2), || names().len() > before.len()));
             made.push(names().into_iter().find(|n| !before.contains(n)).unwrap());
@@ -328,12 +333,9 @@ fn values_sealed_under_another_farm_key_are_ignored_and_counted() {
 /// ticket ring is published again by the host holding the lock.
 #[test]
 fn redis_down_or_slow_costs_no_handshake() {
-    let Some(mut redis) = Redis::start("127.0.0.1", &["--enable-debug-command", "yes"]) else {
+    let Some((mut redis, _dir, cert, key)) = farm(&["--enable-debug-command", "yes"]) else {
         return;
     };
-    let dir = TempDir::new("store");
-    let cert = farm_cert(&dir);
-    let key = key_file(&dir, "farm.key", FARM_KEY);
     let (a, a_stats) = host(&cert, &redis.url(), &key, &["--no-tickets"]);
     let (b, b_stats) = host(&cert, &redis.url(), &key, &["--no-tickets"]);
     let opts = ClientOpts {
@@ -417,12 +419,9 @@ fn redis_down_or_slow_costs_no_handshake() {
 
 #[test]
 fn one_host_rotates_the_farm_ring_and_another_takes_over_when_it_dies() {
-    let Some(mut redis) = Redis::start("127.0.0.1", &[]) else {
+    let Some((mut redis, _dir, cert, key)) = farm(&[]) else {
         return;
     };
-    let dir = TempDir::new("store");
-    let cert = farm_cert(&dir);
-    let key = key_file(&dir, "farm.key", FARM_KEY);
     let rotate = ["--ticket-rotate", "2"];
     let (a, _) = host(&cert, &redis.url(), &key, &rotate);
     let (b, _) = host(&cert, &redis.url(), &key, &rotate);
@@ -521,11 +520,7 @@ fn tls_and_a_password_to_the_store() {
         "{}",
         a.log()
     );
-    let cfg = client_config(&ClientOpts {
-        version: Some(12),
-        session_id_only: true,
-        ..ClientOpts::default()
-    });
+    let cfg = tls12_ids();
     assert!(!resumes(&a, &cfg));
     thread::sleep(Duration::from_millis(100));
     assert!(resumes(&b, &cfg), "resumed through rediss://");
@@ -716,12 +711,9 @@ fn an_unreachable_store_at_start_is_logged_and_shuck_serves() {
 /// Replication (`-U`/`-P`) and the store at once: both get every session.
 #[test]
 fn replication_and_the_store_together() {
-    let Some(redis) = Redis::start("127.0.0.1", &[]) else {
+    let Some((redis, _dir, cert, key)) = farm(&[]) else {
         return;
     };
-    let dir = TempDir::new("store");
-    let cert = farm_cert(&dir);
-    let key = key_file(&dir, "farm.key", FARM_KEY);
     let (pa, pb) = (free_port(), free_port());
     let (la, lb) = (format!("[127.0.0.1]:{pa}"), format!("[127.0.0.1]:{pb}"));
     let (a, a_stats) = host(
@@ -736,11 +728,7 @@ fn replication_and_the_store_together() {
         &key,
         &["--no-tickets", "-U", &lb, "-P", &la],
     );
-    let cfg = client_config(&ClientOpts {
-        version: Some(12),
-        session_id_only: true,
-        ..ClientOpts::default()
-    });
+    let cfg = tls12_ids();
     assert!(!resumes(&a, &cfg));
     assert!(wait_until(Duration::from_secs(2), || {
         let body = scrape(b_stats, "/metrics").1;
