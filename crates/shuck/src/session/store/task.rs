@@ -37,9 +37,13 @@ end
 return 0
 ";
 
-/// The client of `settings` (RESP3; TLS roots from `--shared-store-ca`).
+/// The client of `settings` (RESP3; TLS roots from `--shared-store-ca`; no Nagle delay, or
+/// a lookup sent behind a write waits for the write's acknowledgement).
 pub(super) fn client(settings: &Settings) -> Result<redis::Client, StoreError> {
-    let info = settings.connection.clone();
+    let info = settings
+        .connection
+        .clone()
+        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
     let redis_settings = info
         .redis_settings()
         .clone()
