@@ -136,7 +136,9 @@ pub(super) fn run(
     });
 }
 
-/// Whether the store answers, with one log line when that changes.
+/// Whether the store answers, with one log line when that changes: at most one outage
+/// (and its end) a minute is logged, so a store that fails every other command (full, at
+/// maxmemory) cannot flood the log; the outages in between go to debug.
 struct Health {
     store: Arc<SharedStore>,
     state: Mutex<State>,
@@ -144,9 +146,18 @@ struct Health {
 
 enum State {
     Starting,
-    Up,
-    Down(Instant),
+    Up {
+        /// When the last outage logged at warning level began.
+        last_logged: Option<Instant>,
+    },
+    Down {
+        since: Instant,
+        logged: bool,
+    },
 }
+
+/// Outages logged at warning level at most this often.
+const OUTAGE_LOG_EVERY: Duration = Duration::from_secs(60);
 
 impl Health {
     fn ok(&self) {
@@ -155,29 +166,50 @@ impl Health {
         }
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let url = &self.store.settings.url;
-        match *state {
-            State::Starting => tracing::info!("shared store {url}: connected"),
-            State::Down(since) => tracing::info!(
-                "shared store {url}: reachable again after {:.1}s; sessions and ticket keys are shared again",
-                since.elapsed().as_secs_f64()
-            ),
-            State::Up => {}
-        }
-        *state = State::Up;
+        let last_logged = match *state {
+            State::Starting => {
+                tracing::info!("shared store {url}: connected");
+                None
+            }
+            State::Down { since, logged } => {
+                let after = since.elapsed().as_secs_f64();
+                if logged {
+                    tracing::info!(
+                        "shared store {url}: reachable again after {after:.1}s; sessions and ticket keys are shared again"
+                    );
+                } else {
+                    tracing::debug!("shared store {url}: reachable again after {after:.1}s");
+                }
+                logged.then_some(since)
+            }
+            State::Up { last_logged } => last_logged,
+        };
+        *state = State::Up { last_logged };
         self.store.stats.up.store(1, Relaxed);
     }
 
     fn failed(&self, what: &str, e: &RedisError) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if matches!(*state, State::Down(_)) {
-            return;
-        }
+        let log = match *state {
+            State::Down { .. } => return,
+            State::Starting => true,
+            State::Up { last_logged } => {
+                last_logged.is_none_or(|t| t.elapsed() >= OUTAGE_LOG_EVERY)
+            }
+        };
         self.store.stats.up.store(0, Relaxed);
-        tracing::warn!(
-            "shared store {}: {what} failed: {e}; handshakes resume from this host's cache only until it answers (reconnecting with backoff)",
-            self.store.settings.url
-        );
-        *state = State::Down(Instant::now());
+        let url = &self.store.settings.url;
+        if log {
+            tracing::warn!(
+                "shared store {url}: {what} failed: {e}; handshakes resume from this host's cache only until it answers (reconnecting with backoff)"
+            );
+        } else {
+            tracing::debug!("shared store {url}: {what} failed: {e}");
+        }
+        *state = State::Down {
+            since: Instant::now(),
+            logged: log,
+        };
     }
 }
 
@@ -442,5 +474,53 @@ async fn keep_ring(
                 health.failed("writing the ticket key ring", &e);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flapping_store_logs_one_outage_a_minute() {
+        let settings = Settings {
+            url: "redis://127.0.0.1:1".into(),
+            connection: redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1:1")
+                .unwrap(),
+            ca: None,
+            prefix: "shuck:".into(),
+            timeout: Duration::from_millis(5),
+            key: [7; 32],
+        };
+        let store = Arc::new(SharedStore::new(settings, Duration::from_secs(300)).unwrap());
+        let health = Health {
+            store: store.clone(),
+            state: Mutex::new(State::Starting),
+        };
+        let e = RedisError::from(std::io::Error::other("refused"));
+        let logged = |h: &Health| match *h.state.lock().unwrap() {
+            State::Down { logged, .. } => Some(logged),
+            _ => None,
+        };
+        health.failed("a lookup", &e);
+        assert_eq!((logged(&health), store.is_up()), (Some(true), false));
+        health.failed("a lookup", &e);
+        assert_eq!(logged(&health), Some(true), "one line per outage");
+        health.ok();
+        assert!(store.is_up());
+        health.failed("a write", &e);
+        assert_eq!(
+            logged(&health),
+            Some(false),
+            "the next within a minute: debug"
+        );
+        health.ok();
+        // A minute after the last logged outage began, the next is logged again.
+        *health.state.lock().unwrap() = State::Up {
+            last_logged: Instant::now().checked_sub(OUTAGE_LOG_EVERY),
+        };
+        store.stats.up.store(1, Relaxed);
+        health.failed("a write", &e);
+        assert_eq!(logged(&health), Some(true));
     }
 }
