@@ -21,7 +21,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
     let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["dist"] => dist(&root.join("target/release/dist")),
+        ["dist"] => dist(&target_dir(&root).join("release/dist")),
         ["dist", dir] => dist(Path::new(dir)),
         ["deb"] => deb(&root),
         _ => Err("usage: cargo run -p xtask -- dist [DIR] | deb".into()),
@@ -76,7 +76,7 @@ fn deb(root: &Path) -> Result<(), String> {
             .ok_or_else(|| format!("cargo {} failed ({st})", args.join(" ")))
     };
     run(&["build", "--release", "-p", "shuck", "-p", "shuck-bench"])?;
-    let dir = root.join("target/release/dist");
+    let dir = target_dir(root).join("release/dist");
     dist(&dir)?;
     // Debian installs man pages compressed; -n keeps the package reproducible.
     for page in ["shuck.8", "shuck.conf.5"] {
@@ -91,6 +91,14 @@ fn deb(root: &Path) -> Result<(), String> {
     }
     // Stripped binaries in the package, their symbols in a -dbgsym one beside it.
     run(&["deb", "-p", "shuck", "--no-build", "--dbgsym"])
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` when set (relative to the workspace, as
+/// cargo reads it), else `target`; cargo-deb takes the package's files from there.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map_or_else(|| root.join("target"), |d| root.join(d))
 }
 
 /// The option table, built (so that each argument knows how many values it takes).
