@@ -226,16 +226,7 @@ pub fn store_value(data: &[u8]) {
     use crate::session::store::{self, SharedStore};
     static STORE: OnceLock<Option<SharedStore>> = OnceLock::new();
     let shared = STORE.get_or_init(|| {
-        let connection =
-            redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1:6379").ok()?;
-        let settings = store::Settings {
-            url: "redis://127.0.0.1:6379".into(),
-            connection,
-            ca: None,
-            prefix: "shuck:".into(),
-            timeout: Duration::from_millis(5),
-            key: [7; 32],
-        };
+        let settings = store::Settings::fixture("redis://127.0.0.1:6379")?;
         SharedStore::new(settings, Duration::from_secs(300)).ok()
     });
     if let Some(shared) = shared {

@@ -169,9 +169,8 @@ async fn prefetch(s: &TlsStream, tls: &TlsState, store: &SharedStore, cache: &Se
     if offered.is_empty() {
         return;
     }
-    let tickets: Vec<&[u8]> = offered.tickets.iter().map(Vec::as_slice).collect();
     store
-        .prefetch(cache, offered.session_id.as_deref(), &tickets)
+        .prefetch(cache, offered.session_id.as_deref(), &offered.tickets)
         .await;
 }
 

@@ -1,7 +1,7 @@
 //! Session resumption state shared by every worker: the level-1 session cache
-//! ([`cache`]), the ticket key ring ([`tickets`]), and replication of sessions and ticket
-//! keys between hosts ([`sync`]) or through a shared store ([`store`]). It knows nothing of TLS connections: `tls` plugs these
-//! into rustls, never the reverse.
+//! ([`cache`]), the ticket key ring ([`tickets`]), and the sharing of sessions and ticket
+//! keys between hosts, by replication ([`sync`]) or through a shared store ([`store`]).
+//! It knows nothing of TLS connections: `tls` plugs these into rustls, never the reverse.
 
 pub mod cache;
 pub mod store;

@@ -67,22 +67,18 @@ fn gauge(
 
 /// `--shared-store`: operations by kind and result, reachability, lookup latency.
 fn store_metrics(enc: &mut Enc<'_>, stats: &StoreStats) -> std::fmt::Result {
-    let labels: Vec<[(&str, &str); 2]> = Op::ALL
+    let pairs: Vec<(Op, Outcome)> = Op::ALL
         .iter()
-        .flat_map(|op| {
-            Outcome::ALL
-                .iter()
-                .map(move |o| [("op", op.name()), ("result", o.name())])
-        })
+        .flat_map(|&op| Outcome::ALL.iter().map(move |&o| (op, o)))
+        .collect();
+    let labels: Vec<[(&str, &str); 2]> = pairs
+        .iter()
+        .map(|(op, o)| [("op", op.name()), ("result", o.name())])
         .collect();
     let rows: Vec<(&[(&str, &str)], u64)> = labels
         .iter()
-        .zip(
-            Op::ALL
-                .iter()
-                .flat_map(|op| Outcome::ALL.iter().map(move |o| (*op, *o))),
-        )
-        .map(|(l, (op, o))| (&l[..], stats.get(op, o)))
+        .zip(&pairs)
+        .map(|(l, &(op, o))| (&l[..], stats.get(op, o)))
         .collect();
     counter(
         enc,

@@ -50,6 +50,20 @@ pub struct Settings {
     pub key: [u8; 32],
 }
 
+impl Settings {
+    /// A loopback store under a fixed farm key: the unit tests' and the fuzz target's.
+    pub(crate) fn fixture(url: &str) -> Option<Settings> {
+        Some(Settings {
+            url: url.to_owned(),
+            connection: redis::IntoConnectionInfo::into_connection_info(url).ok()?,
+            ca: None,
+            prefix: "shuck:".into(),
+            timeout: Duration::from_millis(5),
+            key: [7; 32],
+        })
+    }
+}
+
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
@@ -239,7 +253,7 @@ impl SharedStore {
         &self,
         cache: &SessionCache,
         session_id: Option<&[u8]>,
-        tickets: &[&[u8]],
+        tickets: &[Vec<u8>],
     ) {
         if let Some(id) = session_id.filter(|id| !cache.contains(id)) {
             if let Lookup::Found { value, age } = self.lookup(id, false).await {
@@ -329,15 +343,7 @@ mod tests {
 
     #[test]
     fn sessions_open_only_under_their_own_name_and_age() {
-        let settings = Settings {
-            url: "redis://127.0.0.1:6379".into(),
-            connection: redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1:6379")
-                .unwrap(),
-            ca: None,
-            prefix: "shuck:".into(),
-            timeout: Duration::from_millis(5),
-            key: [7; 32],
-        };
+        let settings = Settings::fixture("redis://127.0.0.1:6379").unwrap();
         let store = SharedStore::new(settings, Duration::from_secs(300)).unwrap();
         let name = store.session_name(&[0xab, 0x01]);
         assert_eq!(name, b"shuck:session:ab01");

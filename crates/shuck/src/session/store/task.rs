@@ -483,15 +483,7 @@ mod tests {
 
     #[test]
     fn a_flapping_store_logs_one_outage_a_minute() {
-        let settings = Settings {
-            url: "redis://127.0.0.1:1".into(),
-            connection: redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1:1")
-                .unwrap(),
-            ca: None,
-            prefix: "shuck:".into(),
-            timeout: Duration::from_millis(5),
-            key: [7; 32],
-        };
+        let settings = Settings::fixture("redis://127.0.0.1:1").unwrap();
         let store = Arc::new(SharedStore::new(settings, Duration::from_secs(300)).unwrap());
         let health = Health {
             store: store.clone(),
