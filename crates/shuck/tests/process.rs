@@ -517,15 +517,27 @@ fn twenty_binary_upgrades_under_load_lose_nothing() {
         hits >= 700 && resumed >= 700,
         "too few attempts: {hits}, {resumed}"
     );
+    // On failure, what each handover said: how many sessions went and came, and any
+    // warning (a late handover, sessions that did not arrive in time).
+    let handovers = || {
+        log.lines()
+            .filter(|l| {
+                l.contains("handed over:") || l.contains("taken over from") || l.contains("WARN")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert!(
         hits * 100 >= (hits + misses) * 99,
-        "session IDs: {hits} of {} attempts resumed",
-        hits + misses
+        "session IDs: {hits} of {} attempts resumed; handovers:\n{}",
+        hits + misses,
+        handovers()
     );
     assert!(
         resumed * 100 >= (resumed + refused) * 99,
-        "tickets: {resumed} of {} attempts resumed",
-        resumed + refused
+        "tickets: {resumed} of {} attempts resumed; handovers:\n{}",
+        resumed + refused,
+        handovers()
     );
 }
 
