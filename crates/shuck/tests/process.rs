@@ -464,7 +464,8 @@ fn twenty_binary_upgrades_under_load_lose_nothing() {
         // Client side, over every session (also those that had nothing to offer yet).
         assert!(
             r["resumed_share"].as_f64().unwrap() >= 0.97,
-            "{name}: resumption across upgrades {r}"
+            "{name}: resumption across upgrades {r}; handovers:\n{}",
+            handovers(&shuck.log())
         );
     }
     assert_eq!(
@@ -517,28 +518,29 @@ fn twenty_binary_upgrades_under_load_lose_nothing() {
         hits >= 700 && resumed >= 700,
         "too few attempts: {hits}, {resumed}"
     );
-    // On failure, what each handover said: how many sessions went and came, and any
-    // warning (a late handover, sessions that did not arrive in time).
-    let handovers = || {
-        log.lines()
-            .filter(|l| {
-                l.contains("handed over:") || l.contains("taken over from") || l.contains("WARN")
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     assert!(
         hits * 100 >= (hits + misses) * 99,
         "session IDs: {hits} of {} attempts resumed; handovers:\n{}",
         hits + misses,
-        handovers()
+        handovers(&log)
     );
     assert!(
         resumed * 100 >= (resumed + refused) * 99,
         "tickets: {resumed} of {} attempts resumed; handovers:\n{}",
         resumed + refused,
-        handovers()
+        handovers(&log)
     );
+}
+
+/// What each handover in `log` said (how many sessions went and came, how long the
+/// handshakes took to settle, any warning), printed when a resumption check fails.
+fn handovers(log: &str) -> String {
+    log.lines()
+        .filter(|l| {
+            l.contains("handed over:") || l.contains("taken over from") || l.contains("WARN")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// One request through shuck to the bench origin.

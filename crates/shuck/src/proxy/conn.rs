@@ -43,7 +43,6 @@ pub async fn serve(
     let _live = LiveGuard(&worker);
     let counters = &worker.counters;
     let fe_counters = counters.frontend(frontend.slot);
-    WorkerCounters::bump(&fe_counters.accepted);
     let _closed = ClosedGuard(fe_counters);
     let state = &worker.state;
     let limits = &state.limits;

@@ -139,6 +139,11 @@ pub async fn accept_loop(
         match accepted {
             Ok((tcp, peer)) => {
                 exhausted_logged = false;
+                // Counted here, not in the task: a handover must see every accepted
+                // connection, also one whose task has not run yet.
+                crate::counters::WorkerCounters::bump(
+                    &worker.counters.frontend(frontend.slot).accepted,
+                );
                 tokio::task::spawn_local(conn::serve(
                     worker.clone(),
                     frontend.clone(),

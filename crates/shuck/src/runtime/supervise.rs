@@ -151,6 +151,7 @@ impl Supervisor {
             if !waiting {
                 start.fire();
             }
+            let ready_at = tokio::time::Instant::now();
             let sessions_wait = tokio::time::sleep(SESSIONS_WAIT);
             tokio::pin!(sessions_wait);
             let mut given: Vec<(std::net::SocketAddr, TcpListener)> = Vec::new();
@@ -194,7 +195,10 @@ impl Supervisor {
                             }
                         }
                         Some(Msg::SessionsEnd) => {
-                            tracing::info!("{received} session(s) taken over from the previous process");
+                            tracing::info!(
+                                "{received} session(s) taken over from the previous process, {} ms after this one was ready",
+                                ready_at.elapsed().as_millis()
+                            );
                             if waiting {
                                 waiting = false;
                                 start.fire();
@@ -218,8 +222,8 @@ impl Supervisor {
             );
             workers.trigger.fire();
             if handover {
-                handshakes_settle(&workers.counters).await;
-                hand_over_sessions(&master, &resumption);
+                let settled = handshakes_settle(&workers.counters).await;
+                hand_over_sessions(&master, &resumption, settled);
             }
             tokio::select! {
                 _ = workers.done.recv() => tracing::info!("stopped; {}", stats::summary(&sources)),
@@ -237,22 +241,24 @@ impl Supervisor {
 /// the shutdown on their own time, and one may accept a last connection) and the handshakes
 /// under way have finished, so that every session this worker will make is in the cache
 /// handed over.
-async fn handshakes_settle(counters: &crate::counters::Counters) {
-    let deadline = tokio::time::Instant::now() + SETTLE;
-    while tokio::time::Instant::now() < deadline {
+/// Returns how long it waited, and whether everything settled.
+async fn handshakes_settle(counters: &crate::counters::Counters) -> (Duration, bool) {
+    let started = tokio::time::Instant::now();
+    while started.elapsed() < SETTLE {
         let t = counters.totals();
         let refused: u64 = t.frontends.iter().map(|f| f.refused).sum();
         let done = t.handshakes_full + t.handshakes_resumed + t.handshakes_failed + refused;
         if t.accepting == 0 && t.accepted <= done {
-            return;
+            return (started.elapsed(), true);
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    (started.elapsed(), false)
 }
 
 /// The session cache, to the next process (through the master), once no new connection
 /// is accepted here.
-fn hand_over_sessions(master: &MasterLink, resumption: &Resumption) {
+fn hand_over_sessions(master: &MasterLink, resumption: &Resumption, settled: (Duration, bool)) {
     let sessions = resumption
         .cache
         .as_ref()
@@ -263,7 +269,18 @@ fn hand_over_sessions(master: &MasterLink, resumption: &Resumption) {
         master.send(&Msg::Sessions(chunk.to_vec()));
     }
     master.send(&Msg::SessionsEnd);
-    tracing::info!("handed over: {n} session(s) sent to the next process");
+    let (waited, all) = settled;
+    if all {
+        tracing::info!(
+            "handed over: {n} session(s) sent to the next process (handshakes under way settled in {} ms)",
+            waited.as_millis()
+        );
+    } else {
+        tracing::warn!(
+            "handed over: {n} session(s) sent to the next process; handshakes still under way after {} ms keep their sessions here",
+            waited.as_millis()
+        );
+    }
 }
 
 fn exit_now() {
