@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acme;
 pub(crate) mod backend;
 pub(crate) mod clock;
 pub mod config;

@@ -359,6 +359,59 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value = "5ms", value_parser = parse_duration)]
     pub shared_store_timeout: Duration,
 
+    /// Get and renew certificates from this ACME (RFC 8555) directory, e.g.
+    /// https://acme-v02.api.letsencrypt.org/directory. Needs --acme-domain and
+    /// --acme-agree-tos.
+    #[arg(long, value_name = "URL")]
+    pub acme_directory: Option<String>,
+
+    /// One certificate for these names (comma-separated; the first names it). Repeat for
+    /// more certificates. Chosen by SNI like any other certificate.
+    #[arg(long, value_name = "NAMES")]
+    pub acme_domain: Vec<String>,
+
+    /// A contact for the ACME account (mailto:... or an address). Repeatable.
+    #[arg(long, value_name = "URI")]
+    pub acme_contact: Vec<String>,
+
+    /// Agree to the ACME CA's terms of service (required to create an account).
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub acme_agree_tos: bool,
+
+    /// Where the ACME account key, certificates and keys are kept (directories 0700,
+    /// keys 0600).
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/shuck/acme")]
+    pub acme_state: PathBuf,
+
+    /// How the CA checks the names: tls-alpn-01 (answered on the frontends, no port 80
+    /// needed) or http-01 (answered on --acme-http-listen).
+    #[arg(long, value_name = "TYPE", default_value = "tls-alpn-01")]
+    pub acme_challenge: String,
+
+    /// Listen for http-01 challenges on [HOST]:PORT (usually :80); every other request
+    /// there is redirected to https with 301.
+    #[arg(long, value_name = "[HOST]:PORT")]
+    pub acme_http_listen: Option<String>,
+
+    /// CA certificates (PEM) that the ACME server's own HTTPS certificate must chain to
+    /// (default: the system's roots). For private and test CAs.
+    #[arg(long, value_name = "FILE")]
+    pub acme_ca_file: Option<PathBuf>,
+
+    /// The key type of the certificates ordered: ecdsa-p256, ecdsa-p384, rsa-2048 or
+    /// rsa-3072.
+    #[arg(long, value_name = "TYPE", default_value = "ecdsa-p256")]
+    pub acme_key_type: String,
+
+    /// External account binding: the key identifier the CA gave.
+    #[arg(long, value_name = "KID")]
+    pub acme_eab_kid: Option<String>,
+
+    /// External account binding: a file holding the HMAC key the CA gave (base64url).
+    #[arg(long, value_name = "FILE")]
+    pub acme_eab_hmac_key: Option<PathBuf>,
+
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics. A bare PORT listens on
     /// 127.0.0.1 only.
     #[arg(long, value_name = "[ADDR]:PORT")]

@@ -2,6 +2,7 @@
 //! [`Config`] that the runtime can serve without further checks. Certificates are loaded
 //! here so that every bad file is reported before anything listens.
 
+pub mod acme;
 pub mod backend;
 pub mod cli;
 pub mod duration;
@@ -91,6 +92,10 @@ pub struct Config {
     pub http: Option<usize>,
     /// Session replication between hosts, when on.
     pub replication: Option<sync::Settings>,
+    /// Automatic certificates (`--acme-*`), when on.
+    pub acme: Option<crate::acme::Settings>,
+    /// How many of `certs`, at their start, come from the ACME state directory.
+    pub acme_certs: usize,
     /// Sessions and ticket keys in a shared store (`--shared-store`), when on.
     pub store: Option<crate::session::store::Settings>,
     /// Where to serve `/metrics`, when asked.
@@ -116,6 +121,17 @@ pub struct Config {
 }
 
 impl Config {
+    /// This configuration with `certs` as its ACME certificates (the state directory read
+    /// again after an order), the rest unchanged.
+    pub fn with_acme_certs(&self, certs: Vec<LoadedCert>) -> Config {
+        let mut new = self.clone();
+        let n = certs.len();
+        new.certs.splice(0..self.acme_certs, certs);
+        new.default_cert = self.default_cert - self.acme_certs + n;
+        new.acme_certs = n;
+        new
+    }
+
     /// Validates a parsed command line. Warnings (expired certificates) go to the log.
     pub fn from_cli(cli: &Cli) -> Result<Self, ConfigError> {
         for note in &cli.notes {
@@ -188,10 +204,19 @@ impl Config {
             .map(|s| frontend::parse(s, &tls, cli.ocsp_verify_staple))
             .collect::<Result<Vec<_>, ConfigError>>()?;
         frontend::check_unique(&frontends)?;
-        let (mut certs, default_cert, self_signed) = tls::load_certs(cli)?;
+        let (mut certs, mut default_cert, self_signed) = tls::load_certs(cli)?;
+        let acme = acme::settings(cli)?;
+        // ACME certificates come first: they are never the default one (hitch's last).
+        let acme_loaded = acme
+            .as_ref()
+            .map(crate::acme::state::load_all)
+            .unwrap_or_default();
+        let acme_certs = acme_loaded.len();
+        default_cert += acme_certs;
+        certs.splice(0..0, acme_loaded);
         let backend = backend::target(
             cli,
-            !self_signed || frontends.iter().any(|f| !f.certs.is_empty()),
+            !self_signed || acme.is_some() || frontends.iter().any(|f| !f.certs.is_empty()),
         )?;
         if let Some(dir) = &cli.ocsp_dir {
             if !dir.is_dir() {
@@ -237,6 +262,8 @@ impl Config {
             proxy_proxy: cli.proxy_proxy,
             http: cli.http.then_some(cli.max_header_bytes),
             replication,
+            acme,
+            acme_certs,
             store,
             stats: stats_addr(cli)?,
             proxy_client_cert: cli.proxy_client_cert,

@@ -105,6 +105,12 @@ pub async fn serve(
     .await
     {
         Ok(s) => s,
+        Err(super::handshake::HandshakeError::AcmeAnswered(name)) => {
+            // A full handshake, not a failure: the CA got what it came for.
+            WorkerCounters::bump(&counters.handshakes_full);
+            tracing::info!(client = %client, "answered an ACME tls-alpn-01 challenge for {name}");
+            return;
+        }
         Err(e) => {
             counters.failed(e.failure());
             super::handshake::log_failure(client, &e);

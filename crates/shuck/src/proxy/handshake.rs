@@ -27,6 +27,9 @@ pub enum HandshakeError {
     /// TLS or I/O failure (bad ClientHello, alert, reset).
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// Not a client: an ACME CA checked the tls-alpn-01 answer for this name, and got it.
+    #[error("ACME tls-alpn-01 challenge for {0} answered")]
+    AcmeAnswered(String),
 }
 
 impl HandshakeError {
@@ -35,6 +38,7 @@ impl HandshakeError {
         match self {
             HandshakeError::Timeout(_) => Failure::Reason(FailReason::Timeout),
             HandshakeError::UnknownName(_) => Failure::Reason(FailReason::SniNomatch),
+            HandshakeError::AcmeAnswered(_) => Failure::Reason(FailReason::Other),
             HandshakeError::Io(e) => {
                 if let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
                     return match tls {
@@ -66,7 +70,7 @@ pub fn reason(e: &HandshakeError) -> Option<(String, Option<&'static str>)> {
                 None,
             ))
         }
-        HandshakeError::Timeout(_) => return None,
+        HandshakeError::Timeout(_) | HandshakeError::AcmeAnswered(_) => return None,
         HandshakeError::Io(io) => io.get_ref()?.downcast_ref::<rustls::Error>()?,
     };
     Some(match tls {
@@ -199,8 +203,21 @@ pub async fn accept(
 ) -> Result<TlsStream, HandshakeError> {
     let mut s = TlsStream::new(io, tls.config.clone())?;
     let store = tls.store.as_deref().zip(tls.cache.as_deref());
-    if want_sni || tls.sni_nomatch_abort || !tls.by_cert.is_empty() || store.is_some() {
-        let name = s.peek_server_name().await?;
+    let answers = crate::acme::answers::answers();
+    let acme = answers.pending();
+    if want_sni || tls.sni_nomatch_abort || !tls.by_cert.is_empty() || store.is_some() || acme {
+        s.peek_server_name().await?;
+        let challenge = acme && s.offers_acme_alpn();
+        let name = s.sni();
+        if let Some((name, answer)) = name
+            .filter(|_| challenge)
+            .and_then(|n| Some((n.to_owned(), answers.tls_alpn(n)?)))
+        {
+            // RFC 8737: the handshake is the answer; nothing follows it.
+            s.reconfigure(answer)?;
+            s.complete_handshake().await?;
+            return Err(HandshakeError::AcmeAnswered(name));
+        }
         if let Some(name) = name {
             if tls.sni_nomatch_abort && tls.resolver.lookup(name).is_none() {
                 let name = name.to_owned();

@@ -54,6 +54,8 @@ pub struct TlsStream {
     failed: bool,
     /// The server name the client asked for, when it was looked for.
     sni: Option<Box<str>>,
+    /// The ClientHello offered ALPN `acme-tls/1` alone (an ACME CA's tls-alpn-01 check).
+    acme_alpn: bool,
 }
 
 /// What the caller of [`TlsStream::pump`] is after.
@@ -107,6 +109,7 @@ impl TlsStream {
             close_sent: false,
             failed: false,
             sni: None,
+            acme_alpn: false,
         })
     }
 
@@ -115,6 +118,12 @@ impl TlsStream {
     pub async fn peek_server_name(&mut self) -> io::Result<Option<&str>> {
         self.sni = self.read_server_name().await?;
         Ok(self.sni.as_deref())
+    }
+
+    /// Whether the ClientHello read by [`Self::peek_server_name`] offered ALPN
+    /// `acme-tls/1` alone: an ACME CA checking a tls-alpn-01 answer.
+    pub fn offers_acme_alpn(&self) -> bool {
+        self.acme_alpn
     }
 
     /// Serves the handshake with `config` instead of the one given to [`Self::new`]: the
@@ -195,7 +204,14 @@ impl TlsStream {
                 }
             }
             match acceptor.accept() {
-                Ok(Some(hello)) => return Ok(hello.client_hello().server_name().map(Box::from)),
+                Ok(Some(hello)) => {
+                    let hello = hello.client_hello();
+                    self.acme_alpn = hello.alpn().is_some_and(|mut offered| {
+                        offered.next() == Some(crate::acme::answers::ACME_TLS_ALPN)
+                            && offered.next().is_none()
+                    });
+                    return Ok(hello.server_name().map(Box::from));
+                }
                 Ok(None) => {}
                 Err(_) => return Ok(None),
             }

@@ -21,6 +21,7 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags,
 };
 
+use crate::acme::{Answered, Event, Status};
 use crate::session::tickets::RingState;
 use crate::session::Snapshot;
 use crate::system::files::Recording;
@@ -41,6 +42,8 @@ pub enum Kind {
     Stats = 1,
     /// The replication socket.
     Replication = 2,
+    /// The `--acme-http-listen` socket (http-01 answers).
+    AcmeHttp = 3,
 }
 
 /// A socket passed along: what it is for and its local address; the descriptor travels
@@ -75,6 +78,13 @@ pub enum Msg {
     Sessions(Vec<Snapshot>),
     /// No more sessions.
     SessionsEnd,
+    /// ACME client → master → worker.
+    Acme(crate::acme::Event),
+    /// Worker → master → ACME client: the answer is live (or why not).
+    AcmeAnswered(crate::acme::Answered),
+    /// Master → worker: the ACME certificates, read while recording this; the running
+    /// configuration is rebuilt with them.
+    Certificates(Recording),
 }
 
 /// Why a message could not be read or sent.
@@ -223,29 +233,7 @@ fn encode(msg: &Msg) -> (u8, Vec<u8>) {
             5
         }
         Msg::Apply(rec) => {
-            put_u32(&mut w, rec.files.len() as u32);
-            for (path, got) in &rec.files {
-                put_bytes(&mut w, path.as_os_str().as_bytes());
-                put_result(&mut w, got.as_deref());
-            }
-            put_u32(&mut w, rec.dirs.len() as u32);
-            for (dir, got) in &rec.dirs {
-                put_bytes(&mut w, dir.as_os_str().as_bytes());
-                match got {
-                    Ok(list) => {
-                        w.push(0);
-                        put_u32(&mut w, list.len() as u32);
-                        for (name, path) in list {
-                            put_bytes(&mut w, name.as_bytes());
-                            put_bytes(&mut w, path.as_os_str().as_bytes());
-                        }
-                    }
-                    Err(e) => {
-                        w.push(1);
-                        put_bytes(&mut w, e.as_bytes());
-                    }
-                }
-            }
+            put_recording(&mut w, rec);
             6
         }
         Msg::Tickets(state) => {
@@ -262,8 +250,69 @@ fn encode(msg: &Msg) -> (u8, Vec<u8>) {
             8
         }
         Msg::SessionsEnd => 9,
+        Msg::Acme(Event::Answer {
+            name,
+            token,
+            key_auth,
+        }) => {
+            put_bytes(&mut w, name.as_bytes());
+            put_bytes(&mut w, token.as_bytes());
+            put_bytes(&mut w, key_auth.as_bytes());
+            10
+        }
+        Msg::AcmeAnswered(Answered { token, error }) => {
+            put_bytes(&mut w, token.as_bytes());
+            put_result(&mut w, error.as_ref().map_or(Ok(&[][..]), Err));
+            11
+        }
+        Msg::Acme(Event::Withdraw { name, token }) => {
+            put_bytes(&mut w, name.as_bytes());
+            put_bytes(&mut w, token.as_bytes());
+            12
+        }
+        Msg::Acme(Event::Issued) => 13,
+        Msg::Acme(Event::Status(st)) => {
+            w.extend_from_slice(&st.orders_ok.to_be_bytes());
+            w.extend_from_slice(&st.orders_failed.to_be_bytes());
+            put_u32(&mut w, st.next.len() as u32);
+            for (name, at) in &st.next {
+                put_bytes(&mut w, name.as_bytes());
+                w.extend_from_slice(&at.to_be_bytes());
+            }
+            14
+        }
+        Msg::Certificates(rec) => {
+            put_recording(&mut w, rec);
+            15
+        }
     };
     (tag, w)
+}
+
+fn put_recording(w: &mut Vec<u8>, rec: &Recording) {
+    put_u32(w, rec.files.len() as u32);
+    for (path, got) in &rec.files {
+        put_bytes(w, path.as_os_str().as_bytes());
+        put_result(w, got.as_deref());
+    }
+    put_u32(w, rec.dirs.len() as u32);
+    for (dir, got) in &rec.dirs {
+        put_bytes(w, dir.as_os_str().as_bytes());
+        match got {
+            Ok(list) => {
+                w.push(0);
+                put_u32(w, list.len() as u32);
+                for (name, path) in list {
+                    put_bytes(w, name.as_bytes());
+                    put_bytes(w, path.as_os_str().as_bytes());
+                }
+            }
+            Err(e) => {
+                w.push(1);
+                put_bytes(w, e.as_bytes());
+            }
+        }
+    }
 }
 
 fn put_u32(w: &mut Vec<u8>, n: u32) {
@@ -332,6 +381,37 @@ impl<'a> Reader<'a> {
     }
 }
 
+fn get_recording(r: &mut Reader<'_>) -> Result<Recording, String> {
+    let mut rec = Recording::default();
+    for _ in 0..r.count(9)? {
+        let path = r.path()?;
+        let got = match r.u8()? {
+            0 => Ok(r.bytes()?.to_vec()),
+            _ => Err(r.text()?),
+        };
+        rec.files.insert(path, got);
+    }
+    let mut dirs = HashMap::new();
+    for _ in 0..r.count(9)? {
+        let dir = r.path()?;
+        let got = match r.u8()? {
+            0 => {
+                let n = r.count(8)?;
+                let mut list = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let name = OsString::from_vec(r.bytes()?.to_vec());
+                    list.push((name, r.path()?));
+                }
+                Ok(list)
+            }
+            _ => Err(r.text()?),
+        };
+        dirs.insert(dir, got);
+    }
+    rec.dirs = dirs;
+    Ok(rec)
+}
+
 fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, String> {
     let mut r = Reader(payload);
     let msg = match tag {
@@ -347,6 +427,7 @@ fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, String> {
                     0 => Kind::Frontend,
                     1 => Kind::Stats,
                     2 => Kind::Replication,
+                    3 => Kind::AcmeHttp,
                     k => return Err(format!("socket kind {k}")),
                 };
                 let text = r.text()?;
@@ -362,36 +443,7 @@ fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, String> {
             }
             return Ok(Msg::Sockets(entries, fds));
         }
-        6 => {
-            let mut rec = Recording::default();
-            for _ in 0..r.count(9)? {
-                let path = r.path()?;
-                let got = match r.u8()? {
-                    0 => Ok(r.bytes()?.to_vec()),
-                    _ => Err(r.text()?),
-                };
-                rec.files.insert(path, got);
-            }
-            let mut dirs = HashMap::new();
-            for _ in 0..r.count(9)? {
-                let dir = r.path()?;
-                let got = match r.u8()? {
-                    0 => {
-                        let n = r.count(8)?;
-                        let mut list = Vec::with_capacity(n);
-                        for _ in 0..n {
-                            let name = OsString::from_vec(r.bytes()?.to_vec());
-                            list.push((name, r.path()?));
-                        }
-                        Ok(list)
-                    }
-                    _ => Err(r.text()?),
-                };
-                dirs.insert(dir, got);
-            }
-            rec.dirs = dirs;
-            Msg::Apply(rec)
-        }
+        6 => Msg::Apply(get_recording(&mut r)?),
         7 => {
             let (state, rest) =
                 RingState::decode(r.0).ok_or("a ticket ring that does not parse")?;
@@ -411,6 +463,41 @@ fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, String> {
             Msg::Sessions(list)
         }
         9 => Msg::SessionsEnd,
+        10 => Msg::Acme(Event::Answer {
+            name: r.text()?,
+            token: r.text()?,
+            key_auth: r.text()?,
+        }),
+        11 => Msg::AcmeAnswered(Answered {
+            token: r.text()?,
+            error: match r.u8()? {
+                0 => {
+                    r.bytes()?;
+                    None
+                }
+                _ => Some(r.text()?),
+            },
+        }),
+        12 => Msg::Acme(Event::Withdraw {
+            name: r.text()?,
+            token: r.text()?,
+        }),
+        13 => Msg::Acme(Event::Issued),
+        14 => {
+            let orders_ok = r.u64()?;
+            let orders_failed = r.u64()?;
+            let n = r.count(12)?;
+            let mut next = Vec::with_capacity(n);
+            for _ in 0..n {
+                next.push((r.text()?, r.u64()?));
+            }
+            Msg::Acme(Event::Status(Status {
+                orders_ok,
+                orders_failed,
+                next,
+            }))
+        }
+        15 => Msg::Certificates(get_recording(&mut r)?),
         t => return Err(format!("unknown message {t}")),
     };
     if !fds.is_empty() {

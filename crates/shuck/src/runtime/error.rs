@@ -43,6 +43,17 @@ pub enum StartError {
         /// The system's reason.
         source: io::Error,
     },
+    /// The http-01 port could not be bound.
+    #[error("--acme-http-listen {addr}: cannot listen: {source}")]
+    AcmeHttp {
+        /// The address.
+        addr: SocketAddr,
+        /// The system's reason.
+        source: io::Error,
+    },
+    /// The ACME state directory cannot be used.
+    #[error(transparent)]
+    AcmeState(#[from] crate::acme::state::StateError),
     /// Privileges, daemon, pid file.
     #[error(transparent)]
     Privileges(#[from] crate::system::SystemError),

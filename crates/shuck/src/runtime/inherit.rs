@@ -150,8 +150,8 @@ impl Inherited {
         out
     }
 
-    /// The `--stats` listener offered for `addr`.
-    pub fn take_stats(&mut self, addr: SocketAddr) -> Option<TcpListener> {
+    /// A service's TCP listener (`--stats`, `--acme-http-listen`) offered for `addr`.
+    pub fn take_tcp(&mut self, addr: SocketAddr) -> Option<TcpListener> {
         let i = self
             .offered
             .iter()
@@ -186,5 +186,6 @@ fn self_name(kind: Kind) -> &'static str {
         Kind::Frontend => "inherited listener",
         Kind::Stats => "inherited stats listener",
         Kind::Replication => "inherited replication socket",
+        Kind::AcmeHttp => "inherited ACME http-01 listener",
     }
 }

@@ -67,6 +67,16 @@ struct Upgrade {
     since: Instant,
 }
 
+/// The ACME client process.
+#[derive(Debug)]
+struct AcmeChild {
+    pid: Pid,
+    chan: Option<Channel>,
+}
+
+/// How long after the ACME client process died another is started.
+const ACME_RESPAWN: Duration = Duration::from_secs(5);
+
 /// What the master holds.
 pub struct Master {
     /// The configuration served, as last read.
@@ -108,6 +118,12 @@ struct Run {
     ready_once: bool,
     /// The worker to start waits for the previous process's sessions.
     await_sessions: bool,
+    /// The ACME client process, with `--acme-directory`.
+    acme: Option<AcmeChild>,
+    /// When to start the ACME client again after it died.
+    acme_respawn_at: Option<Instant>,
+    /// The ACME client's last counters, for a worker started later.
+    acme_status: Option<crate::acme::Status>,
 }
 
 /// Why the loop woke.
@@ -117,6 +133,7 @@ enum Woke {
     Retiring(usize),
     Upgrade,
     Predecessor,
+    Acme,
 }
 
 /// Runs the master until the service stops (Ok) or gives up.
@@ -153,7 +170,11 @@ pub fn run(m: Master) -> Result<(), StartError> {
         forced: false,
         ready_once: false,
         await_sessions,
+        acme: None,
+        acme_respawn_at: None,
+        acme_status: None,
     };
+    run.spawn_acme()?;
     run.spawn_worker()?;
     run.serve()
 }
@@ -183,6 +204,7 @@ impl Run {
                     Woke::Retiring(i) => self.on_retiring_message(i),
                     Woke::Upgrade => self.on_upgrade_message(),
                     Woke::Predecessor => self.on_predecessor_message(),
+                    Woke::Acme => self.on_acme_message(),
                 }
             }
             self.on_tick()?;
@@ -210,6 +232,10 @@ impl Run {
         if let Some(c) = &self.m.predecessor {
             fds.push(PollFd::new(c.socket().as_fd(), PollFlags::POLLIN));
             who.push(Woke::Predecessor);
+        }
+        if let Some(c) = self.acme.as_ref().and_then(|a| a.chan.as_ref()) {
+            fds.push(PollFd::new(c.socket().as_fd(), PollFlags::POLLIN));
+            who.push(Woke::Acme);
         }
         let timeout = PollTimeout::try_from(TICK).unwrap_or(PollTimeout::NONE);
         match poll(&mut fds, timeout) {
@@ -256,6 +282,7 @@ impl Run {
             self.m.services = Sockets::none();
         }
         self.respawn_at = None;
+        self.stop_acme();
         for pid in self
             .worker
             .iter()
@@ -290,6 +317,16 @@ impl Run {
                 }
             } else if let Some(i) = self.retiring.iter().position(|w| w.pid == pid) {
                 self.retiring.remove(i);
+            } else if self.acme.as_ref().is_some_and(|a| a.pid == pid) {
+                self.acme = None;
+                if !self.stopping && !self.handing_over {
+                    tracing::error!(
+                        "the ACME client process {pid} {}; starting another in {}s",
+                        describe(&status),
+                        ACME_RESPAWN.as_secs()
+                    );
+                    self.acme_respawn_at = Some(Instant::now() + ACME_RESPAWN);
+                }
             } else if self.upgrade.as_ref().is_some_and(|u| u.pid == pid) {
                 self.upgrade = None;
                 if !self.stopping {
@@ -349,6 +386,10 @@ impl Run {
     }
 
     fn on_tick(&mut self) -> Result<(), StartError> {
+        if self.acme_respawn_at.is_some_and(|t| Instant::now() >= t) {
+            self.acme_respawn_at = None;
+            self.spawn_acme()?;
+        }
         if self.respawn_at.is_some_and(|t| Instant::now() >= t) {
             self.respawn_at = None;
             // A respawned worker serves at once: what the old one had is gone.
@@ -398,6 +439,7 @@ impl Run {
             Ok(Msg::Reload) => self.reload(),
             Ok(Msg::Upgrade) => self.start_upgrade(),
             Ok(m @ (Msg::Sessions(_) | Msg::SessionsEnd)) => self.to_successor(&m),
+            Ok(m @ Msg::AcmeAnswered(_)) => self.to_acme(&m),
             Ok(m) => tracing::warn!("unexpected message from the worker process: {m:?}"),
             // It is ending; SIGCHLD says how.
             Err(_) => w.chan = None,
@@ -436,6 +478,8 @@ impl Run {
                 );
                 self.handing_over = true;
                 self.respawn_at = None;
+                // The new master runs its own ACME client.
+                self.stop_acme();
                 let Some(w) = self.worker.take() else {
                     // Between a crash and its respawn: no session to hand over.
                     self.to_successor(&Msg::SessionsEnd);
@@ -515,6 +559,7 @@ impl Run {
                 self.worker = None;
                 self.retiring.clear();
                 self.upgrade = None;
+                self.acme = None;
                 let _ = self.mask.thread_unblock();
                 let code = serve::run(start);
                 // Never back into the master's code (its pid file, its loop).
@@ -526,8 +571,98 @@ impl Run {
                     pid,
                     chan: Some(mine),
                 });
+                if let Some(st) = self.acme_status.clone() {
+                    self.to_worker(&Msg::Acme(crate::acme::Event::Status(st)));
+                }
                 Ok(())
             }
+        }
+    }
+
+    /// Forks the ACME client (with `--acme-directory`): it keeps this process's user.
+    fn spawn_acme(&mut self) -> Result<(), StartError> {
+        let Some(settings) = self.m.config.acme.clone() else {
+            return Ok(());
+        };
+        let (mine, theirs) = Channel::pair().map_err(StartError::System)?;
+        match fork_single_threaded().map_err(StartError::System)? {
+            Forked::Child => {
+                // Nothing of the master's but the settings: no socket, no pid file.
+                drop(mine);
+                self.m.listeners.bound.clear();
+                self.m.services = Sockets::none();
+                std::mem::forget(self.m.pidfile.take());
+                self.m.predecessor = None;
+                self.worker = None;
+                self.retiring.clear();
+                self.upgrade = None;
+                self.acme = None;
+                let _ = self.mask.thread_unblock();
+                std::process::exit(acme_client(settings, theirs));
+            }
+            Forked::Parent(pid) => {
+                tracing::debug!("ACME client process {pid} started");
+                self.acme = Some(AcmeChild {
+                    pid,
+                    chan: Some(mine),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    fn stop_acme(&mut self) {
+        self.acme_respawn_at = None;
+        if let Some(a) = &mut self.acme {
+            a.chan = None;
+            let _ = kill(a.pid, Signal::SIGTERM);
+        }
+    }
+
+    fn to_acme(&self, m: &Msg) {
+        if let Some(c) = self.acme.as_ref().and_then(|a| a.chan.as_ref()) {
+            if let Err(e) = c.send(m) {
+                tracing::warn!("cannot reach the ACME client process: {e}");
+            }
+        }
+    }
+
+    fn on_acme_message(&mut self) {
+        let Some(a) = &mut self.acme else { return };
+        let Some(c) = &a.chan else { return };
+        match c.recv() {
+            Ok(Msg::Acme(crate::acme::Event::Issued)) => self.acme_certificates(),
+            Ok(m @ Msg::Acme(crate::acme::Event::Status(_))) => {
+                if let Msg::Acme(crate::acme::Event::Status(st)) = &m {
+                    self.acme_status = Some(st.clone());
+                }
+                self.to_worker(&m);
+            }
+            Ok(m @ Msg::Acme(_)) => self.to_worker(&m),
+            Ok(m) => tracing::warn!("unexpected message from the ACME client process: {m:?}"),
+            // It is ending; SIGCHLD says how.
+            Err(_) => a.chan = None,
+        }
+    }
+
+    /// New certificates in the ACME state directory: read them as root, rebuild the TLS
+    /// states here, and send what was read to the worker, which does the same (new
+    /// handshakes get them; live connections keep theirs).
+    fn acme_certificates(&mut self) {
+        let Some(settings) = self.m.config.acme.clone() else {
+            return;
+        };
+        let (certs, rec) = files::record(|| crate::acme::state::load_all(&settings));
+        let new = self.m.config.with_acme_certs(certs);
+        match frontend_tls::build(&new, &self.m.resumption) {
+            Ok(built) => {
+                self.m.config = new;
+                self.m.tls = built;
+                self.to_worker(&Msg::Certificates(rec));
+            }
+            Err(e) => tracing::error!(
+                "ACME: the new certificates cannot be served: {e}; the ones in place stay"
+            ),
         }
     }
 
@@ -680,6 +815,39 @@ impl Run {
             since: Instant::now(),
         });
     }
+}
+
+/// The ACME client process's life: its channel to this master, read on a thread of its
+/// own (the process is single-threaded until now, as it was forked).
+fn acme_client(settings: crate::acme::Settings, chan: Channel) -> i32 {
+    let reader = match chan.try_clone() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("ACME: {e}");
+            return 1;
+        }
+    };
+    let (tx, answered) = tokio::sync::mpsc::unbounded_channel();
+    let spawned = std::thread::Builder::new()
+        .name("shuck-acme-link".into())
+        .spawn(move || {
+            while let Ok(m) = reader.recv() {
+                if let Msg::AcmeAnswered(a) = m {
+                    if tx.send(a).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("ACME: {e}");
+        return 1;
+    }
+    let link = crate::acme::client::Link {
+        send: Box::new(move |e| chan.send(&Msg::Acme(e)).map_err(|e| e.to_string())),
+        answered,
+    };
+    crate::acme::client::run(settings, link)
 }
 
 /// Sockets as messages of at most [`MAX_FDS`] descriptors each.

@@ -70,6 +70,10 @@ pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
         t.install(state);
     }
     let tls = frontend_tls::build(&config, &resumption)?;
+    if let Some(acme) = &config.acme {
+        // Checked before anything is bound: an unusable state directory is a start failure.
+        crate::acme::state::StateDir::prepare(&acme.state)?;
+    }
 
     // Bind everything before serving anything, so a taken port is a clean start failure.
     let mut listeners = Listeners::new(

@@ -61,6 +61,34 @@ impl Reloader {
         }
     }
 
+    /// New ACME certificates: the master read the state directory while recording `rec`;
+    /// every frontend's TLS state is rebuilt with them (new handshakes get them, live
+    /// connections keep theirs).
+    pub fn certificates(&mut self, frontends: &Frontends, rec: Recording) {
+        let Some(settings) = self.current.acme.clone() else {
+            return;
+        };
+        let certs = files::replay(rec, || crate::acme::state::load_all(&settings));
+        let names: Vec<String> = certs.iter().map(|c| c.source.clone()).collect();
+        let new = self.current.with_acme_certs(certs);
+        let built = match self.build(&new) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(
+                    "ACME: the new certificates cannot be served: {e}; the ones in place stay"
+                );
+                return;
+            }
+        };
+        for (fe, tls) in new.frontends.iter().zip(built) {
+            if let Some(live) = frontends.get(&fe.endpoint.to_string()) {
+                live.tls.store(tls);
+            }
+        }
+        self.current = new;
+        tracing::info!("ACME: serving {}", names.join(", "));
+    }
+
     /// Every frontend's TLS state for `cfg`, on the process's session cache and keys.
     fn build(&self, cfg: &Config) -> Result<Vec<Arc<crate::tls::TlsState>>, String> {
         frontend_tls::build(cfg, &self.resumption).map_err(|e| e.to_string())

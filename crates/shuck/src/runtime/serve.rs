@@ -138,6 +138,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         replication: services.replication.as_ref().map(|r| r.stats.clone()),
         frontends: frontends.names.clone(),
         served: frontends.served.clone(),
+        acme: config.acme.as_ref().map(|_| Default::default()),
     });
     let reloader = Reloader::new(
         config,

@@ -23,23 +23,28 @@ use crate::tls::ocsp::OcspStore;
 pub struct Sockets {
     stats: Option<std::net::TcpListener>,
     replication: Option<UdpSocket>,
+    acme_http: Option<std::net::TcpListener>,
 }
 
 impl Sockets {
-    /// Binds the `--stats` port and the replication socket, when asked for (or takes them
-    /// from those inherited).
+    /// Binds the `--stats` port, the replication socket and the http-01 port, when asked
+    /// for (or takes them from those inherited).
     pub fn bind(config: &Config, inherited: &mut Inherited) -> Result<Self, StartError> {
-        let stats = match config.stats {
-            Some(addr) => Some(
-                match inherited.take_stats(addr) {
-                    Some(l) => Ok(l),
-                    None => std::net::TcpListener::bind(addr),
-                }
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|source| StartError::Stats { addr, source })?,
-            ),
-            None => None,
-        };
+        let stats = config
+            .stats
+            .map(|addr| {
+                tcp_listener(addr, inherited).map_err(|source| StartError::Stats { addr, source })
+            })
+            .transpose()?;
+        let acme_http = config
+            .acme
+            .as_ref()
+            .and_then(|a| a.http_listen)
+            .map(|addr| {
+                tcp_listener(addr, inherited)
+                    .map_err(|source| StartError::AcmeHttp { addr, source })
+            })
+            .transpose()?;
         let replication = match &config.replication {
             Some(settings) => Some(match inherited.take_udp(settings.listen) {
                 Some(s) => s,
@@ -47,7 +52,11 @@ impl Sockets {
             }),
             None => None,
         };
-        Ok(Sockets { stats, replication })
+        Ok(Sockets {
+            stats,
+            replication,
+            acme_http,
+        })
     }
 
     /// No socket.
@@ -55,6 +64,7 @@ impl Sockets {
         Sockets {
             stats: None,
             replication: None,
+            acme_http: None,
         }
     }
 
@@ -67,6 +77,7 @@ impl Sockets {
                 .as_ref()
                 .map(|s| s.try_clone())
                 .transpose()?,
+            acme_http: self.acme_http.as_ref().map(|l| l.try_clone()).transpose()?,
         })
     }
 
@@ -93,8 +104,31 @@ impl Sockets {
                 s.try_clone()?.into(),
             ));
         }
+        if let Some(l) = &self.acme_http {
+            let addr = l.local_addr()?;
+            out.push((
+                Entry {
+                    kind: Kind::AcmeHttp,
+                    addr,
+                },
+                l.try_clone()?.into(),
+            ));
+        }
         Ok(out)
     }
+}
+
+/// A service's listener on `addr`: the one inherited, else a new one; non-blocking.
+fn tcp_listener(
+    addr: std::net::SocketAddr,
+    inherited: &mut Inherited,
+) -> std::io::Result<std::net::TcpListener> {
+    let l = match inherited.take_tcp(addr) {
+        Some(l) => l,
+        None => std::net::TcpListener::bind(addr)?,
+    };
+    l.set_nonblocking(true)?;
+    Ok(l)
 }
 
 /// `--ocsp-dir`: the staples cached on disk are checked and attached to the configuration
@@ -120,6 +154,8 @@ pub fn load_ocsp_cache(config: &mut Config) -> Vec<Target> {
 pub struct Services {
     /// The `--stats` listener, served by the supervisor's runtime.
     pub stats: Option<std::net::TcpListener>,
+    /// The `--acme-http-listen` listener, served by the supervisor's runtime.
+    pub acme_http: Option<std::net::TcpListener>,
     /// Tells the OCSP thread which certificates to keep staples for.
     pub ocsp_updates: Option<Updates>,
     /// A message each time new staples arrived.
@@ -210,6 +246,7 @@ impl Services {
         };
         Ok(Services {
             stats: sockets.stats,
+            acme_http: sockets.acme_http,
             ocsp_updates,
             restaple,
             replication,

@@ -145,6 +145,11 @@ impl Supervisor {
                 tracing::info!("metrics at http://{}/metrics", l.local_addr()?);
                 tokio::spawn(stats::serve(l, sources.clone()));
             }
+            if let Some(l) = services.acme_http.take() {
+                let l = tokio::net::TcpListener::from_std(l)?;
+                tracing::info!("answering ACME http-01 challenges at http://{}/.well-known/acme-challenge/ (other requests: 301 to https)", l.local_addr()?);
+                tokio::spawn(crate::acme::http01::serve(l));
+            }
             let mut report = tokio::time::interval(STATS_EVERY);
             report.tick().await;
             let mut waiting = await_sessions;
@@ -208,6 +213,8 @@ impl Supervisor {
                             handover = true;
                             break;
                         }
+                        Some(Msg::Acme(e)) => acme_event(e, &master, &sources),
+                        Some(Msg::Certificates(rec)) => reloader.certificates(&frontends, rec),
                         Some(m) => tracing::warn!("unexpected message from the master process: {m:?}"),
                     },
                     _ = report.tick() => tracing::debug!("{}", stats::summary(&sources)),
@@ -280,6 +287,32 @@ fn hand_over_sessions(master: &MasterLink, resumption: &Resumption, settled: (Du
             "handed over: {n} session(s) sent to the next process; handshakes still under way after {} ms keep their sessions here",
             waited.as_millis()
         );
+    }
+}
+
+/// What the ACME client sent through the master: an answer to publish (and to confirm),
+/// one to withdraw, or its counters.
+fn acme_event(e: crate::acme::Event, master: &MasterLink, sources: &Sources) {
+    use crate::acme::{answers::answers, Answered, Event};
+    match e {
+        Event::Answer {
+            name,
+            token,
+            key_auth,
+        } => {
+            let error = answers()
+                .add(&name, &token, &key_auth)
+                .err()
+                .map(|e| e.to_string());
+            master.send(&Msg::AcmeAnswered(Answered { token, error }));
+        }
+        Event::Withdraw { name, token } => answers().remove(&name, &token),
+        Event::Status(st) => {
+            if let Some(Ok(mut kept)) = sources.acme.as_ref().map(|m| m.lock()) {
+                *kept = st;
+            }
+        }
+        Event::Issued => {}
     }
 }
 

@@ -380,6 +380,31 @@ impl prometheus_client::collector::Collector for Exposition {
             "Failed connection attempts to the server.",
             &crow(&|s| s.stats.connect_failures.load(Relaxed)),
         )?;
+        if let Some(acme) = &sources.acme {
+            let st = acme.lock().map(|s| s.clone()).unwrap_or_default();
+            counter(
+                &mut enc,
+                "shuck_acme_orders",
+                "ACME orders, by result (ok: a certificate issued; failed: retried with backoff).",
+                &[
+                    (&[("result", "ok")], st.orders_ok),
+                    (&[("result", "failed")], st.orders_failed),
+                ],
+            )?;
+            let rows: Vec<([(&str, &str); 1], i64)> = st
+                .next
+                .iter()
+                .map(|(name, t)| ([("name", name.as_str())], as_i64(*t)))
+                .collect();
+            let rows: Vec<(&[(&str, &str)], i64)> =
+                rows.iter().map(|(l, t)| (&l[..], *t)).collect();
+            gauge(
+                &mut enc,
+                "shuck_acme_next_renewal_seconds",
+                "When the ACME certificate (by its first name) is ordered next: its renewal, or the next attempt after a failure (unix seconds).",
+                &rows,
+            )?;
+        }
         let certs = certificate_expiry(sources);
         let rows: Vec<([(&str, &str); 1], i64)> = certs
             .iter()

@@ -33,4 +33,6 @@ pub struct Sources {
     pub frontends: Arc<Mutex<Vec<String>>>,
     /// The frontends served now, whose certificates the expiry gauge reads.
     pub served: Arc<Mutex<Vec<Arc<FrontendState>>>>,
+    /// The ACME client's last counters (`--acme-directory`), as the master relays them.
+    pub acme: Option<Mutex<crate::acme::Status>>,
 }

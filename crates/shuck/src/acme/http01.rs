@@ -1,0 +1,114 @@
+//! `--acme-http-listen`: the http-01 answers at `/.well-known/acme-challenge/TOKEN`, and a
+//! 301 to https for every other request (the usual port 80 of a TLS-only site). One
+//! request per connection, a bounded head, a deadline: nothing here is worth more.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::answers::answers;
+
+/// Largest request head read.
+const MAX_HEAD: usize = 8 * 1024;
+/// Time a client has to send its request.
+const DEADLINE: Duration = Duration::from_secs(10);
+/// Where the answers live.
+const PREFIX: &str = "/.well-known/acme-challenge/";
+
+/// Serves `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((tcp, peer)) => {
+                tokio::spawn(async move {
+                    if let Err(e) = tokio::time::timeout(DEADLINE, answer(tcp)).await {
+                        tracing::debug!(client = %peer, "http-01: no request within {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::debug!("http-01: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn answer(mut tcp: TcpStream) {
+    let mut buf = vec![0u8; MAX_HEAD];
+    let mut filled = 0;
+    let response = loop {
+        let n = match tcp.read(&mut buf[filled..]).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        filled += n;
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf[..filled]) {
+            Ok(httparse::Status::Complete(_)) => break respond(&req),
+            Ok(httparse::Status::Partial) if filled < buf.len() => continue,
+            Ok(httparse::Status::Partial) => {
+                break plain(431, "Request Header Fields Too Large", "")
+            }
+            Err(_) => break plain(400, "Bad Request", ""),
+        }
+    };
+    let _ = tcp.write_all(response.as_bytes()).await;
+    let _ = tcp.shutdown().await;
+}
+
+fn respond(req: &httparse::Request<'_, '_>) -> String {
+    let path = req.path.unwrap_or("/");
+    if let Some(token) = path.strip_prefix(PREFIX) {
+        return match answers().http(token) {
+            Some(key_auth) => {
+                tracing::info!("answered an ACME http-01 challenge");
+                plain(200, "OK", &key_auth)
+            }
+            None => plain(404, "Not Found", ""),
+        };
+    }
+    let host = req
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("host"))
+        .and_then(|h| std::str::from_utf8(h.value).ok())
+        .map(strip_port)
+        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic() && b != b'/'));
+    match host {
+        Some(host) if path.starts_with('/') => format!(
+            "HTTP/1.1 301 Moved Permanently\r\nLocation: https://{host}{path}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+        _ => plain(400, "Bad Request", ""),
+    }
+}
+
+/// `example.com:80` → `example.com`; `[::1]:80` → `[::1]`.
+fn strip_port(host: &str) -> &str {
+    match host.rfind(':') {
+        Some(i) if !host[i..].contains(']') => &host[..i],
+        _ => host,
+    }
+}
+
+fn plain(code: u16, reason: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_stripped_from_hosts() {
+        assert_eq!(strip_port("a.test:80"), "a.test");
+        assert_eq!(strip_port("a.test"), "a.test");
+        assert_eq!(strip_port("[::1]:80"), "[::1]");
+        assert_eq!(strip_port("[::1]"), "[::1]");
+    }
+}
