@@ -316,7 +316,18 @@ impl Run {
                     self.crashed(pid, &status)?;
                 }
             } else if let Some(i) = self.retiring.iter().position(|w| w.pid == pid) {
-                self.retiring.remove(i);
+                let w = self.retiring.remove(i);
+                // A worker with nothing to drain exits right after its last words (the
+                // sessions it hands over), and SIGCHLD can be read before them: they are
+                // still in the channel, read to its end now.
+                if let Some(c) = w.chan {
+                    let _ = c.set_timeout(Some(Duration::from_secs(1)));
+                    while let Ok(m) = c.recv() {
+                        if matches!(m, Msg::Sessions(_) | Msg::SessionsEnd) {
+                            self.to_successor(&m);
+                        }
+                    }
+                }
             } else if self.acme.as_ref().is_some_and(|a| a.pid == pid) {
                 self.acme = None;
                 if !self.stopping && !self.handing_over {
@@ -329,7 +340,10 @@ impl Run {
                 }
             } else if self.upgrade.as_ref().is_some_and(|u| u.pid == pid) {
                 self.upgrade = None;
-                if !self.stopping {
+                if self.handing_over {
+                    // It served, handed over in turn and is done: the next one serves.
+                    tracing::debug!("the next process {pid} {}", describe(&status));
+                } else if !self.stopping {
                     tracing::error!(
                         "SIGUSR2: the new binary {} {} before it served; this process goes on serving",
                         self.exe.display(),
