@@ -38,7 +38,21 @@ impl OrderError {
 pub fn describe(e: &instant_acme::Error) -> String {
     match e {
         instant_acme::Error::Api(p) => problem(p),
-        other => other.to_string(),
+        other => {
+            // The HTTP client's errors say little at the top ("client error (Connect)"):
+            // the causes say what happened.
+            let mut s = other.to_string();
+            let mut cause = std::error::Error::source(other);
+            while let Some(c) = cause {
+                let c_text = c.to_string();
+                if !s.contains(&c_text) {
+                    s.push_str(": ");
+                    s.push_str(&c_text);
+                }
+                cause = c.source();
+            }
+            s
+        }
     }
 }
 

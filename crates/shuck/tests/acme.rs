@@ -1,0 +1,697 @@
+//! ACME against a real CA: Debian's `pebble` and its test DNS, every name resolving to
+//! 127.0.0.1, pebble validating on shuck's own ports. What is checked is what a client
+//! sees (`openssl s_client` verifying the chain against pebble's root), what the state
+//! directory holds, what pebble received, the log and the metrics.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::pebble::{Pebble, PebbleOpts};
+use common::*;
+
+/// What a client verifying against `root` sees for `name` on `port`: whether the chain
+/// verified for that name, and the leaf's serial.
+fn served(port: u16, name: &str, root: &Path) -> (bool, String) {
+    let out = sh_out(&format!(
+        "echo | timeout 10 openssl s_client -connect 127.0.0.1:{port} -servername {name} -CAfile {} -verify_hostname {name} 2>&1",
+        root.display()
+    ));
+    let serial = sh_out(&format!(
+        "echo | timeout 10 openssl s_client -connect 127.0.0.1:{port} -servername {name} 2>/dev/null | openssl x509 -noout -serial 2>/dev/null"
+    ));
+    (
+        out.contains("Verify return code: 0 (ok)"),
+        serial.trim().to_owned(),
+    )
+}
+
+fn acme_args<'a>(pebble: &'a Pebble, directory: &'a str, state: &'a str) -> Vec<&'a str> {
+    let _ = pebble;
+    vec![
+        "--acme-directory",
+        directory,
+        "--acme-agree-tos",
+        "--acme-state",
+        state,
+        "--acme-contact",
+        "ops@shuck.test",
+    ]
+}
+
+fn metric(port: u16, series: &str) -> f64 {
+    let (_, body) = scrape(port, "/metrics");
+    sample(&body, series)
+}
+
+#[test]
+fn tls_alpn_01_and_http_01_certificates_are_issued_and_served() {
+    let origin = Origin::echo();
+    let (tls_port, http_port) = (free_port(), free_port());
+    let Some(pebble) = Pebble::start(&PebbleOpts {
+        listen: "127.0.0.1",
+        answer: "127.0.0.1",
+        tls_port,
+        http_port,
+        validity: 3600,
+    }) else {
+        return;
+    };
+    let dir = TempDir::new("acme-issue");
+    let (state_a, state_b) = (dir.path("a"), dir.path("b"));
+    let directory = pebble.directory();
+    let ca = pebble.https_ca();
+    let ca = ca.to_str().unwrap();
+    let (stats_a, stats_b) = (free_port(), free_port());
+
+    // A answers tls-alpn-01 on its frontend (pebble's tlsPort).
+    let mut args = acme_args(&pebble, &directory, state_a.to_str().unwrap());
+    let (sa, sb) = (stats_a.to_string(), stats_b.to_string());
+    args.extend([
+        "-b",
+        &origin.port_spec,
+        "--acme-domain",
+        "one.test",
+        "--acme-domain",
+        "two.test,www.two.test",
+        "--acme-ca-file",
+        ca,
+        "--stats",
+        &sa,
+    ]);
+    let fe_a = format!("[127.0.0.1]:{tls_port}");
+    let mut all = vec!["-f", fe_a.as_str()];
+    all.extend(args.iter().copied());
+    let a = Shuck::start_raw(&all, tls_port);
+
+    // B answers http-01 on --acme-http-listen (pebble's httpPort).
+    let listen = format!("127.0.0.1:{http_port}");
+    let mut args = acme_args(&pebble, &directory, state_b.to_str().unwrap());
+    args.extend([
+        "-b",
+        &origin.port_spec,
+        "--acme-challenge",
+        "http-01",
+        "--acme-http-listen",
+        &listen,
+        "--acme-domain",
+        "three.test",
+        "--acme-domain",
+        "four.test",
+        "--acme-key-type",
+        "rsa-2048",
+        "--acme-ca-file",
+        ca,
+        "--stats",
+        &sb,
+    ]);
+    let b = Shuck::start(&args);
+
+    for (s, n) in [(&a, 2), (&b, 2)] {
+        assert!(
+            wait_until(Duration::from_secs(60), || s
+                .log()
+                .matches("ACME: certificate for")
+                .count()
+                >= n),
+            "certificates not issued: {}\npebble: {}",
+            s.log(),
+            pebble.log()
+        );
+    }
+    assert!(a
+        .log()
+        .contains("answered an ACME tls-alpn-01 challenge for www.two.test"));
+    assert!(b.log().contains("answered an ACME http-01 challenge"));
+    let root = pebble.issuing_root();
+    for (port, name) in [
+        (a.port, "one.test"),
+        (a.port, "two.test"),
+        (a.port, "www.two.test"),
+        (b.port, "three.test"),
+        (b.port, "four.test"),
+    ] {
+        assert!(
+            wait_until(Duration::from_secs(10), || served(port, name, &root).0),
+            "{name} on {port} does not verify against pebble's root"
+        );
+    }
+    // A name of another certificate is not served by this one.
+    let (one, _) = served(a.port, "two.test", &root);
+    assert!(one);
+    let (other, _) = served(a.port, "elsewhere.test", &root);
+    assert!(!other, "an unknown name got a certificate pebble signed");
+    // The key type asked for.
+    let key = sh_out(&format!(
+        "echo | openssl s_client -connect 127.0.0.1:{} -servername three.test 2>/dev/null | openssl x509 -noout -text",
+        b.port
+    ));
+    assert!(
+        key.contains("rsaEncryption") && key.contains("2048 bit"),
+        "{key}"
+    );
+
+    // The state directory: 0700, keys 0600.
+    for d in [state_a.clone(), state_a.join("certificates")] {
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
+    for f in std::fs::read_dir(state_a.join("certificates")).unwrap() {
+        let f = f.unwrap().path();
+        let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", f.display());
+    }
+    assert!(state_a.join("certificates/two.test.pem").exists());
+
+    // Metrics: two orders each, the next renewals, the expiry of what is served.
+    assert_eq!(
+        metric(stats_a, "shuck_acme_orders_total{result=\"ok\"}"),
+        2.0
+    );
+    assert_eq!(
+        metric(stats_a, "shuck_acme_orders_total{result=\"failed\"}"),
+        0.0
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let next = metric(
+        stats_b,
+        "shuck_acme_next_renewal_seconds{name=\"three.test\"}",
+    );
+    assert!(
+        next > now + 2000.0 && next < now + 2500.0,
+        "{next} vs {now}"
+    );
+    let expiry = metric(
+        stats_a,
+        "shuck_certificate_not_after_seconds{name=\"two.test\"}",
+    );
+    assert!(expiry > now + 3000.0 && expiry < now + 3700.0, "{expiry}");
+
+    // Port 80 redirects everything but the challenges.
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", http_port)).unwrap();
+    c.write_all(b"GET /a/b?c=d HTTP/1.1\r\nHost: three.test:80\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    c.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 301"), "{resp}");
+    assert!(
+        resp.contains("Location: https://three.test/a/b?c=d\r\n"),
+        "{resp}"
+    );
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", http_port)).unwrap();
+    c.write_all(b"GET /.well-known/acme-challenge/nope HTTP/1.1\r\nHost: three.test\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    c.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
+}
+
+/// A shuck answering tls-alpn-01 on `port` for `names` (one certificate per entry).
+fn acme_shuck(pebble: &Pebble, port: u16, state: &Path, names: &[&str], extra: &[&str]) -> Shuck {
+    let directory = pebble.directory();
+    let ca = pebble.https_ca();
+    let fe = format!("[127.0.0.1]:{port}");
+    let mut all = vec!["-f", fe.as_str(), "-b", "[127.0.0.1]:9"];
+    all.extend(acme_args(pebble, &directory, state.to_str().unwrap()));
+    all.extend(["--acme-ca-file", ca.to_str().unwrap()]);
+    for n in names {
+        all.extend(["--acme-domain", n]);
+    }
+    all.extend(extra.iter().copied());
+    Shuck::start_raw(&all, port)
+}
+
+#[test]
+fn renewal_swaps_the_certificate_and_live_connections_keep_theirs() {
+    let origin = Origin::echo();
+    let tls_port = free_port();
+    // Twelve seconds of life: renewal at two thirds, eight seconds in.
+    let Some(pebble) = Pebble::start(&PebbleOpts {
+        listen: "127.0.0.1",
+        answer: "127.0.0.1",
+        tls_port,
+        http_port: free_port(),
+        validity: 12,
+    }) else {
+        return;
+    };
+    let dir = TempDir::new("acme-renew");
+    let stats = free_port().to_string();
+    let fe = format!("[127.0.0.1]:{tls_port}");
+    let directory = pebble.directory();
+    let ca = pebble.https_ca();
+    let state = dir.path("state");
+    let mut all = vec!["-f", fe.as_str(), "-b", &origin.port_spec];
+    all.extend(acme_args(&pebble, &directory, state.to_str().unwrap()));
+    all.extend([
+        "--acme-ca-file",
+        ca.to_str().unwrap(),
+        "--acme-domain",
+        "renew.test",
+        "--stats",
+        &stats,
+    ]);
+    let s = Shuck::start_raw(&all, tls_port);
+    assert!(
+        s.wait_log(
+            "ACME: certificate for renew.test issued",
+            Duration::from_secs(60)
+        ),
+        "{}",
+        s.log()
+    );
+    let root = pebble.issuing_root();
+    let (ok, first) = served(tls_port, "renew.test", &root);
+    assert!(ok, "{}", s.log());
+    // A connection opened on the first certificate.
+    let opts = ClientOpts {
+        sni: Some("renew.test".into()),
+        ..Default::default()
+    };
+    let mut live = tls_connect(s.addr(), &opts).unwrap();
+    echo_roundtrip(&mut live);
+    let live_cert = served_cert(&live);
+
+    assert!(
+        wait_until(Duration::from_secs(30), || s
+            .log()
+            .matches("ACME: certificate for renew.test issued")
+            .count()
+            >= 2),
+        "no renewal: {}",
+        s.log()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let (ok, serial) = served(tls_port, "renew.test", &root);
+            ok && serial != first
+        }),
+        "the renewed certificate is not served: {}",
+        s.log()
+    );
+    // The connection made before the swap goes on, on its certificate.
+    echo_roundtrip(&mut live);
+    assert_eq!(served_cert(&live), live_cert);
+    let port: u16 = stats.parse().unwrap();
+    assert!(metric(port, "shuck_acme_orders_total{result=\"ok\"}") >= 2.0);
+    assert!(pebble.orders() >= 2);
+}
+
+#[test]
+fn an_unreachable_ca_keeps_the_old_certificate_and_backs_off() {
+    let tls_port = free_port();
+    let Some(mut pebble) = Pebble::start(&PebbleOpts {
+        listen: "127.0.0.1",
+        answer: "127.0.0.1",
+        tls_port,
+        http_port: free_port(),
+        validity: 9,
+    }) else {
+        return;
+    };
+    let dir = TempDir::new("acme-down");
+    let stats = free_port().to_string();
+    let state = dir.path("state");
+    let s = acme_shuck(
+        &pebble,
+        tls_port,
+        &state,
+        &["down.test"],
+        &["--stats", &stats],
+    );
+    assert!(
+        s.wait_log(
+            "ACME: certificate for down.test issued",
+            Duration::from_secs(60)
+        ),
+        "{}",
+        s.log()
+    );
+    let root = pebble.issuing_root();
+    let (ok, first) = served(tls_port, "down.test", &root);
+    assert!(ok);
+    // The CA goes away before the renewal (six seconds in).
+    pebble.kill();
+    assert!(
+        s.wait_log(
+            "ACME: order for down.test failed at",
+            Duration::from_secs(30)
+        ),
+        "{}",
+        s.log()
+    );
+    let log = s.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("ACME: order for down.test failed at"))
+        .unwrap();
+    assert!(
+        line.contains(
+            "the certificate in place stays served; retrying in 60s (failure 1 in a row)"
+        ),
+        "{line}"
+    );
+    assert!(line.contains("WARN"), "{line}");
+    let port: u16 = stats.parse().unwrap();
+    assert_eq!(
+        metric(port, "shuck_acme_orders_total{result=\"failed\"}"),
+        1.0
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let next = metric(port, "shuck_acme_next_renewal_seconds{name=\"down.test\"}");
+    assert!(next > now + 50.0 && next < now + 61.0, "{next} vs {now}");
+    // Still served, while it is valid.
+    let (ok, serial) = served(tls_port, "down.test", &root);
+    assert!(ok && serial == first, "{serial} vs {first}");
+}
+
+#[test]
+fn a_restart_serves_the_state_directory_without_a_new_order() {
+    let tls_port = free_port();
+    let Some(pebble) = Pebble::start(&PebbleOpts {
+        listen: "127.0.0.1",
+        answer: "127.0.0.1",
+        tls_port,
+        http_port: free_port(),
+        validity: 3600,
+    }) else {
+        return;
+    };
+    let dir = TempDir::new("acme-restart");
+    let state = dir.path("state");
+    let mut s = acme_shuck(&pebble, tls_port, &state, &["again.test"], &[]);
+    assert!(
+        s.wait_log(
+            "ACME: certificate for again.test issued",
+            Duration::from_secs(60)
+        ),
+        "{}",
+        s.log()
+    );
+    let root = pebble.issuing_root();
+    let (ok, first) = served(tls_port, "again.test", &root);
+    assert!(ok);
+    assert_eq!(pebble.orders(), 1);
+    s.signal("TERM");
+    assert!(s.wait_exit(Duration::from_secs(20)).is_some());
+    drop(s);
+
+    let s = acme_shuck(&pebble, tls_port, &state, &["again.test"], &[]);
+    // Served from the first handshake, before any word from the CA.
+    let (ok, serial) = served(tls_port, "again.test", &root);
+    assert!(ok && serial == first, "{serial} vs {first}: {}", s.log());
+    assert!(s.wait_log("ACME: serving the certificate in", Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        pebble.orders(),
+        1,
+        "a new order after a restart: {}",
+        s.log()
+    );
+    assert!(!s.log().contains("ACME: order created"), "{}", s.log());
+}
+
+#[test]
+fn without_its_certificate_a_name_gets_the_default_or_unrecognized_name() {
+    // A directory nobody answers: the order fails, the name is served meanwhile.
+    let origin = Origin::echo();
+    let dir = TempDir::new("acme-none");
+    let (cert, _) = openssl_cert(&dir, "default", Key::EcP256, &["default.test"]);
+    let closed = free_port();
+    let directory = format!("https://127.0.0.1:{closed}/dir");
+    let state = dir.path("state");
+    let stats = free_port().to_string();
+    let s = Shuck::start(&[
+        "-b",
+        &origin.port_spec,
+        cert.to_str().unwrap(),
+        "--acme-directory",
+        &directory,
+        "--acme-agree-tos",
+        "--acme-domain",
+        "pending.test",
+        "--acme-state",
+        state.to_str().unwrap(),
+        "--stats",
+        &stats,
+    ]);
+    assert!(
+        s.wait_log(
+            "ACME: order for pending.test failed at new account",
+            Duration::from_secs(30)
+        ),
+        "{}",
+        s.log()
+    );
+    let log = s.log();
+    assert!(log.contains("Connection refused"), "{log}");
+    assert!(
+        log.contains("the default certificate answers meanwhile; retrying in 60s"),
+        "{log}"
+    );
+    let opts = ClientOpts {
+        sni: Some("pending.test".into()),
+        ..Default::default()
+    };
+    let mut c = tls_connect(s.addr(), &opts).unwrap();
+    echo_roundtrip(&mut c);
+    let default = std::fs::read(&cert).unwrap();
+    assert_eq!(served_cert(&c), pem_der(&default));
+    let port: u16 = stats.parse().unwrap();
+    assert_eq!(
+        metric(port, "shuck_acme_orders_total{result=\"failed\"}"),
+        1.0
+    );
+    drop(s);
+
+    // With --sni-nomatch-abort: unrecognized_name until the certificate exists.
+    let s = Shuck::start(&[
+        "-b",
+        "[127.0.0.1]:9",
+        cert.to_str().unwrap(),
+        "--sni-nomatch-abort",
+        "--acme-directory",
+        &directory,
+        "--acme-agree-tos",
+        "--acme-domain",
+        "pending.test",
+        "--acme-state",
+        state.to_str().unwrap(),
+    ]);
+    let r = tls_connect(s.addr(), &opts);
+    assert_eq!(
+        alert_of(&r),
+        Some(rustls::AlertDescription::UnrecognisedName),
+        "{:?}",
+        r.err()
+    );
+}
+
+#[test]
+fn bad_acme_settings_are_refused_naming_them() {
+    let dir = TempDir::new("acme-bad");
+    std::fs::write(dir.path("file"), "x").unwrap();
+    std::fs::write(dir.path("notpem"), "not a certificate").unwrap();
+    let under_file = dir.path("file").join("state");
+    let state = dir.path("state");
+    let st = state.to_str().unwrap();
+    let base = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "-b",
+            "[127.0.0.1]:9",
+            "-f",
+            &format!("[127.0.0.1]:{}", free_port()),
+            "--acme-directory",
+            "https://127.0.0.1:1/dir",
+            "--acme-agree-tos",
+            "--acme-state",
+            st,
+            "--acme-domain",
+            "a.test",
+        ]
+        .map(String::from)
+        .to_vec();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "-b".into(),
+                "[127.0.0.1]:9".into(),
+                "--acme-domain".into(),
+                "a.test".into(),
+            ],
+            "--acme-domain: needs --acme-directory",
+        ),
+        (
+            base(&[])
+                .into_iter()
+                .filter(|a| a != "--acme-agree-tos")
+                .collect(),
+            "needs --acme-agree-tos",
+        ),
+        (
+            base(&["--acme-directory", "http://127.0.0.1:1/dir"]),
+            "not an https:// URL",
+        ),
+        (
+            base(&["--acme-domain", "*.b.test"]),
+            "a wildcard needs the dns-01 challenge",
+        ),
+        (
+            base(&["--acme-domain", "b.test,a.test"]),
+            "a.test is named twice",
+        ),
+        (base(&["--acme-domain", "b..test"]), "is not a DNS name"),
+        (
+            base(&["--acme-challenge", "dns-01"]),
+            "--acme-challenge: \"dns-01\" is not tls-alpn-01 or http-01",
+        ),
+        (
+            base(&["--acme-challenge", "http-01"]),
+            "http-01 needs --acme-http-listen",
+        ),
+        (
+            base(&["--acme-key-type", "dsa"]),
+            "--acme-key-type: \"dsa\" is not one of ecdsa-p256",
+        ),
+        (
+            base(&["--acme-ca-file", dir.path("missing").to_str().unwrap()]),
+            "--acme-ca-file: ",
+        ),
+        (
+            base(&["--acme-ca-file", dir.path("notpem").to_str().unwrap()]),
+            "holds no certificate",
+        ),
+        (
+            base(&["--acme-eab-kid", "kid"]),
+            "needs both --acme-eab-kid and --acme-eab-hmac-key",
+        ),
+        (
+            base(&["--acme-state", under_file.to_str().unwrap()]),
+            "--acme-state",
+        ),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, err) = run_to_exit(&args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: wanted {want:?} in: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // The unusable state directory is named with the system's reason.
+    let args = base(&["--acme-state", under_file.to_str().unwrap()]);
+    let (_, err) = run_to_exit(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        err.contains(&under_file.display().to_string()) && err.contains("Not a directory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_wrong_ca_file_or_a_refused_challenge_is_logged_and_shuck_serves_on() {
+    let origin = Origin::echo();
+    let tls_port = free_port();
+    // Pebble checks tls-alpn-01 on a port where nothing listens: the challenge fails.
+    let Some(pebble) = Pebble::start(&PebbleOpts {
+        listen: "127.0.0.1",
+        answer: "127.0.0.1",
+        tls_port: free_port(),
+        http_port: free_port(),
+        validity: 3600,
+    }) else {
+        return;
+    };
+    let dir = TempDir::new("acme-refused");
+    let (cert, _) = openssl_cert(&dir, "default", Key::EcP256, &["default.test"]);
+    let state = dir.path("state");
+    let directory = pebble.directory();
+    let ca = pebble.https_ca();
+    let fe = format!("[127.0.0.1]:{tls_port}");
+    let s = Shuck::start_raw(
+        &[
+            "-f",
+            &fe,
+            "-b",
+            &origin.port_spec,
+            cert.to_str().unwrap(),
+            "--acme-directory",
+            &directory,
+            "--acme-agree-tos",
+            "--acme-state",
+            state.to_str().unwrap(),
+            "--acme-ca-file",
+            ca.to_str().unwrap(),
+            "--acme-domain",
+            "refused.test",
+        ],
+        tls_port,
+    );
+    assert!(
+        s.wait_log(
+            "ACME: order for refused.test failed at validation",
+            Duration::from_secs(60)
+        ),
+        "{}\npebble: {}",
+        s.log(),
+        pebble.log()
+    );
+    let log = s.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("failed at validation"))
+        .unwrap();
+    // The CA's problem document: its type and detail.
+    assert!(line.contains("urn:ietf:params:acme:error:"), "{line}");
+    assert!(line.contains("refused.test"), "{line}");
+    let mut c = tls_connect(s.addr(), &ClientOpts::default()).unwrap();
+    echo_roundtrip(&mut c);
+    drop(s);
+
+    // A CA file that did not sign the CA's HTTPS certificate.
+    let other = TempDir::new("acme-other-ca");
+    let (wrong, _) = openssl_cert(&other, "other", Key::EcP256, &["other.test"]);
+    let s = Shuck::start_raw(
+        &[
+            "-f",
+            &fe,
+            "-b",
+            &origin.port_spec,
+            cert.to_str().unwrap(),
+            "--acme-directory",
+            &directory,
+            "--acme-agree-tos",
+            "--acme-state",
+            state.to_str().unwrap(),
+            "--acme-ca-file",
+            wrong.to_str().unwrap(),
+            "--acme-domain",
+            "refused.test",
+        ],
+        tls_port,
+    );
+    assert!(
+        // The account exists (the first run made it): reading the directory fails.
+        s.wait_log(
+            "ACME: order for refused.test failed at directory",
+            Duration::from_secs(30)
+        ),
+        "{}",
+        s.log()
+    );
+    assert!(s.log().contains("UnknownIssuer"), "{}", s.log());
+    let mut c = tls_connect(s.addr(), &ClientOpts::default()).unwrap();
+    echo_roundtrip(&mut c);
+}
