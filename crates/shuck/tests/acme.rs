@@ -695,3 +695,77 @@ fn a_wrong_ca_file_or_a_refused_challenge_is_logged_and_shuck_serves_on() {
     let mut c = tls_connect(s.addr(), &ClientOpts::default()).unwrap();
     echo_roundtrip(&mut c);
 }
+
+#[test]
+fn a_dead_acme_client_is_replaced_and_the_worker_never_writes_the_state() {
+    let tls_port = free_port();
+    let Some(pebble) = Pebble::start(&PebbleOpts {
+        listen: "127.0.0.1",
+        answer: "127.0.0.1",
+        tls_port,
+        http_port: free_port(),
+        validity: 3600,
+    }) else {
+        return;
+    };
+    let dir = TempDir::new("acme-respawn");
+    let state = dir.path("state");
+    // The worker runs as nobody; the state directory (0700, root's) is the client's alone.
+    let s = acme_shuck(
+        &pebble,
+        tls_port,
+        &state,
+        &["first.test"],
+        &["--user", "nobody"],
+    );
+    assert!(
+        s.wait_log(
+            "ACME: certificate for first.test issued",
+            Duration::from_secs(60)
+        ),
+        "{}",
+        s.log()
+    );
+    let client_pid = |log: &str, nth: usize| -> Option<u32> {
+        log.lines()
+            .filter_map(|l| l.split("ACME client running as process ").nth(1))
+            .nth(nth)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|p| p.parse().ok())
+    };
+    let pid = client_pid(&s.log(), 0).expect("the client's pid is logged");
+    // Two children: the ACME client, as root, and the worker, as nobody.
+    let children = children_of(s.pid());
+    assert_eq!(children.len(), 2, "{children:?}");
+    assert!(children.contains(&pid), "{children:?} {pid}");
+    let worker = children.iter().copied().find(|&c| c != pid).unwrap();
+    let uid = |p: u32| {
+        status_field(p, "Uid:")
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(uid(pid), "0");
+    assert_eq!(uid(worker), sh_out("id -u nobody").trim());
+    let root = pebble.issuing_root();
+    assert!(served(tls_port, "first.test", &root).0, "{}", s.log());
+    sh(&format!("kill -KILL {pid}"));
+    assert!(
+        s.wait_log("the ACME client process", Duration::from_secs(10)),
+        "{}",
+        s.log()
+    );
+    assert!(s.log().contains("starting another in 5s"), "{}", s.log());
+    assert!(
+        wait_until(Duration::from_secs(15), || client_pid(&s.log(), 1)
+            .is_some()),
+        "{}",
+        s.log()
+    );
+    let again = client_pid(&s.log(), 1).unwrap();
+    assert!(children_of(s.pid()).contains(&again));
+    // The new client serves what is stored: no new order.
+    assert!(s.wait_log("ACME: serving the certificate in", Duration::from_secs(10)));
+    assert_eq!(pebble.orders(), 1, "{}", s.log());
+}

@@ -67,7 +67,7 @@ impl KeyType {
 }
 
 /// The ACME settings, checked.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Settings {
     /// The directory URL.
     pub directory: String,
@@ -133,4 +133,21 @@ pub struct Status {
     /// Each certificate (its first name) and when it is renewed next (seconds since the
     /// epoch).
     pub next: Vec<(String, u64)>,
+}
+
+impl std::fmt::Debug for Settings {
+    /// Everything but the HMAC key, which is a secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("directory", &self.directory)
+            .field("domains", &self.domains)
+            .field("contacts", &self.contacts)
+            .field("state", &self.state)
+            .field("challenge", &self.challenge)
+            .field("http_listen", &self.http_listen)
+            .field("ca_file", &self.ca_file)
+            .field("key_type", &self.key_type)
+            .field("eab_kid", &self.eab.as_ref().map(|(kid, _)| kid))
+            .finish()
+    }
 }

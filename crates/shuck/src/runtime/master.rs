@@ -615,7 +615,10 @@ impl Run {
                 std::process::exit(acme_client(settings, theirs));
             }
             Forked::Parent(pid) => {
-                tracing::debug!("ACME client process {pid} started");
+                tracing::info!(
+                    "ACME client running as process {pid} (user {})",
+                    nix::unistd::getuid()
+                );
                 self.acme = Some(AcmeChild {
                     pid,
                     chan: Some(mine),

@@ -206,6 +206,8 @@ impl Reloader {
 fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
     vec![
         ("workers", c.workers.to_string()),
+        // The ACME client runs with the settings it started with.
+        ("acme-*", format!("{:?}", c.acme)),
         (
             "backends",
             match &c.backend {
