@@ -7,16 +7,25 @@
 //! relays them to its worker, whose acknowledgement comes back the same way), "new
 //! certificates are in the state directory" (the master reads them and the worker swaps
 //! them in), and the counters shown in the worker's metrics.
+//!
+//! In a farm (replication on), it also speaks to the other hosts' clients through the
+//! worker's sealed channel ([`super::farm`]): it asks for their certificates at start,
+//! orders a certificate only while it holds its lease, publishes its answers on every host
+//! before the CA checks, and sends what it got to every host.
 
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use instant_acme::{Account, AccountCredentials, ExternalAccountKey, NewAccount};
 use tokio::sync::mpsc;
 
+use super::farm::{self, FarmMsg, HostId};
 use super::order::{self, OrderError, Publish};
 use super::schedule;
 use super::state::{self, StateDir, Stored};
 use super::{Answered, Event, Settings, Status};
+use crate::clock::unix_ms;
 
 /// Longest an order may take, from the new order to the chain.
 const ORDER_TIMEOUT: Duration = Duration::from_secs(300);
@@ -24,6 +33,17 @@ const ORDER_TIMEOUT: Duration = Duration::from_secs(300);
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
 /// The client wakes at least this often (to ask the CA's renewal window again).
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
+/// How long a lease lasts unless renewed: the time another host waits after the orderer
+/// died.
+const LEASE_TTL: Duration = Duration::from_secs(15);
+/// How often the orderer renews its lease while the order runs.
+const LEASE_RENEW: Duration = Duration::from_secs(4);
+/// After claiming a lease, how long to listen for a competing claim.
+const CLAIM_WAIT: Duration = Duration::from_secs(2);
+/// At start in a farm, how long to wait for the peers' certificates before ordering.
+const FARM_SETTLE: Duration = Duration::from_secs(3);
+/// With multicast peers (how many is unknown), how long the answer is given to spread.
+const MULTICAST_SPREAD: Duration = Duration::from_secs(1);
 
 /// One certificate's life.
 struct Cert {
@@ -36,12 +56,112 @@ struct Cert {
     leaf: Option<Vec<u8>>,
 }
 
-/// The way to the master: events out, the worker's acknowledgements in.
+/// What reaches the client through the master.
+#[derive(Debug)]
+pub enum Inbound {
+    /// The local worker's word on an answer.
+    Answered(Answered),
+    /// A message from another host of the farm (a [`FarmMsg`], encoded).
+    Farm(Vec<u8>),
+}
+
+/// The way to the master: events out, the worker's and the farm's messages in.
 pub struct Link {
     /// Sends an event to the master.
-    pub send: Box<dyn Fn(Event) -> Result<(), String>>,
-    /// The worker's word on answers; ends when the master is gone.
-    pub answered: mpsc::UnboundedReceiver<Answered>,
+    pub send: Rc<dyn Fn(Event) -> Result<(), String>>,
+    /// What the master relays; ends when the master is gone.
+    pub inbox: mpsc::UnboundedReceiver<Inbound>,
+}
+
+/// The link and what has come in through it, read by whoever waits on it.
+struct Hub {
+    link: Link,
+    /// This client's id in leases.
+    me: HostId,
+    /// The local worker's answers, by token.
+    answered: HashMap<String, Option<String>>,
+    /// Leases heard of, by certificate: holder and end (unix ms).
+    leases: HashMap<String, (HostId, u64)>,
+    /// Workers of other hosts that confirmed an answer, by token.
+    acks: HashMap<String, HashSet<HostId>>,
+    /// Certificates other hosts sent, not looked at yet.
+    certs: Vec<(String, String)>,
+    /// A host asked for our certificates.
+    requested: bool,
+    /// The master is gone.
+    closed: bool,
+}
+
+impl Hub {
+    fn send(&self, e: Event) {
+        if let Err(e) = (self.link.send)(e) {
+            tracing::warn!("ACME: cannot reach the master process: {e}");
+        }
+    }
+
+    fn farm(&self, m: &FarmMsg) {
+        self.send(Event::Farm(m.encode()));
+    }
+
+    /// Waits for the next message (at most `within`) and takes it in; false on timeout or
+    /// when the master is gone.
+    async fn absorb_one(&mut self, within: Duration) -> bool {
+        match tokio::time::timeout(within, self.link.inbox.recv()).await {
+            Ok(Some(m)) => {
+                self.take(m);
+                true
+            }
+            Ok(None) => {
+                self.closed = true;
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Takes in what came for `d`.
+    async fn absorb_for(&mut self, d: Duration) {
+        let until = tokio::time::Instant::now() + d;
+        while !self.closed {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() || !self.absorb_one(left).await {
+                return;
+            }
+        }
+    }
+
+    fn take(&mut self, m: Inbound) {
+        match m {
+            Inbound::Answered(a) => {
+                self.answered.insert(a.token, a.error);
+            }
+            Inbound::Farm(body) => match FarmMsg::decode(&body) {
+                Some(FarmMsg::Lease {
+                    cert,
+                    holder,
+                    until_ms,
+                }) => {
+                    if holder != self.me {
+                        self.leases.insert(cert, (holder, until_ms));
+                    }
+                }
+                Some(FarmMsg::Answered { token, by }) => {
+                    self.acks.entry(token).or_default().insert(by);
+                }
+                Some(FarmMsg::Cert { cert, pem }) => self.certs.push((cert, pem)),
+                Some(FarmMsg::Request) => self.requested = true,
+                Some(FarmMsg::Answer { .. } | FarmMsg::Withdraw { .. }) | None => {}
+            },
+        }
+    }
+
+    /// Another host's live lease on `cert`.
+    fn lease_of_other(&self, cert: &str) -> Option<(HostId, u64)> {
+        self.leases
+            .get(cert)
+            .copied()
+            .filter(|(h, until)| *h != self.me && *until > unix_ms())
+    }
 }
 
 /// Runs the client until the master goes away; the process's exit code.
@@ -68,7 +188,16 @@ pub fn run(settings: Settings, link: Link) -> i32 {
         Client {
             settings,
             state,
-            link,
+            hub: Hub {
+                link,
+                me: farm::new_id(),
+                answered: HashMap::new(),
+                leases: HashMap::new(),
+                acks: HashMap::new(),
+                certs: Vec::new(),
+                requested: false,
+                closed: false,
+            },
             account: None,
             orders_ok: 0,
             orders_failed: 0,
@@ -82,7 +211,7 @@ pub fn run(settings: Settings, link: Link) -> i32 {
 struct Client {
     settings: Settings,
     state: StateDir,
-    link: Link,
+    hub: Hub,
     account: Option<Account>,
     orders_ok: u64,
     orders_failed: u64,
@@ -126,13 +255,25 @@ impl Client {
                 c
             })
             .collect();
+        if self.settings.farm.is_some() {
+            // What the farm already holds is not ordered again.
+            self.hub.farm(&FarmMsg::Request);
+            self.hub.absorb_for(FARM_SETTLE).await;
+        }
         loop {
-            for cert in certs.iter_mut() {
-                if cert.due <= SystemTime::now() {
-                    self.renew(cert).await;
+            self.farm_work(&mut certs);
+            for i in 0..certs.len() {
+                if certs[i].due <= SystemTime::now() {
+                    self.renew(&mut certs[i]).await;
+                    // Certificates that came while ordering are taken before the next.
+                    self.farm_work(&mut certs);
                 }
             }
             self.report(&certs);
+            if self.hub.closed {
+                // The master is gone: nothing to serve for.
+                return;
+            }
             let next = certs
                 .iter()
                 .map(|c| c.due)
@@ -140,13 +281,93 @@ impl Client {
                 .and_then(|t| t.duration_since(SystemTime::now()).ok())
                 .unwrap_or(Duration::ZERO)
                 .min(MAX_SLEEP);
-            tokio::select! {
-                _ = tokio::time::sleep(next) => {}
-                m = self.link.answered.recv() => if m.is_none() {
-                    // The master is gone: nothing to serve for.
-                    return;
-                },
+            self.hub.absorb_one(next).await;
+        }
+    }
+
+    /// The farm's part: certificates other hosts sent are kept and served when newer than
+    /// ours; a host that asked gets ours.
+    fn farm_work(&mut self, certs: &mut [Cert]) {
+        for (name, pem) in std::mem::take(&mut self.hub.certs) {
+            let Some(cert) = certs.iter_mut().find(|c| c.names[0] == name) else {
+                continue;
+            };
+            let loaded = match crate::tls::pem::LoadedCert::from_pem(pem.as_bytes(), &name, None) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(certificate = %name, "ACME: a certificate from the farm is unusable: {e}");
+                    continue;
+                }
+            };
+            let now = SystemTime::now();
+            if loaded.is_expired(now) || cert.names.iter().any(|n| !loaded.names.contains(n)) {
+                continue;
             }
+            let ours = cert
+                .leaf
+                .as_deref()
+                .and_then(|d| x509_parser::parse_x509_certificate(d).ok())
+                .map(|(_, x)| SystemTime::from(x.validity().not_after.to_datetime()));
+            if ours.is_some_and(|t| Some(t) >= loaded.not_after) {
+                continue;
+            }
+            let path = self.state.cert_path(&name);
+            if let Err(e) = self.state.write_secret(&path, pem.as_bytes()) {
+                tracing::error!(certificate = %name, "ACME: cannot keep the farm's certificate in {}: {e}", path.display());
+                continue;
+            }
+            cert.leaf = loaded.key.cert.first().map(|d| d.to_vec());
+            cert.failures = 0;
+            cert.due = renewal_by_lifetime(&loaded);
+            tracing::info!(
+                certificate = %name,
+                "ACME: certificate for {} received from the farm, valid until {}; renewal due at {}",
+                cert.names.join(","),
+                loaded.not_after.map(when).unwrap_or_default(),
+                when(cert.due)
+            );
+            self.hub.send(Event::Issued);
+        }
+        if std::mem::take(&mut self.hub.requested) {
+            for cert in certs.iter().filter(|c| c.leaf.is_some()) {
+                let path = self.state.cert_path(&cert.names[0]);
+                if let Ok(pem) = std::fs::read_to_string(&path) {
+                    self.hub.farm(&FarmMsg::Cert {
+                        cert: cert.names[0].clone(),
+                        pem,
+                    });
+                }
+            }
+        }
+    }
+
+    /// In a farm: whether this host may order `cert` now (it holds the lease); if not,
+    /// `cert.due` is moved past the other host's lease.
+    async fn claim(&mut self, cert: &mut Cert) -> bool {
+        let name = cert.names[0].clone();
+        let defer = |cert: &mut Cert, until_ms: u64| {
+            let jitter = Duration::from_millis((schedule::random_fraction() * 2000.0) as u64);
+            cert.due = SystemTime::UNIX_EPOCH + Duration::from_millis(until_ms) + jitter;
+        };
+        if let Some((_, until)) = self.hub.lease_of_other(&name) {
+            tracing::info!(certificate = %name, "ACME: another host of the farm orders {name}; waiting for it");
+            defer(cert, until);
+            return false;
+        }
+        self.hub.farm(&FarmMsg::Lease {
+            cert: name.clone(),
+            holder: self.hub.me,
+            until_ms: unix_ms() + LEASE_TTL.as_millis() as u64,
+        });
+        self.hub.absorb_for(CLAIM_WAIT).await;
+        match self.hub.lease_of_other(&name) {
+            // Two claims at once: the lower id orders.
+            Some((holder, until)) if holder < self.hub.me => {
+                tracing::info!(certificate = %name, "ACME: another host of the farm claimed {name} too and orders it; waiting for it");
+                defer(cert, until);
+                false
+            }
+            _ => true,
         }
     }
 
@@ -154,6 +375,17 @@ impl Client {
     /// scheduled with backoff.
     async fn renew(&mut self, cert: &mut Cert) {
         let first = cert.names[0].clone();
+        if self.settings.farm.is_some() {
+            if !self.claim(cert).await {
+                return;
+            }
+            // A certificate that came while claiming may make the order needless.
+            let due = cert.due;
+            self.farm_work(std::slice::from_mut(cert));
+            if cert.due > SystemTime::now() && cert.due != due {
+                return;
+            }
+        }
         let result = match tokio::time::timeout(ORDER_TIMEOUT, self.order(&cert.names)).await {
             Ok(r) => r,
             Err(_) => Err(OrderError {
@@ -197,7 +429,19 @@ impl Client {
                     loaded.not_after.map(when).unwrap_or_default(),
                     when(cert.due)
                 );
-                self.send(Event::Issued);
+                self.hub.send(Event::Issued);
+                if self.settings.farm.is_some() {
+                    let path = self.state.cert_path(&first);
+                    match std::fs::read_to_string(&path) {
+                        Ok(pem) => self.hub.farm(&FarmMsg::Cert {
+                            cert: first.clone(),
+                            pem,
+                        }),
+                        Err(e) => {
+                            tracing::warn!(certificate = %first, "ACME: cannot send the certificate to the farm: {e}")
+                        }
+                    }
+                }
             }
             Err(e) => {
                 self.orders_failed += 1;
@@ -218,21 +462,53 @@ impl Client {
                 );
             }
         }
+        if self.settings.farm.is_some() {
+            // Done either way: another host may try at once if this one failed.
+            self.hub.farm(&FarmMsg::Lease {
+                cert: first,
+                holder: self.hub.me,
+                until_ms: 0,
+            });
+        }
     }
 
     async fn order(&mut self, names: &[String]) -> Result<order::Issued, OrderError> {
         let account = self.account().await?;
+        let send = self.hub.link.send.clone();
+        let lease = self.settings.farm.is_some().then(|| FarmMsg::Lease {
+            cert: names[0].clone(),
+            holder: self.hub.me,
+            until_ms: 0,
+        });
         let mut publish = Publisher {
-            link: &mut self.link,
+            hub: &mut self.hub,
+            peers: self.settings.farm.as_ref().map(|f| f.unicast_peers),
         };
-        order::run(
+        let run = order::run(
             &account,
             names,
             self.settings.challenge,
             self.settings.key_type,
             &mut publish,
-        )
-        .await
+        );
+        tokio::pin!(run);
+        let mut renew = tokio::time::interval(LEASE_RENEW);
+        loop {
+            tokio::select! {
+                r = &mut run => return r,
+                _ = renew.tick() => {
+                    // The lease is kept while the order runs.
+                    if let Some(FarmMsg::Lease { cert, holder, .. }) = &lease {
+                        let m = FarmMsg::Lease {
+                            cert: cert.clone(),
+                            holder: *holder,
+                            until_ms: unix_ms() + LEASE_TTL.as_millis() as u64,
+                        };
+                        let _ = send(Event::Farm(m.encode()));
+                    }
+                }
+            }
+        }
     }
 
     /// The account: as stored for this directory, else a new one (stored).
@@ -329,7 +605,7 @@ impl Client {
     }
 
     fn report(&self, certs: &[Cert]) {
-        self.send(Event::Status(Status {
+        self.hub.send(Event::Status(Status {
             orders_ok: self.orders_ok,
             orders_failed: self.orders_failed,
             next: certs
@@ -338,56 +614,92 @@ impl Client {
                 .collect(),
         }));
     }
-
-    fn send(&self, e: Event) {
-        if let Err(e) = (self.link.send)(e) {
-            tracing::warn!("ACME: cannot reach the master process: {e}");
-        }
-    }
 }
 
-/// Publishes answers through the master to the worker, waiting for its word.
+/// Publishes answers through the master to the worker (and, in a farm, to every host's
+/// worker), waiting for their word.
 struct Publisher<'a> {
-    link: &'a mut Link,
+    hub: &'a mut Hub,
+    /// In a farm: how many other hosts must confirm (`Some(0)`: multicast, unknown).
+    peers: Option<usize>,
 }
 
 impl Publish for Publisher<'_> {
     async fn publish(&mut self, name: &str, token: &str, key_auth: &str) -> Result<(), String> {
-        (self.link.send)(Event::Answer {
+        self.hub.answered.remove(token);
+        self.hub.acks.remove(token);
+        (self.hub.link.send)(Event::Answer {
             name: name.to_owned(),
             token: token.to_owned(),
             key_auth: key_auth.to_owned(),
         })
         .map_err(|e| format!("cannot reach the master process: {e}"))?;
-        let wait = async {
-            loop {
-                match self.link.answered.recv().await {
-                    Some(Answered { token: t, error }) if t == token => {
-                        return match error {
-                            None => Ok(()),
-                            Some(e) => Err(e),
-                        }
-                    }
-                    Some(_) => {}
-                    None => return Err("the master process is gone".to_owned()),
+        let answer = FarmMsg::Answer {
+            name: name.to_owned(),
+            token: token.to_owned(),
+            key_auth: key_auth.to_owned(),
+        };
+        if self.peers.is_some() {
+            self.hub.farm(&answer);
+        }
+        let deadline = tokio::time::Instant::now() + PUBLISH_TIMEOUT;
+        let started = tokio::time::Instant::now();
+        let mut resent = false;
+        loop {
+            if let Some(result) = self.hub.answered.get(token) {
+                if let Some(e) = result {
+                    return Err(e.clone());
+                }
+                let confirmed = self.hub.acks.get(token).map_or(0, HashSet::len);
+                match self.peers {
+                    None => return Ok(()),
+                    Some(0) if started.elapsed() >= MULTICAST_SPREAD => return Ok(()),
+                    Some(n) if n > 0 && confirmed >= n => return Ok(()),
+                    _ => {}
                 }
             }
-        };
-        tokio::time::timeout(PUBLISH_TIMEOUT, wait)
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "the worker did not confirm the answer within {}s",
-                    PUBLISH_TIMEOUT.as_secs()
-                ))
-            })
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return match (self.hub.answered.get(token), self.peers) {
+                    (None, _) => Err(format!(
+                        "the worker did not confirm the answer within {}s",
+                        PUBLISH_TIMEOUT.as_secs()
+                    )),
+                    (Some(_), Some(n)) => {
+                        // The CA may still land on a host that has it: go on, say so.
+                        tracing::warn!(
+                            "ACME: {} of {n} other hosts confirmed the answer for {name}; asking the CA anyway",
+                            self.hub.acks.get(token).map_or(0, HashSet::len)
+                        );
+                        Ok(())
+                    }
+                    (Some(_), None) => Ok(()),
+                };
+            }
+            if !resent && started.elapsed() >= Duration::from_secs(2) && self.peers.is_some() {
+                // A datagram may be lost: once more.
+                self.hub.farm(&answer);
+                resent = true;
+            }
+            let step = (deadline - now).min(Duration::from_millis(200));
+            self.hub.absorb_one(step).await;
+            if self.hub.closed {
+                return Err("the master process is gone".to_owned());
+            }
+        }
     }
 
     fn withdraw(&mut self, name: &str, token: &str) {
-        let _ = (self.link.send)(Event::Withdraw {
+        self.hub.send(Event::Withdraw {
             name: name.to_owned(),
             token: token.to_owned(),
         });
+        if self.peers.is_some() {
+            self.hub.farm(&FarmMsg::Withdraw {
+                name: name.to_owned(),
+                token: token.to_owned(),
+            });
+        }
     }
 }
 

@@ -16,6 +16,7 @@
 
 pub mod answers;
 pub mod client;
+pub mod farm;
 pub mod http01;
 pub mod order;
 pub mod schedule;
@@ -87,6 +88,16 @@ pub struct Settings {
     pub key_type: KeyType,
     /// External account binding: key identifier and HMAC key.
     pub eab: Option<(String, Vec<u8>)>,
+    /// With replication on: the farm the certificates are ordered for.
+    pub farm: Option<FarmPeers>,
+}
+
+/// The other hosts of the farm, as replication reaches them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FarmPeers {
+    /// Unicast peers (`-P HOST:PORT`): each must confirm an answer. 0 with multicast
+    /// only, where how many hosts listen is unknown.
+    pub unicast_peers: usize,
 }
 
 /// What the ACME client tells the master.
@@ -112,6 +123,8 @@ pub enum Event {
     Issued,
     /// What the metrics show.
     Status(Status),
+    /// A message for the farm's other hosts (a [`farm::FarmMsg`], encoded).
+    Farm(Vec<u8>),
 }
 
 /// The worker's word on an answer, relayed back to the client.
@@ -148,6 +161,7 @@ impl std::fmt::Debug for Settings {
             .field("ca_file", &self.ca_file)
             .field("key_type", &self.key_type)
             .field("eab_kid", &self.eab.as_ref().map(|(kid, _)| kid))
+            .field("farm", &self.farm)
             .finish()
     }
 }

@@ -196,5 +196,6 @@ pub(super) fn settings(cli: &Cli) -> Result<Option<acme::Settings>, ConfigError>
         ca_file: cli.acme_ca_file.clone(),
         key_type,
         eab,
+        farm: None,
     }))
 }

@@ -205,7 +205,12 @@ impl Config {
             .collect::<Result<Vec<_>, ConfigError>>()?;
         frontend::check_unique(&frontends)?;
         let (mut certs, mut default_cert, self_signed) = tls::load_certs(cli)?;
-        let acme = acme::settings(cli)?;
+        let mut acme = acme::settings(cli)?;
+        if let (Some(a), Some(r)) = (&mut acme, &replication) {
+            a.farm = Some(crate::acme::FarmPeers {
+                unicast_peers: r.peers.iter().filter(|p| !p.ip().is_multicast()).count(),
+            });
+        }
         // ACME certificates come first: they are never the default one (hitch's last).
         let acme_loaded = acme
             .as_ref()

@@ -82,6 +82,9 @@ pub enum Msg {
     Acme(crate::acme::Event),
     /// Worker → master → ACME client: the answer is live (or why not).
     AcmeAnswered(crate::acme::Answered),
+    /// Worker → master → ACME client: a farm message from another host (a
+    /// `crate::acme::farm::FarmMsg`, encoded).
+    Farm(Vec<u8>),
     /// Master → worker: the ACME certificates, read while recording this; the running
     /// configuration is rebuilt with them.
     Certificates(Recording),
@@ -284,6 +287,14 @@ fn encode(msg: &Msg) -> (u8, Vec<u8>) {
         Msg::Certificates(rec) => {
             put_recording(&mut w, rec);
             15
+        }
+        Msg::Farm(body) => {
+            put_bytes(&mut w, body);
+            16
+        }
+        Msg::Acme(Event::Farm(body)) => {
+            put_bytes(&mut w, body);
+            17
         }
     };
     (tag, w)
@@ -498,6 +509,8 @@ fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, String> {
             }))
         }
         15 => Msg::Certificates(get_recording(&mut r)?),
+        16 => Msg::Farm(r.bytes()?.to_vec()),
+        17 => Msg::Acme(Event::Farm(r.bytes()?.to_vec())),
         t => return Err(format!("unknown message {t}")),
     };
     if !fds.is_empty() {

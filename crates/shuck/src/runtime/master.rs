@@ -453,7 +453,7 @@ impl Run {
             Ok(Msg::Reload) => self.reload(),
             Ok(Msg::Upgrade) => self.start_upgrade(),
             Ok(m @ (Msg::Sessions(_) | Msg::SessionsEnd)) => self.to_successor(&m),
-            Ok(m @ Msg::AcmeAnswered(_)) => self.to_acme(&m),
+            Ok(m @ (Msg::AcmeAnswered(_) | Msg::Farm(_))) => self.to_acme(&m),
             Ok(m) => tracing::warn!("unexpected message from the worker process: {m:?}"),
             // It is ending; SIGCHLD says how.
             Err(_) => w.chan = None,
@@ -655,6 +655,7 @@ impl Run {
                 }
                 self.to_worker(&m);
             }
+            Ok(Msg::Acme(crate::acme::Event::Farm(body))) => self.to_worker(&Msg::Farm(body)),
             Ok(m @ Msg::Acme(_)) => self.to_worker(&m),
             Ok(m) => tracing::warn!("unexpected message from the ACME client process: {m:?}"),
             // It is ending; SIGCHLD says how.
@@ -844,15 +845,18 @@ fn acme_client(settings: crate::acme::Settings, chan: Channel) -> i32 {
             return 1;
         }
     };
-    let (tx, answered) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, inbox) = tokio::sync::mpsc::unbounded_channel();
     let spawned = std::thread::Builder::new()
         .name("shuck-acme-link".into())
         .spawn(move || {
             while let Ok(m) = reader.recv() {
-                if let Msg::AcmeAnswered(a) = m {
-                    if tx.send(a).is_err() {
-                        break;
-                    }
+                let inbound = match m {
+                    Msg::AcmeAnswered(a) => crate::acme::client::Inbound::Answered(a),
+                    Msg::Farm(body) => crate::acme::client::Inbound::Farm(body),
+                    _ => continue,
+                };
+                if tx.send(inbound).is_err() {
+                    break;
                 }
             }
         });
@@ -861,8 +865,8 @@ fn acme_client(settings: crate::acme::Settings, chan: Channel) -> i32 {
         return 1;
     }
     let link = crate::acme::client::Link {
-        send: Box::new(move |e| chan.send(&Msg::Acme(e)).map_err(|e| e.to_string())),
-        answered,
+        send: std::rc::Rc::new(move |e| chan.send(&Msg::Acme(e)).map_err(|e| e.to_string())),
+        inbox,
     };
     crate::acme::client::run(settings, link)
 }

@@ -156,6 +156,11 @@ pub struct Services {
     pub stats: Option<std::net::TcpListener>,
     /// The `--acme-http-listen` listener, served by the supervisor's runtime.
     pub acme_http: Option<std::net::TcpListener>,
+    /// With ACME and replication: farm messages out to the peers, and in from them.
+    pub farm: Option<(
+        crate::session::sync::FarmOut,
+        mpsc::UnboundedReceiver<Vec<u8>>,
+    )>,
     /// Tells the OCSP thread which certificates to keep staples for.
     pub ocsp_updates: Option<Updates>,
     /// A message each time new staples arrived.
@@ -190,14 +195,28 @@ impl Services {
             )?),
             _ => None,
         };
+        let mut farm = None;
         let replication = match (&config.replication, sockets.replication) {
             (Some(settings), Some(sock)) => {
+                // With ACME, the farm's messages ride on replication.
+                let (farm_in, farm_rx) = match &config.acme {
+                    Some(_) => {
+                        let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+                        let f: crate::session::sync::FarmIn = Box::new(move |body: &[u8]| {
+                            let _ = tx.send(body.to_vec());
+                        });
+                        (Some(f), Some(rx))
+                    }
+                    None => (None, None),
+                };
                 let r = Replication::start_on(
                     sock,
                     settings,
                     resumption.cache.clone(),
                     resumption.tickets.clone(),
+                    farm_in,
                 )?;
+                farm = farm_rx.map(|rx| (r.farm_out(), rx));
                 tracing::info!(
                     "replicating sessions{} on udp {} with {}",
                     if resumption
@@ -247,6 +266,7 @@ impl Services {
         Ok(Services {
             stats: sockets.stats,
             acme_http: sockets.acme_http,
+            farm,
             ocsp_updates,
             restaple,
             replication,

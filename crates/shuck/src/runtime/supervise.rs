@@ -150,6 +150,11 @@ impl Supervisor {
                 tracing::info!("answering ACME http-01 challenges at http://{}/.well-known/acme-challenge/ (other requests: 301 to https)", l.local_addr()?);
                 tokio::spawn(crate::acme::http01::serve(l));
             }
+            let (farm_out, mut farm_in) = match services.farm.take() {
+                Some((out, rx)) => (Some(out), Some(rx)),
+                None => (None, None),
+            };
+            let worker_id = crate::acme::farm::new_id();
             let mut report = tokio::time::interval(STATS_EVERY);
             report.tick().await;
             let mut waiting = await_sessions;
@@ -214,9 +219,20 @@ impl Supervisor {
                             break;
                         }
                         Some(Msg::Acme(e)) => acme_event(e, &master, &sources),
+                        Some(Msg::Farm(body)) => {
+                            // From this host's ACME client, for the other hosts.
+                            if let Some(out) = &farm_out {
+                                if !out.send(&body) {
+                                    tracing::warn!("ACME: a farm message ({} bytes) could not be sent to the peers", body.len());
+                                }
+                            }
+                        }
                         Some(Msg::Certificates(rec)) => reloader.certificates(&frontends, rec),
                         Some(m) => tracing::warn!("unexpected message from the master process: {m:?}"),
                     },
+                    Some(body) = async { match &mut farm_in { Some(rx) => rx.recv().await, None => std::future::pending().await } } => {
+                        farm_message(&body, &master, farm_out.as_ref(), worker_id);
+                    }
                     _ = report.tick() => tracing::debug!("{}", stats::summary(&sources)),
                     _ = workers.done.recv() => {
                         tracing::error!("workers stopped unexpectedly");
@@ -312,7 +328,39 @@ fn acme_event(e: crate::acme::Event, master: &MasterLink, sources: &Sources) {
                 *kept = st;
             }
         }
-        Event::Issued => {}
+        Event::Issued | Event::Farm(_) => {}
+    }
+}
+
+/// A farm message from another host: challenge answers are installed here at once and
+/// confirmed to the farm; the rest is for this host's ACME client.
+fn farm_message(
+    body: &[u8],
+    master: &MasterLink,
+    out: Option<&crate::session::sync::FarmOut>,
+    me: crate::acme::farm::HostId,
+) {
+    use crate::acme::answers::answers;
+    use crate::acme::farm::FarmMsg;
+    match FarmMsg::decode(body) {
+        Some(FarmMsg::Answer {
+            name,
+            token,
+            key_auth,
+        }) => match answers().add(&name, &token, &key_auth) {
+            Ok(()) => {
+                if let Some(out) = out {
+                    out.send(&FarmMsg::Answered { token, by: me }.encode());
+                }
+            }
+            Err(e) => tracing::warn!("ACME: cannot answer the farm's challenge for {name}: {e}"),
+        },
+        Some(FarmMsg::Withdraw { name, token }) => answers().remove(&name, &token),
+        Some(_) => master.send(&Msg::Farm(body.to_vec())),
+        None => tracing::debug!(
+            "ACME: a farm message that does not parse ({} bytes)",
+            body.len()
+        ),
     }
 }
 

@@ -190,6 +190,10 @@ pub struct SyncStats {
     pub received_keys: AtomicU64,
     /// Requests answered.
     pub requests: AtomicU64,
+    /// Farm (ACME) records sent.
+    pub sent_farm: AtomicU64,
+    /// Farm (ACME) records received.
+    pub received_farm: AtomicU64,
     /// Datagrams dropped, by [`Reject`] (indexed by [`Reject::index`]).
     pub dropped: [AtomicU64; Reject::ALL.len()],
 }
@@ -211,7 +215,40 @@ pub struct Replication {
     local: SocketAddr,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    tx: mpsc::SyncSender<Outgoing>,
 }
+
+/// Sends farm (ACME) records to every peer; cheap to clone.
+#[derive(Clone)]
+pub struct FarmOut {
+    tx: mpsc::SyncSender<Outgoing>,
+    stats: Arc<SyncStats>,
+}
+
+impl std::fmt::Debug for FarmOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FarmOut")
+    }
+}
+
+impl FarmOut {
+    /// Queues `body` for every peer; false when it cannot go (too large for a datagram,
+    /// or the queue is full).
+    pub fn send(&self, body: &[u8]) -> bool {
+        let mut r = Vec::with_capacity(wire::RECORD_HEADER + body.len());
+        if wire::push_farm(&mut r, body).is_none() {
+            return false;
+        }
+        let sent = self.tx.try_send(Outgoing::Record(r)).is_ok();
+        if sent {
+            self.stats.sent_farm.fetch_add(1, Relaxed);
+        }
+        sent
+    }
+}
+
+/// What a farm record received is handed to (on the receiving thread: it must not block).
+pub type FarmIn = Box<dyn Fn(&[u8]) + Send + Sync>;
 
 impl std::fmt::Debug for Replication {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -230,6 +267,7 @@ struct Shared {
     stop: Arc<AtomicBool>,
     cache: Option<Arc<SessionCache>>,
     tickets: Option<Arc<TicketKeys>>,
+    farm_in: Option<FarmIn>,
 }
 
 impl Replication {
@@ -240,7 +278,7 @@ impl Replication {
         cache: Option<Arc<SessionCache>>,
         tickets: Option<Arc<TicketKeys>>,
     ) -> Result<Self, SyncError> {
-        Self::start_on(Self::bind(settings)?, settings, cache, tickets)
+        Self::start_on(Self::bind(settings)?, settings, cache, tickets, None)
     }
 
     /// Binds the replication socket (before privileges are dropped; see [`Self::start_on`]).
@@ -248,12 +286,14 @@ impl Replication {
         net::open(settings.listen, &settings.peers, settings.iface.as_ref())
     }
 
-    /// As [`Self::start`], on a socket from [`Self::bind`].
+    /// As [`Self::start`], on a socket from [`Self::bind`]; farm records received go to
+    /// `farm_in`.
     pub fn start_on(
         sock: UdpSocket,
         settings: &Settings,
         cache: Option<Arc<SessionCache>>,
         tickets: Option<Arc<TicketKeys>>,
+        farm_in: Option<FarmIn>,
     ) -> Result<Self, SyncError> {
         sock.set_read_timeout(Some(POLL))
             .map_err(|source| SyncError::Socket {
@@ -283,7 +323,7 @@ impl Replication {
                 source: io::Error::other("key derivation failed"),
             })
         };
-        let shared = |sock, sealer| {
+        let shared = |sock, sealer, farm_in| {
             Arc::new(Shared {
                 sock,
                 sealer,
@@ -292,10 +332,11 @@ impl Replication {
                 stop: stop.clone(),
                 cache: cache.clone(),
                 tickets: tickets.clone(),
+                farm_in,
             })
         };
-        let recv_side = shared(sock, sealer()?);
-        let send_side = shared(send_sock, sealer()?);
+        let recv_side = shared(sock, sealer()?, farm_in);
+        let send_side = shared(send_sock, sealer()?, None);
 
         if let Some(c) = &cache {
             c.add_sink(Arc::new(Outbox {
@@ -325,6 +366,7 @@ impl Replication {
                     source,
                 })
         };
+        let own_tx = tx.clone();
         let sender = spawn(
             "shuck-sync-send",
             Box::new(move || Sender::new(send_side, dests).run(rx)),
@@ -339,7 +381,16 @@ impl Replication {
             local,
             stop,
             threads: vec![sender, receiver],
+            tx: own_tx,
         })
+    }
+
+    /// Where farm (ACME) records are sent from.
+    pub fn farm_out(&self) -> FarmOut {
+        FarmOut {
+            tx: self.tx.clone(),
+            stats: self.stats.clone(),
+        }
     }
 
     /// The address the socket is bound to.

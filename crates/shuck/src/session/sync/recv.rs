@@ -100,6 +100,12 @@ fn accept(
                 s.requests.fetch_add(1, Relaxed);
                 let _ = answers.try_send(Outgoing::Answer { to: from, flags });
             }
+            Record::Farm(body) => {
+                if let Some(f) = &shared.farm_in {
+                    s.received_farm.fetch_add(1, Relaxed);
+                    f(body);
+                }
+            }
             Record::Unknown(_) => {}
         }
     }

@@ -15,7 +15,8 @@
 //! Records, each `type (1) ‖ length (2, big endian) ‖ body`:
 //! `New` (1) `key length (1) ‖ key ‖ age in ms (4) ‖ value`; `Del` (2) `key`;
 //! `Keys` (3) `n × (name (16) ‖ secret (32) ‖ retire at, unix ms (8))`;
-//! `Request` (4) `flags (1)`: bit 0 asks for ticket keys, bit 1 for sessions.
+//! `Request` (4) `flags (1)`: bit 0 asks for ticket keys, bit 1 for sessions;
+//! `Farm` (5) an opaque body for the farm's ACME client (`crate::acme::farm`).
 //! Unknown record types are skipped, so a later version may add some.
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, NONCE_LEN};
@@ -57,6 +58,8 @@ pub mod kind {
     pub const KEYS: u8 = 3;
     /// A request for state.
     pub const REQUEST: u8 = 4;
+    /// A message of the farm's ACME clients, carried as it is.
+    pub const FARM: u8 = 5;
 }
 
 /// `Request` flag: send your ticket keys.
@@ -277,6 +280,8 @@ pub enum Record<'a> {
         /// [`WANT_KEYS`] and/or [`WANT_SESSIONS`].
         flags: u8,
     },
+    /// A message of the farm's ACME clients (its body, not parsed here).
+    Farm(&'a [u8]),
     /// A type this version does not know; skipped.
     Unknown(u8),
 }
@@ -344,6 +349,8 @@ fn parse_record(buf: &[u8]) -> Result<(Record<'_>, &[u8]), Reject> {
             [flags] => Record::Request { flags: *flags },
             _ => return Err(Reject::Malformed),
         },
+        kind::FARM if body.is_empty() => return Err(Reject::Malformed),
+        kind::FARM => Record::Farm(body),
         other => Record::Unknown(other),
     };
     Ok((rec, rest))
@@ -411,6 +418,17 @@ pub fn keys_records(keys: &[SharedKey]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Appends a `Farm` record; `None` when `body` is empty or does not fit in a datagram.
+pub fn push_farm(out: &mut Vec<u8>, body: &[u8]) -> Option<()> {
+    if body.is_empty() || RECORD_HEADER + body.len() > MAX_PLAINTEXT {
+        return None;
+    }
+    out.push(kind::FARM);
+    out.extend_from_slice(&u16::try_from(body.len()).ok()?.to_be_bytes());
+    out.extend_from_slice(body);
+    Some(())
+}
+
 /// Appends a `Request` record.
 pub fn push_request(out: &mut Vec<u8>, flags: u8) {
     out.extend_from_slice(&[kind::REQUEST, 0, 1, flags]);
@@ -444,6 +462,7 @@ mod tests {
             .concat(),
         );
         push_request(&mut r, WANT_KEYS | WANT_SESSIONS);
+        push_farm(&mut r, b"farm body").unwrap();
         r
     }
 
@@ -480,6 +499,7 @@ mod tests {
                 flags: WANT_KEYS | WANT_SESSIONS
             }
         );
+        assert_eq!(recs[4], Record::Farm(b"farm body"));
     }
 
     #[test]
