@@ -59,6 +59,7 @@ fn tls_alpn_01_and_http_01_certificates_are_issued_and_served() {
         tls_port,
         http_port,
         validity: 3600,
+        va_sleep: 0,
     }) else {
         return;
     };
@@ -240,6 +241,7 @@ fn renewal_swaps_the_certificate_and_live_connections_keep_theirs() {
         tls_port,
         http_port: free_port(),
         validity: 12,
+        va_sleep: 0,
     }) else {
         return;
     };
@@ -314,6 +316,7 @@ fn an_unreachable_ca_keeps_the_old_certificate_and_backs_off() {
         tls_port,
         http_port: free_port(),
         validity: 9,
+        va_sleep: 0,
     }) else {
         return;
     };
@@ -385,6 +388,7 @@ fn a_restart_serves_the_state_directory_without_a_new_order() {
         tls_port,
         http_port: free_port(),
         validity: 3600,
+        va_sleep: 0,
     }) else {
         return;
     };
@@ -611,6 +615,7 @@ fn a_wrong_ca_file_or_a_refused_challenge_is_logged_and_shuck_serves_on() {
         tls_port: free_port(),
         http_port: free_port(),
         validity: 3600,
+        va_sleep: 0,
     }) else {
         return;
     };
@@ -705,6 +710,7 @@ fn a_dead_acme_client_is_replaced_and_the_worker_never_writes_the_state() {
         tls_port,
         http_port: free_port(),
         validity: 3600,
+        va_sleep: 0,
     }) else {
         return;
     };

@@ -7,6 +7,10 @@
 //! killed a third of the way through and restarted two thirds of the way: no connection
 //! fails, and the restarted host resumes sessions made before it came back.
 //!
+//! ACME across the farm: pebble (Debian's ACME test server) validates through HAProxy, so
+//! its connection lands on any host; each certificate is ordered once and served by all
+//! three, also when its orderer dies in the middle of the order.
+//!
 //! Needs root (network namespaces) and HAProxy (installed with apt-get when missing); says
 //! SKIP otherwise. Every namespace, link and process is removed at the end, also on failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -391,4 +395,240 @@ fn farm_through_redis_resumes_anywhere() {
 #[test]
 fn farm_ipv6_multicast_resumes_anywhere() {
     run_farm(Mode::Tls13Tickets, Transport::MulticastV6);
+}
+
+// ---------------------------------------------------------------- ACME across the farm
+
+/// A farm host with ACME for `name`, its state in `dir`, replication by unicast.
+fn start_acme_host(
+    farm: &Farm,
+    i: usize,
+    key: &str,
+    pebble: &common::pebble::Pebble,
+    dir: &TempDir,
+    name: &str,
+) -> Shuck {
+    let ns = farm.ns(i);
+    let fe = format!("[{}]:{TLS_PORT}", farm.ip(i));
+    let state = dir.path(&format!("state{i}"));
+    let directory = pebble.directory();
+    let ca = pebble.https_ca();
+    let mut args: Vec<String> = vec![
+        "-f".into(),
+        fe,
+        "-n".into(),
+        "1".into(),
+        "-b".into(),
+        "[127.0.0.1]:9".into(),
+        "--shared-cache-key".into(),
+        key.into(),
+        "-U".into(),
+        format!("[*]:{SYNC_PORT}"),
+        "--acme-directory".into(),
+        directory,
+        "--acme-agree-tos".into(),
+        "--acme-state".into(),
+        state.to_str().unwrap().into(),
+        "--acme-ca-file".into(),
+        ca.to_str().unwrap().into(),
+        "--acme-domain".into(),
+        name.into(),
+    ];
+    for j in (1..=HOSTS).filter(|&j| j != i) {
+        args.extend(["-P".into(), format!("[{}]:{SYNC_PORT}", farm.ip(j))]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Shuck::start_with(&["ip", "netns", "exec", &ns], &args, TLS_PORT)
+}
+
+/// The serial of the certificate `host` serves for `name`, when it verifies against
+/// `root`.
+fn farm_serial(host: &str, name: &str, root: &std::path::Path) -> Option<String> {
+    let out = sh_out(&format!(
+        "echo | timeout 10 openssl s_client -connect {host} -servername {name} -CAfile {} -verify_hostname {name} 2>&1",
+        root.display()
+    ));
+    if !out.contains("Verify return code: 0 (ok)") {
+        return None;
+    }
+    let serial = sh_out(&format!(
+        "echo | timeout 10 openssl s_client -connect {host} -servername {name} 2>/dev/null | openssl x509 -noout -serial"
+    ));
+    Some(serial.trim().to_owned())
+}
+
+/// Pebble on the bridge, checking tls-alpn-01 through the balancer (every name resolves
+/// to 127.0.0.1, where HAProxy listens).
+fn farm_pebble(farm: &Farm, lb: &Balancer, va_sleep: u32) -> Option<common::pebble::Pebble> {
+    common::pebble::Pebble::start(&common::pebble::PebbleOpts {
+        listen: &farm.bridge_ip(),
+        answer: "127.0.0.1",
+        tls_port: lb.port,
+        http_port: free_port(),
+        validity: 3600,
+        va_sleep,
+    })
+}
+
+/// Every live host serves the same certificate for `name`, and so does the balancer.
+fn all_serve(farm: &Farm, lb: &Balancer, live: &[usize], name: &str, root: &std::path::Path) {
+    let mut serials = Vec::new();
+    for &i in live {
+        let host = format!("{}:{TLS_PORT}", farm.ip(i));
+        let mut got = None;
+        assert!(
+            wait_until(Duration::from_secs(15), || {
+                got = farm_serial(&host, name, root);
+                got.is_some()
+            }),
+            "host {i} does not serve a certificate for {name} that verifies"
+        );
+        serials.push(got.unwrap());
+    }
+    serials.dedup();
+    assert_eq!(
+        serials.len(),
+        1,
+        "the hosts serve different certificates: {serials:?}"
+    );
+    let via_lb = farm_serial(&format!("127.0.0.1:{}", lb.port), name, root);
+    assert_eq!(via_lb.as_ref(), serials.first());
+}
+
+#[test]
+fn farm_orders_a_certificate_once_and_every_host_serves_it() {
+    if !require("haproxy", "haproxy") {
+        return;
+    }
+    let _one = ONE_FARM_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(farm) = Farm::create() else { return };
+    let lb = Balancer::start(&farm);
+    let Some(pebble) = farm_pebble(&farm, &lb, 0) else {
+        return;
+    };
+    let dir = TempDir::new("farm-acme");
+    let key = key_file(&dir);
+    let hosts: Vec<Shuck> = (1..=HOSTS)
+        .map(|i| start_acme_host(&farm, i, &key, &pebble, &dir, "farm.test"))
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(60), || hosts.iter().all(|h| {
+            let l = h.log();
+            l.contains("ACME: certificate for farm.test issued")
+                || l.contains("ACME: certificate for farm.test received from the farm")
+        })),
+        "not every host has the certificate: {:#?}\npebble: {}",
+        hosts.iter().map(Shuck::log).collect::<Vec<_>>(),
+        pebble.log()
+    );
+    let issued = hosts
+        .iter()
+        .filter(|h| h.log().contains("ACME: certificate for farm.test issued"))
+        .count();
+    assert_eq!(issued, 1, "ordered by {issued} hosts");
+    assert_eq!(pebble.orders(), 1, "{}", pebble.log());
+    let root = pebble.issuing_root();
+    all_serve(&farm, &lb, &[1, 2, 3], "farm.test", &root);
+    // A host that joins later gets it from its peers, with no order.
+    drop(hosts);
+    let empty = TempDir::new("farm-acme-late");
+    let late = start_acme_host(&farm, 2, &key, &pebble, &empty, "farm.test");
+    let others: Vec<Shuck> = [1, 3]
+        .iter()
+        .map(|&i| start_acme_host(&farm, i, &key, &pebble, &dir, "farm.test"))
+        .collect();
+    assert!(
+        late.wait_log(
+            "ACME: certificate for farm.test received from the farm",
+            Duration::from_secs(30)
+        ),
+        "{}",
+        late.log()
+    );
+    assert_eq!(pebble.orders(), 1, "{}", late.log());
+    drop(others);
+}
+
+#[test]
+fn farm_acme_orderer_killed_mid_order_another_host_completes_it() {
+    if !require("haproxy", "haproxy") {
+        return;
+    }
+    let _one = ONE_FARM_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(farm) = Farm::create() else { return };
+    let lb = Balancer::start(&farm);
+    // Pebble waits up to 3 s before validating: the order is surely in flight when its
+    // orderer is stopped.
+    let Some(pebble) = farm_pebble(&farm, &lb, 3) else {
+        return;
+    };
+    let dir = TempDir::new("farm-acme-kill");
+    let key = key_file(&dir);
+    let mut hosts: Vec<Shuck> = (1..=HOSTS)
+        .map(|i| start_acme_host(&farm, i, &key, &pebble, &dir, "kill.test"))
+        .collect();
+    let mut orderer = None;
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            orderer = hosts
+                .iter()
+                .position(|h| h.log().contains("ACME: order created"));
+            orderer.is_some()
+        }),
+        "no host ordered: {:#?}",
+        hosts.iter().map(Shuck::log).collect::<Vec<_>>()
+    );
+    let k = orderer.unwrap();
+    let log = hosts[k].log();
+    let client: u32 = log
+        .lines()
+        .find_map(|l| l.split("ACME client running as process ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .expect("the ACME client's pid is logged");
+    // Frozen in mid-order, then the whole host dies.
+    sh(&format!("kill -STOP {client}"));
+    assert!(
+        !hosts[k]
+            .log()
+            .contains("ACME: certificate for kill.test issued"),
+        "the order finished before it could be stopped: {}",
+        hosts[k].log()
+    );
+    let master = hosts[k].pid();
+    for pid in children_of(master) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    hosts[k].signal("KILL");
+    hosts[k].wait_exit(Duration::from_secs(5)).unwrap();
+    let live: Vec<usize> = (0..HOSTS).filter(|&i| i != k).collect();
+    assert!(
+        wait_until(Duration::from_secs(90), || live.iter().all(|&i| {
+            let l = hosts[i].log();
+            l.contains("ACME: certificate for kill.test issued")
+                || l.contains("ACME: certificate for kill.test received from the farm")
+        })),
+        "the survivors did not complete the order: {:#?}\npebble: {}",
+        live.iter().map(|&i| hosts[i].log()).collect::<Vec<_>>(),
+        pebble.log()
+    );
+    let completed = live
+        .iter()
+        .filter(|&&i| {
+            hosts[i]
+                .log()
+                .contains("ACME: certificate for kill.test issued")
+        })
+        .count();
+    assert_eq!(completed, 1, "completed by {completed} hosts");
+    // The abandoned order and the one that completed.
+    assert_eq!(pebble.orders(), 2, "{}", pebble.log());
+    let root = pebble.issuing_root();
+    let live_hosts: Vec<usize> = live.iter().map(|i| i + 1).collect();
+    all_serve(&farm, &lb, &live_hosts, "kill.test", &root);
+    for i in live {
+        assert!(!hosts[i].log().contains("panicked"));
+    }
 }

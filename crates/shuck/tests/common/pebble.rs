@@ -41,6 +41,8 @@ pub struct PebbleOpts<'a> {
     pub http_port: u16,
     /// Lifetime of the certificates issued, in seconds.
     pub validity: u64,
+    /// Most seconds pebble waits, at random, before it validates (0: none).
+    pub va_sleep: u32,
 }
 
 impl Pebble {
@@ -109,7 +111,11 @@ impl Pebble {
             mgmt,
             dns_port,
             env: vec![
-                ("PEBBLE_VA_NOSLEEP".into(), "1".into()),
+                if o.va_sleep == 0 {
+                    ("PEBBLE_VA_NOSLEEP".into(), "1".into())
+                } else {
+                    ("PEBBLE_VA_SLEEPTIME".into(), o.va_sleep.to_string())
+                },
                 ("PEBBLE_WFE_NONCEREJECT".into(), "0".into()),
                 ("PEBBLE_AUTHZREUSE".into(), "0".into()),
             ],
