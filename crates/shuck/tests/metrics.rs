@@ -248,6 +248,8 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         "shuck_certificate_not_after_seconds",
         "shuck_store_operations_total",
         "shuck_store_lookup_seconds_bucket",
+        "shuck_acme_orders_total",
+        "shuck_acme_next_renewal_seconds",
     ] {
         assert!(
             queried.iter().any(|q| q == m),
@@ -274,8 +276,21 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         key.to_str().unwrap(),
         "--shared-store",
         &redis.url(),
+        // ACME on (its CA unreachable): its families are there too.
+        "--acme-directory",
+        "https://127.0.0.1:1/dir",
+        "--acme-agree-tos",
+        "--acme-domain",
+        "dashboard.test",
+        "--acme-state",
+        dir.path("acme").to_str().unwrap(),
     ]);
-    let (_, body) = scrape(stats, "/metrics");
+    // The client reports once its first attempt is over.
+    let mut body = String::new();
+    assert!(wait_until(Duration::from_secs(20), || {
+        body = scrape(stats, "/metrics").1;
+        body.contains("shuck_acme_next_renewal_seconds{")
+    }));
     let exposed: Vec<&str> = body
         .lines()
         .filter(|l| !l.starts_with('#'))

@@ -59,6 +59,19 @@ async fn answer(mut tcp: TcpStream) {
     let _ = tcp.shutdown().await;
 }
 
+/// The response to the request head in `head`, or `None` while it is incomplete (and
+/// `full` says there is no room for more).
+pub fn response_to(head: &[u8], full: bool) -> Option<String> {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => Some(respond(&req)),
+        Ok(httparse::Status::Partial) if !full => None,
+        Ok(httparse::Status::Partial) => Some(plain(431, "Request Header Fields Too Large", "")),
+        Err(_) => Some(plain(400, "Bad Request", "")),
+    }
+}
+
 fn respond(req: &httparse::Request<'_, '_>) -> String {
     let path = req.path.unwrap_or("/");
     if let Some(token) = path.strip_prefix(PREFIX) {

@@ -33,6 +33,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("datagram", datagram),
     ("client_hello", client_hello),
     ("store_value", store_value),
+    ("acme", acme),
 ];
 
 /// A PROXY v1/v2 header from the client side (`--proxy-proxy`).
@@ -234,6 +235,29 @@ pub fn store_value(data: &[u8]) {
         store::open_any(shared, &name, data);
     }
     let _ = crate::session::tickets::RingState::decode(data);
+}
+
+/// What ACME reads from outside: the first byte picks a farm message from another host
+/// (which must encode back to the same bytes) or a request head on the http-01 port (which
+/// must get a response; a 301's Location must be one line).
+pub fn acme(data: &[u8]) {
+    use crate::acme::farm::FarmMsg;
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    if which % 2 == 0 {
+        if let Some(m) = FarmMsg::decode(rest) {
+            assert_eq!(m.encode(), rest, "a farm message that does not encode back");
+        }
+    } else if let Some(r) = crate::acme::http01::response_to(rest, true) {
+        assert!(r.starts_with("HTTP/1.1 "), "{r}");
+        let head = r.split("\r\n\r\n").next().unwrap_or("");
+        assert!(
+            head.split("\r\n")
+                .all(|l| !l.contains('\n') && !l.contains('\r')),
+            "a response head split by the request: {r:?}"
+        );
+    }
 }
 
 #[cfg(test)]
