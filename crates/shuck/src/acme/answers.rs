@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
@@ -32,11 +33,15 @@ pub enum AnswerError {
 
 #[derive(Default)]
 struct Table {
-    /// Domain → the configuration answering tls-alpn-01 for it.
-    tls: HashMap<String, Arc<ServerConfig>>,
-    /// Token → key authorization.
-    http: HashMap<String, String>,
+    /// Domain → the configuration answering tls-alpn-01 for it, and since when.
+    tls: HashMap<String, (Arc<ServerConfig>, Instant)>,
+    /// Token → key authorization, and since when.
+    http: HashMap<String, (String, Instant)>,
 }
+
+/// An answer nobody withdrew (its orderer died) is dropped after this: a CA checks within
+/// minutes, and a pending answer costs every handshake a look at its ClientHello.
+pub const MAX_AGE: Duration = Duration::from_secs(600);
 
 /// The answers of one process.
 #[derive(Default)]
@@ -62,11 +67,24 @@ impl Answers {
     /// Answers the challenge `token` for `name` with `key_auth`, both ways.
     pub fn add(&self, name: &str, token: &str, key_auth: &str) -> Result<(), AnswerError> {
         let config = tls_alpn_config(name, key_auth)?;
+        let now = Instant::now();
         let mut t = self.lock();
-        t.tls.insert(name.to_owned(), config);
-        t.http.insert(token.to_owned(), key_auth.to_owned());
+        t.tls.insert(name.to_owned(), (config, now));
+        t.http.insert(token.to_owned(), (key_auth.to_owned(), now));
         self.any.store(true, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Drops the answers older than `max_age`.
+    pub fn expire(&self, max_age: Duration) {
+        if !self.pending() {
+            return;
+        }
+        let mut t = self.lock();
+        t.tls.retain(|_, (_, at)| at.elapsed() < max_age);
+        t.http.retain(|_, (_, at)| at.elapsed() < max_age);
+        self.any
+            .store(!t.tls.is_empty() || !t.http.is_empty(), Ordering::Relaxed);
     }
 
     /// Forgets the answer for `name` and `token`.
@@ -80,12 +98,15 @@ impl Answers {
 
     /// The configuration answering tls-alpn-01 for `name`.
     pub fn tls_alpn(&self, name: &str) -> Option<Arc<ServerConfig>> {
-        self.lock().tls.get(&name.to_ascii_lowercase()).cloned()
+        self.lock()
+            .tls
+            .get(&name.to_ascii_lowercase())
+            .map(|(c, _)| c.clone())
     }
 
     /// The key authorization for `token`.
     pub fn http(&self, token: &str) -> Option<String> {
-        self.lock().http.get(token).cloned()
+        self.lock().http.get(token).map(|(k, _)| k.clone())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -132,5 +153,11 @@ mod tests {
         a.remove("a.test", "tok");
         assert!(!a.pending());
         assert!(a.tls_alpn("a.test").is_none());
+        // One nobody withdrew lapses.
+        a.add("b.test", "tok2", "tok2.thumb").unwrap();
+        a.expire(Duration::from_secs(60));
+        assert!(a.pending());
+        a.expire(Duration::ZERO);
+        assert!(!a.pending() && a.http("tok2").is_none());
     }
 }

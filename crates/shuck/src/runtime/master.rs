@@ -838,6 +838,12 @@ impl Run {
 /// The ACME client process's life: its channel to this master, read on a thread of its
 /// own (the process is single-threaded until now, as it was forked).
 fn acme_client(settings: crate::acme::Settings, chan: Channel) -> i32 {
+    // It dies with its master, as the worker does (its writes are renames: never half a
+    // file); a new master starts its own.
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL) {
+        tracing::error!("ACME: {e}");
+        return 1;
+    }
     let reader = match chan.try_clone() {
         Ok(r) => r,
         Err(e) => {

@@ -233,7 +233,10 @@ impl Supervisor {
                     Some(body) = async { match &mut farm_in { Some(rx) => rx.recv().await, None => std::future::pending().await } } => {
                         farm_message(&body, &master, farm_out.as_ref(), worker_id);
                     }
-                    _ = report.tick() => tracing::debug!("{}", stats::summary(&sources)),
+                    _ = report.tick() => {
+                        tracing::debug!("{}", stats::summary(&sources));
+                        crate::acme::answers::answers().expire(crate::acme::answers::MAX_AGE);
+                    }
                     _ = workers.done.recv() => {
                         tracing::error!("workers stopped unexpectedly");
                         return Err(StartError::System(io::Error::other("workers stopped")));
