@@ -316,16 +316,7 @@ impl Client {
                 tracing::error!(certificate = %name, "ACME: cannot keep the farm's certificate in {}: {e}", path.display());
                 continue;
             }
-            cert.leaf = loaded.key.cert.first().map(|d| d.to_vec());
-            cert.failures = 0;
-            cert.due = renewal_by_lifetime(&loaded);
-            tracing::info!(
-                certificate = %name,
-                "ACME: certificate for {} received from the farm, valid until {}; renewal due at {}",
-                cert.names.join(","),
-                loaded.not_after.map(when).unwrap_or_default(),
-                when(cert.due)
-            );
+            cert.adopt(&loaded, None, "received from the farm");
             self.hub.send(Event::Issued);
         }
         if std::mem::take(&mut self.hub.requested) {
@@ -416,19 +407,9 @@ impl Client {
         match issued {
             Ok(loaded) => {
                 self.orders_ok += 1;
-                cert.failures = 0;
                 cert.leaf = loaded.key.cert.first().map(|d| d.to_vec());
-                cert.due = renewal_by_lifetime(&loaded);
-                if let Some(at) = self.ari(cert).await {
-                    cert.due = at;
-                }
-                tracing::info!(
-                    certificate = %first,
-                    "ACME: certificate for {} issued, valid until {}; renewal due at {}",
-                    cert.names.join(","),
-                    loaded.not_after.map(when).unwrap_or_default(),
-                    when(cert.due)
-                );
+                let window = self.ari(cert).await;
+                cert.adopt(&loaded, window, "issued");
                 self.hub.send(Event::Issued);
                 if self.settings.farm.is_some() {
                     let path = self.state.cert_path(&first);
@@ -613,6 +594,28 @@ impl Client {
                 .map(|c| (c.names[0].clone(), unix(c.due)))
                 .collect(),
         }));
+    }
+}
+
+impl Cert {
+    /// `loaded` is now served: the next renewal is due inside the CA's `window` when it
+    /// gave one, else two thirds into its lifetime.
+    fn adopt(
+        &mut self,
+        loaded: &crate::tls::pem::LoadedCert,
+        window: Option<SystemTime>,
+        how: &str,
+    ) {
+        self.leaf = loaded.key.cert.first().map(|d| d.to_vec());
+        self.failures = 0;
+        self.due = window.unwrap_or_else(|| renewal_by_lifetime(loaded));
+        tracing::info!(
+            certificate = %self.names[0],
+            "ACME: certificate for {} {how}, valid until {}; renewal due at {}",
+            self.names.join(","),
+            loaded.not_after.map(when).unwrap_or_default(),
+            when(self.due)
+        );
     }
 }
 

@@ -3,8 +3,7 @@
 use std::collections::HashSet;
 
 use base64::Engine;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, DnsName};
+use rustls::pki_types::DnsName;
 
 use super::endpoint::Endpoint;
 use super::{Cli, ConfigError};
@@ -143,20 +142,7 @@ pub(super) fn settings(cli: &Cli) -> Result<Option<acme::Settings>, ConfigError>
             )
         })?;
     if let Some(path) = &cli.acme_ca_file {
-        let bad =
-            |reason: String| invalid("--acme-ca-file", format!("{}: {reason}", path.display()));
-        let pem = crate::system::files::read(path, MAX_FILE, "a CA file")
-            .map_err(|e| bad(e.to_string()))?;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| bad(format!("malformed PEM: {e}")))?;
-            roots
-                .add(cert)
-                .map_err(|e| bad(format!("a certificate unusable as a CA: {e}")))?;
-        }
-        if roots.is_empty() {
-            return Err(bad("holds no certificate".into()));
-        }
+        super::read_ca_file("--acme-ca-file", path)?;
     }
     let eab = match (&cli.acme_eab_kid, &cli.acme_eab_hmac_key) {
         (None, None) => None,

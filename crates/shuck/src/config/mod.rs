@@ -392,6 +392,30 @@ fn client_cert_header(cli: &Cli) -> Result<Option<String>, ConfigError> {
     Ok(Some(name.clone()))
 }
 
+/// A PEM file of CA certificates for a TLS client of shuck's (`--shared-store-ca`,
+/// `--acme-ca-file`), checked here, where the error can name the option and the file (the
+/// client parses it again).
+fn read_ca_file(option: &'static str, path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
+    use rustls::pki_types::pem::PemObject;
+    let bad = |reason: String| ConfigError::Invalid {
+        option,
+        reason: format!("{}: {reason}", path.display()),
+    };
+    let pem =
+        crate::system::files::read(path, 1 << 20, "a CA file").map_err(|e| bad(e.to_string()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| bad(format!("malformed PEM: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| bad(format!("a certificate unusable as a CA: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(bad("holds no certificate".into()));
+    }
+    Ok(pem)
+}
+
 fn stats_addr(cli: &Cli) -> Result<Option<SocketAddr>, ConfigError> {
     let Some(spec) = &cli.stats else {
         return Ok(None);

@@ -3,8 +3,6 @@
 use std::time::Duration;
 
 use redis::IntoConnectionInfo;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
 
 use super::{Cli, ConfigError};
 use crate::session::{store, sync};
@@ -85,25 +83,7 @@ pub(super) fn settings(cli: &Cli) -> Result<Option<store::Settings>, ConfigError
                 "is for a rediss:// (TLS) store; the URL is redis://".into(),
             ))
         }
-        Some(path) => {
-            let bad = |reason: String| {
-                invalid("--shared-store-ca", format!("{}: {reason}", path.display()))
-            };
-            let pem = crate::system::files::read(path, MAX_FILE, "a CA file")
-                .map_err(|e| bad(e.to_string()))?;
-            // Checked here, where the error can name the file; the client parses it again.
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| bad(format!("malformed PEM: {e}")))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| bad(format!("a certificate unusable as a CA: {e}")))?;
-            }
-            if roots.is_empty() {
-                return Err(bad("holds no certificate".into()));
-            }
-            Some(pem)
-        }
+        Some(path) => Some(super::read_ca_file("--shared-store-ca", path)?),
         None => None,
     };
     let prefix = &cli.shared_store_prefix;

@@ -562,19 +562,8 @@ impl Run {
         };
         match fork_single_threaded().map_err(StartError::System)? {
             Forked::Child => {
-                // The master's descriptors that are none of the worker's business: its
-                // copies of the sockets (a frontend closed later must really close), the
-                // channels to others, the pid file (never removed by a worker).
                 drop(mine);
-                self.m.listeners.bound.clear();
-                self.m.services = Sockets::none();
-                std::mem::forget(self.m.pidfile.take());
-                self.m.predecessor = None;
-                self.worker = None;
-                self.retiring.clear();
-                self.upgrade = None;
-                self.acme = None;
-                let _ = self.mask.thread_unblock();
+                self.become_child();
                 let code = serve::run(start);
                 // Never back into the master's code (its pid file, its loop).
                 std::process::exit(code);
@@ -593,6 +582,21 @@ impl Run {
         }
     }
 
+    /// In a forked child: drops the master's descriptors that are none of its business
+    /// (its copies of the sockets: a frontend closed later must really close; the channels
+    /// to others; the pid file, never removed by a child) and takes the signals back.
+    fn become_child(&mut self) {
+        self.m.listeners.bound.clear();
+        self.m.services = Sockets::none();
+        std::mem::forget(self.m.pidfile.take());
+        self.m.predecessor = None;
+        self.worker = None;
+        self.retiring.clear();
+        self.upgrade = None;
+        self.acme = None;
+        let _ = self.mask.thread_unblock();
+    }
+
     /// Forks the ACME client (with `--acme-directory`): it keeps this process's user.
     fn spawn_acme(&mut self) -> Result<(), StartError> {
         let Some(settings) = self.m.config.acme.clone() else {
@@ -601,17 +605,8 @@ impl Run {
         let (mine, theirs) = Channel::pair().map_err(StartError::System)?;
         match fork_single_threaded().map_err(StartError::System)? {
             Forked::Child => {
-                // Nothing of the master's but the settings: no socket, no pid file.
                 drop(mine);
-                self.m.listeners.bound.clear();
-                self.m.services = Sockets::none();
-                std::mem::forget(self.m.pidfile.take());
-                self.m.predecessor = None;
-                self.worker = None;
-                self.retiring.clear();
-                self.upgrade = None;
-                self.acme = None;
-                let _ = self.mask.thread_unblock();
+                self.become_child();
                 std::process::exit(acme_client(settings, theirs));
             }
             Forked::Parent(pid) => {
