@@ -475,7 +475,7 @@ mod tests {
         let (h, plain) = s.open(&mut d, &ME).unwrap();
         assert_eq!(h, header());
         let recs: Vec<_> = records(plain).collect::<Result<_, _>>().unwrap();
-        assert_eq!(recs.len(), 4);
+        assert_eq!(recs.len(), 5);
         assert_eq!(
             recs[0],
             Record::New {
