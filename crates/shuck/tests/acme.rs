@@ -60,6 +60,7 @@ fn tls_alpn_01_and_http_01_certificates_are_issued_and_served() {
         http_port,
         validity: 3600,
         va_sleep: 0,
+        eab: None,
     }) else {
         return;
     };
@@ -242,6 +243,7 @@ fn renewal_swaps_the_certificate_and_live_connections_keep_theirs() {
         http_port: free_port(),
         validity: 12,
         va_sleep: 0,
+        eab: None,
     }) else {
         return;
     };
@@ -317,6 +319,7 @@ fn an_unreachable_ca_keeps_the_old_certificate_and_backs_off() {
         http_port: free_port(),
         validity: 9,
         va_sleep: 0,
+        eab: None,
     }) else {
         return;
     };
@@ -389,6 +392,7 @@ fn a_restart_serves_the_state_directory_without_a_new_order() {
         http_port: free_port(),
         validity: 3600,
         va_sleep: 0,
+        eab: None,
     }) else {
         return;
     };
@@ -616,6 +620,7 @@ fn a_wrong_ca_file_or_a_refused_challenge_is_logged_and_shuck_serves_on() {
         http_port: free_port(),
         validity: 3600,
         va_sleep: 0,
+        eab: None,
     }) else {
         return;
     };
@@ -711,6 +716,7 @@ fn a_dead_acme_client_is_replaced_and_the_worker_never_writes_the_state() {
         http_port: free_port(),
         validity: 3600,
         va_sleep: 0,
+        eab: None,
     }) else {
         return;
     };
@@ -774,4 +780,61 @@ fn a_dead_acme_client_is_replaced_and_the_worker_never_writes_the_state() {
     // The new client serves what is stored: no new order.
     assert!(s.wait_log("ACME: serving the certificate in", Duration::from_secs(10)));
     assert_eq!(pebble.orders(), 1, "{}", s.log());
+}
+
+#[test]
+fn external_account_binding_is_sent_when_the_ca_requires_it() {
+    const KID: &str = "kid-1";
+    const HMAC: &str = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W";
+    let tls_port = free_port();
+    let Some(pebble) = Pebble::start(&PebbleOpts {
+        listen: "127.0.0.1",
+        answer: "127.0.0.1",
+        tls_port,
+        http_port: free_port(),
+        validity: 3600,
+        va_sleep: 0,
+        eab: Some((KID, HMAC)),
+    }) else {
+        return;
+    };
+    let dir = TempDir::new("acme-eab");
+    // Without the binding, the CA refuses the account, and says why.
+    let s = acme_shuck(&pebble, tls_port, &dir.path("none"), &["eab.test"], &[]);
+    assert!(
+        s.wait_log(
+            "ACME: order for eab.test failed at new account",
+            Duration::from_secs(30)
+        ),
+        "{}",
+        s.log()
+    );
+    assert!(s.log().contains("externalAccountRequired"), "{}", s.log());
+    drop(s);
+    // With it, the account is made and the certificate issued.
+    let key = dir.path("hmac");
+    std::fs::write(&key, format!("{HMAC}\n")).unwrap();
+    let s = acme_shuck(
+        &pebble,
+        tls_port,
+        &dir.path("bound"),
+        &["eab.test"],
+        &[
+            "--acme-eab-kid",
+            KID,
+            "--acme-eab-hmac-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        s.wait_log(
+            "ACME: certificate for eab.test issued",
+            Duration::from_secs(60)
+        ),
+        "{}\npebble: {}",
+        s.log(),
+        pebble.log()
+    );
+    let root = pebble.issuing_root();
+    assert!(served(tls_port, "eab.test", &root).0);
 }

@@ -467,6 +467,7 @@ fn farm_pebble(farm: &Farm, lb: &Balancer, va_sleep: u32) -> Option<common::pebb
         http_port: free_port(),
         validity: 3600,
         va_sleep,
+        eab: None,
     })
 }
 

@@ -43,6 +43,8 @@ pub struct PebbleOpts<'a> {
     pub validity: u64,
     /// Most seconds pebble waits, at random, before it validates (0: none).
     pub va_sleep: u32,
+    /// External account binding required, with this key id and HMAC key (base64url).
+    pub eab: Option<(&'a str, &'a str)>,
 }
 
 impl Pebble {
@@ -73,7 +75,8 @@ impl Pebble {
                 "httpPort": o.http_port,
                 "tlsPort": o.tls_port,
                 "ocspResponderURL": "",
-                "externalAccountBindingRequired": false,
+                "externalAccountBindingRequired": o.eab.is_some(),
+                "externalAccountMACKeys": o.eab.map(|(kid, key)| serde_json::json!({ kid: key })).unwrap_or(serde_json::json!({})),
                 "certificateValidityPeriod": o.validity,
             }})
             .to_string(),
