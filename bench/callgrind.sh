@@ -43,9 +43,11 @@ wait_port "$oport"
 count() {
     local port pid out
     port=$(free_port)
+    # One file per process (%p): the master and the worker it forks (and, with ACME, the
+    # client) each write their own; the counts are summed, and the master's cancel out.
     out="$work/cg.out"
-    rm -f "$out"
-    valgrind --tool=callgrind --callgrind-out-file="$out" \
+    rm -f "$out".*
+    valgrind --tool=callgrind --callgrind-out-file="$out.%p" \
         "$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q 2>"$work/vg.log" &
     pid=$!
     wait_port "$port"
@@ -61,7 +63,7 @@ if r["failures"] or r["completed"] != r["attempted"] or not r["completed"]:
 print(r["completed"], r["requests"])
 PY
 )
-    echo "$(awk '/^(summary|totals):/ { print $2; exit }' "$out") $done"
+    echo "$(awk '/^(summary|totals):/ { n += $2; nextfile } END { printf "%.0f\n", n }' "$out".*) $done"
 }
 
 # One session each: the loop starts one session and the deadline has passed when it ends.
