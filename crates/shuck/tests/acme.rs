@@ -31,17 +31,40 @@ fn served(port: u16, name: &str, root: &Path) -> (bool, String) {
     )
 }
 
-fn acme_args<'a>(pebble: &'a Pebble, directory: &'a str, state: &'a str) -> Vec<&'a str> {
-    let _ = pebble;
-    vec![
+/// A shuck on `port` (the port pebble checks tls-alpn-01 on, when it is) ordering from
+/// `pebble` into `state`, one certificate per entry of `names`, forwarding to `backend`;
+/// `extra` comes last, so it may override (`--acme-ca-file`).
+fn acme_shuck(
+    pebble: &Pebble,
+    port: u16,
+    state: &Path,
+    backend: &str,
+    names: &[&str],
+    extra: &[&str],
+) -> Shuck {
+    let directory = pebble.directory();
+    let ca = pebble.https_ca();
+    let fe = format!("[127.0.0.1]:{port}");
+    let mut all = vec![
+        "-f",
+        fe.as_str(),
+        "-b",
+        backend,
         "--acme-directory",
-        directory,
+        &directory,
         "--acme-agree-tos",
-        "--acme-state",
-        state,
         "--acme-contact",
         "ops@shuck.test",
-    ]
+        "--acme-state",
+        state.to_str().unwrap(),
+        "--acme-ca-file",
+        ca.to_str().unwrap(),
+    ];
+    for n in names {
+        all.extend(["--acme-domain", n]);
+    }
+    all.extend(extra.iter().copied());
+    Shuck::start_raw(&all, port)
 }
 
 fn metric(port: u16, series: &str) -> f64 {
@@ -54,65 +77,44 @@ fn tls_alpn_01_and_http_01_certificates_are_issued_and_served() {
     let origin = Origin::echo();
     let (tls_port, http_port) = (free_port(), free_port());
     let Some(pebble) = Pebble::start(&PebbleOpts {
-        listen: "127.0.0.1",
-        answer: "127.0.0.1",
-        tls_port,
         http_port,
-        validity: 3600,
-        va_sleep: 0,
-        eab: None,
+        ..PebbleOpts::local(tls_port)
     }) else {
         return;
     };
     let dir = TempDir::new("acme-issue");
     let (state_a, state_b) = (dir.path("a"), dir.path("b"));
-    let directory = pebble.directory();
-    let ca = pebble.https_ca();
-    let ca = ca.to_str().unwrap();
     let (stats_a, stats_b) = (free_port(), free_port());
+    let (sa, sb) = (stats_a.to_string(), stats_b.to_string());
 
     // A answers tls-alpn-01 on its frontend (pebble's tlsPort).
-    let mut args = acme_args(&pebble, &directory, state_a.to_str().unwrap());
-    let (sa, sb) = (stats_a.to_string(), stats_b.to_string());
-    args.extend([
-        "-b",
+    let a = acme_shuck(
+        &pebble,
+        tls_port,
+        &state_a,
         &origin.port_spec,
-        "--acme-domain",
-        "one.test",
-        "--acme-domain",
-        "two.test,www.two.test",
-        "--acme-ca-file",
-        ca,
-        "--stats",
-        &sa,
-    ]);
-    let fe_a = format!("[127.0.0.1]:{tls_port}");
-    let mut all = vec!["-f", fe_a.as_str()];
-    all.extend(args.iter().copied());
-    let a = Shuck::start_raw(&all, tls_port);
-
+        &["one.test", "two.test,www.two.test"],
+        &["--stats", &sa],
+    );
     // B answers http-01 on --acme-http-listen (pebble's httpPort).
     let listen = format!("127.0.0.1:{http_port}");
-    let mut args = acme_args(&pebble, &directory, state_b.to_str().unwrap());
-    args.extend([
-        "-b",
+    let b = acme_shuck(
+        &pebble,
+        free_port(),
+        &state_b,
         &origin.port_spec,
-        "--acme-challenge",
-        "http-01",
-        "--acme-http-listen",
-        &listen,
-        "--acme-domain",
-        "three.test",
-        "--acme-domain",
-        "four.test",
-        "--acme-key-type",
-        "rsa-2048",
-        "--acme-ca-file",
-        ca,
-        "--stats",
-        &sb,
-    ]);
-    let b = Shuck::start(&args);
+        &["three.test", "four.test"],
+        &[
+            "--acme-challenge",
+            "http-01",
+            "--acme-http-listen",
+            &listen,
+            "--acme-key-type",
+            "rsa-2048",
+            "--stats",
+            &sb,
+        ],
+    );
 
     for (s, n) in [(&a, 2), (&b, 2)] {
         assert!(
@@ -216,54 +218,27 @@ fn tls_alpn_01_and_http_01_certificates_are_issued_and_served() {
     assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
 }
 
-/// A shuck answering tls-alpn-01 on `port` for `names` (one certificate per entry).
-fn acme_shuck(pebble: &Pebble, port: u16, state: &Path, names: &[&str], extra: &[&str]) -> Shuck {
-    let directory = pebble.directory();
-    let ca = pebble.https_ca();
-    let fe = format!("[127.0.0.1]:{port}");
-    let mut all = vec!["-f", fe.as_str(), "-b", "[127.0.0.1]:9"];
-    all.extend(acme_args(pebble, &directory, state.to_str().unwrap()));
-    all.extend(["--acme-ca-file", ca.to_str().unwrap()]);
-    for n in names {
-        all.extend(["--acme-domain", n]);
-    }
-    all.extend(extra.iter().copied());
-    Shuck::start_raw(&all, port)
-}
-
 #[test]
 fn renewal_swaps_the_certificate_and_live_connections_keep_theirs() {
     let origin = Origin::echo();
     let tls_port = free_port();
     // Twelve seconds of life: renewal at two thirds, eight seconds in.
     let Some(pebble) = Pebble::start(&PebbleOpts {
-        listen: "127.0.0.1",
-        answer: "127.0.0.1",
-        tls_port,
-        http_port: free_port(),
         validity: 12,
-        va_sleep: 0,
-        eab: None,
+        ..PebbleOpts::local(tls_port)
     }) else {
         return;
     };
     let dir = TempDir::new("acme-renew");
     let stats = free_port().to_string();
-    let fe = format!("[127.0.0.1]:{tls_port}");
-    let directory = pebble.directory();
-    let ca = pebble.https_ca();
-    let state = dir.path("state");
-    let mut all = vec!["-f", fe.as_str(), "-b", &origin.port_spec];
-    all.extend(acme_args(&pebble, &directory, state.to_str().unwrap()));
-    all.extend([
-        "--acme-ca-file",
-        ca.to_str().unwrap(),
-        "--acme-domain",
-        "renew.test",
-        "--stats",
-        &stats,
-    ]);
-    let s = Shuck::start_raw(&all, tls_port);
+    let s = acme_shuck(
+        &pebble,
+        tls_port,
+        &dir.path("state"),
+        &origin.port_spec,
+        &["renew.test"],
+        &["--stats", &stats],
+    );
     assert!(
         s.wait_log(
             "ACME: certificate for renew.test issued",
@@ -313,13 +288,8 @@ fn renewal_swaps_the_certificate_and_live_connections_keep_theirs() {
 fn an_unreachable_ca_keeps_the_old_certificate_and_backs_off() {
     let tls_port = free_port();
     let Some(mut pebble) = Pebble::start(&PebbleOpts {
-        listen: "127.0.0.1",
-        answer: "127.0.0.1",
-        tls_port,
-        http_port: free_port(),
         validity: 9,
-        va_sleep: 0,
-        eab: None,
+        ..PebbleOpts::local(tls_port)
     }) else {
         return;
     };
@@ -330,6 +300,7 @@ fn an_unreachable_ca_keeps_the_old_certificate_and_backs_off() {
         &pebble,
         tls_port,
         &state,
+        "[127.0.0.1]:9",
         &["down.test"],
         &["--stats", &stats],
     );
@@ -385,20 +356,19 @@ fn an_unreachable_ca_keeps_the_old_certificate_and_backs_off() {
 #[test]
 fn a_restart_serves_the_state_directory_without_a_new_order() {
     let tls_port = free_port();
-    let Some(pebble) = Pebble::start(&PebbleOpts {
-        listen: "127.0.0.1",
-        answer: "127.0.0.1",
-        tls_port,
-        http_port: free_port(),
-        validity: 3600,
-        va_sleep: 0,
-        eab: None,
-    }) else {
+    let Some(pebble) = Pebble::start(&PebbleOpts::local(tls_port)) else {
         return;
     };
     let dir = TempDir::new("acme-restart");
     let state = dir.path("state");
-    let mut s = acme_shuck(&pebble, tls_port, &state, &["again.test"], &[]);
+    let mut s = acme_shuck(
+        &pebble,
+        tls_port,
+        &state,
+        "[127.0.0.1]:9",
+        &["again.test"],
+        &[],
+    );
     assert!(
         s.wait_log(
             "ACME: certificate for again.test issued",
@@ -415,7 +385,14 @@ fn a_restart_serves_the_state_directory_without_a_new_order() {
     assert!(s.wait_exit(Duration::from_secs(20)).is_some());
     drop(s);
 
-    let s = acme_shuck(&pebble, tls_port, &state, &["again.test"], &[]);
+    let s = acme_shuck(
+        &pebble,
+        tls_port,
+        &state,
+        "[127.0.0.1]:9",
+        &["again.test"],
+        &[],
+    );
     // Served from the first handshake, before any word from the CA.
     let (ok, serial) = served(tls_port, "again.test", &root);
     assert!(ok && serial == first, "{serial} vs {first}: {}", s.log());
@@ -428,6 +405,19 @@ fn a_restart_serves_the_state_directory_without_a_new_order() {
         s.log()
     );
     assert!(!s.log().contains("ACME: order created"), "{}", s.log());
+    // A reload reads the state directory again with the rest: the certificate stays.
+    s.signal("HUP");
+    assert!(
+        s.wait_log("SIGHUP: configuration reloaded", Duration::from_secs(10)),
+        "{}",
+        s.log()
+    );
+    let (ok, serial) = served(tls_port, "again.test", &root);
+    assert!(
+        ok && serial == first,
+        "after SIGHUP: {serial} vs {first}: {}",
+        s.log()
+    );
 }
 
 #[test]
@@ -512,6 +502,7 @@ fn bad_acme_settings_are_refused_naming_them() {
     std::fs::write(dir.path("file"), "x").unwrap();
     std::fs::write(dir.path("notpem"), "not a certificate").unwrap();
     let under_file = dir.path("file").join("state");
+    let unusable = format!("--acme-state {}: Not a directory", under_file.display());
     let state = dir.path("state");
     let st = state.to_str().unwrap();
     let base = |extra: &[&str]| -> Vec<String> {
@@ -587,9 +578,10 @@ fn bad_acme_settings_are_refused_naming_them() {
             base(&["--acme-eab-kid", "kid"]),
             "needs both --acme-eab-kid and --acme-eab-hmac-key",
         ),
+        // An unusable state directory, named with the system's reason.
         (
             base(&["--acme-state", under_file.to_str().unwrap()]),
-            "--acme-state",
+            &unusable,
         ),
     ];
     for (args, want) in cases {
@@ -599,13 +591,6 @@ fn bad_acme_settings_are_refused_naming_them() {
         assert!(err.contains(want), "{args:?}: wanted {want:?} in: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
-    // The unusable state directory is named with the system's reason.
-    let args = base(&["--acme-state", under_file.to_str().unwrap()]);
-    let (_, err) = run_to_exit(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(
-        err.contains(&under_file.display().to_string()) && err.contains("Not a directory"),
-        "{err}"
-    );
 }
 
 #[test]
@@ -613,41 +598,20 @@ fn a_wrong_ca_file_or_a_refused_challenge_is_logged_and_shuck_serves_on() {
     let origin = Origin::echo();
     let tls_port = free_port();
     // Pebble checks tls-alpn-01 on a port where nothing listens: the challenge fails.
-    let Some(pebble) = Pebble::start(&PebbleOpts {
-        listen: "127.0.0.1",
-        answer: "127.0.0.1",
-        tls_port: free_port(),
-        http_port: free_port(),
-        validity: 3600,
-        va_sleep: 0,
-        eab: None,
-    }) else {
+    let Some(pebble) = Pebble::start(&PebbleOpts::local(free_port())) else {
         return;
     };
     let dir = TempDir::new("acme-refused");
     let (cert, _) = openssl_cert(&dir, "default", Key::EcP256, &["default.test"]);
     let state = dir.path("state");
-    let directory = pebble.directory();
-    let ca = pebble.https_ca();
-    let fe = format!("[127.0.0.1]:{tls_port}");
-    let s = Shuck::start_raw(
-        &[
-            "-f",
-            &fe,
-            "-b",
-            &origin.port_spec,
-            cert.to_str().unwrap(),
-            "--acme-directory",
-            &directory,
-            "--acme-agree-tos",
-            "--acme-state",
-            state.to_str().unwrap(),
-            "--acme-ca-file",
-            ca.to_str().unwrap(),
-            "--acme-domain",
-            "refused.test",
-        ],
+    let cert = cert.to_str().unwrap();
+    let s = acme_shuck(
+        &pebble,
         tls_port,
+        &state,
+        &origin.port_spec,
+        &["refused.test"],
+        &[cert],
     );
     assert!(
         s.wait_log(
@@ -673,24 +637,13 @@ fn a_wrong_ca_file_or_a_refused_challenge_is_logged_and_shuck_serves_on() {
     // A CA file that did not sign the CA's HTTPS certificate.
     let other = TempDir::new("acme-other-ca");
     let (wrong, _) = openssl_cert(&other, "other", Key::EcP256, &["other.test"]);
-    let s = Shuck::start_raw(
-        &[
-            "-f",
-            &fe,
-            "-b",
-            &origin.port_spec,
-            cert.to_str().unwrap(),
-            "--acme-directory",
-            &directory,
-            "--acme-agree-tos",
-            "--acme-state",
-            state.to_str().unwrap(),
-            "--acme-ca-file",
-            wrong.to_str().unwrap(),
-            "--acme-domain",
-            "refused.test",
-        ],
+    let s = acme_shuck(
+        &pebble,
         tls_port,
+        &state,
+        &origin.port_spec,
+        &["refused.test"],
+        &[cert, "--acme-ca-file", wrong.to_str().unwrap()],
     );
     assert!(
         // The account exists (the first run made it): reading the directory fails.
@@ -709,15 +662,7 @@ fn a_wrong_ca_file_or_a_refused_challenge_is_logged_and_shuck_serves_on() {
 #[test]
 fn a_dead_acme_client_is_replaced_and_the_worker_never_writes_the_state() {
     let tls_port = free_port();
-    let Some(pebble) = Pebble::start(&PebbleOpts {
-        listen: "127.0.0.1",
-        answer: "127.0.0.1",
-        tls_port,
-        http_port: free_port(),
-        validity: 3600,
-        va_sleep: 0,
-        eab: None,
-    }) else {
+    let Some(pebble) = Pebble::start(&PebbleOpts::local(tls_port)) else {
         return;
     };
     let dir = TempDir::new("acme-respawn");
@@ -727,6 +672,7 @@ fn a_dead_acme_client_is_replaced_and_the_worker_never_writes_the_state() {
         &pebble,
         tls_port,
         &state,
+        "[127.0.0.1]:9",
         &["first.test"],
         &["--user", "nobody"],
     );
@@ -788,19 +734,21 @@ fn external_account_binding_is_sent_when_the_ca_requires_it() {
     const HMAC: &str = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W";
     let tls_port = free_port();
     let Some(pebble) = Pebble::start(&PebbleOpts {
-        listen: "127.0.0.1",
-        answer: "127.0.0.1",
-        tls_port,
-        http_port: free_port(),
-        validity: 3600,
-        va_sleep: 0,
         eab: Some((KID, HMAC)),
+        ..PebbleOpts::local(tls_port)
     }) else {
         return;
     };
     let dir = TempDir::new("acme-eab");
     // Without the binding, the CA refuses the account, and says why.
-    let s = acme_shuck(&pebble, tls_port, &dir.path("none"), &["eab.test"], &[]);
+    let s = acme_shuck(
+        &pebble,
+        tls_port,
+        &dir.path("none"),
+        "[127.0.0.1]:9",
+        &["eab.test"],
+        &[],
+    );
     assert!(
         s.wait_log(
             "ACME: order for eab.test failed at new account",
@@ -818,6 +766,7 @@ fn external_account_binding_is_sent_when_the_ca_requires_it() {
         &pebble,
         tls_port,
         &dir.path("bound"),
+        "[127.0.0.1]:9",
         &["eab.test"],
         &[
             "--acme-eab-kid",

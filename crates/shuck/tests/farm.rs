@@ -460,14 +460,11 @@ fn farm_serial(host: &str, name: &str, root: &std::path::Path) -> Option<String>
 /// Pebble on the bridge, checking tls-alpn-01 through the balancer (every name resolves
 /// to 127.0.0.1, where HAProxy listens).
 fn farm_pebble(farm: &Farm, lb: &Balancer, va_sleep: u32) -> Option<common::pebble::Pebble> {
+    let listen = farm.bridge_ip();
     common::pebble::Pebble::start(&common::pebble::PebbleOpts {
-        listen: &farm.bridge_ip(),
-        answer: "127.0.0.1",
-        tls_port: lb.port,
-        http_port: free_port(),
-        validity: 3600,
+        listen: &listen,
         va_sleep,
-        eab: None,
+        ..common::pebble::PebbleOpts::local(lb.port)
     })
 }
 

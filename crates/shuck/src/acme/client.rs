@@ -54,6 +54,8 @@ struct Cert {
     failures: u32,
     /// The certificate served (DER of the leaf), for the CA's renewal window.
     leaf: Option<Vec<u8>>,
+    /// When the certificate served expires, to tell whether a farm's copy is newer.
+    not_after: Option<SystemTime>,
 }
 
 /// What reaches the client through the master.
@@ -230,10 +232,11 @@ impl Client {
                     due: now,
                     failures: 0,
                     leaf: None,
+                    not_after: None,
                 };
                 match state::load(&self.state, names, now) {
                     Stored::Valid(loaded) => {
-                        c.leaf = loaded.key.cert.first().map(|d| d.to_vec());
+                        c.serve(&loaded);
                         c.due = renewal_by_lifetime(&loaded);
                         tracing::info!(
                             certificate = %names[0],
@@ -303,12 +306,7 @@ impl Client {
             if loaded.is_expired(now) || cert.names.iter().any(|n| !loaded.names.contains(n)) {
                 continue;
             }
-            let ours = cert
-                .leaf
-                .as_deref()
-                .and_then(|d| x509_parser::parse_x509_certificate(d).ok())
-                .map(|(_, x)| SystemTime::from(x.validity().not_after.to_datetime()));
-            if ours.is_some_and(|t| Some(t) >= loaded.not_after) {
+            if cert.not_after.is_some_and(|t| Some(t) >= loaded.not_after) {
                 continue;
             }
             let path = self.state.cert_path(&name);
@@ -345,11 +343,7 @@ impl Client {
             defer(cert, until);
             return false;
         }
-        self.hub.farm(&FarmMsg::Lease {
-            cert: name.clone(),
-            holder: self.hub.me,
-            until_ms: unix_ms() + LEASE_TTL.as_millis() as u64,
-        });
+        self.hub.farm(&lease(&name, self.hub.me, true));
         self.hub.absorb_for(CLAIM_WAIT).await;
         match self.hub.lease_of_other(&name) {
             // Two claims at once: the lower id orders.
@@ -370,10 +364,10 @@ impl Client {
             if !self.claim(cert).await {
                 return;
             }
-            // A certificate that came while claiming may make the order needless.
-            let due = cert.due;
+            // A certificate that came while claiming makes the order needless: taking it
+            // moves `due` (now, or past) to its renewal.
             self.farm_work(std::slice::from_mut(cert));
-            if cert.due > SystemTime::now() && cert.due != due {
+            if cert.due > SystemTime::now() {
                 return;
             }
         }
@@ -407,8 +401,7 @@ impl Client {
         match issued {
             Ok(loaded) => {
                 self.orders_ok += 1;
-                cert.leaf = loaded.key.cert.first().map(|d| d.to_vec());
-                let window = self.ari(cert).await;
+                let window = self.ari(&first, &loaded).await;
                 cert.adopt(&loaded, window, "issued");
                 self.hub.send(Event::Issued);
                 if self.settings.farm.is_some() {
@@ -445,22 +438,15 @@ impl Client {
         }
         if self.settings.farm.is_some() {
             // Done either way: another host may try at once if this one failed.
-            self.hub.farm(&FarmMsg::Lease {
-                cert: first,
-                holder: self.hub.me,
-                until_ms: 0,
-            });
+            self.hub.farm(&lease(&first, self.hub.me, false));
         }
     }
 
     async fn order(&mut self, names: &[String]) -> Result<order::Issued, OrderError> {
         let account = self.account().await?;
         let send = self.hub.link.send.clone();
-        let lease = self.settings.farm.is_some().then(|| FarmMsg::Lease {
-            cert: names[0].clone(),
-            holder: self.hub.me,
-            until_ms: 0,
-        });
+        let me = self.hub.me;
+        let farm = self.settings.farm.is_some();
         let mut publish = Publisher {
             hub: &mut self.hub,
             peers: self.settings.farm.as_ref().map(|f| f.unicast_peers),
@@ -479,13 +465,8 @@ impl Client {
                 r = &mut run => return r,
                 _ = renew.tick() => {
                     // The lease is kept while the order runs.
-                    if let Some(FarmMsg::Lease { cert, holder, .. }) = &lease {
-                        let m = FarmMsg::Lease {
-                            cert: cert.clone(),
-                            holder: *holder,
-                            until_ms: unix_ms() + LEASE_TTL.as_millis() as u64,
-                        };
-                        let _ = send(Event::Farm(m.encode()));
+                    if farm {
+                        let _ = send(Event::Farm(lease(&names[0], me, true).encode()));
                     }
                 }
             }
@@ -560,11 +541,11 @@ impl Client {
         Ok(account)
     }
 
-    /// The CA's renewal window for `cert` (RFC 9773), when the CA has one: a random
-    /// point inside it.
-    async fn ari(&self, cert: &Cert) -> Option<SystemTime> {
+    /// The CA's renewal window for the certificate `loaded` (RFC 9773), when the CA has
+    /// one: a random point inside it.
+    async fn ari(&self, first: &str, loaded: &crate::tls::pem::LoadedCert) -> Option<SystemTime> {
         let account = self.account.as_ref()?;
-        let id = cert_id(cert.leaf.as_deref()?)?;
+        let id = cert_id(loaded.key.cert.first()?.as_ref())?;
         match account.renewal_info(&id).await {
             Ok((info, _retry)) => {
                 let w = info.suggested_window;
@@ -574,12 +555,12 @@ impl Client {
                     schedule::random_fraction(),
                     SystemTime::now(),
                 );
-                tracing::info!(certificate = %cert.names[0], "ACME: the CA's renewal window is {} to {}", when(w.start.into()), when(w.end.into()));
+                tracing::info!(certificate = %first, "ACME: the CA's renewal window is {} to {}", when(w.start.into()), when(w.end.into()));
                 Some(at)
             }
             Err(instant_acme::Error::Unsupported(_)) => None,
             Err(e) => {
-                tracing::debug!(certificate = %cert.names[0], "ACME: no renewal information: {}", order::describe(&e));
+                tracing::debug!(certificate = %first, "ACME: no renewal information: {}", order::describe(&e));
                 None
             }
         }
@@ -598,6 +579,12 @@ impl Client {
 }
 
 impl Cert {
+    /// What is kept of the certificate served.
+    fn serve(&mut self, loaded: &crate::tls::pem::LoadedCert) {
+        self.leaf = loaded.key.cert.first().map(|d| d.to_vec());
+        self.not_after = loaded.not_after;
+    }
+
     /// `loaded` is now served: the next renewal is due inside the CA's `window` when it
     /// gave one, else two thirds into its lifetime.
     fn adopt(
@@ -606,7 +593,7 @@ impl Cert {
         window: Option<SystemTime>,
         how: &str,
     ) {
-        self.leaf = loaded.key.cert.first().map(|d| d.to_vec());
+        self.serve(loaded);
         self.failures = 0;
         self.due = window.unwrap_or_else(|| renewal_by_lifetime(loaded));
         tracing::info!(
@@ -703,6 +690,19 @@ impl Publish for Publisher<'_> {
                 token: token.to_owned(),
             });
         }
+    }
+}
+
+/// This host's lease on `cert`: held for [`LEASE_TTL`] from now, or released.
+fn lease(cert: &str, holder: HostId, hold: bool) -> FarmMsg {
+    FarmMsg::Lease {
+        cert: cert.to_owned(),
+        holder,
+        until_ms: if hold {
+            unix_ms() + LEASE_TTL.as_millis() as u64
+        } else {
+            0
+        },
     }
 }
 

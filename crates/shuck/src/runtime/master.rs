@@ -644,11 +644,9 @@ impl Run {
         let Some(c) = &a.chan else { return };
         match c.recv() {
             Ok(Msg::Acme(crate::acme::Event::Issued)) => self.acme_certificates(),
-            Ok(m @ Msg::Acme(crate::acme::Event::Status(_))) => {
-                if let Msg::Acme(crate::acme::Event::Status(st)) = &m {
-                    self.acme_status = Some(st.clone());
-                }
-                self.to_worker(&m);
+            Ok(Msg::Acme(crate::acme::Event::Status(st))) => {
+                self.acme_status = Some(st.clone());
+                self.to_worker(&Msg::Acme(crate::acme::Event::Status(st)));
             }
             Ok(Msg::Acme(crate::acme::Event::Farm(body))) => self.to_worker(&Msg::Farm(body)),
             Ok(m @ Msg::Acme(_)) => self.to_worker(&m),

@@ -391,34 +391,39 @@ impl prometheus_client::collector::Collector for Exposition {
                     (&[("result", "failed")], st.orders_failed),
                 ],
             )?;
-            let rows: Vec<([(&str, &str); 1], i64)> = st
-                .next
-                .iter()
-                .map(|(name, t)| ([("name", name.as_str())], as_i64(*t)))
-                .collect();
-            let rows: Vec<(&[(&str, &str)], i64)> =
-                rows.iter().map(|(l, t)| (&l[..], *t)).collect();
-            gauge(
+            let next: Vec<(String, i64)> =
+                st.next.into_iter().map(|(n, t)| (n, as_i64(t))).collect();
+            gauge_by_name(
                 &mut enc,
                 "shuck_acme_next_renewal_seconds",
                 "When the ACME certificate (by its first name) is ordered next: its renewal, or the next attempt after a failure (unix seconds).",
-                &rows,
+                &next,
             )?;
         }
-        let certs = certificate_expiry(sources);
-        let rows: Vec<([(&str, &str); 1], i64)> = certs
-            .iter()
-            .map(|(name, t)| ([("name", name.as_str())], *t))
-            .collect();
-        let rows: Vec<(&[(&str, &str)], i64)> = rows.iter().map(|(l, t)| (&l[..], *t)).collect();
-        gauge(
+        gauge_by_name(
             &mut enc,
             "shuck_certificate_not_after_seconds",
             "When the certificate served for the name expires (unix seconds; the earliest, when several certificates serve one name).",
-            &rows,
+            &certificate_expiry(sources),
         )?;
         Ok(())
     }
+}
+
+/// A gauge with one sample per certificate name (label `name`).
+fn gauge_by_name(
+    enc: &mut Enc<'_>,
+    metric: &str,
+    help: &str,
+    rows: &[(String, i64)],
+) -> std::fmt::Result {
+    let labels: Vec<[(&str, &str); 1]> = rows.iter().map(|(n, _)| [("name", n.as_str())]).collect();
+    let rows: Vec<(&[(&str, &str)], i64)> = labels
+        .iter()
+        .zip(rows)
+        .map(|(l, (_, t))| (&l[..], *t))
+        .collect();
+    gauge(enc, metric, help, &rows)
 }
 
 /// Every certificate the live frontends serve, by its first name (its first DNS

@@ -47,6 +47,22 @@ pub struct PebbleOpts<'a> {
     pub eab: Option<(&'a str, &'a str)>,
 }
 
+impl PebbleOpts<'static> {
+    /// Pebble on 127.0.0.1, every name resolving there, checking tls-alpn-01 on
+    /// `tls_port`; an hour of validity, no sleep before validating, no account binding.
+    pub fn local(tls_port: u16) -> Self {
+        PebbleOpts {
+            listen: "127.0.0.1",
+            answer: "127.0.0.1",
+            tls_port,
+            http_port: free_port(),
+            validity: 3600,
+            va_sleep: 0,
+            eab: None,
+        }
+    }
+}
+
 impl Pebble {
     /// Starts pebble and its DNS (installing Debian's `pebble` when missing); `None` when
     /// it cannot be had (a SKIP, or a failure under CI).
