@@ -60,6 +60,80 @@ pub struct FrontendCounters {
     pub bytes_out: AtomicU64,
 }
 
+/// HTTP mode's counters of one worker.
+#[derive(Debug, Default)]
+pub struct HttpCounters {
+    /// HTTP/1.1 requests passed to backends (added when their connection closes).
+    pub requests_h1: AtomicU64,
+    /// HTTP/2 streams passed to backends as requests.
+    pub requests_h2: AtomicU64,
+    /// HTTP/2 connections served.
+    pub h2_connections: AtomicU64,
+    /// HTTP/2 streams the client reset before their answer was complete.
+    pub h2_resets_received: AtomicU64,
+    /// HTTP/2 streams shuck reset (a malformed request, a backend answer cut short).
+    pub h2_resets_sent: AtomicU64,
+    /// GOAWAY frames sent, by error code (RFC 9113 §7).
+    goaway: [AtomicU64; H2_REASONS.len()],
+}
+
+/// HTTP/2's error codes by value, as metric labels.
+pub const H2_REASONS: [&str; 14] = [
+    "no_error",
+    "protocol_error",
+    "internal_error",
+    "flow_control_error",
+    "settings_timeout",
+    "stream_closed",
+    "frame_size_error",
+    "refused_stream",
+    "cancel",
+    "compression_error",
+    "connect_error",
+    "enhance_your_calm",
+    "inadequate_security",
+    "http_1_1_required",
+];
+
+impl HttpCounters {
+    /// Counts a GOAWAY sent with error code `reason` (unknown codes are not counted).
+    pub fn goaway(&self, reason: u32) {
+        if let Some(c) = self.goaway.get(reason as usize) {
+            WorkerCounters::bump(c);
+        }
+    }
+}
+
+/// [`HttpCounters`] summed over workers.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct HttpTotals {
+    /// See [`HttpCounters::requests_h1`].
+    pub requests_h1: u64,
+    /// See [`HttpCounters::requests_h2`].
+    pub requests_h2: u64,
+    /// See [`HttpCounters::h2_connections`].
+    pub h2_connections: u64,
+    /// See [`HttpCounters::h2_resets_received`].
+    pub h2_resets_received: u64,
+    /// See [`HttpCounters::h2_resets_sent`].
+    pub h2_resets_sent: u64,
+    /// GOAWAYs sent, by error code as in [`H2_REASONS`].
+    pub goaway: [u64; H2_REASONS.len()],
+}
+
+impl HttpTotals {
+    fn add(&mut self, c: &HttpCounters) {
+        self.requests_h1 += c.requests_h1.load(Relaxed);
+        self.requests_h2 += c.requests_h2.load(Relaxed);
+        self.h2_connections += c.h2_connections.load(Relaxed);
+        self.h2_resets_received += c.h2_resets_received.load(Relaxed);
+        self.h2_resets_sent += c.h2_resets_sent.load(Relaxed);
+        for (sum, c) in self.goaway.iter_mut().zip(c.goaway.iter()) {
+            *sum += c.load(Relaxed);
+        }
+    }
+}
+
 /// One worker's counters; written by that worker only.
 #[derive(Debug)]
 pub struct WorkerCounters {
@@ -79,6 +153,8 @@ pub struct WorkerCounters {
     pub backend_failures: AtomicU64,
     /// Accept loops running now (a gauge): once none is, this worker accepts no more.
     pub accepting: AtomicU64,
+    /// HTTP mode.
+    pub http: HttpCounters,
 }
 
 /// How a handshake failed, for counting.
@@ -106,6 +182,7 @@ impl WorkerCounters {
             alert_received: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
             backend_failures: AtomicU64::new(0),
             accepting: AtomicU64::new(0),
+            http: HttpCounters::default(),
         }
     }
 
@@ -192,6 +269,8 @@ pub struct Totals {
     pub backend_failures: u64,
     /// See [`WorkerCounters::accepting`].
     pub accepting: u64,
+    /// HTTP mode.
+    pub http: HttpTotals,
 }
 
 impl Counters {
@@ -227,6 +306,7 @@ impl Counters {
             t.handshakes_resumed += w.handshakes_resumed.load(Relaxed);
             t.backend_failures += w.backend_failures.load(Relaxed);
             t.accepting += w.accepting.load(Relaxed);
+            t.http.add(&w.http);
             for (slot, c) in failed.iter_mut().zip(w.failed.iter()) {
                 *slot += c.load(Relaxed);
             }

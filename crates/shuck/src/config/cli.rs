@@ -166,6 +166,24 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_duration)]
     pub http_keepalive_timeout: Duration,
 
+    /// In --http mode over HTTP/2: most streams a client may have open at once on one
+    /// connection (SETTINGS_MAX_CONCURRENT_STREAMS; HAProxy's
+    /// tune.h2.max-concurrent-streams).
+    #[arg(long, value_name = "NUM", default_value_t = 100)]
+    pub h2_max_concurrent_streams: u32,
+
+    /// In --http mode over HTTP/2: most streams one connection may reset in a second; past
+    /// it the connection is closed with GOAWAY ENHANCE_YOUR_CALM (rapid reset,
+    /// CVE-2023-44487).
+    #[arg(long, value_name = "NUM", default_value_t = 100)]
+    pub h2_max_resets: u32,
+
+    /// In --http mode over HTTP/2: the flow-control window each stream starts with
+    /// (SETTINGS_INITIAL_WINDOW_SIZE); a connection's window is 16 times it. It bounds
+    /// what a client may send ahead of a slow backend.
+    #[arg(long, value_name = "BYTES", default_value_t = 65535)]
+    pub h2_initial_window_size: u32,
+
     /// Number of workers, each a thread with its own listening socket (default: one per core).
     #[arg(short = 'n', long, value_name = "NUM")]
     pub workers: Option<usize>,

@@ -55,6 +55,19 @@ pub struct Limits {
     pub http_request_timeout: Duration,
     /// `--http`: longest wait for the next request of a keep-alive connection.
     pub http_keepalive_timeout: Duration,
+    /// `--http` over HTTP/2.
+    pub h2: H2Limits,
+}
+
+/// The limits of `--http` mode's HTTP/2 side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct H2Limits {
+    /// `--h2-max-concurrent-streams`.
+    pub max_concurrent_streams: u32,
+    /// `--h2-max-resets`: streams a client may reset per second.
+    pub max_resets: u32,
+    /// `--h2-initial-window-size`.
+    pub initial_window: u32,
 }
 
 /// A validated configuration.
@@ -261,6 +274,7 @@ impl Config {
                 retry_after: cli.backend_retry_after,
                 http_request_timeout: cli.http_request_timeout,
                 http_keepalive_timeout: cli.http_keepalive_timeout,
+                h2: h2_limits(cli)?,
             },
             log_connections: cli.log_connections,
             preamble,
@@ -433,4 +447,36 @@ fn stats_addr(cli: &Cli) -> Result<Option<SocketAddr>, ConfigError> {
     let ep = Endpoint::parse("--stats", spec)?;
     let addrs = ep.listen_addrs("--stats")?;
     Ok(addrs.first().copied())
+}
+
+/// Checks the HTTP/2 limits: each within what RFC 9113 allows and a proxy can honour.
+fn h2_limits(cli: &Cli) -> Result<H2Limits, ConfigError> {
+    for (option, value, lo, hi) in [
+        (
+            "--h2-max-concurrent-streams",
+            cli.h2_max_concurrent_streams,
+            1,
+            65_535,
+        ),
+        ("--h2-max-resets", cli.h2_max_resets, 1, 1_000_000),
+        // RFC 9113 §6.5.2: at most 2^31-1; 16 times it must still fit the connection's.
+        (
+            "--h2-initial-window-size",
+            cli.h2_initial_window_size,
+            1024,
+            (1 << 27) - 1,
+        ),
+    ] {
+        if !(lo..=hi).contains(&value) {
+            return Err(ConfigError::Invalid {
+                option,
+                reason: format!("{value} is out of range: {lo} to {hi}"),
+            });
+        }
+    }
+    Ok(H2Limits {
+        max_concurrent_streams: cli.h2_max_concurrent_streams,
+        max_resets: cli.h2_max_resets,
+        initial_window: cli.h2_initial_window_size,
+    })
 }

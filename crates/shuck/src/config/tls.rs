@@ -46,6 +46,8 @@ pub(super) fn settings(
             tracing::info!("--alpn-protos: offered by ALPN only; NPN (obsolete, and not in rustls) is not offered, a deliberate difference from hitch");
             alpn
         }
+        // --http terminates HTTP/2 too: offer it, as HAProxy's `alpn h2,http/1.1` does.
+        None if cli.http => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
         None => Vec::new(),
     };
     let tickets_on = cli.tickets && !cli.no_tickets;

@@ -11,10 +11,12 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::client_io::ClientIo;
+use super::h2;
 use super::handshake::handshake;
 use super::http::{self, Http};
 use super::preamble::{self, Origin, Preamble, TlsFacts};
 use super::relay::{relay, RelayEnd};
+use super::tls_stream::TlsStream;
 use super::{FrontendState, Worker};
 use crate::counters::{FailReason, Failure, FrontendCounters, WorkerCounters};
 use crate::tls::client_auth::Subject;
@@ -159,6 +161,16 @@ pub async fn serve(
             request: limits.http_request_timeout,
             keepalive: limits.http_keepalive_timeout,
         };
+        // HTTP/2 negotiated in HTTP mode: the gateway serves the connection.
+        if let (Some(max_head), Some(b"h2")) = (state.http, tls.conn().alpn_protocol()) {
+            let fwd = http::request::Forwarding::new(client.ip(), cert_header);
+            let client = h2::Client {
+                addr: client,
+                preamble: bytes,
+                fwd,
+            };
+            return serve_h2(&worker, &frontend, tls, client, max_head, resumed, started).await;
+        }
         let http = state
             .http
             .map(|max| Http::new(client.ip(), max, cert_header, timeouts));
@@ -216,6 +228,9 @@ pub async fn serve(
     // close
     WorkerCounters::add(&fe_counters.bytes_in, out.client_to_backend);
     WorkerCounters::add(&fe_counters.bytes_out, out.backend_to_client);
+    if let Some(h) = &http {
+        WorkerCounters::add(&counters.http.requests_h1, h.request.requests());
+    }
     finish(&mut tls, &out.end, client).await;
     if state.log_connections {
         let conn = tls.conn();
@@ -225,11 +240,58 @@ pub async fn serve(
             backend = %lease.server().name(),
             sni = tls.sni().unwrap_or("-"),
             version = version_name(conn.protocol_version()).unwrap_or("-"),
+            protocol = if http.is_some() { "http/1.1" } else { "tcp" },
             handshake = if resumed { "resumed" } else { "full" },
             bytes_in = out.client_to_backend,
             bytes_out = out.backend_to_client,
             ms = started.elapsed().as_millis() as u64,
             end = ?out.end,
+            "connection closed"
+        );
+    }
+}
+
+/// HTTP mode over HTTP/2: the gateway serves the connection until it ends; then
+/// close_notify, the counters and the log line.
+async fn serve_h2(
+    worker: &Rc<Worker>,
+    frontend: &FrontendState,
+    mut tls: TlsStream,
+    client: h2::Client,
+    max_head: usize,
+    resumed: bool,
+    started: Instant,
+) {
+    let state = &worker.state;
+    let peer = client.addr;
+    let out = h2::serve(
+        &mut tls,
+        worker.clone(),
+        client,
+        &state.limits,
+        max_head,
+        worker.drain.clone(),
+        frontend.reloads.subscribe(),
+    )
+    .await;
+    let fe_counters = worker.counters.frontend(frontend.slot);
+    WorkerCounters::add(&fe_counters.bytes_in, out.bytes_in);
+    WorkerCounters::add(&fe_counters.bytes_out, out.bytes_out);
+    let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
+    if state.log_connections {
+        let conn = tls.conn();
+        tracing::info!(
+            worker = worker.id,
+            client = %peer,
+            sni = tls.sni().unwrap_or("-"),
+            version = version_name(conn.protocol_version()).unwrap_or("-"),
+            protocol = "h2",
+            handshake = if resumed { "resumed" } else { "full" },
+            streams = out.streams,
+            bytes_in = out.bytes_in,
+            bytes_out = out.bytes_out,
+            ms = started.elapsed().as_millis() as u64,
+            end = out.end,
             "connection closed"
         );
     }

@@ -5,6 +5,7 @@
 pub(crate) mod buffers;
 pub mod client_io;
 pub(crate) mod conn;
+pub mod h2;
 pub mod handshake;
 pub(crate) mod http;
 pub(crate) mod listener;
@@ -59,6 +60,27 @@ pub struct FrontendState {
     pub slot: usize,
     /// Certificates and rustls configuration for its new connections.
     pub tls: ArcSwap<TlsState>,
+    /// Bumped by each reload (and closed when the frontend is removed): HTTP/2
+    /// connections then send GOAWAY, so clients move to the new configuration.
+    pub reloads: tokio::sync::watch::Sender<u64>,
+}
+
+impl FrontendState {
+    /// A frontend serving `tls`.
+    pub fn new(name: String, slot: usize, tls: Arc<TlsState>) -> Self {
+        FrontendState {
+            name,
+            slot,
+            tls: ArcSwap::new(tls),
+            reloads: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    /// A reload's new TLS state: new connections use it; HTTP/2 ones are told to go.
+    pub fn reloaded(&self, tls: Arc<TlsState>) {
+        self.tls.store(tls);
+        self.reloads.send_modify(|g| *g += 1);
+    }
 }
 
 /// What the main thread tells a worker.
@@ -92,11 +114,18 @@ pub struct Worker {
     pub counters: Arc<WorkerCounters>,
     /// This worker's round-robin position over the backend servers.
     pub picker: Picker,
+    /// Fired at stop and binary upgrade: HTTP/2 connections send GOAWAY and drain.
+    pub drain: crate::shutdown::Shutdown,
 }
 
 impl Worker {
     /// A worker with no connection yet.
-    pub fn new(id: usize, state: Arc<ProxyState>, counters: Arc<WorkerCounters>) -> Self {
+    pub fn new(
+        id: usize,
+        state: Arc<ProxyState>,
+        counters: Arc<WorkerCounters>,
+        drain: crate::shutdown::Shutdown,
+    ) -> Self {
         Worker {
             id,
             state,
@@ -104,6 +133,7 @@ impl Worker {
             idle: Notify::new(),
             counters,
             picker: Picker::default(),
+            drain,
         }
     }
 

@@ -5,7 +5,6 @@
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 
-use arc_swap::ArcSwap;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::error::StartError;
@@ -85,11 +84,7 @@ impl Frontends {
             }
         }
         let slot = self.slot(&name)?;
-        let state = Arc::new(FrontendState {
-            name,
-            slot,
-            tls: ArcSwap::new(tls),
-        });
+        let state = Arc::new(FrontendState::new(name, slot, tls));
         let (stop, stopped) = shutdown::channel();
         let per_worker = self.workers.len().max(1);
         for (i, l) in sockets.into_iter().enumerate() {

@@ -146,7 +146,7 @@ impl Reloader {
         for (fe, tls) in new.frontends.iter().zip(built) {
             let name = fe.endpoint.to_string();
             match frontends.get(&name) {
-                Some(live) => live.tls.store(tls),
+                Some(live) => live.reloaded(tls),
                 None => match frontends.open(fe, tls, given) {
                     Ok(()) => opened.push(name),
                     Err(e) => tracing::error!("SIGHUP: cannot open frontend {name}: {e}"),

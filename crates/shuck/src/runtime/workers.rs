@@ -64,7 +64,7 @@ pub fn spawn(
                     local.block_on(
                         &rt,
                         worker_main(
-                            Worker::new(id, state, mine),
+                            Worker::new(id, state, mine, shutdown.clone()),
                             control,
                             start,
                             shutdown,

@@ -38,6 +38,8 @@ pub struct RequestRewriter {
     head_started: Option<tokio::time::Instant>,
     /// A chunked body's trailer section, held until whole to drop forwarding fields.
     trailer: Vec<u8>,
+    /// Requests passed on.
+    requests: u64,
 }
 
 /// What the request side is waiting for, for HTTP mode's timeouts.
@@ -69,18 +71,10 @@ impl RequestRewriter {
         max_head: usize,
         cert_header: Option<(&str, Option<&str>)>,
     ) -> Self {
-        let mut forwarded = format!(
-            "X-Forwarded-For: {}\r\nX-Forwarded-Proto: https\r\n",
-            ip.to_canonical()
-        );
-        let mut strip = None;
-        if let Some((name, subject)) = cert_header {
-            if let Some(subject) = subject {
-                forwarded.push_str(&format!("{name}: {subject}\r\n"));
-            }
-            strip = Some(name.to_owned());
-        }
-        forwarded.push_str("\r\n");
+        let Forwarding {
+            lines: forwarded,
+            strip,
+        } = Forwarding::new(ip, cert_header);
         RequestRewriter {
             state: State::Head,
             head: HeadBuf::new(max_head),
@@ -89,7 +83,13 @@ impl RequestRewriter {
             strip,
             head_started: None,
             trailer: Vec::new(),
+            requests: 0,
         }
+    }
+
+    /// Requests passed on so far.
+    pub fn requests(&self) -> u64 {
+        self.requests
     }
 
     /// What the client side is waiting for now.
@@ -309,6 +309,7 @@ impl RequestRewriter {
         }
         out.extend_from_slice(self.forwarded.as_bytes());
 
+        self.requests += 1;
         let upgrade = upgrade_header && connection_upgrade && version == 1;
         ex.pending.push_back(if upgrade {
             Pending::Upgrade
@@ -330,6 +331,42 @@ impl RequestRewriter {
             State::Head
         };
         Ok(())
+    }
+}
+
+/// The forwarding headers of one client connection, made once, and the extra header name
+/// the client may not set; shared by the HTTP/1.1 and HTTP/2 paths.
+#[derive(Debug, Clone)]
+pub struct Forwarding {
+    /// `X-Forwarded-For`, `X-Forwarded-Proto` (and the certificate header), then the
+    /// empty line that ends a head.
+    pub lines: String,
+    /// `--client-cert-header`'s name.
+    pub strip: Option<String>,
+}
+
+impl Forwarding {
+    /// For a client at `ip`; with `cert_header`, that header carries the client
+    /// certificate's subject (or is only removed when the client sent none).
+    pub fn new(ip: IpAddr, cert_header: Option<(&str, Option<&str>)>) -> Self {
+        let mut lines = format!(
+            "X-Forwarded-For: {}\r\nX-Forwarded-Proto: https\r\n",
+            ip.to_canonical()
+        );
+        let mut strip = None;
+        if let Some((name, subject)) = cert_header {
+            if let Some(subject) = subject {
+                lines.push_str(&format!("{name}: {subject}\r\n"));
+            }
+            strip = Some(name.to_owned());
+        }
+        lines.push_str("\r\n");
+        Forwarding { lines, strip }
+    }
+
+    /// Whether the client's header `name` must be removed.
+    pub fn strips(&self, name: &[u8]) -> bool {
+        is_forwarding(name, self.strip.as_deref())
     }
 }
 

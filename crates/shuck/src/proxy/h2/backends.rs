@@ -1,0 +1,134 @@
+//! The backend connections of one HTTP/2 client connection: keep-alive HTTP/1.1
+//! connections, each carrying one stream at a time and reused for the next once its answer
+//! is complete. They serve this client only, so the preamble written when each opens
+//! (`--write-proxy-*`, `--proxy-proxy`, `--write-ip`) stays true for every request on it.
+//! Servers' maxconn, queues, weights and down-marking are the pool's, as for HTTP/1.1: a
+//! stream waiting for a slot also takes a connection another stream of this client frees.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+use crate::backend::{ConnectError, Lease};
+use crate::counters::WorkerCounters;
+use crate::proxy::Worker;
+
+/// One backend connection and what was read from it ahead.
+#[derive(Debug)]
+pub struct BackendConn {
+    /// The socket.
+    pub tcp: TcpStream,
+    /// Bytes read and not yet used.
+    pub buf: BytesMut,
+    /// True once it carried a stream before (it may have been closed by the backend since).
+    pub reused: bool,
+    /// Its maxconn slot; released with it.
+    lease: Lease,
+}
+
+impl BackendConn {
+    /// The server it is on, for logs.
+    pub fn server(&self) -> &str {
+        self.lease.server().name()
+    }
+}
+
+/// The idle connections of one client connection.
+#[derive(Debug)]
+pub struct Backends {
+    idle: RefCell<Vec<BackendConn>>,
+    /// A connection became idle.
+    freed: Notify,
+    /// Streams of this client waiting for a connection.
+    waiting: Cell<usize>,
+    /// Written first on every new connection.
+    preamble: Option<Box<[u8]>>,
+}
+
+/// Most idle connections kept per client connection.
+const MAX_IDLE: usize = 16;
+
+/// Size of a backend connection's read buffer.
+pub const READ_SIZE: usize = 16 * 1024;
+
+impl Backends {
+    /// No connection yet; `preamble` opens every one.
+    pub fn new(preamble: Option<Vec<u8>>) -> Self {
+        Backends {
+            idle: RefCell::new(Vec::new()),
+            freed: Notify::new(),
+            waiting: Cell::new(0),
+            preamble: preamble.map(Vec::into_boxed_slice),
+        }
+    }
+
+    /// An idle connection of this client, or a new one from the pool (waiting in its queue
+    /// when the server is at maxconn), whichever comes first.
+    pub async fn get(&self, worker: &Worker) -> Result<BackendConn, ConnectError> {
+        if let Some(c) = self.idle.borrow_mut().pop() {
+            return Ok(c);
+        }
+        self.waiting.set(self.waiting.get() + 1);
+        let _done = Unwait(&self.waiting);
+        let connect = worker.state.pool.connect(&worker.picker);
+        tokio::pin!(connect);
+        loop {
+            tokio::select! {
+                biased;
+                () = self.freed.notified() => {
+                    if let Some(c) = self.idle.borrow_mut().pop() {
+                        return Ok(c);
+                    }
+                }
+                r = &mut connect => {
+                    let (mut tcp, lease) = r.inspect_err(|_| {
+                        WorkerCounters::bump(&worker.counters.backend_failures);
+                    })?;
+                    if let Some(p) = &self.preamble {
+                        if let Err(source) = tcp.write_all(p).await {
+                            let addr = tcp.peer_addr().unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
+                            return Err(ConnectError::Io { addr, source });
+                        }
+                    }
+                    return Ok(BackendConn {
+                        tcp,
+                        buf: BytesMut::with_capacity(READ_SIZE),
+                        reused: false,
+                        lease,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Takes back a connection whose exchange is complete, for the next stream. One that
+    /// another client's connection is queued for is closed instead, so that keeping it
+    /// idle does not hold a maxconn slot they wait for.
+    pub fn put(&self, mut c: BackendConn) {
+        let others_queued = c.lease.server().stats.queued.load(Relaxed) > self.waiting.get();
+        if others_queued && self.waiting.get() == 0 {
+            return;
+        }
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() >= MAX_IDLE {
+            return;
+        }
+        c.reused = true;
+        idle.push(c);
+        drop(idle);
+        self.freed.notify_one();
+    }
+}
+
+/// Leaves the waiting count however the wait ends.
+struct Unwait<'a>(&'a Cell<usize>);
+
+impl Drop for Unwait<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}

@@ -1,0 +1,308 @@
+//! HTTP/2 in `--http` mode: a gateway, as HAProxy's `mode http` with h2 clients and
+//! HTTP/1.1 servers. hyperium's `h2` speaks HTTP/2 to the client (framing, HPACK, flow
+//! control, and its limits on CONTINUATION, empty-frame and reset floods); each stream
+//! becomes one HTTP/1.1 exchange on a keep-alive backend connection of this client's
+//! (`backends.rs`, `stream.rs`), with the HTTP/1.1 path's header hygiene (`request.rs`).
+//! This driver owns the connection: its settings, the limits h2 leaves to its user (the
+//! rate of streams a client resets, a header block's time, an idle connection), and the
+//! `GOAWAY` that drains it at a reload, a stop or a binary upgrade.
+
+mod backends;
+pub mod request;
+pub mod response;
+mod stream;
+mod watch;
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use h2::Reason;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::http::request::Forwarding;
+use super::Worker;
+use crate::config::Limits;
+use crate::counters::WorkerCounters;
+use crate::shutdown::Shutdown;
+use backends::Backends;
+use watch::{Seen, Watched};
+
+/// What one client connection's streams share.
+#[derive(Debug)]
+pub struct Gateway {
+    /// The worker serving it.
+    worker: Rc<Worker>,
+    /// The client, as the backend is told (after `--proxy-proxy`).
+    client: SocketAddr,
+    /// Its backend connections.
+    backends: Backends,
+    /// Its forwarding headers.
+    fwd: Forwarding,
+    /// `--max-header-bytes`, for the backend's answer heads.
+    max_head: usize,
+    /// `--idle-timeout`: longest silence within an exchange.
+    idle: Duration,
+    /// Streams reset, against `--h2-max-resets`.
+    resets: ResetMeter,
+    /// Streams being served now.
+    active: Cell<usize>,
+    /// When the last stream ended (keep-alive).
+    idle_since: Cell<Instant>,
+    /// Streams served.
+    streams: Cell<u64>,
+    /// Wakes the driver: the last stream ended, or the reset limit was passed.
+    wake: Notify,
+}
+
+/// Streams reset by the client (or refused as malformed) in the current second.
+#[derive(Debug)]
+struct ResetMeter {
+    limit: u32,
+    window: Cell<Instant>,
+    count: Cell<u32>,
+}
+
+impl ResetMeter {
+    fn new(limit: u32) -> Self {
+        ResetMeter {
+            limit,
+            window: Cell::new(Instant::now()),
+            count: Cell::new(0),
+        }
+    }
+
+    /// Counts one; true when the limit is passed.
+    fn hit(&self) -> bool {
+        let now = Instant::now();
+        if now.duration_since(self.window.get()) >= Duration::from_secs(1) {
+            self.window.set(now);
+            self.count.set(0);
+        }
+        self.count.set(self.count.get() + 1);
+        self.over()
+    }
+
+    fn over(&self) -> bool {
+        self.count.get() > self.limit
+    }
+}
+
+impl Gateway {
+    /// Counts a stream in until the guard drops.
+    fn stream_opened(self: &Rc<Self>) -> Active {
+        self.active.set(self.active.get() + 1);
+        self.streams.set(self.streams.get() + 1);
+        Active(self.clone())
+    }
+}
+
+/// A stream being served; its end may leave the connection idle.
+struct Active(Rc<Gateway>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        let gw = &self.0;
+        gw.active.set(gw.active.get().saturating_sub(1));
+        if gw.active.get() == 0 {
+            gw.idle_since.set(Instant::now());
+            gw.wake.notify_one();
+        }
+    }
+}
+
+/// Who the client is and what each backend connection opens with.
+#[derive(Debug)]
+pub struct Client {
+    /// The client's address.
+    pub addr: SocketAddr,
+    /// The preamble (`--write-proxy-*`, `--write-ip`, `--proxy-proxy`).
+    pub preamble: Option<Vec<u8>>,
+    /// Its forwarding headers.
+    pub fwd: Forwarding,
+}
+
+/// What an HTTP/2 connection did, for its log line and counters.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Streams served.
+    pub streams: u64,
+    /// Plaintext bytes from the client.
+    pub bytes_in: u64,
+    /// Plaintext bytes to the client.
+    pub bytes_out: u64,
+    /// How it ended.
+    pub end: &'static str,
+}
+
+/// When a connection that is closing is given up on, whatever is still unsent.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Serves an HTTP/2 connection until it ends: streams are spawned on this worker as they
+/// come. `drain` (stop, binary upgrade) and `reload` (SIGHUP) send `GOAWAY` and let the
+/// streams under way finish.
+pub async fn serve<S>(
+    io: S,
+    worker: Rc<Worker>,
+    client: Client,
+    limits: &Limits,
+    max_head: usize,
+    mut drain: Shutdown,
+    mut reload: tokio::sync::watch::Receiver<u64>,
+) -> Outcome
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let counters = worker.counters.clone();
+    WorkerCounters::bump(&counters.http.h2_connections);
+    let gw = Rc::new(Gateway {
+        worker,
+        client: client.addr,
+        backends: Backends::new(client.preamble),
+        fwd: client.fwd,
+        max_head,
+        idle: limits.idle_timeout,
+        resets: ResetMeter::new(limits.h2.max_resets),
+        active: Cell::new(0),
+        idle_since: Cell::new(Instant::now()),
+        streams: Cell::new(0),
+        wake: Notify::new(),
+    });
+    let seen = Rc::new(Seen::default());
+    let window = limits.h2.initial_window;
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(limits.h2.max_concurrent_streams)
+        .max_header_list_size(u32::try_from(max_head).unwrap_or(u32::MAX))
+        .initial_window_size(window)
+        .initial_connection_window_size(window.saturating_mul(16))
+        .max_send_buffer_size(64 * 1024)
+        .enable_connect_protocol();
+    let outcome = |end, seen: &Seen, gw: &Gateway| Outcome {
+        streams: gw.streams.get(),
+        bytes_in: seen.bytes_in.get(),
+        bytes_out: seen.bytes_out.get(),
+        end,
+    };
+
+    // The preface and SETTINGS are a head too: they get --http-request-timeout.
+    let request_timeout = limits.http_request_timeout;
+    let handshake = builder.handshake::<_, bytes::Bytes>(Watched::new(io, seen.clone()));
+    let mut conn = match tokio::time::timeout(request_timeout, handshake).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::debug!(client = %gw.client, error = %e, "HTTP/2 preface refused");
+            count_error(&counters, &e);
+            return outcome("bad preface", &seen, &gw);
+        }
+        Err(_) => return outcome("no preface in time", &seen, &gw),
+    };
+
+    let keepalive = limits.http_keepalive_timeout;
+    let mut draining = false;
+    let mut closing: Option<Instant> = None;
+    let mut end = "closed";
+    loop {
+        // The next deadline: a header block's, an idle connection's, or a closing one's.
+        let now = Instant::now();
+        let mut deadline = now + Duration::from_secs(3600);
+        if let Some(t) = seen.head_since.get() {
+            deadline = deadline.min(t + request_timeout);
+        }
+        if gw.active.get() == 0 && !draining {
+            deadline = deadline.min(gw.idle_since.get() + keepalive);
+        }
+        if let Some(t) = closing {
+            deadline = deadline.min(t + CLOSE_GRACE);
+        }
+        tokio::select! {
+            biased;
+            () = drain.recv(), if !draining => {
+                conn.graceful_shutdown();
+                goaway(&counters, Reason::NO_ERROR);
+                draining = true;
+                end = "drained";
+            }
+            r = reload.changed(), if !draining => {
+                if r.is_ok() {
+                    conn.graceful_shutdown();
+                    goaway(&counters, Reason::NO_ERROR);
+                    draining = true;
+                    end = "reload";
+                } else {
+                    draining = true; // the frontend is gone: same as a stop
+                    conn.graceful_shutdown();
+                    goaway(&counters, Reason::NO_ERROR);
+                    end = "frontend removed";
+                }
+            }
+            () = gw.wake.notified() => {
+                if gw.resets.over() && closing.is_none() {
+                    tracing::warn!(client = %gw.client, limit = gw.resets.limit,
+                        "HTTP/2: streams reset faster than --h2-max-resets per second: GOAWAY ENHANCE_YOUR_CALM");
+                    conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                    goaway(&counters, Reason::ENHANCE_YOUR_CALM);
+                    closing = Some(Instant::now());
+                    draining = true;
+                    end = "reset flood";
+                }
+            }
+            () = seen.head_started.notified() => {}
+            () = tokio::time::sleep_until(deadline) => {
+                if closing.is_some_and(|t| t + CLOSE_GRACE <= Instant::now()) {
+                    break;
+                }
+                if seen.head_since.get().is_some_and(|t| t + request_timeout <= Instant::now()) {
+                    tracing::debug!(client = %gw.client, "HTTP/2: a header block took longer than --http-request-timeout");
+                    conn.abrupt_shutdown(Reason::NO_ERROR);
+                    goaway(&counters, Reason::NO_ERROR);
+                    closing = Some(Instant::now());
+                    draining = true;
+                    end = "request timeout";
+                } else if !draining && gw.active.get() == 0 {
+                    conn.graceful_shutdown();
+                    goaway(&counters, Reason::NO_ERROR);
+                    draining = true;
+                    closing = Some(Instant::now());
+                    end = "keep-alive timeout";
+                }
+            }
+            next = conn.accept() => match next {
+                Some(Ok((req, respond))) => {
+                    if gw.resets.over() {
+                        continue; // closing: GOAWAY is on its way
+                    }
+                    gw.idle_since.set(Instant::now());
+                    tokio::task::spawn_local(stream::serve(gw.clone(), req, respond));
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(client = %gw.client, error = %e, "HTTP/2 connection ended");
+                    if count_error(&counters, &e) {
+                        end = "protocol error";
+                    }
+                    break;
+                }
+                None => break,
+            },
+        }
+    }
+    outcome(end, &seen, &gw)
+}
+
+/// Counts the GOAWAY h2 sent for an error it found; true when it did.
+fn count_error(counters: &WorkerCounters, e: &h2::Error) -> bool {
+    match e.reason() {
+        Some(reason) if e.is_go_away() && e.is_library() => {
+            goaway(counters, reason);
+            true
+        }
+        _ => false,
+    }
+}
+
+fn goaway(counters: &WorkerCounters, reason: Reason) {
+    counters.http.goaway(u32::from(reason));
+}
