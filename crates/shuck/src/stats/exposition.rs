@@ -10,7 +10,7 @@ use prometheus_client::metrics::MetricType;
 
 use super::Sources;
 use crate::backend::Server;
-use crate::counters::FrontendTotals;
+use crate::counters::{FrontendTotals, HttpTotals, H2_REASONS};
 use crate::session::store::stats::{Op, Outcome, StoreStats};
 use crate::session::sync::wire::Reject;
 
@@ -63,6 +63,46 @@ fn gauge(
         ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
     }
     Ok(())
+}
+
+/// `--http`: requests by protocol, HTTP/2 connections, resets and GOAWAYs.
+fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Result {
+    counter(
+        enc,
+        "shuck_http_requests",
+        "HTTP mode: requests passed to backends, by the client's protocol.",
+        &[
+            (&[("protocol", "http/1.1")], h.requests_h1),
+            (&[("protocol", "h2")], h.requests_h2),
+        ],
+    )?;
+    counter(
+        enc,
+        "shuck_h2_connections",
+        "HTTP mode: client connections served over HTTP/2.",
+        &[(&[], h.h2_connections)],
+    )?;
+    counter(
+        enc,
+        "shuck_h2_streams_reset",
+        "HTTP/2 streams reset before their answer was complete, by who reset them.",
+        &[
+            (&[("by", "client")], h.h2_resets_received),
+            (&[("by", "shuck")], h.h2_resets_sent),
+        ],
+    )?;
+    let labels: Vec<[(&str, &str); 1]> = H2_REASONS.iter().map(|r| [("reason", *r)]).collect();
+    let rows: Vec<(&[(&str, &str)], u64)> = labels
+        .iter()
+        .zip(h.goaway)
+        .map(|(l, n)| (&l[..], n))
+        .collect();
+    counter(
+        enc,
+        "shuck_h2_goaway",
+        "HTTP/2 GOAWAY frames shuck sent, by error code (no_error: drain, reload, idle).",
+        &rows,
+    )
 }
 
 /// `--shared-store`: operations by kind and result, reachability, lookup latency.
@@ -245,6 +285,9 @@ impl prometheus_client::collector::Collector for Exposition {
             "Connections for which no backend could be reached.",
             &[(&[], t.backend_failures)],
         )?;
+        if sources.state.http.is_some() {
+            http_metrics(&mut enc, &t.http)?;
+        }
 
         if tls.cache.is_some() {
             gauge(
