@@ -195,7 +195,7 @@ where
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             tracing::debug!(client = %gw.client, error = %e, "HTTP/2 preface refused");
-            count_error(&counters, &e);
+            count_error(&counters, gw.client, &e);
             return outcome("bad preface", &seen, &gw);
         }
         Err(_) => return outcome("no preface in time", &seen, &gw),
@@ -209,14 +209,16 @@ where
         // The next deadline: a header block's, an idle connection's, or a closing one's.
         let now = Instant::now();
         let mut deadline = now + Duration::from_secs(3600);
-        if let Some(t) = seen.head_since.get() {
-            deadline = deadline.min(t + request_timeout);
-        }
-        if gw.active.get() == 0 && !draining {
-            deadline = deadline.min(gw.idle_since.get() + keepalive);
-        }
-        if let Some(t) = closing {
-            deadline = deadline.min(t + CLOSE_GRACE);
+        match closing {
+            Some(t) => deadline = t + CLOSE_GRACE,
+            None => {
+                if let Some(t) = seen.head_since.get() {
+                    deadline = deadline.min(t + request_timeout);
+                }
+                if gw.active.get() == 0 && !draining {
+                    deadline = deadline.min(gw.idle_since.get() + keepalive);
+                }
+            }
         }
         tokio::select! {
             biased;
@@ -252,8 +254,8 @@ where
             }
             () = seen.head_started.notified() => {}
             () = tokio::time::sleep_until(deadline) => {
-                if closing.is_some_and(|t| t + CLOSE_GRACE <= Instant::now()) {
-                    break;
+                if closing.is_some() {
+                    break; // what was left to send did not go in time
                 }
                 if seen.head_since.get().is_some_and(|t| t + request_timeout <= Instant::now()) {
                     tracing::debug!(client = %gw.client, "HTTP/2: a header block took longer than --http-request-timeout");
@@ -280,7 +282,7 @@ where
                 }
                 Some(Err(e)) => {
                     tracing::debug!(client = %gw.client, error = %e, "HTTP/2 connection ended");
-                    if count_error(&counters, &e) {
+                    if count_error(&counters, gw.client, &e) {
                         end = "protocol error";
                     }
                     break;
@@ -293,9 +295,12 @@ where
 }
 
 /// Counts the GOAWAY h2 sent for an error it found; true when it did.
-fn count_error(counters: &WorkerCounters, e: &h2::Error) -> bool {
+fn count_error(counters: &WorkerCounters, client: SocketAddr, e: &h2::Error) -> bool {
     match e.reason() {
         Some(reason) if e.is_go_away() && e.is_library() => {
+            if reason == Reason::ENHANCE_YOUR_CALM {
+                tracing::warn!(client = %client, error = %e, "HTTP/2: a client flooded its connection: GOAWAY ENHANCE_YOUR_CALM");
+            }
             goaway(counters, reason);
             true
         }
