@@ -3,6 +3,9 @@
 //! another client is served, the timeouts, the GOAWAY of a stop and a reload, and 1 GB
 //! each way byte-exact with the worker's memory bounded. One test at a time: they measure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// The lock orders whole tests, each on its own runtime and thread: held across awaits on
+// purpose.
+#![allow(clippy::await_holding_lock)]
 
 mod common;
 
