@@ -3,6 +3,7 @@
 # callgrind (steady from run to run, unlike time on a shared machine).
 #
 #   bench/callgrind.sh [SHUCK] [SHUCK_BENCH]     (defaults: target/release/...)
+#   SHUCK_ARGS="--http" bench/callgrind.sh       (the same, with more shuck flags)
 #
 # Each figure is a difference of two runs with fixed work, so start-up and shutdown cancel:
 #   keep-alive: one session of 4,500 requests minus one of 500, divided by 4,000;
@@ -48,7 +49,7 @@ count() {
     out="$work/cg.out"
     rm -f "$out".*
     valgrind --tool=callgrind --callgrind-out-file="$out.%p" \
-        "$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q 2>"$work/vg.log" &
+        "$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q ${SHUCK_ARGS:-} 2>"$work/vg.log" &
     pid=$!
     wait_port "$port"
     "$bench" load --target "127.0.0.1:$port" --concurrency 1 --timeout 120 --json "$@" >"$work/load.json"

@@ -534,3 +534,65 @@ async fn metrics_and_log_name_the_protocol() {
         "{body}"
     );
 }
+
+#[test]
+fn h2_settings_are_checked_and_read_from_the_file() {
+    for (flag, value) in [
+        ("--h2-max-concurrent-streams", "0"),
+        ("--h2-max-resets", "0"),
+        ("--h2-initial-window-size", "100"),
+        ("--h2-initial-window-size", "2147483647"),
+    ] {
+        let (code, err) = run_to_exit(&["--http", flag, value, "--test"]);
+        assert_eq!(code, Some(1), "{flag} {value}: {err}");
+        assert!(err.contains(flag) && err.contains("out of range"), "{err}");
+    }
+    let (code, err) = run_to_exit(&["--http", "--h2-max-concurrent-streams", "many"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--h2-max-concurrent-streams"), "{err}");
+    // The same keys in a configuration file; a bad value is named with its line.
+    let dir = TempDir::new("h2-conf");
+    let conf = dir.path("shuck.conf");
+    std::fs::write(&conf, "http = on\nh2-max-concurrent-streams = 7\nh2-max-resets = 5\nh2-initial-window-size = 1048576\n").unwrap();
+    let (code, err) = run_to_exit(&["--config", conf.to_str().unwrap(), "--test"]);
+    assert_eq!(code, Some(0), "{err}");
+    std::fs::write(&conf, "http = on\nh2-max-resets = lots\n").unwrap();
+    let (code, err) = run_to_exit(&["--config", conf.to_str().unwrap(), "--test"]);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("line 2") && err.contains("h2-max-resets"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn the_concurrent_stream_limit_is_announced_and_kept() {
+    let origin = H1Origin::start(None);
+    let shuck = Shuck::start(&[
+        "--http",
+        "-b",
+        &origin.spec,
+        "--h2-max-concurrent-streams",
+        "3",
+    ]);
+    let (mut send, _conn) = h2c::connect(shuck.addr()).await;
+    // One exchange first: shuck's SETTINGS are then known to the client, which waits for a
+    // free stream instead of opening a fourth (that shuck would refuse, REFUSED_STREAM).
+    assert_eq!(h2c::get(&mut send, "/").await.unwrap().0.as_u16(), 200);
+    assert_eq!(send.current_max_send_streams(), 3);
+    let mut tasks = Vec::new();
+    for _ in 0..9 {
+        let mut s = send.clone();
+        tasks.push(tokio::spawn(
+            async move { h2c::get(&mut s, "/slow/200").await },
+        ));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap().0.as_u16(), 200);
+    }
+    assert!(
+        origin.max_open.load(Ordering::SeqCst) <= 3,
+        "never more than 3 streams at once"
+    );
+    assert_eq!(origin.requests().len(), 10);
+}

@@ -250,6 +250,9 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         "shuck_store_lookup_seconds_bucket",
         "shuck_acme_orders_total",
         "shuck_acme_next_renewal_seconds",
+        "shuck_http_requests_total",
+        "shuck_h2_streams_reset_total",
+        "shuck_h2_goaway_total",
     ] {
         assert!(
             queried.iter().any(|q| q == m),
@@ -268,6 +271,8 @@ fn every_metric_the_dashboard_queries_is_exposed() {
     sh(&format!("chmod 600 {}", key.display()));
     let (udp, peer) = (free_port(), free_port());
     let (_shuck, stats, _origin) = with_stats(&[
+        // HTTP mode: its families too.
+        "--http",
         "-U",
         &format!("[127.0.0.1]:{udp}"),
         "-P",
