@@ -45,6 +45,14 @@ pub struct CompareOpts {
     /// Idle TLS connections for the memory scenario.
     #[arg(long, default_value_t = 10_000)]
     pub idle_conns: usize,
+    /// What every comparison takes.
+    #[command(flatten)]
+    pub bench: BenchOpts,
+}
+
+/// The options every comparison (`compare`, `h2`) takes.
+#[derive(Debug, Clone, Args)]
+pub struct BenchOpts {
     /// Where reports go.
     #[arg(long, default_value = "bench/results")]
     pub out: PathBuf,
@@ -59,19 +67,52 @@ pub struct CompareOpts {
     pub no_pin: bool,
 }
 
+/// What a comparison's start settles: the binary, the machine, whether to pin.
+pub(crate) struct Bench {
+    /// The shuck binary measured.
+    pub shuck: PathBuf,
+    /// The machine, read before this process is pinned (nproc counts allowed CPUs).
+    pub machine: String,
+    /// Servers on CPU 0, this process (the client) and the origin on CPU 1.
+    pub pin: bool,
+}
+
+impl BenchOpts {
+    /// Raises the descriptor limit, finds the binary, reads the machine and pins this
+    /// process to CPU 1 when pinning.
+    pub(crate) fn start(&self) -> Bench {
+        raise_fd_limit();
+        let shuck = self.shuck.clone().unwrap_or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(|d| d.join("shuck")))
+                .unwrap_or_else(|| "shuck".into())
+        });
+        let machine = report::machine();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pin = !self.no_pin && cpus >= 2;
+        if pin {
+            let _ = Command::new("taskset")
+                .args(["-a", "-p", "-c", "1", &std::process::id().to_string()])
+                .stdout(Stdio::null())
+                .status();
+        }
+        Bench {
+            shuck,
+            machine,
+            pin,
+        }
+    }
+}
+
 /// Runs the comparison and writes the reports.
 pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
     let scenarios = scenarios::select(&o.scenario).map_err(anyhow::Error::msg)?;
-    raise_fd_limit();
-    let shuck = o.shuck.clone().unwrap_or_else(|| {
-        std::env::current_exe()
-            .ok()
-            .and_then(|p| p.parent().map(|d| d.join("shuck")))
-            .unwrap_or_else(|| "shuck".into())
-    });
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let pin = !o.no_pin && cpus >= 2;
-    let machine = report::machine();
+    let Bench {
+        shuck,
+        machine,
+        pin,
+    } = o.bench.start();
     let fd_limit = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
     // A proxy holds two descriptors per idle client connection.
     let idle_conns = o
@@ -82,13 +123,6 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
             "idle-memory: {idle_conns} connections, not {}: the descriptor limit is {fd_limit}",
             o.idle_conns
         );
-    }
-    if pin {
-        // Client and origin on CPU 1, servers on CPU 0.
-        let _ = Command::new("taskset")
-            .args(["-a", "-p", "-c", "1", &std::process::id().to_string()])
-            .stdout(Stdio::null())
-            .status();
     }
     let dir = std::env::temp_dir().join(format!("shuck-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -211,7 +245,7 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
         capacity,
         scenarios: results,
     };
-    report::write(&res, &o.out)
+    report::write(&res, &o.bench.out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -242,7 +276,7 @@ fn measure(
     let server = match peers::start(
         t,
         prog,
-        &o.peers_dir,
+        &o.bench.peers_dir,
         &Params {
             port,
             origin_port,
@@ -342,11 +376,11 @@ fn measure(
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn make_cert(dir: &Path, name: &str, newkey: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn make_cert(dir: &Path, name: &str, newkey: &str) -> anyhow::Result<PathBuf> {
     let pem = dir.join(format!("{name}.pem"));
     let (key, crt) = (
         dir.join(format!("{name}.key")),
@@ -369,10 +403,10 @@ fn make_cert(dir: &Path, name: &str, newkey: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// The origin, as a child process of this binary, pinned with the client.
-struct Origin(Child);
+pub(crate) struct Origin(Child);
 
 impl Origin {
-    fn start(port: u16, pin: bool) -> anyhow::Result<Origin> {
+    pub(crate) fn start(port: u16, pin: bool) -> anyhow::Result<Origin> {
         let me = std::env::current_exe()?;
         let mut cmd = if pin {
             let mut c = Command::new("taskset");
@@ -403,7 +437,7 @@ impl Drop for Origin {
     }
 }
 
-struct RemoveDir(PathBuf);
+pub(crate) struct RemoveDir(pub(crate) PathBuf);
 
 impl Drop for RemoveDir {
     fn drop(&mut self) {

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod capacity;
 mod compare;
+mod h2;
 mod load;
 mod origin;
 mod peers;
@@ -57,6 +58,8 @@ enum Cmd {
     },
     /// Run scenarios against shuck and the peers, and write reports.
     Compare(compare::CompareOpts),
+    /// Compare HTTP/2 gateways (shuck --http, HAProxy mode http, nginx http2) with h2load.
+    H2(h2::H2Opts),
     /// Measure this machine's crypto costs and the capacity they imply.
     Capacity {
         /// Seconds spent on each operation.
@@ -117,6 +120,11 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Compare(o) => {
             let md = compare::run(&o)?;
+            println!("report: {}", md.display());
+            Ok(())
+        }
+        Cmd::H2(o) => {
+            let md = h2::run(&o)?;
             println!("report: {}", md.display());
             Ok(())
         }

@@ -173,7 +173,7 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn which(program: &str) -> Option<PathBuf> {
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
     let out = Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
         .output()
@@ -280,7 +280,19 @@ pub fn start(
     p: &Params<'_>,
     cpu: Option<usize>,
 ) -> anyhow::Result<Server> {
-    let template = templates.join(t.template());
+    start_template(t, program, templates, t.template(), p, cpu)
+}
+
+/// As [`start`], from another of the target's templates (e.g. its HTTP/2 gateway's).
+pub fn start_template(
+    t: Target,
+    program: &Path,
+    templates: &Path,
+    template_name: &str,
+    p: &Params<'_>,
+    cpu: Option<usize>,
+) -> anyhow::Result<Server> {
+    let template = templates.join(template_name);
     let text = std::fs::read_to_string(&template)
         .with_context(|| format!("cannot read {}", template.display()))?;
     let text = text
@@ -298,7 +310,7 @@ pub fn start(
             "{{USER_LINE}}",
             if is_root() { "user = \"nobody\"" } else { "" },
         );
-    let conf = p.dir.join(t.template());
+    let conf = p.dir.join(template_name);
     std::fs::write(&conf, &text)?;
     let conf_s = conf.display().to_string();
     let args: Vec<String> = match t {

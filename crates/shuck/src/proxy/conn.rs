@@ -169,7 +169,12 @@ pub async fn serve(
                 preamble: bytes,
                 fwd,
             };
-            return serve_h2(&worker, &frontend, tls, client, max_head, resumed, started).await;
+            // Boxed: the gateway's state would otherwise make every connection's future
+            // (and its spawn's copy) larger, HTTP/2 or not.
+            return Box::pin(serve_h2(
+                &worker, &frontend, tls, client, max_head, resumed, started,
+            ))
+            .await;
         }
         let http = state
             .http

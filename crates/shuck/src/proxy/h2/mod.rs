@@ -14,6 +14,7 @@ mod stream;
 mod watch;
 
 use std::cell::Cell;
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
@@ -190,7 +191,16 @@ where
 
     // The preface and SETTINGS are a head too: they get --http-request-timeout.
     let request_timeout = limits.http_request_timeout;
-    let handshake = builder.handshake::<_, bytes::Bytes>(Watched::new(io, seen.clone()));
+    let wire = Watched::new(io, seen.clone());
+    let mut handshake = std::pin::pin!(builder.handshake::<_, bytes::Bytes>(wire.handle()));
+    // Whenever h2 waits, what it wrote goes out (see watch.rs).
+    let handshake = poll_fn(|cx| {
+        let r = handshake.as_mut().poll(cx);
+        if r.is_pending() {
+            wire.send_gathered(cx);
+        }
+        r
+    });
     let mut conn = match tokio::time::timeout(request_timeout, handshake).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
@@ -272,7 +282,13 @@ where
                     end = "keep-alive timeout";
                 }
             }
-            next = conn.accept() => match next {
+            next = poll_fn(|cx| {
+                let r = conn.poll_accept(cx);
+                if r.is_pending() {
+                    wire.send_gathered(cx);
+                }
+                r
+            }) => match next {
                 Some(Ok((req, respond))) => {
                     if gw.resets.over() {
                         continue; // closing: GOAWAY is on its way

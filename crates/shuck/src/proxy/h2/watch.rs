@@ -2,12 +2,20 @@
 //! ways, and the HTTP/2 frame headers followed (only their 9-byte headers; h2 does the
 //! parsing) to know when a header block has begun and not ended, so that
 //! `--http-request-timeout` bounds each stream's head as it bounds an HTTP/1.1 head.
+//!
+//! Writes are gathered, and sent when h2 has done all it can: h2 hands a DATA frame's
+//! header and its payload over in separate writes and flushes after each DATA frame,
+//! while each write to the TLS stream is a record and a system call of its own. The
+//! driver holds a second handle and calls [`Watched::send_gathered`] whenever h2's
+//! connection future returns `Pending`, so the answers of all the streams ready at one
+//! wake-up leave in one record (up to the record size) and one send. A full buffer and a
+//! shutdown send at once.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
@@ -42,27 +50,72 @@ enum Scan {
     Payload { left: usize, ends_head: bool },
 }
 
-/// The watched connection.
+/// Plaintext gathered before it goes to the TLS stream: one full TLS record.
+const GATHER: usize = 16 * 1024;
+
+/// The watched connection: a handle for h2 and one for the driver, to the same wire.
 #[derive(Debug)]
-pub struct Watched<S> {
+pub struct Watched<S>(Rc<RefCell<Wire<S>>>);
+
+#[derive(Debug)]
+struct Wire<S> {
     io: S,
     scan: Scan,
     seen: Rc<Seen>,
+    /// Plaintext written by h2 and not yet given to `io`.
+    out: Vec<u8>,
+    /// A send of the gathered bytes failed: the next read or write reports it to h2.
+    failed: Option<io::Error>,
 }
 
 impl<S> Watched<S> {
     /// Watches `io` from the start of the connection, reporting to `seen`.
     pub fn new(io: S, seen: Rc<Seen>) -> Self {
-        Watched {
+        Watched(Rc::new(RefCell::new(Wire {
             io,
             scan: Scan::Preface(PREFACE),
             seen,
-        }
+            out: Vec::new(),
+            failed: None,
+        })))
+    }
+
+    /// A second handle to the same connection (the driver's).
+    pub fn handle(&self) -> Self {
+        Watched(self.0.clone())
+    }
+
+    /// The wire, for the length of one call. h2 and the driver run on one task and never
+    /// inside each other's calls, so it is never held twice; if it were, that is an error
+    /// of the connection, not a panic.
+    fn wire(&self) -> io::Result<std::cell::RefMut<'_, Wire<S>>> {
+        self.0
+            .try_borrow_mut()
+            .map_err(|_| io::Error::other("HTTP/2 connection used twice at once"))
     }
 
     #[cfg(test)]
     fn follow(&mut self, input: &[u8]) {
-        follow(&mut self.scan, &self.seen, input);
+        if let Ok(mut w) = self.wire() {
+            let Wire { scan, seen, .. } = &mut *w;
+            follow(scan, seen, input);
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> Watched<S> {
+    /// Sends what h2 wrote since the last time; called by the driver when h2 waits. A
+    /// send that has to wait wakes the task when the socket takes more; one that fails
+    /// is kept for h2's next read or write, and the task woken to make it.
+    pub fn send_gathered(&self, cx: &mut Context<'_>) {
+        let Ok(mut w) = self.wire() else { return };
+        if w.out.is_empty() || w.failed.is_some() {
+            return;
+        }
+        if let Poll::Ready(Err(e)) = w.poll_drain(cx) {
+            w.failed = Some(e);
+            cx.waker().wake_by_ref();
+        }
     }
 }
 
@@ -134,15 +187,37 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let Watched { io, scan, seen } = self.get_mut();
-        let before = buf.filled().len();
-        let r = Pin::new(io).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = r {
-            let new = &buf.filled()[before..];
-            seen.bytes_in.set(seen.bytes_in.get() + new.len() as u64);
-            follow(scan, seen, new);
+        let mut w = self.wire()?;
+        if let Some(e) = w.failed.take() {
+            return Poll::Ready(Err(e));
         }
-        r
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut w.io).poll_read(cx, buf))?;
+        let Wire { scan, seen, .. } = &mut *w;
+        let new = &buf.filled()[before..];
+        seen.bytes_in.set(seen.bytes_in.get() + new.len() as u64);
+        follow(scan, seen, new);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> Wire<S> {
+    /// Gives what was gathered to `io`.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut done = 0;
+        while done < self.out.len() {
+            match Pin::new(&mut self.io).poll_write(cx, &self.out[done..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => done += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    self.out.drain(..done);
+                    return Poll::Pending;
+                }
+            }
+        }
+        self.out.clear();
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -152,20 +227,42 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let me = self.get_mut();
-        let r = Pin::new(&mut me.io).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = r {
-            me.seen.bytes_out.set(me.seen.bytes_out.get() + n as u64);
+        let mut w = self.wire()?;
+        if let Some(e) = w.failed.take() {
+            return Poll::Ready(Err(e));
         }
-        r
+        if w.out.len() + buf.len() > GATHER {
+            ready!(w.poll_drain(cx))?;
+        }
+        let n = if buf.len() >= GATHER {
+            // Large enough to be a record of its own: no copy.
+            ready!(Pin::new(&mut w.io).poll_write(cx, buf))?
+        } else {
+            if w.out.capacity() == 0 {
+                w.out.reserve_exact(GATHER);
+            }
+            w.out.extend_from_slice(buf);
+            buf.len()
+        };
+        w.seen.bytes_out.set(w.seen.bytes_out.get() + n as u64);
+        Poll::Ready(Ok(n))
     }
 
+    /// What was gathered is sent by the driver's [`Watched::send_gathered`] once h2 has
+    /// nothing more to write, so that the streams answered at one wake-up share a record.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        let mut w = self.wire()?;
+        if w.out.is_empty() {
+            Pin::new(&mut w.io).poll_flush(cx)
+        } else {
+            Poll::Ready(Ok(()))
+        }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        let mut w = self.wire()?;
+        ready!(w.poll_drain(cx))?;
+        Pin::new(&mut w.io).poll_shutdown(cx)
     }
 }
 
@@ -199,5 +296,62 @@ mod tests {
         // A DATA frame does not open a block.
         w.follow(&[0, 0, 2, 0x0, 0x1, 0, 0, 0, 1, b'h', b'i']);
         assert!(seen.head_since.get().is_none());
+    }
+
+    /// Records each write it is given, as the TLS stream would make each a record.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl AsyncWrite for Writes {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.get_mut().0.push(buf.to_vec());
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn writes(w: &Watched<Writes>) -> Vec<Vec<u8>> {
+        w.0.borrow().io.0.clone()
+    }
+
+    #[tokio::test]
+    async fn writes_are_gathered_until_the_driver_sends_them() {
+        use tokio::io::AsyncWriteExt;
+        let seen = Rc::new(Seen::default());
+        let driver = Watched::new(Writes::default(), seen.clone());
+        let mut h2 = driver.handle();
+        // Two streams' frames, each header and payload apart, flushed after each as h2 does.
+        for part in [&b"head-1"[..], b"data-1", b"head-2", b"data-2"] {
+            h2.write_all(part).await.unwrap();
+            h2.flush().await.unwrap();
+        }
+        assert!(writes(&driver).is_empty(), "nothing goes before h2 waits");
+        std::future::poll_fn(|cx| {
+            driver.send_gathered(cx);
+            Poll::Ready(())
+        })
+        .await;
+        assert_eq!(writes(&driver), vec![b"head-1data-1head-2data-2".to_vec()]);
+        assert_eq!(seen.bytes_out.get(), 24);
+        // A write of a whole record goes as it is, after what was gathered before it.
+        h2.write_all(b"x").await.unwrap();
+        let big = vec![7u8; GATHER];
+        h2.write_all(&big).await.unwrap();
+        let w = writes(&driver);
+        assert_eq!(w.len(), 3);
+        assert_eq!((w[1].as_slice(), w[2].len()), (&b"x"[..], GATHER));
+        // A shutdown sends what is left.
+        h2.write_all(b"bye").await.unwrap();
+        h2.shutdown().await.unwrap();
+        assert_eq!(writes(&driver).last().map(Vec::as_slice), Some(&b"bye"[..]));
     }
 }

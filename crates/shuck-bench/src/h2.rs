@@ -1,0 +1,314 @@
+//! `shuck-bench h2`: HTTP/2 gateways compared. shuck in `--http` mode, HAProxy in
+//! `mode http` with `alpn h2,http/1.1` and nginx with `http2`, each in front of the same
+//! HTTP/1.1 origin, loaded by nghttp2's `h2load` (N connections × M streams) for each
+//! answer size; the server's CPU time per request is read from /proc, as `compare` does,
+//! server on CPU 0, client and origin on CPU 1.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+
+use crate::compare::{free_port, make_cert, Bench, BenchOpts, Origin};
+use crate::peers::{self, which, Params, SyncParams, Target};
+use crate::procfs;
+use crate::report;
+
+/// Options of `h2`.
+#[derive(Debug, Clone, Args)]
+pub struct H2Opts {
+    /// Servers to measure, comma-separated: shuck, haproxy, nginx.
+    #[arg(long, value_delimiter = ',', default_value = "shuck,haproxy,nginx")]
+    pub targets: Vec<String>,
+    /// Answer sizes, comma-separated (bytes, or with k/m as the origin reads them).
+    #[arg(long, value_delimiter = ',', default_value = "0,4k")]
+    pub sizes: Vec<String>,
+    /// Client connections.
+    #[arg(long, default_value_t = 10)]
+    pub connections: usize,
+    /// Streams in flight per connection.
+    #[arg(long, default_value_t = 10)]
+    pub streams: usize,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Measurements per size and server (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// What every comparison takes.
+    #[command(flatten)]
+    pub bench: BenchOpts,
+}
+
+/// One measurement.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    requests: u64,
+    failed: u64,
+    cpu_us: u64,
+    seconds: f64,
+}
+
+impl Measured {
+    fn cpu_per_req(&self) -> f64 {
+        self.cpu_us as f64 / self.requests.max(1) as f64
+    }
+}
+
+/// A server's median at one size, or why there is none.
+type Row = (String, String, Result<Measured, String>);
+
+/// Runs the comparison; returns the report's path.
+pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
+    let h2load = which("h2load")
+        .or_else(|| {
+            let _ = Command::new("sh")
+                .args(["-c", "(apt-get install -y -qq nghttp2-client || (apt-get update -qq && apt-get install -y -qq nghttp2-client)) >/dev/null 2>&1"])
+                .status();
+            which("h2load")
+        })
+        .context("h2load is needed (apt-get install nghttp2-client)")?;
+    let Bench {
+        shuck,
+        machine,
+        pin,
+    } = o.bench.start();
+    let dir = std::env::temp_dir().join(format!("shuck-bench-h2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let _cleanup = crate::compare::RemoveDir(dir.clone());
+    let pem = make_cert(&dir, "ecdsa", "ec -pkeyopt ec_paramgen_curve:P-256")?;
+    let origin_port = free_port()?;
+    let _origin = Origin::start(origin_port, pin)?;
+    let key = dir.join("unused.key");
+    let mut rows: Vec<Row> = Vec::new();
+    let mut versions = Vec::new();
+    for name in &o.targets {
+        let (target, template) = match name.as_str() {
+            "shuck" => (Target::Shuck, "shuck-h2.args"),
+            "haproxy" => (Target::Haproxy, "haproxy-h2.cfg"),
+            "nginx" => (Target::Nginx, "nginx-h2.conf"),
+            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy or nginx"),
+        };
+        let program = match peers::ensure_installed(target, &shuck) {
+            Ok(p) => {
+                versions.push(format!("{}: {}", target.name(), target.version(&shuck)));
+                p
+            }
+            Err(why) => {
+                not_measured(&mut rows, name, &o.sizes, &format!("unavailable: {why}"));
+                continue;
+            }
+        };
+        let params = Params {
+            port: free_port()?,
+            origin_port,
+            pem: &pem,
+            dir: &dir,
+            sync: SyncParams {
+                port: 0,
+                slow_peer: 0,
+                key: &key,
+                redis_port: 0,
+            },
+        };
+        let server = match peers::start_template(
+            target,
+            &program,
+            &o.bench.peers_dir,
+            template,
+            &params,
+            pin.then_some(0),
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                not_measured(
+                    &mut rows,
+                    name,
+                    &o.sizes,
+                    &format!("failed to start: {e:#}"),
+                );
+                continue;
+            }
+        };
+        let url = |size: &str| format!("https://127.0.0.1:{}/{size}", params.port);
+        for size in &o.sizes {
+            eprintln!("h2: {name}, {size} answers...");
+            let r = (|| {
+                // Warm-up: connections, caches, page faults; not measured.
+                run_h2load(&h2load, o, &url(size), 1.0, server.pid(), pin)?;
+                let mut runs = Vec::new();
+                for _ in 0..o.repeats.max(1) {
+                    runs.push(run_h2load(
+                        &h2load,
+                        o,
+                        &url(size),
+                        o.duration,
+                        server.pid(),
+                        pin,
+                    )?);
+                }
+                runs.sort_by(|a, b| a.cpu_per_req().total_cmp(&b.cpu_per_req()));
+                Ok::<_, anyhow::Error>(runs[runs.len() / 2])
+            })();
+            rows.push((name.clone(), size.clone(), r.map_err(|e| format!("{e:#}"))));
+        }
+        server.stop();
+    }
+    let text = render(o, &rows, &versions, &machine, pin);
+    print!("{text}");
+    std::fs::create_dir_all(&o.bench.out)?;
+    let path = o
+        .bench
+        .out
+        .join(format!("h2-{}.md", report::utc_now().replace(':', "")));
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+/// A row for each size, saying why `target` has no figure.
+fn not_measured(rows: &mut Vec<Row>, target: &str, sizes: &[String], why: &str) {
+    for size in sizes {
+        rows.push((target.to_owned(), size.clone(), Err(why.to_owned())));
+    }
+}
+
+/// One h2load run against `url` for `seconds`; the server's CPU time is taken around it.
+fn run_h2load(
+    h2load: &Path,
+    o: &H2Opts,
+    url: &str,
+    seconds: f64,
+    server: u32,
+    pin: bool,
+) -> anyhow::Result<Measured> {
+    let ticks = procfs::clock_ticks();
+    let mut cmd = if pin {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "1"]).arg(h2load);
+        c
+    } else {
+        Command::new(h2load)
+    };
+    cmd.args([
+        "-c",
+        &o.connections.to_string(),
+        "-m",
+        &o.streams.to_string(),
+        "-D",
+        &format!("{}", seconds.ceil().max(1.0) as u64),
+        url,
+    ]);
+    let cpu0 = procfs::cpu_us(server, ticks);
+    let start = std::time::Instant::now();
+    let out = cmd.output().context("cannot run h2load")?;
+    let elapsed = start.elapsed();
+    let cpu1 = procfs::cpu_us(server, ticks);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (requests, failed) = parse_requests(&text)
+        .with_context(|| format!("h2load printed no request count: {text}"))?;
+    if requests == 0 {
+        bail!(
+            "no request succeeded: {}",
+            text.lines().rev().take(8).collect::<Vec<_>>().join(" | ")
+        );
+    }
+    Ok(Measured {
+        requests,
+        failed,
+        cpu_us: cpu1.saturating_sub(cpu0),
+        seconds: elapsed.max(Duration::from_millis(1)).as_secs_f64(),
+    })
+}
+
+/// From h2load's `requests: 9 total, 9 started, 9 done, 8 succeeded, 1 failed, ...`: the
+/// succeeded and the failed (failed, errored and timed out).
+fn parse_requests(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find(|l| l.starts_with("requests:"))?;
+    let mut ok = None;
+    let mut bad = 0;
+    for part in line.trim_start_matches("requests:").split(',') {
+        let mut w = part.split_whitespace();
+        let n: u64 = w.next()?.parse().ok()?;
+        match w.next()? {
+            "succeeded" => ok = Some(n),
+            "failed" | "errored" | "timeout" => bad += n,
+            _ => {}
+        }
+    }
+    Some((ok?, bad))
+}
+
+fn render(o: &H2Opts, rows: &[Row], versions: &[String], machine: &str, pin: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# shuck-bench h2: HTTP/2 gateways\n");
+    let _ = writeln!(s, "- date: {}", report::utc_now());
+    let _ = writeln!(
+        s,
+        "- command: `{}`",
+        std::env::args().collect::<Vec<_>>().join(" ")
+    );
+    let _ = writeln!(s, "- machine: {machine}");
+    let _ = writeln!(
+        s,
+        "- load: h2load, {} connections × {} streams, {} s per run, median of {}; TLS 1.3, ECDSA P-256",
+        o.connections, o.streams, o.duration, o.repeats
+    );
+    let _ = writeln!(
+        s,
+        "- pinning: {}",
+        if pin {
+            "server on CPU 0; h2load and origin on CPU 1"
+        } else {
+            "none"
+        }
+    );
+    for v in versions {
+        let _ = writeln!(s, "- {v}");
+    }
+    let _ = writeln!(
+        s,
+        "\n| size | server | requests/s | server CPU µs/request | × best peer | failed |\n|---|---|---|---|---|---|"
+    );
+    for size in &o.sizes {
+        let best_peer = rows
+            .iter()
+            .filter(|(t, sz, _)| sz == size && t != "shuck")
+            .filter_map(|(_, _, r)| r.as_ref().ok().map(Measured::cpu_per_req))
+            .min_by(f64::total_cmp);
+        for (t, _, r) in rows.iter().filter(|(_, sz, _)| sz == size) {
+            match r {
+                Ok(m) => {
+                    let ratio = best_peer
+                        .map(|b| format!("{:.2}", m.cpu_per_req() / b))
+                        .unwrap_or_else(|| "–".into());
+                    let _ = writeln!(
+                        s,
+                        "| {size} | {t} | {:.0} | {:.1} | {ratio} | {} |",
+                        m.requests as f64 / m.seconds,
+                        m.cpu_per_req(),
+                        m.failed
+                    );
+                }
+                Err(e) => {
+                    let _ = writeln!(s, "| {size} | {t} | – | – | – | {e} |");
+                }
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_h2loads_request_line() {
+        let text = "finished in 5.00s, 41234.20 req/s, 1.2MB/s\nrequests: 206171 total, 206271 started, 206171 done, 206100 succeeded, 71 failed, 0 errored, 3 timeout\n";
+        assert_eq!(parse_requests(text), Some((206_100, 74)));
+        assert_eq!(parse_requests("nothing"), None);
+    }
+}
