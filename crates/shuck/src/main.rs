@@ -21,10 +21,9 @@ fn main() -> ExitCode {
         Err(e) => return fail(&e),
     };
     let to_stderr = matches!(sink, Sink::Stderr);
-    let no_dev_log = match &sink {
-        Sink::Syslog(s) => s.unreachable_at_start().map(str::to_owned),
-        _ => None,
-    };
+    let no_dev_log = sink
+        .syslog_part()
+        .and_then(|s| s.unreachable_at_start().map(str::to_owned));
     // JSON on stderr: a start-up error is one more object there, not a text line.
     let json_stderr = cli.log_format == LogFormat::Json && to_stderr;
     init_logging(config::log_level(&cli), sink, cli.log_format);
@@ -119,20 +118,16 @@ fn fail_logged(e: &dyn std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// stderr, `--log-filename` or `--syslog`.
+/// stderr, `--log-filename`, `--syslog`, or both of the last two (as hitch takes them).
 fn log_sink(cli: &Cli) -> Result<Sink, String> {
-    if cli.syslog && cli.log_filename.is_some() {
-        return Err("--syslog and --log-filename: choose one".into());
+    let facility =
+        || log::facility(&cli.syslog_facility).map_err(|e| format!("--syslog-facility: {e}"));
+    match (&cli.log_filename, cli.syslog) {
+        (Some(path), true) => Sink::both(path, facility()?).map_err(|e| e.to_string()),
+        (Some(path), false) => Sink::file(path).map_err(|e| e.to_string()),
+        (None, true) => Ok(Sink::syslog(facility()?)),
+        (None, false) => Ok(Sink::Stderr),
     }
-    if let Some(path) = &cli.log_filename {
-        return Sink::file(path).map_err(|e| e.to_string());
-    }
-    if cli.syslog {
-        let facility =
-            log::facility(&cli.syslog_facility).map_err(|e| format!("--syslog-facility: {e}"))?;
-        return Ok(Sink::syslog(facility));
-    }
-    Ok(Sink::Stderr)
 }
 
 fn init_logging(level: tracing::level_filters::LevelFilter, sink: Sink, format: LogFormat) {

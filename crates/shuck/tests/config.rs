@@ -324,11 +324,13 @@ fn the_command_line_wins_over_the_file() {
     let origin = Origin::echo();
     let p_file = free_port();
     let p_cli = free_port();
+    let (pem, _) = openssl_cert(&dir, "c", Key::EcP256, &["c.test"]);
     let conf = write_conf(
         &dir,
         &format!(
-            "frontend = \"[127.0.0.1]:{p_file}\"\nbackend = \"{}\"\nworkers = 2\n",
-            origin.addr()
+            "frontend = \"[127.0.0.1]:{p_file}\"\nbackend = \"{}\"\nworkers = 2\npem-file = \"{}\"\n",
+            origin.addr(),
+            pem.display()
         ),
     );
     let fe = format!("[127.0.0.1]:{p_cli}");
@@ -393,6 +395,77 @@ fn test_flag_checks_and_exits() {
 }
 
 #[test]
+fn no_certificate_anywhere_is_refused_as_hitch_does() {
+    let dir = TempDir::new("conf");
+    let none = write_conf(
+        &dir,
+        "frontend = \"[127.0.0.1]:1443\"\nbackend = \"[127.0.0.1]:8000\"\npem-file = \"\"\n",
+    );
+    for args in [
+        &["--config", none.as_str(), "--test"][..],
+        &["--config", none.as_str()][..],
+    ] {
+        let (code, err) = run_to_exit(args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("No x509 certificate PEM file specified for frontend '[127.0.0.1]:1443'"),
+            "{args:?}: {err}"
+        );
+    }
+    // A frontend block without a certificate of its own, none global.
+    let block = write_conf(
+        &dir,
+        "frontend = {\n host = \"127.0.0.1\"\n port = \"1444\"\n}\n",
+    );
+    let (code, err) = run_to_exit(&["--config", &block, "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("frontend '[127.0.0.1]:1444'"), "{err}");
+    // Without a configuration file the self-signed certificate stands in.
+    let out = std::process::Command::new(BIN)
+        .args(["-f", "[127.0.0.1]:1445", "-b", "[127.0.0.1]:8000", "--test"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("self-signed"), "{stdout}");
+}
+
+#[test]
+fn a_protocol_switch_after_a_protocol_key_is_refused_whatever_its_value() {
+    let dir = TempDir::new("conf");
+    let (pem, _) = openssl_cert(&dir, "c", Key::EcP256, &["c.test"]);
+    for (text, line, key) in [
+        ("tls-protos = TLSv1.3\ntls = off\n", 2, "tls"),
+        ("ssl = on\nssl = off\n", 2, "ssl"),
+        ("tls = on\ntls = on\n", 2, "tls"),
+    ] {
+        let conf = write_conf(&dir, &format!("pem-file = \"{}\"\n{text}", pem.display()));
+        let (code, err) = run_to_exit(&["--config", &conf, "--test"]);
+        assert_eq!(code, Some(1), "{text:?}: {err}");
+        assert!(
+            err.contains(&format!("line {}", line + 1)),
+            "{text:?}: {err}"
+        );
+        assert!(
+            err.contains(&format!(
+                "it is illegal to specify {key} after ssl, tls or tls-protos"
+            )),
+            "{text:?}: {err}"
+        );
+    }
+    // `tls = off` first chose nothing: a later key stands (hitch does the same).
+    let conf = write_conf(
+        &dir,
+        &format!(
+            "pem-file = \"{}\"\ntls = off\ntls-protos = TLSv1.3\n",
+            pem.display()
+        ),
+    );
+    let (code, err) = run_to_exit(&["--config", &conf, "--test"]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
 fn bad_files_are_named_with_their_line() {
     let dir = TempDir::new("conf");
     for (text, needles) in [
@@ -451,16 +524,18 @@ fn operation_keys_in_one_file() {
     let pidfile = dir.path("shuck.pid");
     let logfile = dir.path("shuck.log");
     let jail = TempDir::new("conf-jail");
+    let (pem, _) = openssl_cert(&dir, "c", Key::EcP256, &["c.test"]);
     let conf = write_conf(
         &dir,
         &format!(
             "frontend = \"[127.0.0.1]:{port}\"\nbackend = \"{}\"\ndaemon = on\npidfile = \"{}\"\n\
              log-filename = \"{}\"\nuser = \"nobody\"\ngroup = \"nogroup\"\nchroot = \"{}\"\n\
-             stats = \"{stats}\"\nquiet = off\nlog-level = info\n",
+             stats = \"{stats}\"\nquiet = off\nlog-level = info\npem-file = \"{}\"\n",
             origin.addr(),
             pidfile.display(),
             logfile.display(),
             jail.0.display(),
+            pem.display(),
         ),
     );
     let st = std::process::Command::new(BIN)

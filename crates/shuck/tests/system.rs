@@ -268,6 +268,19 @@ fn private_dev_log(dir: &TempDir) -> Vec<String> {
         .collect()
 }
 
+/// shuck with `args` under `wrapper`, its standard error piped.
+fn spawn_wrapped(wrapper: &[String], args: &[&str]) -> std::process::Child {
+    Command::new(&wrapper[0])
+        .args(&wrapper[1..])
+        .arg(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// The next datagram on `sock` that contains `needle`, within 10 s.
 fn syslog_line(sock: &UnixDatagram, needle: &str) -> String {
     sock.set_read_timeout(Some(Duration::from_secs(10)))
@@ -292,23 +305,18 @@ fn syslog_gets_the_log_with_its_facility() {
     let origin = Origin::echo();
     let port = free_port();
     let fe = format!("[127.0.0.1]:{port}");
-    let w: Vec<&str> = wrapper.iter().map(String::as_str).collect();
-    let mut cmd = Command::new(w[0]);
-    cmd.args(&w[1..]).arg(BIN).args([
-        "-f",
-        &fe,
-        "-b",
-        &origin.addr(),
-        "--syslog",
-        "--syslog-facility",
-        "local3",
-    ]);
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_wrapped(
+        &wrapper,
+        &[
+            "-f",
+            &fe,
+            "-b",
+            &origin.addr(),
+            "--syslog",
+            "--syslog-facility",
+            "local3",
+        ],
+    );
     let pid = child.id();
     let line = syslog_line(&sock, "listening on");
     // local3 (19) * 8 + info (6) = 158.
@@ -324,6 +332,42 @@ fn syslog_gets_the_log_with_its_facility() {
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert!(!err.contains("listening on"), "logged to stderr too: {err}");
+}
+
+#[test]
+fn syslog_and_a_log_file_both_get_every_line() {
+    let dir = TempDir::new("syslog-file");
+    let wrapper = private_dev_log(&dir);
+    let sock = UnixDatagram::bind(dir.path("log")).unwrap();
+    let logfile = dir.path("shuck.log");
+    let origin = Origin::echo();
+    let port = free_port();
+    let fe = format!("[127.0.0.1]:{port}");
+    // As hitch takes `syslog = on` with `log-filename`: both, from the file too.
+    let conf = dir.path("shuck.conf");
+    let (pem, _) = openssl_cert(&dir, "c", Key::EcP256, &["c.test"]);
+    std::fs::write(
+        &conf,
+        format!(
+            "frontend = \"{fe}\"\nbackend = \"{}\"\npem-file = \"{}\"\nsyslog = on\nlog-filename = \"{}\"\n",
+            origin.addr(),
+            pem.display(),
+            logfile.display()
+        ),
+    )
+    .unwrap();
+    let mut child = spawn_wrapped(&wrapper, &["--config", &conf.display().to_string()]);
+    let pid = child.id();
+    let line = syslog_line(&sock, "listening on");
+    assert!(line.contains(&format!("listening on {fe}")), "{line}");
+    let text = std::fs::read_to_string(&logfile).unwrap_or_default();
+    sh(&format!("kill -TERM {pid}"));
+    let st = child.wait().unwrap();
+    assert!(st.success());
+    assert!(
+        text.contains(&format!("listening on {fe}")),
+        "log file: {text}"
+    );
 }
 
 #[test]

@@ -35,6 +35,13 @@ pub enum ConfigError {
         /// What is wrong and what is expected.
         reason: String,
     },
+    /// A frontend with no certificate where the self-signed default does not stand in (a
+    /// configuration file was given), as hitch refuses it.
+    #[error("No x509 certificate PEM file specified for frontend '{frontend}': give pem-file (in the configuration file), --pem-file or a PEM file argument; the self-signed certificate is only for a start without a configuration file")]
+    NoCertificate {
+        /// The frontend, as written (`[*]:8443`).
+        frontend: String,
+    },
     /// A PEM directory that cannot be read or holds no PEM file.
     #[error("--pem-dir {}: {reason}", path.display())]
     PemDir {

@@ -259,6 +259,12 @@ fn protocol_key(
     notes: &mut Vec<String>,
 ) -> Result<Option<String>, String> {
     let (path, line) = at;
+    // As hitch: whatever this key's value (`off` too), it cannot follow one that chose.
+    if let Some((first, at)) = seen {
+        return Err(format!(
+            "{key} after {first} (line {at}): it is illegal to specify {key} after ssl, tls or tls-protos (as in hitch); give one of them, once"
+        ));
+    }
     let protos = match key {
         "tls" | "ssl" => {
             let on = parse_on_off(value).map_err(|r| format!("{key}: {r}"))?;
@@ -277,11 +283,6 @@ fn protocol_key(
         }
         _ => value.to_owned(),
     };
-    if let Some((first, at)) = seen {
-        return Err(format!(
-            "{key} after {first} (line {at}): give one of tls, ssl and tls-protos, once (as hitch)"
-        ));
-    }
     *seen = Some((key.to_owned(), line));
     Ok(Some(protos))
 }
@@ -717,6 +718,16 @@ tickets = off
                 "tls after tls-protos",
             ),
             ("tls-protos = TLSv1.2\ntls-protos = TLSv1.3\n", 2, "once"),
+            (
+                "tls-protos = TLSv1.2\ntls = off\n",
+                2,
+                "it is illegal to specify tls after ssl, tls or tls-protos",
+            ),
+            (
+                "frontend = {\n port = 1\n tls = on\n ssl = off }\n",
+                4,
+                "frontend ssl after tls (line 3)",
+            ),
             (
                 "frontend = {\n port = 1\n ssl = on\n tls-protos = TLSv1.3 }\n",
                 4,

@@ -232,6 +232,15 @@ impl Config {
         let acme_certs = acme_loaded.len();
         default_cert += acme_certs;
         certs.splice(0..0, acme_loaded);
+        if self_signed && acme.is_none() && cli.config.is_some() {
+            // A configuration file that gives no certificate is a mistake, not a wish for
+            // the self-signed default: each frontend needs one (hitch's rule).
+            if let Some(f) = frontends.iter().find(|f| f.certs.is_empty()) {
+                return Err(ConfigError::NoCertificate {
+                    frontend: f.endpoint.to_string(),
+                });
+            }
+        }
         let backend = backend::target(
             cli,
             !self_signed || acme.is_some() || frontends.iter().any(|f| !f.certs.is_empty()),

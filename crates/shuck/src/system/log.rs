@@ -77,6 +77,8 @@ pub enum Sink {
     File(Arc<Mutex<File>>),
     /// The local syslog daemon.
     Syslog(Arc<Syslog>),
+    /// Both a file and syslog (`--syslog` with `--log-filename`, as hitch takes them).
+    Both(Arc<Mutex<File>>, Arc<Syslog>),
 }
 
 /// The syslog socket (/dev/log), when it could be reached. Lines are sent without a lock
@@ -139,28 +141,53 @@ impl Syslog {
 impl Sink {
     /// Opens `path` for appending.
     pub fn file(path: &Path) -> Result<Self, SystemError> {
-        let f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| SystemError::call(format!("--log-filename {}", path.display()), e))?;
-        Ok(Sink::File(Arc::new(Mutex::new(f))))
+        Ok(Sink::File(open_file(path)?))
+    }
+
+    /// The file and syslog both; see [`Sink::syslog`] for a syslog not there yet.
+    pub fn both(path: &Path, facility: u8) -> Result<Self, SystemError> {
+        Ok(Sink::Both(open_file(path)?, Syslog::open(facility)))
+    }
+
+    /// The syslog part, if any: to ask whether /dev/log was there at start.
+    pub fn syslog_part(&self) -> Option<&Syslog> {
+        match self {
+            Sink::Syslog(s) | Sink::Both(_, s) => Some(s),
+            _ => None,
+        }
     }
 
     /// Syslog through /dev/log; when it is not there yet, lines go to stderr until it is
     /// (see [`Syslog::unreachable_at_start`]).
     pub fn syslog(facility: u8) -> Self {
+        Sink::Syslog(Syslog::open(facility))
+    }
+}
+
+impl Syslog {
+    /// /dev/log if it is there now; if not, it is looked for again later.
+    fn open(facility: u8) -> Arc<Syslog> {
         let (sock, at_start) = match connect() {
             Ok(s) => (Some(s), None),
             Err(e) => (None, Some(e.to_string())),
         };
-        Sink::Syslog(Arc::new(Syslog {
+        Arc::new(Syslog {
             sock: ArcSwapOption::from(sock.map(Arc::new)),
             facility,
             last_try: AtomicU64::new(crate::clock::unix_ms()),
             at_start,
-        }))
+        })
     }
+}
+
+/// `--log-filename`, appended to.
+fn open_file(path: &Path) -> Result<Arc<Mutex<File>>, SystemError> {
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| SystemError::call(format!("--log-filename {}", path.display()), e))?;
+    Ok(Arc::new(Mutex::new(f)))
 }
 
 /// One log line on its way out.
@@ -171,13 +198,17 @@ pub enum LineWriter {
     File(Arc<Mutex<File>>, Vec<u8>),
     /// To syslog, sent whole at drop.
     Syslog(Arc<Syslog>, u8, Vec<u8>),
+    /// To the file and to syslog, at drop.
+    Both(Arc<Mutex<File>>, Arc<Syslog>, u8, Vec<u8>),
 }
 
 impl Write for LineWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             LineWriter::Stderr(s) => s.write(buf),
-            LineWriter::File(_, line) | LineWriter::Syslog(_, _, line) => {
+            LineWriter::File(_, line)
+            | LineWriter::Syslog(_, _, line)
+            | LineWriter::Both(_, _, _, line) => {
                 line.extend_from_slice(buf);
                 Ok(buf.len())
             }
@@ -196,24 +227,32 @@ impl Drop for LineWriter {
     fn drop(&mut self) {
         match self {
             LineWriter::Stderr(_) => {}
-            LineWriter::File(f, line) => {
-                if let Ok(mut f) = f.lock() {
-                    let _ = f.write_all(line);
-                }
-            }
-            LineWriter::Syslog(s, severity, line) => {
-                let text = String::from_utf8_lossy(line);
-                let msg = format!(
-                    "<{}>shuck[{}]: {}",
-                    u16::from(s.facility) * 8 + u16::from(*severity),
-                    std::process::id(),
-                    text.trim_end()
-                );
-                if !s.send(msg.as_bytes()) {
-                    let _ = writeln!(io::stderr(), "{}", text.trim_end());
-                }
+            LineWriter::File(f, line) => to_file(f, line),
+            LineWriter::Syslog(s, severity, line) => to_syslog(s, *severity, line),
+            LineWriter::Both(f, s, severity, line) => {
+                to_file(f, line);
+                to_syslog(s, *severity, line);
             }
         }
+    }
+}
+
+fn to_file(f: &Mutex<File>, line: &[u8]) {
+    if let Ok(mut f) = f.lock() {
+        let _ = f.write_all(line);
+    }
+}
+
+fn to_syslog(s: &Syslog, severity: u8, line: &[u8]) {
+    let text = String::from_utf8_lossy(line);
+    let msg = format!(
+        "<{}>shuck[{}]: {}",
+        u16::from(s.facility) * 8 + u16::from(severity),
+        std::process::id(),
+        text.trim_end()
+    );
+    if !s.send(msg.as_bytes()) {
+        let _ = writeln!(io::stderr(), "{}", text.trim_end());
     }
 }
 
@@ -246,6 +285,12 @@ impl Sink {
             Sink::Syslog(s) => {
                 LineWriter::Syslog(s.clone(), severity(level), Vec::with_capacity(256))
             }
+            Sink::Both(f, s) => LineWriter::Both(
+                f.clone(),
+                s.clone(),
+                severity(level),
+                Vec::with_capacity(256),
+            ),
         }
     }
 }
