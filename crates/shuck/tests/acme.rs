@@ -454,6 +454,11 @@ fn without_its_certificate_a_name_gets_the_default_or_unrecognized_name() {
     );
     let log = s.log();
     assert!(log.contains("Connection refused"), "{log}");
+    // The line names the CA it could not reach.
+    assert!(
+        log.contains(&format!("(CA directory {directory})")),
+        "{log}"
+    );
     assert!(
         log.contains("the default certificate answers meanwhile; retrying in 60s"),
         "{log}"

@@ -553,7 +553,8 @@ fn h2_settings_are_checked_and_read_from_the_file() {
     // The same keys in a configuration file; a bad value is named with its line.
     let dir = TempDir::new("h2-conf");
     let conf = dir.path("shuck.conf");
-    std::fs::write(&conf, "http = on\nh2-max-concurrent-streams = 7\nh2-max-resets = 5\nh2-initial-window-size = 1048576\n").unwrap();
+    let (pem, _) = openssl_cert(&dir, "c", Key::EcP256, &["c.test"]);
+    std::fs::write(&conf, format!("http = on\nh2-max-concurrent-streams = 7\nh2-max-resets = 5\nh2-initial-window-size = 1048576\npem-file = \"{}\"\n", pem.display())).unwrap();
     let (code, err) = run_to_exit(&["--config", conf.to_str().unwrap(), "--test"]);
     assert_eq!(code, Some(0), "{err}");
     std::fs::write(&conf, "http = on\nh2-max-resets = lots\n").unwrap();

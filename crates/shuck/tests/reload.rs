@@ -181,8 +181,13 @@ fn frontends_are_opened_and_closed_by_a_reload() {
     let origin = Origin::echo();
     let (p1, p2) = (free_port(), free_port());
     let conf = dir.path("shuck.conf");
+    let (pem, _) = openssl_cert(&dir, "c", Key::EcP256, &["c.test"]);
     let write = |ports: &[u16]| {
-        let mut text = format!("backend = \"{}\"\n", origin.addr());
+        let mut text = format!(
+            "backend = \"{}\"\npem-file = \"{}\"\n",
+            origin.addr(),
+            pem.display()
+        );
         for p in ports {
             text.push_str(&format!("frontend = \"[127.0.0.1]:{p}\"\n"));
         }

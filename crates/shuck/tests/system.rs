@@ -530,3 +530,100 @@ fn json_logs_are_one_object_per_line_through_errors_reloads_and_connections() {
         "{err}"
     );
 }
+
+#[test]
+fn a_fifo_or_a_huge_file_in_a_certificates_place_never_stalls_the_master() {
+    let dir = TempDir::new("fifo-pem");
+    let origin = Origin::echo();
+    let (pem, _) = openssl_cert(&dir, "c", Key::EcP256, &["c.test"]);
+    let fifo = dir.path("fifo.pem");
+    sh(&format!("mkfifo {}", fifo.display()));
+    let huge = dir.path("huge.pem");
+    sh(&format!("truncate -s 100M {}", huge.display()));
+    // At start: refused at once, naming the file, without reading 100 MB.
+    for (file, needle) in [(&fifo, "not a regular file"), (&huge, "larger than")] {
+        let started = Instant::now();
+        let (code, err) = run_to_exit(&["-b", &origin.addr(), &file.display().to_string()]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains(&file.display().to_string()) && err.contains(needle),
+            "{err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{err}");
+    }
+    // At reload: the FIFO planted in the certificate's place is refused, the master goes on
+    // (a worker killed afterwards is replaced) and the running certificate is served.
+    let live = dir.path("live.pem");
+    std::fs::copy(&pem, &live).unwrap();
+    let shuck = Shuck::start(&["-b", &origin.addr(), &live.display().to_string()]);
+    std::fs::remove_file(&live).unwrap();
+    sh(&format!("mkfifo {}", live.display()));
+    shuck.signal("HUP");
+    assert!(
+        shuck.wait_log("not a regular file", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    let first = shuck.worker();
+    sh(&format!("kill -KILL {first}"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while children_of(shuck.pid()).iter().all(|&p| p == first) {
+        assert!(Instant::now() < deadline, "no new worker: {}", shuck.log());
+        thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut c = loop {
+        match tls_connect(shuck.addr(), &ClientOpts::default()) {
+            Ok(c) => break c,
+            Err(e) => assert!(Instant::now() < deadline, "{e}: {}", shuck.log()),
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    echo_roundtrip(&mut c);
+}
+
+#[test]
+fn pid_and_log_files_do_not_follow_a_planted_link_and_open_keys_are_warned_of() {
+    let dir = TempDir::new("nofollow");
+    let origin = Origin::echo();
+    let (pem, _) = openssl_cert(&dir, "c", Key::EcP256, &["c.test"]);
+    let victim = dir.path("victim");
+    for flag in ["--pidfile", "--log-filename"] {
+        let link = dir.path(&format!("link{flag}"));
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let (code, err) = run_to_exit(&[
+            "-b",
+            &origin.addr(),
+            flag,
+            &link.display().to_string(),
+            &pem.display().to_string(),
+        ]);
+        assert_eq!(code, Some(1), "{flag}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("symbolic link"),
+            "{flag}: {err}"
+        );
+        assert!(!victim.exists(), "{flag} followed the link");
+    }
+    // A key readable by others is served, with the warning the replication key gets.
+    sh(&format!("chmod 644 {}", pem.display()));
+    let shuck = Shuck::start(&["-b", &origin.addr(), &pem.display().to_string()]);
+    assert!(
+        shuck.wait_log(
+            "a private key is readable by group or others; chmod 600 it",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        shuck.log()
+    );
+    drop(shuck);
+    sh(&format!("chmod 600 {}", pem.display()));
+    let shuck = Shuck::start(&["-b", &origin.addr(), &pem.display().to_string()]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    echo_roundtrip(&mut c);
+    assert!(
+        !shuck.log().contains("readable by group"),
+        "{}",
+        shuck.log()
+    );
+}

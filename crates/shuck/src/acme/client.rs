@@ -429,8 +429,10 @@ impl Client {
                 };
                 tracing::warn!(
                     certificate = %first,
-                    "ACME: order for {} failed at {e}; {keeps}; retrying in {}s (failure {} in a row)",
+                    directory = %self.settings.directory,
+                    "ACME: order for {} failed at {e} (CA directory {}); {keeps}; retrying in {}s (failure {} in a row)",
                     cert.names.join(","),
+                    self.settings.directory,
                     wait.as_secs(),
                     cert.failures
                 );

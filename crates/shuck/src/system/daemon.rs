@@ -35,7 +35,7 @@ impl PidFile {
             _ => Path::new("."),
         };
         let dir = std::fs::File::open(parent).map_err(fail)?;
-        let mut f = std::fs::File::create(path).map_err(fail)?;
+        let mut f = super::files::create_nofollow(path, false).map_err(fail)?;
         writeln!(f, "{}", std::process::id()).map_err(fail)?;
         Ok(PidFile { dir, name })
     }

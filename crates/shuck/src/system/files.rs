@@ -94,11 +94,37 @@ pub fn read(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
     if let Some(r) = replayed(|r| replay_answer(path, r.files.get(path))) {
         return r.and_then(|b| within(b, max, what));
     }
-    let got = std::fs::read(path);
+    let got = read_regular(path, max, what);
     record_answer(&got, |r, kept| {
         r.files.insert(path.to_owned(), kept);
     });
-    got.and_then(|b| within(b, max, what))
+    got
+}
+
+/// Reads a regular file of at most `max` bytes. Opened non-blocking, so that a FIFO (or a
+/// device) planted in a certificate's place is refused at once instead of stalling the
+/// master, and measured before it is read, so that a huge file costs nothing.
+fn read_regular(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(io::Error::other(format!(
+            "{} bytes, larger than {max}; is this {what}?",
+            meta.len()
+        )));
+    }
+    let mut b = Vec::with_capacity(meta.len() as usize);
+    // Bounded even if the file grows while it is read.
+    f.by_ref().take(max.saturating_add(1)).read_to_end(&mut b)?;
+    within(b, max, what)
 }
 
 fn within(b: Vec<u8>, max: u64, what: &str) -> io::Result<Vec<u8>> {
@@ -114,6 +140,41 @@ fn within(b: Vec<u8>, max: u64, what: &str) -> io::Result<Vec<u8>> {
 pub fn read_to_string(path: &Path, max: u64, what: &str) -> io::Result<String> {
     String::from_utf8(read(path, max, what)?)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// Opens `path` for writing, created if missing (mode 0644), appended to or truncated,
+/// never through a symbolic link planted in its place (O_NOFOLLOW: a root process writing
+/// its pid or log must not be turned into a writer of another file).
+pub fn create_nofollow(path: &Path, append: bool) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.create(true)
+        .mode(0o644)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits());
+    if append {
+        o.append(true);
+    } else {
+        o.write(true).truncate(true);
+    }
+    o.open(path).map_err(|e| {
+        if e.raw_os_error() == Some(nix::libc::ELOOP) {
+            io::Error::other("is a symbolic link; not followed (give the real path)")
+        } else {
+            e
+        }
+    })
+}
+
+/// Warns when `path`, which holds `what` (a secret), is readable by group or others. From
+/// the disk, not a recording: a worker may not see the file.
+pub fn warn_if_exposed(path: &Path, what: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    if std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
+        tracing::warn!(
+            file = %path.display(),
+            "{what} is readable by group or others; chmod 600 it"
+        );
+    }
 }
 
 /// Whether `path` is a regular file that can be read.

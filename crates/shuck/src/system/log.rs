@@ -3,7 +3,7 @@
 //! a missing /dev/log does not stop shuck: lines go to stderr until it appears (looked for
 //! at most once a second), and a syslog daemon that restarts is found again.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
@@ -182,10 +182,7 @@ impl Syslog {
 
 /// `--log-filename`, appended to.
 fn open_file(path: &Path) -> Result<Arc<Mutex<File>>, SystemError> {
-    let f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
+    let f = super::files::create_nofollow(path, true)
         .map_err(|e| SystemError::call(format!("--log-filename {}", path.display()), e))?;
     Ok(Arc::new(Mutex::new(f)))
 }

@@ -154,6 +154,7 @@ impl LoadedCert {
                 path: path.to_owned(),
                 reason,
             })?;
+        crate::system::files::warn_if_exposed(&key_path, "a private key");
         let key = CertifiedKey::new(chain, signer);
         key.keys_match().map_err(|_| TlsError::KeyMismatch {
             path: path.to_owned(),

@@ -45,18 +45,7 @@ pub fn load(path: &Path) -> Result<[u8; 32], SyncError> {
     if key.iter().all(|&b| b == key[0]) {
         return Err(bad(format!("the key is one byte repeated; {HOW}")));
     }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // From the disk, not the master's recording: a worker may not see the file.
-        let meta = std::fs::metadata(path);
-        if meta.is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
-            tracing::warn!(
-                file = %path.display(),
-                "the replication key is readable by group or others; chmod 600 it"
-            );
-        }
-    }
+    crate::system::files::warn_if_exposed(path, "the replication key");
     Ok(key)
 }
 
