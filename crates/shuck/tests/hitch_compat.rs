@@ -1029,9 +1029,23 @@ const EXAMPLES: &[(&str, &str)] = &[
 fn hitch_and_stud_example_configurations_pass_test() {
     let dir = TempDir::new("hitch-examples");
     let conf = dir.path("example.conf");
+    // The examples name no usable certificate (stud's has `pem-file = ""`): as with hitch,
+    // one is given on the command line.
+    let (pem, _) = openssl_cert(&dir, "c", Key::EcP256, &["c.test"]);
     for (name, text) in EXAMPLES {
         std::fs::write(&conf, text).unwrap();
-        let (code, err) = run_to_exit(&["--config", s(&conf), "--test"]);
+        let (code, err) = run_to_exit(&["--config", s(&conf), "--test", s(&pem)]);
         assert_eq!(code, Some(0), "{name}: {err}");
+        let (code, err) = run_to_exit(&["--config", s(&conf), "--test"]);
+        if !text
+            .lines()
+            .any(|l| l.trim_start().starts_with("pem-file = \"/"))
+        {
+            assert_eq!(code, Some(1), "{name}: {err}");
+            assert!(
+                err.contains("No x509 certificate PEM file"),
+                "{name}: {err}"
+            );
+        }
     }
 }

@@ -226,8 +226,9 @@ fn frontends_are_opened_and_closed_by_a_reload() {
 
     // A change that needs a restart is named, and the rest still applies.
     let text = format!(
-        "backend = \"{}\"\nfrontend = \"[127.0.0.1]:{p2}\"\nbacklog = 5\n",
-        origin.addr()
+        "backend = \"{}\"\npem-file = \"{}\"\nfrontend = \"[127.0.0.1]:{p2}\"\nbacklog = 5\n",
+        origin.addr(),
+        pem.display()
     );
     swap_in(&conf, text.as_bytes());
     reload_and_wait(&shuck, "SIGHUP: configuration reloaded");
