@@ -8,6 +8,7 @@ use std::time::Duration;
 use rustls::AlertDescription;
 
 use super::client_io::ClientIo;
+use super::record_guard::Refused;
 use super::tls_stream::TlsStream;
 
 use crate::counters::{FailReason, Failure};
@@ -40,6 +41,9 @@ impl HandshakeError {
             HandshakeError::UnknownName(_) => Failure::Reason(FailReason::SniNomatch),
             HandshakeError::AcmeAnswered(_) => Failure::Reason(FailReason::Other),
             HandshakeError::Io(e) => {
+                if let Some(r) = Refused::of(e) {
+                    return Failure::AlertSent(u8::from(r.alert));
+                }
                 if let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
                     return match tls {
                         rustls::Error::AlertReceived(a) => Failure::AlertReceived(u8::from(*a)),
@@ -71,7 +75,12 @@ pub fn reason(e: &HandshakeError) -> Option<(String, Option<&'static str>)> {
             ))
         }
         HandshakeError::Timeout(_) | HandshakeError::AcmeAnswered(_) => return None,
-        HandshakeError::Io(io) => io.get_ref()?.downcast_ref::<rustls::Error>()?,
+        HandshakeError::Io(io) => {
+            if let Some(r) = Refused::of(io) {
+                return Some((format!("{}; sent {:?}", r.why, r.alert), None));
+            }
+            io.get_ref()?.downcast_ref::<rustls::Error>()?
+        }
     };
     Some(match tls {
         // A ClientHello without signature_algorithms is from before TLS 1.2.

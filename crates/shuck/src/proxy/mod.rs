@@ -10,6 +10,7 @@ pub mod handshake;
 pub(crate) mod http;
 pub(crate) mod listener;
 pub(crate) mod preamble;
+pub mod record_guard;
 pub(crate) mod relay;
 pub mod tls_stream;
 

@@ -98,8 +98,22 @@ fn served_key(c: &LoadedCert, staples: Option<&OcspStore>) -> Arc<CertifiedKey> 
     }
 }
 
+/// rustls's error when a resolver declines (the handshake answers it with
+/// `handshake_failure` in clear, see `proxy::tls_stream`).
+pub const NOTHING_RESOLVED: &str = "no server certificate chain resolved";
+
 impl ResolvesServerCert for SniResolver {
+    /// The certificate for the name, declined when its key can sign with none of the
+    /// schemes the client offers (RFC 8446 4.2.3: abort with handshake_failure), so that
+    /// the refusal comes before a ServerHello. rustls gives only the schemes that fit the
+    /// cipher suites both sides have: none left means no suite in common, which rustls
+    /// names itself.
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.choose(hello.server_name()).clone())
+        let key = self.choose(hello.server_name());
+        let offered = hello.signature_schemes();
+        if !offered.is_empty() {
+            key.key.choose_scheme(offered)?;
+        }
+        Some(key.clone())
     }
 }

@@ -692,7 +692,10 @@ impl Drop for StoppableOrigin {
 /// Accepts any certificate but still checks the handshake signatures, so tests can assert
 /// *which* certificate was served without building a PKI.
 #[derive(Debug)]
-struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
+struct AnyCert(
+    Arc<rustls::crypto::CryptoProvider>,
+    Option<Vec<SignatureScheme>>,
+);
 
 impl ServerCertVerifier for AnyCert {
     fn verify_server_cert(
@@ -722,7 +725,10 @@ impl ServerCertVerifier for AnyCert {
         rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        match &self.1 {
+            Some(only) => only.clone(),
+            None => self.0.signature_verification_algorithms.supported_schemes(),
+        }
     }
 }
 
@@ -741,6 +747,8 @@ pub struct ClientOpts {
     pub no_resumption: bool,
     /// Present this client certificate (a PEM file with the chain and its key).
     pub client_pem: Option<PathBuf>,
+    /// Offer only these signature algorithms.
+    pub sig_schemes: Option<Vec<SignatureScheme>>,
 }
 
 pub type Client = StreamOwned<ClientConnection, TcpStream>;
@@ -771,7 +779,7 @@ pub fn client_config(opts: &ClientOpts) -> Arc<ClientConfig> {
         .with_protocol_versions(&versions)
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCert(provider)));
+        .with_custom_certificate_verifier(Arc::new(AnyCert(provider, opts.sig_schemes.clone())));
     let mut cfg = match &opts.client_pem {
         None => cfg.with_no_client_auth(),
         Some(pem) => {

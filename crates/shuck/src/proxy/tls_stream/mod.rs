@@ -7,13 +7,12 @@
 //! straight into a send buffer. Both are lent by the worker (`proxy::buffers`) and given
 //! back once empty.
 
-use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use rustls::server::{Acceptor, UnbufferedServerConnection};
+use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{
     ConnectionState, EncodeError, EncryptError, InsufficientSizeError, UnbufferedStatus,
 };
@@ -22,6 +21,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::buffers::{self, TLS_IN, TLS_OUT};
 use super::client_io::ClientIo;
+use super::record_guard::{RecordGuard, Refused};
+
+mod hello;
+mod plaintext;
+
+use hello::{invalid_message_alert, no_usable_certificate};
 
 /// First receive buffer: one read's worth, as rustls's own reads.
 const READ_SIZE: usize = 4096;
@@ -56,6 +61,10 @@ pub struct TlsStream {
     sni: Option<Box<str>>,
     /// The ClientHello offered ALPN `acme-tls/1` alone (an ACME CA's tls-alpn-01 check).
     acme_alpn: bool,
+    /// Checks the client's plaintext records while the handshake runs.
+    guard: RecordGuard,
+    /// Something was sent to the client (a plaintext alert is then no longer right).
+    spoke: bool,
 }
 
 /// What the caller of [`TlsStream::pump`] is after.
@@ -110,61 +119,9 @@ impl TlsStream {
             failed: false,
             sni: None,
             acme_alpn: false,
+            guard: RecordGuard::default(),
+            spoke: false,
         })
-    }
-
-    /// Reads the ClientHello far enough to know the server name the client asks for, and
-    /// keeps it (see [`Self::sni`]); the bytes stay for the handshake proper.
-    pub async fn peek_server_name(&mut self) -> io::Result<Option<&str>> {
-        self.sni = self.read_server_name().await?;
-        Ok(self.sni.as_deref())
-    }
-
-    /// Whether the ClientHello read by [`Self::peek_server_name`] offered ALPN
-    /// `acme-tls/1` alone: an ACME CA checking a tls-alpn-01 answer.
-    pub fn offers_acme_alpn(&self) -> bool {
-        self.acme_alpn
-    }
-
-    /// Serves the handshake with `config` instead of the one given to [`Self::new`]: the
-    /// certificate the client asked for has a client verification of its own. Only before
-    /// the handshake proper (the bytes [`Self::peek_server_name`] read stay for it).
-    pub fn reconfigure(&mut self, config: Arc<ServerConfig>) -> io::Result<()> {
-        self.conn = UnbufferedServerConnection::new(config).map_err(tls_error)?;
-        Ok(())
-    }
-
-    /// Refuses the connection before the handshake with a fatal `alert`, in clear (nothing
-    /// has been negotiated), and closes it. Best effort: the client may already be gone.
-    pub async fn refuse(&mut self, alert: AlertDescription) {
-        self.out = vec![21, 3, 3, 0, 2, 2, u8::from(alert)];
-        (self.sent, self.end) = (0, self.out.len());
-        self.failed = true;
-        let _ = poll_fn(|cx| self.poll_send(cx)).await;
-        let _ = poll_fn(|cx| Pin::new(&mut self.io).poll_shutdown(cx)).await;
-    }
-
-    /// Runs the server side of the handshake to its end, and sends the session tickets
-    /// issued as it ends.
-    pub async fn complete_handshake(&mut self) -> io::Result<()> {
-        loop {
-            match self.pump(Want::Handshake) {
-                Ok(Pumped::Done(_)) => break,
-                Ok(Pumped::NeedData) => {
-                    poll_fn(|cx| self.poll_send(cx)).await?;
-                    if poll_fn(|cx| self.read_more(cx)).await? == 0 {
-                        return Err(closed_early());
-                    }
-                }
-                Ok(Pumped::Eof) => return Err(closed_early()),
-                Err(e) => {
-                    // The alert rustls queued goes out before the connection is dropped.
-                    let _ = poll_fn(|cx| self.poll_send(cx)).await;
-                    return Err(e);
-                }
-            }
-        }
-        poll_fn(|cx| self.poll_send(cx)).await
     }
 
     /// The negotiated connection: version, cipher, ALPN, client certificate, resumption.
@@ -188,37 +145,6 @@ impl TlsStream {
     /// that [`Self::peek_server_name`] read.
     pub fn received(&self) -> &[u8] {
         &self.incoming[..self.filled]
-    }
-
-    /// Reads the ClientHello's server name through rustls's own parser, leaving the bytes
-    /// in place for the handshake proper. A ClientHello that does not parse gives `None`:
-    /// the handshake then meets the same error and answers it with its alert.
-    async fn read_server_name(&mut self) -> Result<Option<Box<str>>, io::Error> {
-        let mut acceptor = Acceptor::default();
-        let mut fed = 0;
-        loop {
-            while fed < self.filled {
-                match acceptor.read_tls(&mut &self.incoming[fed..self.filled]) {
-                    Ok(0) | Err(_) => return Ok(None),
-                    Ok(n) => fed += n,
-                }
-            }
-            match acceptor.accept() {
-                Ok(Some(hello)) => {
-                    let hello = hello.client_hello();
-                    self.acme_alpn = hello.alpn().is_some_and(|mut offered| {
-                        offered.next() == Some(crate::acme::answers::ACME_TLS_ALPN)
-                            && offered.next().is_none()
-                    });
-                    return Ok(hello.server_name().map(Box::from));
-                }
-                Ok(None) => {}
-                Err(_) => return Ok(None),
-            }
-            if poll_fn(|cx| self.read_more(cx)).await? == 0 {
-                return Err(closed_early());
-            }
-        }
     }
 
     /// Drives the record layer until `want` is met or it needs the client's bytes.
@@ -348,8 +274,26 @@ impl TlsStream {
                 Step::Return(p) => return Ok(p),
                 Step::Writable if self.conn.is_handshaking() => return Ok(Pumped::NeedData),
                 Step::Writable => return Ok(Pumped::Done(0)),
+                Step::Fail(e) if no_usable_certificate(&e) => {
+                    // Before any ServerHello: the alert goes out in clear (refused by the
+                    // caller), not rustls's access_denied.
+                    self.failed = true;
+                    return Err(Refused {
+                        alert: AlertDescription::HandshakeFailure,
+                        why: "no signature algorithm the client offers fits the certificate",
+                    }
+                    .into_io());
+                }
                 Step::Fail(e) => {
                     self.queue_alert();
+                    if self.end == self.sent && !self.spoke {
+                        // rustls queues no alert for a message its deframer refuses (one
+                        // over 64 KB, say): before anything was sent, it goes out in clear.
+                        if let Some(alert) = invalid_message_alert(&e) {
+                            self.out = vec![21, 3, 3, 0, 2, 2, u8::from(alert)];
+                            (self.sent, self.end) = (0, self.out.len());
+                        }
+                    }
                     return Err(e);
                 }
             }
@@ -411,10 +355,15 @@ impl TlsStream {
                 n => (n * 2).min(MAX_INCOMING),
             };
             if len == self.incoming.len() {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "TLS message larger than 64 KB",
-                )));
+                return Poll::Ready(Err(if self.conn.is_handshaking() {
+                    Refused {
+                        alert: AlertDescription::DecodeError,
+                        why: "a handshake message larger than 64 KB",
+                    }
+                    .into_io()
+                } else {
+                    io::Error::new(io::ErrorKind::InvalidData, "TLS message larger than 64 KB")
+                }));
             }
             self.incoming.resize(len, 0);
         }
@@ -422,6 +371,12 @@ impl TlsStream {
         match Pin::new(&mut self.io).poll_read(cx, &mut rb) {
             Poll::Ready(Ok(())) => {
                 let n = rb.filled().len();
+                if self.conn.is_handshaking() {
+                    let fresh = &self.incoming[self.filled..self.filled + n];
+                    if let Err(r) = self.guard.scan(fresh) {
+                        return Poll::Ready(Err(r.into_io()));
+                    }
+                }
                 self.filled += n;
                 Poll::Ready(Ok(n))
             }
@@ -443,6 +398,7 @@ impl TlsStream {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
             self.sent += n;
+            self.spoke = true;
         }
         if !self.out.is_empty() {
             TLS_OUT.give_back(std::mem::take(&mut self.out));
@@ -503,124 +459,4 @@ fn encrypt_room(e: EncryptError) -> Option<usize> {
 /// A rustls error as tokio-rustls reports it, so that callers find it with `downcast`.
 fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
-}
-
-fn closed_early() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::UnexpectedEof,
-        "client closed the connection during the handshake",
-    )
-}
-
-impl AsyncRead for TlsStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.pos < this.plain.len() {
-            let n = buf.remaining().min(this.plain.len() - this.pos);
-            buf.put_slice(&this.plain[this.pos..this.pos + n]);
-            this.pos += n;
-            if this.pos == this.plain.len() {
-                this.plain = Vec::new();
-                this.pos = 0;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        if this.read_done || buf.remaining() == 0 {
-            return Poll::Ready(Ok(()));
-        }
-        let result = loop {
-            match this.pump(Want::Read(buf)) {
-                Err(e) => break Poll::Ready(Err(e)),
-                Ok(Pumped::Done(_)) | Ok(Pumped::Eof) => break Poll::Ready(Ok(())),
-                Ok(Pumped::NeedData) => match this.read_more(cx) {
-                    Poll::Pending => break Poll::Pending,
-                    Poll::Ready(Ok(0)) => {
-                        this.read_done = true;
-                        // TCP closed without close_notify: end of stream, reported as
-                        // tokio-rustls reports it.
-                        break Poll::Ready(Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "peer closed connection without sending TLS close_notify",
-                        )));
-                    }
-                    Poll::Ready(Ok(_)) => {}
-                    Poll::Ready(Err(e)) => break Poll::Ready(Err(e)),
-                },
-            }
-        };
-        if this.plain.len() > this.pos {
-            // More plaintext than the buffer took: served by the next read.
-            cx.waker().wake_by_ref();
-        }
-        // Alerts, tickets and key updates that reading queued go out as the socket allows.
-        let sent = if this.sent < this.end {
-            this.poll_send(cx)
-        } else {
-            Poll::Ready(Ok(()))
-        };
-        match (result, sent) {
-            (Poll::Pending, Poll::Ready(Err(e))) => Poll::Ready(Err(e)),
-            (r, _) => r,
-        }
-    }
-}
-
-impl AsyncWrite for TlsStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if data.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        // One send buffer at most: a slow client holds back the backend.
-        ready!(this.poll_send(cx))?;
-        let had_plain = this.plain.len() > this.pos;
-        let take = &data[..data.len().min(MAX_WRITE)];
-        let n = match this.pump(Want::Write(take)) {
-            Ok(Pumped::Done(n)) => n,
-            Ok(_) => {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::NotConnected,
-                    "TLS connection cannot send",
-                )))
-            }
-            Err(e) => {
-                let _ = this.poll_send(cx);
-                return Poll::Ready(Err(e));
-            }
-        };
-        if !had_plain && this.plain.len() > this.pos {
-            // Records arrived while writing: wake the task so that a read takes them.
-            cx.waker().wake_by_ref();
-        }
-        // Sent now if the socket takes it; otherwise by the next write or flush.
-        if let Poll::Ready(Err(e)) = this.poll_send(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Poll::Ready(Ok(n))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        ready!(this.poll_send(cx))?;
-        Pin::new(&mut this.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.close_sent {
-            this.close_sent = true;
-            // A connection that failed has nothing to close cleanly: the FIN still goes.
-            let _ = this.pump(Want::Close);
-        }
-        ready!(this.poll_send(cx))?;
-        Pin::new(&mut this.io).poll_shutdown(cx)
-    }
 }

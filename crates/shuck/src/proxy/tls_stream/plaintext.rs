@@ -1,0 +1,122 @@
+//! A [`TlsStream`] as tokio's reader and writer of plaintext.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::{Pumped, TlsStream, Want, MAX_WRITE};
+
+impl AsyncRead for TlsStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.pos < this.plain.len() {
+            let n = buf.remaining().min(this.plain.len() - this.pos);
+            buf.put_slice(&this.plain[this.pos..this.pos + n]);
+            this.pos += n;
+            if this.pos == this.plain.len() {
+                this.plain = Vec::new();
+                this.pos = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        if this.read_done || buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        let result = loop {
+            match this.pump(Want::Read(buf)) {
+                Err(e) => break Poll::Ready(Err(e)),
+                Ok(Pumped::Done(_)) | Ok(Pumped::Eof) => break Poll::Ready(Ok(())),
+                Ok(Pumped::NeedData) => match this.read_more(cx) {
+                    Poll::Pending => break Poll::Pending,
+                    Poll::Ready(Ok(0)) => {
+                        this.read_done = true;
+                        // TCP closed without close_notify: end of stream, reported as
+                        // tokio-rustls reports it.
+                        break Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "peer closed connection without sending TLS close_notify",
+                        )));
+                    }
+                    Poll::Ready(Ok(_)) => {}
+                    Poll::Ready(Err(e)) => break Poll::Ready(Err(e)),
+                },
+            }
+        };
+        if this.plain.len() > this.pos {
+            // More plaintext than the buffer took: served by the next read.
+            cx.waker().wake_by_ref();
+        }
+        // Alerts, tickets and key updates that reading queued go out as the socket allows.
+        let sent = if this.sent < this.end {
+            this.poll_send(cx)
+        } else {
+            Poll::Ready(Ok(()))
+        };
+        match (result, sent) {
+            (Poll::Pending, Poll::Ready(Err(e))) => Poll::Ready(Err(e)),
+            (r, _) => r,
+        }
+    }
+}
+
+impl AsyncWrite for TlsStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if data.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        // One send buffer at most: a slow client holds back the backend.
+        ready!(this.poll_send(cx))?;
+        let had_plain = this.plain.len() > this.pos;
+        let take = &data[..data.len().min(MAX_WRITE)];
+        let n = match this.pump(Want::Write(take)) {
+            Ok(Pumped::Done(n)) => n,
+            Ok(_) => {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "TLS connection cannot send",
+                )))
+            }
+            Err(e) => {
+                let _ = this.poll_send(cx);
+                return Poll::Ready(Err(e));
+            }
+        };
+        if !had_plain && this.plain.len() > this.pos {
+            // Records arrived while writing: wake the task so that a read takes them.
+            cx.waker().wake_by_ref();
+        }
+        // Sent now if the socket takes it; otherwise by the next write or flush.
+        if let Poll::Ready(Err(e)) = this.poll_send(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.close_sent {
+            this.close_sent = true;
+            // A connection that failed has nothing to close cleanly: the FIN still goes.
+            let _ = this.pump(Want::Close);
+        }
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
