@@ -189,6 +189,8 @@ fn bad_pem_files_are_named() {
 
     let p = dir.path("mismatch.pem");
     std::fs::write(&p, format!("{cert_only}{other_key}")).unwrap();
+    // Private, as a key file should be: the key-mode warning is not this test's subject.
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     refuses(&[p.to_str().unwrap()], &["mismatch.pem", "does not match"]);
 
     let p = dir.path("garbage.pem");

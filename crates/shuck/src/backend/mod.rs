@@ -6,33 +6,32 @@
 //! refuses or times out is marked down for a while and the connection tries the next.
 
 mod server;
+mod stream;
 
 use std::cell::RefCell;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
-
-pub use server::{Lease, Server};
+pub use server::{Address, Lease, Server};
+pub use stream::BackendStream;
 
 /// Why a backend connection could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The connection attempt failed (refused, unreachable, ...).
-    #[error("{addr}: {source}")]
+    #[error("{to}: {source}")]
     Io {
-        /// The address tried last.
-        addr: SocketAddr,
+        /// The address (or socket path) tried last.
+        to: String,
         /// The system's reason.
         source: io::Error,
     },
     /// No address answered within the connect timeout.
-    #[error("{addr}: connect timed out after {timeout:?}")]
+    #[error("{to}: connect timed out after {timeout:?}")]
     Timeout {
-        /// The address being tried.
-        addr: SocketAddr,
+        /// The address (or socket path) being tried.
+        to: String,
         /// The limit.
         timeout: Duration,
     },
@@ -109,7 +108,7 @@ impl Pool {
     /// Connects to a server: the round robin's choice first, then the others in order,
     /// skipping servers marked down (unless all are). Waits in a server's queue when it is
     /// at maxconn. Each failure marks its server down and is logged.
-    pub async fn connect(&self, picker: &Picker) -> Result<(TcpStream, Lease), ConnectError> {
+    pub async fn connect(&self, picker: &Picker) -> Result<(BackendStream, Lease), ConnectError> {
         let n = self.servers.len();
         let first = self.pick(picker);
         let all_down = self.servers.iter().all(|s| s.is_down());
@@ -136,7 +135,7 @@ impl Pool {
             }
         }
         Err(last.unwrap_or_else(|| ConnectError::Io {
-            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            to: "-".into(),
             source: io::Error::new(io::ErrorKind::NotFound, "no backend server"),
         }))
     }
@@ -180,7 +179,7 @@ mod tests {
             .map(|(i, &w)| {
                 Server::new(
                     format!("s{i}"),
-                    vec![SocketAddr::from(([127, 0, 0, 1], 1))],
+                    Address::Tcp(vec![std::net::SocketAddr::from(([127, 0, 0, 1], 1))]),
                     None,
                     w,
                 )

@@ -2,15 +2,33 @@
 //! are served first come, first served), health and counters.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::ConnectError;
+use super::{BackendStream, ConnectError};
+
+/// Where a server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    /// TCP addresses, tried in order.
+    Tcp(Vec<SocketAddr>),
+    /// A UNIX-domain stream socket.
+    Unix(PathBuf),
+}
+
+/// A server's address as connections read it.
+#[derive(Debug)]
+enum Target {
+    /// Swapped whole by `--backend-refresh`; each connection reads the list of its time.
+    Tcp(ArcSwap<Vec<SocketAddr>>),
+    Unix(PathBuf),
+}
 
 /// Counters of one server, shared by all workers (written once per connection, never per
 /// byte).
@@ -32,8 +50,7 @@ pub struct ServerStats {
 #[derive(Debug)]
 pub struct Server {
     name: String,
-    /// Swapped whole by `--backend-refresh`; each connection reads the list of its time.
-    addrs: ArcSwap<Vec<SocketAddr>>,
+    target: Target,
     weight: u32,
     /// `maxconn` slots; `None` for no limit.
     slots: Option<Arc<Semaphore>>,
@@ -65,11 +82,14 @@ impl Drop for Lease {
 }
 
 impl Server {
-    /// A server named `name` (for logs) at `addrs`.
-    pub fn new(name: String, addrs: Vec<SocketAddr>, maxconn: Option<usize>, weight: u32) -> Self {
+    /// A server named `name` (for logs) at `address`.
+    pub fn new(name: String, address: Address, maxconn: Option<usize>, weight: u32) -> Self {
         Server {
             name,
-            addrs: ArcSwap::from_pointee(addrs),
+            target: match address {
+                Address::Tcp(addrs) => Target::Tcp(ArcSwap::from_pointee(addrs)),
+                Address::Unix(path) => Target::Unix(path),
+            },
             weight: weight.max(1),
             slots: maxconn.map(|n| Arc::new(Semaphore::new(n))),
             down_until_ms: AtomicU64::new(0),
@@ -79,12 +99,16 @@ impl Server {
     }
 
     /// Sends new connections to `addrs` (a name resolved again); live ones stay where
-    /// they are. Returns the addresses replaced, when they differ.
+    /// they are. Returns the addresses replaced, when they differ (never for a UNIX
+    /// socket, which has no name to resolve).
     pub fn set_addrs(&self, addrs: Vec<SocketAddr>) -> Option<Arc<Vec<SocketAddr>>> {
-        if **self.addrs.load() == addrs {
+        let Target::Tcp(current) = &self.target else {
+            return None;
+        };
+        if **current.load() == addrs {
             return None;
         }
-        Some(self.addrs.swap(Arc::new(addrs)))
+        Some(current.swap(Arc::new(addrs)))
     }
 
     /// Its name in logs.
@@ -152,29 +176,60 @@ impl Server {
         })
     }
 
-    /// Connects, trying each address in turn, all within `timeout`; sets TCP_NODELAY.
-    pub async fn connect(&self, timeout: Duration) -> Result<TcpStream, ConnectError> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut last = None;
-        let addrs = self.addrs.load_full();
-        for &addr in addrs.iter() {
-            match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => {
-                    // Without it, small writes wait for ACKs (the seeds' 40 ms per request).
-                    stream
-                        .set_nodelay(true)
-                        .map_err(|source| ConnectError::Io { addr, source })?;
-                    return Ok(stream);
+    /// Connects within `timeout`: to the UNIX socket, or to each TCP address in turn (with
+    /// TCP_NODELAY).
+    pub async fn connect(&self, timeout: Duration) -> Result<BackendStream, ConnectError> {
+        match &self.target {
+            Target::Unix(path) => {
+                let to = || path.display().to_string();
+                match tokio::time::timeout(timeout, UnixStream::connect(path)).await {
+                    Ok(Ok(stream)) => Ok(BackendStream::Unix(stream)),
+                    Ok(Err(source)) => Err(ConnectError::Io { to: to(), source }),
+                    Err(_) => Err(ConnectError::Timeout { to: to(), timeout }),
                 }
-                Ok(Err(source)) => last = Some(ConnectError::Io { addr, source }),
-                Err(_) => return Err(ConnectError::Timeout { addr, timeout }),
+            }
+            Target::Tcp(addrs) => {
+                let addrs = addrs.load_full();
+                connect_tcp(&addrs, timeout).await.map(BackendStream::Tcp)
             }
         }
-        Err(last.unwrap_or_else(|| ConnectError::Io {
-            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
-        }))
     }
+}
+
+/// Tries each address in turn, all within `timeout`; sets TCP_NODELAY.
+async fn connect_tcp(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStream, ConnectError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last = None;
+    for &addr in addrs {
+        match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => {
+                // Without it, small writes wait for ACKs (the seeds' 40 ms per request).
+                stream
+                    .set_nodelay(true)
+                    .map_err(|source| ConnectError::Io {
+                        to: addr.to_string(),
+                        source,
+                    })?;
+                return Ok(stream);
+            }
+            Ok(Err(source)) => {
+                last = Some(ConnectError::Io {
+                    to: addr.to_string(),
+                    source,
+                })
+            }
+            Err(_) => {
+                return Err(ConnectError::Timeout {
+                    to: addr.to_string(),
+                    timeout,
+                })
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| ConnectError::Io {
+        to: "-".into(),
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
+    }))
 }
 
 /// Leaves the queue count however the wait ends.

@@ -1,7 +1,9 @@
 //! Where decrypted traffic goes (`-b`, the built-in origin) and how the backend learns who
 //! the client is (`--write-proxy-v1/-v2`, `--write-ip`, `--proxy-proxy`).
 
+use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use super::{Cli, ConfigError, Endpoint};
 
@@ -20,12 +22,69 @@ pub enum Preamble {
     PassThrough,
 }
 
+/// Where a `-b` server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendEndpoint {
+    /// `[HOST]:PORT`.
+    Tcp(Endpoint),
+    /// A UNIX-domain socket's absolute path (hitch 1.7's `backend = "/path"`).
+    Unix(PathBuf),
+}
+
+impl BackendEndpoint {
+    /// True when the host is a name (worth resolving again with `--backend-refresh`).
+    pub fn is_name(&self) -> bool {
+        matches!(self, BackendEndpoint::Tcp(e) if e.is_name())
+    }
+
+    /// Parses `[HOST]:PORT` or an absolute path.
+    pub fn parse(spec: &str) -> Result<Self, ConfigError> {
+        let bad = |reason: &str| ConfigError::BadAddress {
+            option: "--backend",
+            value: spec.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if !spec.trim_start().starts_with('/') {
+            if spec.contains('/') && !spec.contains(':') {
+                return Err(bad("a UNIX socket path must be absolute (start with /)"));
+            }
+            return Endpoint::parse("--backend", spec).map(BackendEndpoint::Tcp);
+        }
+        let path = spec.trim();
+        // sun_path holds 108 bytes with its NUL.
+        if path.len() > MAX_SOCKET_PATH {
+            return Err(bad(&format!(
+                "a UNIX socket path is at most {MAX_SOCKET_PATH} bytes"
+            )));
+        }
+        if path.ends_with('/') {
+            return Err(bad("a UNIX socket path names a socket, not a directory"));
+        }
+        if path.bytes().any(|b| b == 0 || b.is_ascii_control()) {
+            return Err(bad("a UNIX socket path holds no control characters"));
+        }
+        Ok(BackendEndpoint::Unix(PathBuf::from(path)))
+    }
+}
+
+/// Longest UNIX socket path (sun_path less its terminating NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+impl fmt::Display for BackendEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendEndpoint::Tcp(e) => e.fmt(f),
+            BackendEndpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
 /// One `-b` server.
 #[derive(Debug, Clone)]
 pub struct BackendSpec {
     /// As written (without parameters).
-    pub endpoint: Endpoint,
-    /// Addresses to try in order.
+    pub endpoint: BackendEndpoint,
+    /// Addresses to try in order (none for a UNIX socket).
     pub addrs: Vec<SocketAddr>,
     /// Most connections at once; `None` for no limit.
     pub maxconn: Option<usize>,
@@ -34,10 +93,10 @@ pub struct BackendSpec {
 }
 
 impl BackendSpec {
-    /// Parses `[HOST]:PORT[,maxconn=N][,weight=W]`.
+    /// Parses `[HOST]:PORT[,maxconn=N][,weight=W]` or `/PATH[,maxconn=N][,weight=W]`.
     pub fn parse(spec: &str) -> Result<Self, ConfigError> {
         let mut parts = spec.split(',');
-        let endpoint = Endpoint::parse("--backend", parts.next().unwrap_or(""))?;
+        let endpoint = BackendEndpoint::parse(parts.next().unwrap_or(""))?;
         let mut maxconn = None;
         let mut weight = 1;
         for p in parts {
@@ -65,7 +124,10 @@ impl BackendSpec {
                 }
             }
         }
-        let addrs = endpoint.resolve("--backend")?;
+        let addrs = match &endpoint {
+            BackendEndpoint::Tcp(e) => e.resolve("--backend")?,
+            BackendEndpoint::Unix(_) => Vec::new(),
+        };
         Ok(BackendSpec {
             endpoint,
             addrs,
@@ -107,6 +169,11 @@ pub(super) fn target(cli: &Cli, certificate_given: bool) -> Result<BackendTarget
     })
 }
 
+/// True when a `-b` names a UNIX socket.
+fn unix_backend(cli: &Cli) -> bool {
+    cli.backends.iter().any(|b| b.trim_start().starts_with('/'))
+}
+
 /// The one way of telling the backend who the client is that the command line chose.
 pub(super) fn preamble(cli: &Cli) -> Result<Preamble, ConfigError> {
     let writes = [
@@ -122,6 +189,12 @@ pub(super) fn preamble(cli: &Cli) -> Result<Preamble, ConfigError> {
     Ok(match chosen.as_slice() {
         [] if cli.proxy_proxy => Preamble::PassThrough,
         [] => Preamble::None,
+        [Preamble::WriteIp] if unix_backend(cli) => {
+            return Err(ConfigError::Invalid {
+                option: "--write-ip",
+                reason: "a UNIX socket backend has no use for the client's raw address bytes; use --write-proxy-v1 or --write-proxy-v2 (Varnish: -a /path,PROXY)".into(),
+            })
+        }
         [one] => *one,
         _ => {
             return Err(ConfigError::Invalid {

@@ -83,13 +83,14 @@ pub struct Cli {
     )]
     pub frontends: Vec<String>,
 
-    /// Backend server, repeatable: [HOST]:PORT[,maxconn=N][,weight=W]. Connections are
-    /// spread by weighted round robin over servers that are up. With none, shuck starts a
-    /// small built-in HTTP origin on a loopback port and forwards to it.
+    /// Backend server, repeatable: [HOST]:PORT or /PATH (a UNIX socket, as hitch 1.7),
+    /// then [,maxconn=N][,weight=W]. Connections are spread by weighted round robin over
+    /// servers that are up. With none, shuck starts a small built-in HTTP origin on a
+    /// loopback port and forwards to it.
     #[arg(
         short = 'b',
         long = "backend",
-        value_name = "[HOST]:PORT[,maxconn=N][,weight=W]"
+        value_name = "[HOST]:PORT|/PATH[,maxconn=N][,weight=W]"
     )]
     pub backends: Vec<String>,
 

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use tracing::level_filters::LevelFilter;
 
-pub use backend::{BackendSpec, BackendTarget, Preamble};
+pub use backend::{BackendEndpoint, BackendSpec, BackendTarget, Preamble};
 pub use cli::Cli;
 pub use endpoint::Endpoint;
 pub use error::ConfigError;

@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use crate::backend::{Pool, PoolLimits, Server};
-use crate::config::{BackendTarget, Config};
+use crate::backend::{Address, Pool, PoolLimits, Server};
+use crate::config::{BackendEndpoint, BackendTarget, Config};
 use crate::proxy::ProxyState;
 use crate::session::store::SharedStore;
 use crate::session::Resumption;
@@ -120,7 +120,13 @@ pub(crate) fn backend_pool(config: &Config) -> Result<Pool, StartError> {
     let servers = match &config.backend {
         BackendTarget::Servers(specs) => specs
             .iter()
-            .map(|b| Server::new(b.endpoint.to_string(), b.addrs.clone(), b.maxconn, b.weight))
+            .map(|b| {
+                let address = match &b.endpoint {
+                    BackendEndpoint::Tcp(_) => Address::Tcp(b.addrs.clone()),
+                    BackendEndpoint::Unix(path) => Address::Unix(path.clone()),
+                };
+                Server::new(b.endpoint.to_string(), address, b.maxconn, b.weight)
+            })
             .collect(),
         BackendTarget::BuiltinOrigin => {
             let addr = crate::origin::start().map_err(StartError::Origin)?;
@@ -129,7 +135,7 @@ pub(crate) fn backend_pool(config: &Config) -> Result<Pool, StartError> {
             );
             vec![Server::new(
                 format!("built-in origin [{}]:{}", addr.ip(), addr.port()),
-                vec![addr],
+                Address::Tcp(vec![addr]),
                 None,
                 1,
             )]

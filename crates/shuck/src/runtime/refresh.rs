@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Server;
-use crate::config::{BackendTarget, Config, Endpoint};
+use crate::config::{BackendEndpoint, BackendTarget, Config, Endpoint};
 
 /// The refreshing thread; dropping this stops it.
 #[derive(Debug)]
@@ -25,8 +25,10 @@ pub fn start(config: &Config, servers: &[Arc<Server>]) -> Option<Refresh> {
     let named: Vec<(Endpoint, Arc<Server>)> = specs
         .iter()
         .zip(servers)
-        .filter(|(spec, _)| spec.endpoint.is_name())
-        .map(|(spec, server)| (spec.endpoint.clone(), server.clone()))
+        .filter_map(|(spec, server)| match &spec.endpoint {
+            BackendEndpoint::Tcp(e) if e.is_name() => Some((e.clone(), server.clone())),
+            _ => None,
+        })
         .collect();
     if named.is_empty() {
         tracing::info!("--backend-refresh: every backend is an address; nothing to resolve");

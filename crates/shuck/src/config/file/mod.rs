@@ -16,6 +16,7 @@ mod syntax;
 
 pub use syntax::{parse, Entry, Value};
 
+use super::backend::BackendEndpoint;
 use super::cli::{parse_on_off, Cli};
 use super::endpoint::Endpoint;
 use blocks::{frontend_block, pem_value};
@@ -224,7 +225,11 @@ pub fn to_args(
                 if let Err(ce) = Cli::command().try_get_matches_from(["shuck", one.as_str()]) {
                     return Err(err(e.line, format!("{k}: {}", clap_reason(&ce))));
                 }
-                if matches!(k, "backend" | "shared-cache-listen" | "shared-cache-peer") {
+                if k == "backend" {
+                    let addr = value.split(',').next().unwrap_or("");
+                    BackendEndpoint::parse(addr).map_err(|ce| err(e.line, format!("{k}: {ce}")))?;
+                }
+                if matches!(k, "shared-cache-listen" | "shared-cache-peer") {
                     let addr = value.split(',').next().unwrap_or("");
                     check_endpoint(k, addr, e.line, &err)?;
                 }

@@ -10,10 +10,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
-use crate::backend::{ConnectError, Lease};
+use crate::backend::{BackendStream, ConnectError, Lease};
 use crate::counters::WorkerCounters;
 use crate::proxy::Worker;
 
@@ -21,7 +20,7 @@ use crate::proxy::Worker;
 #[derive(Debug)]
 pub struct BackendConn {
     /// The socket.
-    pub tcp: TcpStream,
+    pub tcp: BackendStream,
     /// Bytes read and not yet used.
     pub buf: BytesMut,
     /// True once it carried a stream before (it may have been closed by the backend since).
@@ -90,8 +89,8 @@ impl Backends {
                     })?;
                     if let Some(p) = &self.preamble {
                         if let Err(source) = tcp.write_all(p).await {
-                            let addr = tcp.peer_addr().unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
-                            return Err(ConnectError::Io { addr, source });
+                            let to = lease.server().name().to_owned();
+                            return Err(ConnectError::Io { to, source });
                         }
                     }
                     return Ok(BackendConn {
