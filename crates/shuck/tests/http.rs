@@ -19,18 +19,9 @@ fn recording_http() -> (Origin, Arc<Mutex<Vec<String>>>) {
         let mut r = BufReader::new(s.try_clone().unwrap());
         let mut w = s;
         loop {
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                match r.read_line(&mut line) {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {}
-                }
-                head.push_str(&line);
-                if line == "\r\n" {
-                    break;
-                }
-            }
+            let Some(head) = read_http_head(&mut r) else {
+                return;
+            };
             let lower = head.to_ascii_lowercase();
             let mut body = Vec::new();
             if let Some(cl) = lower

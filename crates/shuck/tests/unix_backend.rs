@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -72,18 +72,9 @@ impl UnixOrigin {
             let mut r = BufReader::new(s.try_clone().unwrap());
             let mut w = s;
             loop {
-                let mut head = String::new();
-                loop {
-                    let mut line = String::new();
-                    match r.read_line(&mut line) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {}
-                    }
-                    head.push_str(&line);
-                    if line == "\r\n" {
-                        break;
-                    }
-                }
+                let Some(head) = read_http_head(&mut r) else {
+                    return;
+                };
                 let resp = format!(
                     "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{head}",
                     head.len()

@@ -627,6 +627,22 @@ impl Origin {
     }
 }
 
+/// Reads one HTTP/1.1 head, up to and including its blank line; `None` at end of stream.
+pub fn read_http_head(r: &mut impl BufRead) -> Option<String> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        match r.read_line(&mut line) {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            return Some(head);
+        }
+    }
+}
+
 /// An origin that can be stopped: its port then refuses connections.
 pub struct StoppableOrigin {
     pub port: u16,
