@@ -16,6 +16,7 @@ pub(crate) mod clock;
 pub mod config;
 pub(crate) mod counters;
 pub mod fuzzing;
+pub mod http_host;
 pub mod origin;
 pub mod proxy;
 pub mod runtime;

@@ -210,6 +210,20 @@ fn tls_alpn_01_and_http_01_certificates_are_issued_and_served() {
         resp.contains("Location: https://three.test/a/b?c=d\r\n"),
         "{resp}"
     );
+    // Nothing but one plain host name is reflected into the Location.
+    for bad in [
+        "Host: evil.test/x",
+        "Host: a@evil.test",
+        "Host: three.test\r\nHost: evil.test",
+        "Host: three.test,evil.test",
+    ] {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", http_port)).unwrap();
+        c.write_all(format!("GET / HTTP/1.1\r\n{bad}\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut resp = String::new();
+        c.read_to_string(&mut resp).unwrap();
+        assert!(resp.starts_with("HTTP/1.1 400"), "{bad}: {resp}");
+    }
     let mut c = std::net::TcpStream::connect(("127.0.0.1", http_port)).unwrap();
     c.write_all(b"GET /.well-known/acme-challenge/nope HTTP/1.1\r\nHost: three.test\r\n\r\n")
         .unwrap();

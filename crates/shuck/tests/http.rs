@@ -254,13 +254,27 @@ fn bare_lf_host_rules_and_forwarding_names_by_any_spelling() {
         "30",
     ]);
     // Each is answered 400 at once (not at the 30 s idle timeout) and reaches nobody.
-    let cases: [&[u8]; 6] = [
+    let cases: [&[u8]; 17] = [
         b"GET / HTTP/1.1\nHost: x\n\n",
         b"GET / HTTP/1.1\r\nHost: x\nX: y\r\n\r\n",
+        // A bare CR line ending: 400 at once, not 408 once the head never ends.
+        b"GET / HTTP/1.1\rHost: x\r\r",
+        b"GET / HTTP/1.1\r\nHost: x\rX: y\r\n\r\n",
         b"GET / HTTP/1.1\r\n\r\n",
         b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
         b"GET http://evil.example/ HTTP/1.1\r\nHost: x\r\n\r\n",
         b"GET / HTTP/1.0\r\nHost: x\r\nhost: x\r\n\r\n",
+        // A Host that is not uri-host[:port] (RFC 9112 3.2).
+        b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a.test,b.test\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a.test/x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: user@a.test\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: b\xc3\xbccher.test\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a.test:65536\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: [::1\r\n\r\n",
+        // Trailers are checked as heads are.
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nContent-Length: 9\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: a\x00b\r\n\r\n",
     ];
     for case in cases {
         let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
@@ -275,11 +289,16 @@ fn bare_lf_host_rules_and_forwarding_names_by_any_spelling() {
             String::from_utf8_lossy(case)
         );
     }
+    // The trailer cases' heads and bodies went to the backend before their trailers were
+    // read; their trailers never did.
     assert!(
-        seen.lock().unwrap().is_empty(),
+        seen.lock().unwrap().iter().all(|r| r.starts_with("POST")
+            && !r.contains("Content-Length: 9")
+            && !r.contains("a\0b")),
         "{:?}",
         seen.lock().unwrap()
     );
+    seen.lock().unwrap().clear();
 
     // Forwarding headers under other spellings are the client's claims too, and a
     // Connection header may not nominate shuck's own for removal.

@@ -83,26 +83,24 @@ fn respond(req: &httparse::Request<'_, '_>) -> String {
             None => plain(404, "Not Found", ""),
         };
     }
-    let host = req
+    // One Host, a plain host name or address, as --http mode takes it: nothing else is
+    // reflected into the Location.
+    let mut hosts = req
         .headers
         .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("host"))
-        .and_then(|h| std::str::from_utf8(h.value).ok())
-        .map(strip_port)
-        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic() && b != b'/'));
+        .filter(|h| h.name.eq_ignore_ascii_case("host"));
+    let host = match (hosts.next(), hosts.next()) {
+        (Some(h), None) => crate::http_host::parse(h.value)
+            .ok()
+            .filter(|a| a.is_plain_name())
+            .map(|a| a.host),
+        _ => None,
+    };
     match host {
         Some(host) if path.starts_with('/') => format!(
             "HTTP/1.1 301 Moved Permanently\r\nLocation: https://{host}{path}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         ),
         _ => plain(400, "Bad Request", ""),
-    }
-}
-
-/// `example.com:80` → `example.com`; `[::1]:80` → `[::1]`.
-fn strip_port(host: &str) -> &str {
-    match host.rfind(':') {
-        Some(i) if !host[i..].contains(']') => &host[..i],
-        _ => host,
     }
 }
 
@@ -118,10 +116,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ports_are_stripped_from_hosts() {
-        assert_eq!(strip_port("a.test:80"), "a.test");
-        assert_eq!(strip_port("a.test"), "a.test");
-        assert_eq!(strip_port("[::1]:80"), "[::1]");
-        assert_eq!(strip_port("[::1]"), "[::1]");
+    fn only_one_plain_host_is_reflected() {
+        let answer = |head: &str| response_to(head.as_bytes(), false).unwrap();
+        let moved = answer("GET /x?y HTTP/1.1\r\nHost: a.test:80\r\n\r\n");
+        assert!(
+            moved.contains("Location: https://a.test/x?y\r\n"),
+            "{moved}"
+        );
+        let moved = answer("GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n");
+        assert!(moved.contains("Location: https://[::1]/\r\n"), "{moved}");
+        for host in [
+            "Host: a.test\r\nHost: b.test",
+            "Host: evil.test/x",
+            "Host: a@b",
+            "Host: a,b",
+            "Host: a b",
+            "Host: a%2fb",
+            "Host: a:99999",
+            "Host: [::1",
+            "Host: ",
+            "X: no host",
+        ] {
+            let got = answer(&format!("GET / HTTP/1.1\r\n{host}\r\n\r\n"));
+            assert!(got.starts_with("HTTP/1.1 400"), "{host}: {got}");
+        }
     }
 }

@@ -16,9 +16,9 @@ pub enum Pushed {
     Partial,
     /// The head is longer than the limit.
     TooLarge,
-    /// A line ends in a bare LF (no CR before it): refused at once rather than waited on
-    /// (the head would never end in CRLF CRLF).
-    BareLf,
+    /// A line ends in a bare LF (no CR before it) or a bare CR (no LF after it): refused
+    /// at once rather than waited on (the head would never end in CRLF CRLF).
+    BareLineEnd,
 }
 
 /// The bytes of a head received so far.
@@ -57,10 +57,14 @@ impl HeadBuf {
         self.buf.extend_from_slice(&input[..take]);
         let end = head_end(&self.buf, before);
         let scanned = &self.buf[..end.unwrap_or(self.buf.len())];
-        if (before..scanned.len())
-            .any(|i| scanned[i] == b'\n' && (i == 0 || scanned[i - 1] != b'\r'))
-        {
-            return Pushed::BareLf;
+        // A CR is judged once the byte after it has arrived, so look back one byte.
+        let bare = |i: usize| match scanned[i] {
+            b'\n' => i == 0 || scanned[i - 1] != b'\r',
+            b'\r' => scanned.get(i + 1).is_some_and(|&next| next != b'\n'),
+            _ => false,
+        };
+        if (before.saturating_sub(1)..scanned.len()).any(bare) {
+            return Pushed::BareLineEnd;
         }
         match end {
             Some(end) if end <= self.max => {
@@ -107,20 +111,27 @@ mod tests {
     }
 
     #[test]
-    fn a_bare_lf_is_found_however_the_bytes_arrive() {
-        let msg = b"GET / HTTP/1.1\r\nHost: a\nX: b\r\n\r\n";
-        for cut in 1..msg.len() {
-            let mut h = HeadBuf::new(64);
-            let first = h.push(&msg[..cut]);
-            let got = if first == Pushed::Partial {
-                h.push(&msg[cut..])
-            } else {
-                first
-            };
-            assert_eq!(got, Pushed::BareLf, "cut {cut}");
+    fn a_bare_lf_or_cr_is_found_however_the_bytes_arrive() {
+        let bare_lf = b"GET / HTTP/1.1\r\nHost: a\nX: b\r\n\r\n";
+        let bare_cr = b"GET / HTTP/1.1\r\nHost: a\rX: b\r\r\r\r";
+        for msg in [&bare_lf[..], &bare_cr[..]] {
+            for cut in 1..msg.len() {
+                let mut h = HeadBuf::new(64);
+                let first = h.push(&msg[..cut]);
+                let got = if first == Pushed::Partial {
+                    h.push(&msg[cut..])
+                } else {
+                    first
+                };
+                assert_eq!(got, Pushed::BareLineEnd, "cut {cut}");
+            }
         }
         let mut h = HeadBuf::new(64);
-        assert_eq!(h.push(b"\n"), Pushed::BareLf);
+        assert_eq!(h.push(b"\n"), Pushed::BareLineEnd);
+        // A CR at the end of what arrived waits for the byte after it.
+        let mut h = HeadBuf::new(64);
+        assert_eq!(h.push(b"GET / HTTP/1.1\r"), Pushed::Partial);
+        assert_eq!(h.push(b"\rHost"), Pushed::BareLineEnd);
     }
 
     #[test]

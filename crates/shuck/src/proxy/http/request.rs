@@ -168,7 +168,7 @@ impl RequestRewriter {
                     i += n;
                     if c.is_done() {
                         let trailer = std::mem::take(&mut self.trailer);
-                        filter_trailer(&trailer, self.strip.as_deref(), out);
+                        filter_trailer(&trailer, self.strip.as_deref(), out)?;
                         self.after_message(ex);
                     }
                 }
@@ -190,8 +190,10 @@ impl RequestRewriter {
                         Pushed::TooLarge => {
                             return Err(Rejected("request head too large (--max-header-bytes)"));
                         }
-                        Pushed::BareLf => {
-                            return Err(Rejected("a line of the request head ends in a bare LF"));
+                        Pushed::BareLineEnd => {
+                            return Err(Rejected(
+                                "a line of the request head ends in a bare LF or CR",
+                            ));
                         }
                         Pushed::Partial => return Ok(()),
                     }
@@ -396,9 +398,31 @@ fn is_forwarding(name: &[u8], strip: Option<&str>) -> bool {
         || strip.is_some_and(|s| folds(s.as_bytes()))
 }
 
+/// Most fields in a trailer section.
+const MAX_TRAILER_FIELDS: usize = 64;
+
 /// The trailer section without the forwarding fields a client may not set (they would be
-/// merged into the headers by some backends).
-fn filter_trailer(trailer: &[u8], strip: Option<&str>, out: &mut Vec<u8>) {
+/// merged into the headers by some backends). It is checked as a head is: every line a
+/// field (no NUL, no control byte), and no field that frames the message.
+fn filter_trailer(trailer: &[u8], strip: Option<&str>, out: &mut Vec<u8>) -> Result<(), Rejected> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILER_FIELDS];
+    match httparse::parse_headers(trailer, &mut fields) {
+        Ok(httparse::Status::Complete((len, parsed))) if len == trailer.len() => {
+            let framing = ["content-length", "transfer-encoding"];
+            if parsed
+                .iter()
+                .any(|f| framing.iter().any(|n| f.name.eq_ignore_ascii_case(n)))
+            {
+                return Err(Rejected(
+                    "Content-Length or Transfer-Encoding in a trailer section",
+                ));
+            }
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(Rejected("more than 64 fields in a trailer section"))
+        }
+        _ => return Err(Rejected("a malformed trailer field")),
+    }
     for line in trailer.split_inclusive(|&b| b == b'\n') {
         let name = line
             .split(|&b| b == b':')
@@ -410,9 +434,20 @@ fn filter_trailer(trailer: &[u8], strip: Option<&str>, out: &mut Vec<u8>) {
         }
         out.extend_from_slice(line);
     }
+    Ok(())
 }
 
-/// RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host; no request has two; a target
+/// Why a Host value is refused, for the log.
+pub(crate) fn host_refused(e: crate::http_host::HostError) -> Rejected {
+    use crate::http_host::HostError as H;
+    Rejected(match e {
+        H::BadCharacter => "a Host holding a character no host may hold",
+        H::BadLiteral => "a Host with a bad IP literal",
+        H::BadPort => "a Host with a bad port",
+    })
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host, a valid uri-host[:port]; no request has two; a target
 /// in absolute form names the same authority as Host.
 fn check_host(target: &str, version: u8, headers: &[httparse::Header<'_>]) -> Result<(), Rejected> {
     let mut hosts = headers
@@ -429,6 +464,7 @@ fn check_host(target: &str, version: u8, headers: &[httparse::Header<'_>]) -> Re
             Ok(())
         };
     };
+    crate::http_host::parse(host.value).map_err(host_refused)?;
     if let Some((scheme, rest)) = target.split_once("://") {
         if scheme
             .bytes()
@@ -476,6 +512,30 @@ mod tests {
                 b"GET http://b/x HTTP/1.1\r\nHost: a\r\n\r\n",
                 "different authorities",
             ),
+            (b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", "character"),
+            (b"GET / HTTP/1.1\r\nHost: a,b\r\n\r\n", "character"),
+            (b"GET / HTTP/1.1\r\nHost: evil.test/x\r\n\r\n", "character"),
+            (b"GET / HTTP/1.1\r\nHost: u@a\r\n\r\n", "character"),
+            (b"GET / HTTP/1.1\r\nHost: b\xc3\xbccher\r\n\r\n", "character"),
+            (b"GET / HTTP/1.1\r\nHost: a:65536\r\n\r\n", "port"),
+            (b"GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", "IP literal"),
+            (b"GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", "bare LF or CR"),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nContent-Length: 5\r\n\r\n",
+                "Content-Length or Transfer-Encoding in a trailer",
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\ntransfer-encoding: gzip\r\n\r\n",
+                "Content-Length or Transfer-Encoding in a trailer",
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: a\x00b\r\n\r\n",
+                "malformed trailer",
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nnot a field\r\n\r\n",
+                "malformed trailer",
+            ),
         ] {
             let e = rewrite(input).unwrap_err();
             assert!(
@@ -486,6 +546,8 @@ mod tests {
         }
         assert!(rewrite(b"GET / HTTP/1.0\r\n\r\n").is_ok());
         assert!(rewrite(b"GET HTTP://A:80/x HTTP/1.1\r\nHost: a:80\r\n\r\n").is_ok());
+        assert!(rewrite(b"GET / HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n").is_ok());
+        assert!(rewrite(b"GET / HTTP/1.1\r\nHost: \r\n\r\n").is_ok());
     }
 
     #[test]

@@ -58,7 +58,7 @@ impl ResponseTracker {
                         i += used;
                         self.start_response(&head, ex);
                     }
-                    Pushed::TooLarge | Pushed::BareLf => return self.lose(ex),
+                    Pushed::TooLarge | Pushed::BareLineEnd => return self.lose(ex),
                     Pushed::Partial => return,
                 },
             }
