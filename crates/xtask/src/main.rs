@@ -1,6 +1,7 @@
 //! shuck's release chores, from its one option table (`shuck::config::Cli`):
 //!
-//! - `cargo run -p xtask -- dist [DIR]` writes the man pages `shuck.8` and `shuck.conf.5`,
+//! - `cargo run -p xtask -- dist [DIR]` writes the man pages `shuck.8`, `shuck.conf.5` and
+//!   `shuck-bench.1`,
 //!   the bash, zsh and fish completions and the commented `shuck.conf` into DIR (default
 //!   `target/release/dist`, where the Debian package takes them from);
 //! - `cargo run -p xtask -- deb` builds the release binaries, writes the above and runs
@@ -48,6 +49,7 @@ fn dist(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     write("shuck.8", &roff::shuck_8()?)?;
     write("shuck.conf.5", roff::shuck_conf_5().as_bytes())?;
+    write("shuck-bench.1", &roff::shuck_bench_1()?)?;
     write("shuck.conf", conf::sample().as_bytes())?;
     for (shell, name) in [
         (Shell::Bash, "shuck.bash"),
@@ -79,7 +81,7 @@ fn deb(root: &Path) -> Result<(), String> {
     let dir = target_dir(root).join("release/dist");
     dist(&dir)?;
     // Debian installs man pages compressed; -n keeps the package reproducible.
-    for page in ["shuck.8", "shuck.conf.5"] {
+    for page in ["shuck.8", "shuck.conf.5", "shuck-bench.1"] {
         let st = Command::new("gzip")
             .args(["-9nkf", page])
             .current_dir(&dir)

@@ -72,6 +72,57 @@ State kept across restarts.
 .BR haproxy (1)
 "#;
 
+/// `shuck-bench(1)`: the main page, then each subcommand's synopsis and options (all on
+/// one page: its options are the point of the tool).
+pub fn shuck_bench_1() -> Result<Vec<u8>, String> {
+    use clap::CommandFactory;
+    let mut cmd = shuck_bench::Cli::command();
+    cmd.build();
+    let man = clap_mangen::Man::new(cmd.clone())
+        .section("1")
+        .manual("User Commands");
+    let mut out = Vec::new();
+    let io = |e: std::io::Error| e.to_string();
+    man.render_title(&mut out).map_err(io)?;
+    out.extend_from_slice(b".ad l\n");
+    man.render_name_section(&mut out).map_err(io)?;
+    man.render_synopsis_section(&mut out).map_err(io)?;
+    man.render_description_section(&mut out).map_err(io)?;
+    // The subcommands are on this page, not on pages of their own.
+    out.extend_from_slice(b".SH SUBCOMMANDS\n");
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+        let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+        let entry = format!(".TP\n.B {}\n{}\n", esc(sub.get_name()), esc(&about));
+        out.extend_from_slice(entry.as_bytes());
+    }
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+        let name = format!("shuck-bench {}", sub.get_name());
+        let page = clap_mangen::Man::new(sub.clone().bin_name(&name));
+        let mut part = Vec::new();
+        page.render_synopsis_section(&mut part).map_err(io)?;
+        page.render_options_section(&mut part).map_err(io)?;
+        let part = String::from_utf8_lossy(&part)
+            .replace(".SH SYNOPSIS", &format!(".SH \"{}\"", name.to_uppercase()))
+            .replace(".SH OPTIONS", ".SS Options");
+        out.extend_from_slice(part.as_bytes());
+    }
+    out.extend_from_slice(EXTRA_BENCH_1.as_bytes());
+    man.render_version_section(&mut out).map_err(io)?;
+    Ok(out)
+}
+
+const EXTRA_BENCH_1: &str = r#".SH EXAMPLES
+.TP
+.B shuck\-bench load \-\-target 127.0.0.1:8443 \-\-size 4k
+Load a running shuck (or any TLS terminator) and report rates, latency and resumption.
+.TP
+.B shuck\-bench compare \-\-duration 5 \-\-repeats 3
+Run the scenarios against shuck and the peers found on this machine; write a report.
+.SH SEE ALSO
+.BR shuck (8),
+.BR h2load (1)
+"#;
+
 /// `shuck.conf(5)`.
 pub fn shuck_conf_5() -> String {
     let cmd = command();

@@ -103,6 +103,7 @@ fn the_debian_package_installs_what_an_operator_expects() {
         "./etc/shuck/shuck.conf",
         "./usr/share/man/man8/shuck.8.gz",
         "./usr/share/man/man5/shuck.conf.5.gz",
+        "./usr/share/man/man1/shuck-bench.1.gz",
         "./usr/share/bash-completion/completions/shuck",
         "./usr/share/zsh/vendor-completions/_shuck",
         "./usr/share/fish/vendor_completions.d/shuck.fish",
@@ -216,10 +217,11 @@ fn the_debian_package_installs_what_an_operator_expects() {
         String::from_utf8_lossy(&ok.stderr)
     );
 
-    // Both man pages render with no warning from man or groff (-ww).
+    // Every man page renders with no warning from man or groff (-ww).
     for page in [
         "usr/share/man/man8/shuck.8.gz",
         "usr/share/man/man5/shuck.conf.5.gz",
+        "usr/share/man/man1/shuck-bench.1.gz",
     ] {
         let out = run(Command::new("man")
             .args(["--warnings=w", "-l"])
@@ -246,4 +248,6 @@ fn the_debian_package_installs_what_an_operator_expects() {
     );
     let errors: Vec<&str> = report.lines().filter(|l| l.starts_with("E:")).collect();
     assert!(errors.is_empty(), "lintian:\n{report}");
+    // Every program has its page (shuck-bench(1) too).
+    assert!(!report.contains("no-manual-page"), "lintian:\n{report}");
 }
