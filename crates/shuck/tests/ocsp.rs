@@ -82,7 +82,29 @@ struct Responder(Child);
 
 impl Responder {
     fn start(pki: &Pki, signer: &str) -> Responder {
+        Self::start_under(pki, signer, &[])
+    }
+
+    /// A responder whose clock is two days behind (libfaketime preloaded into openssl
+    /// itself, so that the child killed on drop is the responder): its responses, valid
+    /// one day, are already stale.
+    fn start_two_days_ago(pki: &Pki, signer: &str) -> Option<Responder> {
+        if !require("faketime", "faketime") {
+            return None;
+        }
+        let lib = sh_out("dpkg -L libfaketime | grep '/libfaketime.so.1$'");
+        let lib = lib.trim();
+        assert!(!lib.is_empty(), "libfaketime.so.1 not found");
+        Some(Self::start_under(
+            pki,
+            signer,
+            &[("LD_PRELOAD", lib), ("FAKETIME", "-2d")],
+        ))
+    }
+
+    fn start_under(pki: &Pki, signer: &str, env: &[(&str, &str)]) -> Responder {
         let child = Command::new("openssl")
+            .envs(env.iter().copied())
             .current_dir(&pki.dir.0)
             .args(["ocsp", "-index", "index.txt", "-port"])
             .arg(pki.ocsp_port.to_string())
@@ -313,6 +335,65 @@ fn ocsp_resp_file_is_checked_before_stapling() {
         err.contains("/nope.pem") && err.contains("not one of the certificates"),
         "{err}"
     );
+}
+
+#[test]
+fn a_stale_staple_is_not_fatal_with_ocsp_verify_staple_and_a_fresh_one_follows() {
+    let pki = pki();
+    let origin = Origin::echo();
+    let pem = pki.pem.to_str().unwrap();
+    let Some(old) = Responder::start_two_days_ago(&pki, "ca") else {
+        return;
+    };
+    openssl(&pki.dir, &format!(
+        "openssl ocsp -issuer ca.crt -cert server.crt -url http://127.0.0.1:{}/ -respout stale.der -noverify",
+        pki.ocsp_port
+    ));
+    drop(old);
+    let stale = pki.dir.path("stale.der").to_str().unwrap().to_owned();
+    // hitch checks signature, certificate and status at load, not time: --test passes,
+    // with a warning naming the file.
+    let (code, err) = run_to_exit(&[
+        "--ocsp-verify-staple",
+        "--ocsp-resp-file",
+        &format!("{pem}={stale}"),
+        "-b",
+        &origin.addr(),
+        "--test",
+        pem,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("stale.der") && err.contains("stale: nextUpdate passed"),
+        "{err}"
+    );
+    // At start: the stale staple is not taken, and --ocsp-dir fetches a fresh response.
+    let _responder = Responder::start(&pki, "ca");
+    let cache = TempDir::new("ocsp-stale-cache");
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--ocsp-verify-staple",
+        "--ocsp-resp-file",
+        &format!("{pem}={stale}"),
+        "--ocsp-dir",
+        cache.0.to_str().unwrap(),
+        pem,
+    ]);
+    assert!(
+        shuck.log().contains("not stapled: stale"),
+        "{}",
+        shuck.log()
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stapled_good(shuck.port) {
+        assert!(
+            Instant::now() < deadline,
+            "no fresh staple: {}",
+            shuck.log()
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]

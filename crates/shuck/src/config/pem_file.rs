@@ -176,6 +176,12 @@ pub fn staple(
             cert.ocsp = Some(der);
             Ok(())
         }
+        // hitch's check at load is signature, certificate and status, not time: a response
+        // past its nextUpdate is only not stapled (--ocsp-dir fetches a fresh one).
+        Err(e @ crate::tls::ocsp::verify::OcspError::Stale(_)) => {
+            tracing::warn!(certificate = %pem, "{what} not stapled: {e}; with --ocsp-dir a fresh response is fetched");
+            Ok(())
+        }
         Err(e) => refuse(e.to_string()),
     }
 }
