@@ -92,6 +92,7 @@ fn parse(raw: &[OsString]) -> Result<Cli, Fail> {
         .map_err(clap_fail)?;
     let mut cli = Cli::from_arg_matches(&matches).map_err(clap_fail)?;
     cli.notes = from_file.notes;
+    cli.file_places = Some(from_file.places);
     Ok(cli.unset_empty())
 }
 

@@ -510,6 +510,50 @@ fn bad_files_are_named_with_their_line() {
     let (code, err) = run_to_exit(&["--config", "/nonexistent/shuck.conf"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("/nonexistent/shuck.conf"), "{err}");
+
+    // Options checked only once the whole configuration is built name the line too.
+    let (pem, _) = rcgen_cert(&dir, "srv", &["localhost"], false);
+    let pem = format!("pem-file = \"{}\"\n", pem.display());
+    for (text, needles) in [
+        (
+            "\nacme-directory = \"http://ca.test/dir\"\nacme-domain = \"a.test\"\nacme-agree-tos = on\n",
+            &["line 3", "--acme-directory", "https"][..],
+        ),
+        (
+            "acme-directory = \"https://ca.test/dir\"\nacme-domain = \"*.a.test\"\nacme-agree-tos = on\n",
+            &["line 3", "--acme-domain", "wildcard"][..],
+        ),
+        (
+            "shared-store = \"redis://127.0.0.1:1\"\n",
+            &["line 2", "--shared-store", "--shared-cache-key"][..],
+        ),
+        (
+            "\nbackend = \"[no-such-host.invalid]:80\"\n",
+            &["line 3", "--backend", "resolve"][..],
+        ),
+    ] {
+        let conf = write_conf(&dir, &format!("{pem}{text}"));
+        let (code, err) = run_to_exit(&["--config", &conf, "--test"]);
+        assert_eq!(code, Some(1), "{text:?}: {err}");
+        assert!(err.contains(&format!("{conf} line")), "{text:?}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{text:?}: {n:?} missing from {err}");
+        }
+    }
+    // The same option from the command line is named as a flag, with no line.
+    let conf = write_conf(&dir, &pem);
+    let (code, err) = run_to_exit(&[
+        "--config",
+        &conf,
+        "--shared-store",
+        "redis://127.0.0.1:1",
+        "--test",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--shared-store") && !err.contains(" line "),
+        "{err}"
+    );
 }
 
 #[test]

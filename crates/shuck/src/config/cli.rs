@@ -521,6 +521,10 @@ pub struct Cli {
     /// Warnings met while reading the configuration file, logged once logging is set up.
     #[arg(skip)]
     pub notes: Vec<String>,
+
+    /// Where the configuration file's keys stand, for errors found once it is all built.
+    #[arg(skip)]
+    pub file_places: Option<super::file::KeyPlaces>,
 }
 
 impl Cli {

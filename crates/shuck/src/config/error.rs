@@ -62,4 +62,44 @@ pub enum ConfigError {
     /// Certificates, keys or TLS parameters.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// Any of the above, about a key of the configuration file: where it stands.
+    #[error("{} line {line}: {source}", path.display())]
+    InFile {
+        /// The configuration file.
+        path: PathBuf,
+        /// The key's line.
+        line: usize,
+        /// What is wrong with it.
+        source: Box<ConfigError>,
+    },
+}
+
+impl ConfigError {
+    /// The flag (or flags, `/`-separated) the error names, when it names one.
+    fn option(&self) -> Option<&'static str> {
+        match self {
+            ConfigError::BadAddress { option, .. }
+            | ConfigError::Resolve { option, .. }
+            | ConfigError::Invalid { option, .. } => Some(option),
+            ConfigError::PemDir { .. } => Some("--pem-dir"),
+            _ => None,
+        }
+    }
+
+    /// The error with the file and line of the key it is about, when that option came
+    /// from the configuration file (the command line's own flags are named as they are).
+    pub fn located(self, places: Option<&super::file::KeyPlaces>) -> Self {
+        let Some(places) = places else { return self };
+        let line = self
+            .option()
+            .and_then(|o| o.split('/').find_map(|flag| places.line_of(flag.trim())));
+        match line {
+            Some(line) => ConfigError::InFile {
+                path: places.path.clone(),
+                line,
+                source: Box::new(self),
+            },
+            None => self,
+        }
+    }
 }

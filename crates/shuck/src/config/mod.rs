@@ -146,10 +146,15 @@ impl Config {
     }
 
     /// Validates a parsed command line. Warnings (expired certificates) go to the log.
+    /// An error about a key of the configuration file names the file and the line.
     pub fn from_cli(cli: &Cli) -> Result<Self, ConfigError> {
         for note in &cli.notes {
             tracing::warn!("{note}");
         }
+        Self::build(cli).map_err(|e| e.located(cli.file_places.as_ref()))
+    }
+
+    fn build(cli: &Cli) -> Result<Self, ConfigError> {
         let preamble = backend::preamble(cli)?;
         if cli.http && cli.max_header_bytes < 256 {
             return Err(ConfigError::Invalid {

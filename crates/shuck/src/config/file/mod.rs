@@ -68,6 +68,25 @@ pub struct Loaded {
     pub args: Vec<String>,
     /// Warnings (deprecated keys that do nothing), each naming the file and line.
     pub notes: Vec<String>,
+    /// The line each argument came from.
+    pub places: KeyPlaces,
+}
+
+/// Where the flags a file gave came from, so that an error found only once the whole
+/// configuration is built (`--acme-*`, `--shared-store`, ...) still names the file and line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyPlaces {
+    /// The file.
+    pub path: PathBuf,
+    /// Each flag (`--acme-directory`) and the line of the key it came from, in file order.
+    lines: Vec<(String, usize)>,
+}
+
+impl KeyPlaces {
+    /// The line of the first key that gave `flag` (e.g. `--shared-store`).
+    pub fn line_of(&self, flag: &str) -> Option<usize> {
+        self.lines.iter().find(|(f, _)| f == flag).map(|&(_, l)| l)
+    }
 }
 
 /// hitch's rule for the protocol keys of one scope (the top level or a block): one of
@@ -130,7 +149,10 @@ pub fn to_args(
     let mut args = Vec::new();
     let mut notes = Vec::new();
     let mut protocols: Option<(String, usize)> = None;
+    // Where each entry's arguments begin, to tell every argument its line afterwards.
+    let mut starts: Vec<(usize, usize)> = Vec::new();
     for e in entries {
+        starts.push((args.len(), e.line));
         if EMPTY_MEANS_UNSET.contains(&e.key.as_str())
             && matches!(&e.value, Value::Scalar(s) if s.is_empty())
         {
@@ -238,7 +260,24 @@ pub fn to_args(
             }
         }
     }
-    Ok(Loaded { args, notes })
+    let mut lines = Vec::with_capacity(args.len());
+    for (i, arg) in args.iter().enumerate() {
+        let line = starts
+            .iter()
+            .rev()
+            .find(|&&(at, _)| at <= i)
+            .map_or(0, |&(_, l)| l);
+        let flag = arg.split('=').next().unwrap_or(arg).to_owned();
+        lines.push((flag, line));
+    }
+    Ok(Loaded {
+        args,
+        notes,
+        places: KeyPlaces {
+            path: path.to_owned(),
+            lines,
+        },
+    })
 }
 
 /// Values whose meaning is checked past their syntax (names of ciphers, protocols,
