@@ -806,3 +806,56 @@ fn external_account_binding_is_sent_when_the_ca_requires_it() {
     let root = pebble.issuing_root();
     assert!(served(tls_port, "eab.test", &root).0);
 }
+
+#[test]
+fn ocsp_staples_follow_a_newly_issued_certificate_without_a_reload() {
+    let origin = Origin::echo();
+    let tls_port = free_port();
+    // The responder pebble names in what it issues: it records each request (its answer
+    // cannot verify, pebble's own key signs the certificates).
+    let responder = Origin::start(|mut s| {
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf);
+        let _ = s.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n");
+    });
+    let url = format!("http://127.0.0.1:{}/", responder.port);
+    let Some(pebble) = Pebble::start(&PebbleOpts {
+        ocsp_url: Some(&url),
+        ..PebbleOpts::local(tls_port)
+    }) else {
+        return;
+    };
+    let dir = TempDir::new("acme-ocsp");
+    let cache = dir.path("ocsp");
+    std::fs::create_dir(&cache).unwrap();
+    let s = acme_shuck(
+        &pebble,
+        tls_port,
+        &dir.path("state"),
+        &origin.port_spec,
+        &["ocsp.test"],
+        &["--ocsp-dir", cache.to_str().unwrap()],
+    );
+    // Nothing to staple before the certificate: the self-signed default names no responder.
+    assert!(
+        s.wait_log("ACME: serving", Duration::from_secs(60)),
+        "{}",
+        s.log()
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || responder
+            .accepted
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0),
+        "no OCSP request for the new certificate: {}",
+        s.log()
+    );
+    // The OCSP thread asked about the ACME certificate (and was answered 503).
+    assert!(
+        s.wait_log("OCSP: HTTP status 503", Duration::from_secs(5))
+            && s.log().contains("certificates/ocsp.test.pem"),
+        "{}",
+        s.log()
+    );
+    assert!(!s.log().contains("SIGHUP"), "{}", s.log());
+}

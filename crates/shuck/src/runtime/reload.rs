@@ -85,8 +85,21 @@ impl Reloader {
                 live.tls.store(tls);
             }
         }
+        self.follow_ocsp(&new);
         self.current = new;
         tracing::info!("ACME: serving {}", names.join(", "));
+    }
+
+    /// Tells the OCSP thread which certificates `cfg` serves, so that staples follow a
+    /// reload and a newly issued ACME certificate alike.
+    fn follow_ocsp(&self, cfg: &Config) {
+        if let Some(tx) = &self.ocsp_updates {
+            tx.send(ocsp::targets(
+                cfg.certs
+                    .iter()
+                    .chain(cfg.frontends.iter().flat_map(|f| &f.certs)),
+            ));
+        }
     }
 
     /// Every frontend's TLS state for `cfg`, on the process's session cache and keys.
@@ -190,14 +203,7 @@ impl Reloader {
                 format!(", closed {}", closed.join(", "))
             }
         );
-        if let Some(tx) = &self.ocsp_updates {
-            let targets = ocsp::targets(
-                new.certs
-                    .iter()
-                    .chain(new.frontends.iter().flat_map(|f| &f.certs)),
-            );
-            tx.send(targets);
-        }
+        self.follow_ocsp(&new);
         self.current = new;
     }
 }

@@ -45,6 +45,8 @@ pub struct PebbleOpts<'a> {
     pub va_sleep: u32,
     /// External account binding required, with this key id and HMAC key (base64url).
     pub eab: Option<(&'a str, &'a str)>,
+    /// The OCSP responder named in the certificates issued (none: no AIA OCSP URL).
+    pub ocsp_url: Option<&'a str>,
 }
 
 impl PebbleOpts<'static> {
@@ -59,6 +61,7 @@ impl PebbleOpts<'static> {
             validity: 3600,
             va_sleep: 0,
             eab: None,
+            ocsp_url: None,
         }
     }
 }
@@ -90,7 +93,7 @@ impl Pebble {
                 "privateKey": p("https.key"),
                 "httpPort": o.http_port,
                 "tlsPort": o.tls_port,
-                "ocspResponderURL": "",
+                "ocspResponderURL": o.ocsp_url.unwrap_or(""),
                 "externalAccountBindingRequired": o.eab.is_some(),
                 "externalAccountMACKeys": o.eab.map(|(kid, key)| serde_json::json!({ kid: key })).unwrap_or(serde_json::json!({})),
                 "certificateValidityPeriod": o.validity,
