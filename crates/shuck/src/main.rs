@@ -28,11 +28,16 @@ fn main() -> ExitCode {
     let json_stderr = cli.log_format == LogFormat::Json && to_stderr;
     init_logging(config::log_level(&cli), sink, cli.log_format);
     if let Some(why) = no_dev_log {
-        tracing::warn!("--syslog: /dev/log cannot be reached ({why}); logging to stderr until it can (as hitch, shuck starts anyway)");
+        tracing::warn!(
+            name: "syslog_unreachable",
+            reason = %why,
+            "--syslog: /dev/log cannot be reached ({why}); logging to stderr until it can (as hitch, shuck starts anyway)",
+        );
     }
     if cli.daemon && to_stderr && !cli.test {
         tracing::warn!(
-            "--daemon without --syslog or --log-filename: nothing will be logged once detached"
+            name: "daemon_logs_nowhere",
+            "--daemon without --syslog or --log-filename: nothing will be logged once detached",
         );
     }
     let config = match Config::from_cli(&cli) {
@@ -56,7 +61,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // After --daemon, stderr is /dev/null: the log is where the operator looks.
             if !to_stderr {
-                tracing::error!("{e}");
+                tracing::error!(name: "cannot_start", error = %e, "{e}");
             }
             fail(&e)
         }
@@ -115,7 +120,7 @@ fn fail(e: &dyn std::fmt::Display) -> ExitCode {
 
 /// A start-up error once logging is JSON on stderr: one more object there, not a text line.
 fn fail_logged(e: &dyn std::fmt::Display) -> ExitCode {
-    tracing::error!(error = %e, "cannot start");
+    tracing::error!(name: "cannot_start", error = %e, "cannot start");
     ExitCode::FAILURE
 }
 

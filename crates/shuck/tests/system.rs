@@ -480,13 +480,15 @@ fn json_logs_are_one_object_per_line_through_errors_reloads_and_connections() {
     assert!(shuck.wait_exit(Duration::from_secs(20)).is_some());
 
     let lines = json_lines(&shuck.log());
+    // Pipelines match on the fixed name alone; the text is `message`.
     let find = |event: &str| {
         lines
             .iter()
-            .filter(|o| o["event"].as_str().unwrap().contains(event))
+            .filter(|o| o["event"] == event)
             .collect::<Vec<_>>()
     };
-    let closed = find("connection closed");
+    let closed = find("connection_closed");
+    assert_eq!(closed[0]["message"], "connection closed");
     assert_eq!(closed.len(), 2, "{lines:?}");
     for o in &closed {
         // Numbers stay numbers; names stay the text format's.
@@ -499,17 +501,29 @@ fn json_logs_are_one_object_per_line_through_errors_reloads_and_connections() {
             "{o:?}"
         );
     }
-    let failed = find("handshake failed");
+    let failed = find("handshake_failed");
     assert_eq!(failed.len(), 1, "{lines:?}");
     assert!(failed[0]["client"].as_str().is_some());
-    assert_eq!(find("configuration reloaded").len(), 1);
-    let refused = find("configuration refused");
+    // The reload summary's values are fields, not only words in the text.
+    let reloaded = find("reload_done");
+    assert_eq!(reloaded.len(), 1, "{lines:?}");
+    assert_eq!(reloaded[0]["frontends"], 1, "{:?}", reloaded[0]);
+    assert_eq!(reloaded[0]["certificates"], 1, "{:?}", reloaded[0]);
+    let refused = find("reload_refused");
     assert_eq!(refused.len(), 1);
     assert_eq!(refused[0]["level"], "error");
-    let no_backend = find("no backend could be reached");
+    assert!(refused[0]["error"].as_str().is_some(), "{:?}", refused[0]);
+    let no_backend = find("conn_no_backend");
     assert_eq!(no_backend[0]["level"], "warn");
     assert!(no_backend[0]["error"].as_str().unwrap().contains("refused"));
-    assert!(!find("stopped;").is_empty());
+    let listening = find("listening");
+    assert_eq!(listening[0]["workers"], 1, "{:?}", listening[0]);
+    assert!(!find("stopped").is_empty());
+    // Every line has its fixed name.
+    for o in &lines {
+        let event = o["event"].as_str().unwrap();
+        assert!(!event.is_empty() && !event.contains(' '), "{o:?}");
+    }
 
     // A start-up error once the format is known is one more object, not a text line.
     let (code, err) = run_to_exit(&["--log-format", "json", "--pem-file", "/nonexistent.pem"]);
@@ -517,7 +531,8 @@ fn json_logs_are_one_object_per_line_through_errors_reloads_and_connections() {
     let lines = json_lines(&err);
     let last = lines.last().unwrap();
     assert_eq!(last["level"], "error");
-    assert_eq!(last["event"], "cannot start");
+    assert_eq!(last["event"], "cannot_start");
+    assert_eq!(last["message"], "cannot start");
     assert!(
         last["error"].as_str().unwrap().contains("/nonexistent.pem"),
         "{err}"
@@ -626,4 +641,58 @@ fn pid_and_log_files_do_not_follow_a_planted_link_and_open_keys_are_warned_of() 
         "{}",
         shuck.log()
     );
+}
+
+/// Every event shuck logs has a fixed name (`name:` where it is logged, the JSON `event`),
+/// written in snake_case, and the README's Log events section names each one.
+#[test]
+fn every_log_event_has_a_fixed_name_the_readme_lists() {
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = readme
+        .split("## Log events")
+        .nth(1)
+        .and_then(|r| r.split("\n## ").next())
+        .expect("README has a Log events section");
+    let mut files = vec![std::path::PathBuf::from(src)];
+    let mut seen = 0;
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        if p.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        // Unit tests may log what they like.
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for level in ["info", "warn", "error", "debug", "trace"] {
+            let call = format!("tracing::{level}!(");
+            for (at, _) in code.match_indices(&call) {
+                let after = code[at + call.len()..].trim_start();
+                let line = code[..at].lines().count() + 1;
+                let name = after
+                    .strip_prefix("name: \"")
+                    .and_then(|r| r.split('"').next())
+                    .unwrap_or_else(|| panic!("{}:{line}: an event without name:", p.display()));
+                assert!(
+                    !name.is_empty()
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                    "{}:{line}: {name:?} is not snake_case",
+                    p.display()
+                );
+                assert!(
+                    section.contains(&format!("`{name}`")),
+                    "{}:{line}: the README's Log events section does not list {name}",
+                    p.display()
+                );
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen > 100, "only {seen} events found under {src}");
 }

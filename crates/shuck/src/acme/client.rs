@@ -97,7 +97,11 @@ struct Hub {
 impl Hub {
     fn send(&self, e: Event) {
         if let Err(e) = (self.link.send)(e) {
-            tracing::warn!("ACME: cannot reach the master process: {e}");
+            tracing::warn!(
+                name: "acme_master_unreachable",
+                error = %e,
+                "ACME: cannot reach the master process: {e}",
+            );
         }
     }
 
@@ -175,7 +179,7 @@ pub fn run(settings: Settings, link: Link) -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            tracing::error!("ACME: cannot start: {e}");
+            tracing::error!(name: "acme_cannot_start", error = %e, "ACME: cannot start: {e}");
             return 1;
         }
     };
@@ -183,7 +187,7 @@ pub fn run(settings: Settings, link: Link) -> i32 {
         let state = match StateDir::prepare(&settings.state) {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!("ACME: {e}");
+                tracing::error!(name: "acme_error", error = %e, "ACME: {e}");
                 return 1;
             }
         };
@@ -239,20 +243,27 @@ impl Client {
                         c.serve(&loaded);
                         c.due = renewal_by_lifetime(&loaded);
                         tracing::info!(
+                            name: "acme_serving_stored",
+                            path = %(self.state.cert_path(&names[0]).display()),
+                            due = %(when(c.due)),
                             certificate = %names[0],
                             "ACME: serving the certificate in {}; renewal due at {}",
                             self.state.cert_path(&names[0]).display(),
-                            when(c.due)
+                            when(c.due),
                         );
                     }
                     Stored::Missing => tracing::info!(
+                        name: "acme_ordering_missing",
+                        names = %(names.join(",")),
                         certificate = %names[0],
                         "ACME: no certificate yet for {}; ordering it (meanwhile the default certificate answers)",
-                        names.join(",")
+                        names.join(","),
                     ),
                     Stored::Unusable(why) => tracing::warn!(
+                        name: "acme_ordering_again",
+                        reason = %why,
                         certificate = %names[0],
-                        "ACME: {why}; ordering a new one"
+                        "ACME: {why}; ordering a new one",
                     ),
                 }
                 c
@@ -298,7 +309,12 @@ impl Client {
             let loaded = match crate::tls::pem::LoadedCert::from_pem(pem.as_bytes(), &name, None) {
                 Ok(l) => l,
                 Err(e) => {
-                    tracing::warn!(certificate = %name, "ACME: a certificate from the farm is unusable: {e}");
+                    tracing::warn!(
+                        name: "acme_farm_certificate_unusable",
+                        error = %e,
+                        certificate = %name,
+                        "ACME: a certificate from the farm is unusable: {e}",
+                    );
                     continue;
                 }
             };
@@ -311,7 +327,14 @@ impl Client {
             }
             let path = self.state.cert_path(&name);
             if let Err(e) = self.state.write_secret(&path, pem.as_bytes()) {
-                tracing::error!(certificate = %name, "ACME: cannot keep the farm's certificate in {}: {e}", path.display());
+                tracing::error!(
+                    name: "acme_farm_certificate_not_kept",
+                    error = %e,
+                    path = %path.display(),
+                    certificate = %name,
+                    "ACME: cannot keep the farm's certificate in {}: {e}",
+                    path.display(),
+                );
                 continue;
             }
             cert.adopt(&loaded, None, "received from the farm");
@@ -339,7 +362,12 @@ impl Client {
             cert.due = SystemTime::UNIX_EPOCH + Duration::from_millis(until_ms) + jitter;
         };
         if let Some((_, until)) = self.hub.lease_of_other(&name) {
-            tracing::info!(certificate = %name, "ACME: another host of the farm orders {name}; waiting for it");
+            tracing::info!(
+                name: "acme_farm_orders",
+                name = %name,
+                certificate = %name,
+                "ACME: another host of the farm orders {name}; waiting for it",
+            );
             defer(cert, until);
             return false;
         }
@@ -348,7 +376,12 @@ impl Client {
         match self.hub.lease_of_other(&name) {
             // Two claims at once: the lower id orders.
             Some((holder, until)) if holder < self.hub.me => {
-                tracing::info!(certificate = %name, "ACME: another host of the farm claimed {name} too and orders it; waiting for it");
+                tracing::info!(
+                    name: "acme_farm_claimed_too",
+                    name = %name,
+                    certificate = %name,
+                    "ACME: another host of the farm claimed {name} too and orders it; waiting for it",
+                );
                 defer(cert, until);
                 false
             }
@@ -412,7 +445,12 @@ impl Client {
                             pem,
                         }),
                         Err(e) => {
-                            tracing::warn!(certificate = %first, "ACME: cannot send the certificate to the farm: {e}")
+                            tracing::warn!(
+                                name: "acme_farm_send_failed",
+                                error = %e,
+                                certificate = %first,
+                                "ACME: cannot send the certificate to the farm: {e}",
+                            )
                         }
                     }
                 }
@@ -428,13 +466,19 @@ impl Client {
                     "the default certificate answers meanwhile"
                 };
                 tracing::warn!(
+                    name: "acme_order_failed",
+                    error = %e,
+                    keeps = %keeps,
+                    names = %(cert.names.join(",")),
+                    retry_s = wait.as_secs(),
+                    failures = cert.failures,
                     certificate = %first,
                     directory = %self.settings.directory,
                     "ACME: order for {} failed at {e} (CA directory {}); {keeps}; retrying in {}s (failure {} in a row)",
                     cert.names.join(","),
                     self.settings.directory,
                     wait.as_secs(),
-                    cert.failures
+                    cert.failures,
                 );
             }
         }
@@ -529,7 +573,13 @@ impl Client {
                         step: "saving the account",
                         detail: format!("{}: {e}", path.display()),
                     })?;
-                tracing::info!(account = %account.id(), "ACME: account created, kept in {}", path.display());
+                tracing::info!(
+                    name: "acme_account_created",
+                    path = %path.display(),
+                    account = %account.id(),
+                    "ACME: account created, kept in {}",
+                    path.display(),
+                );
                 account
             }
             Err(e) => {
@@ -557,12 +607,26 @@ impl Client {
                     schedule::random_fraction(),
                     SystemTime::now(),
                 );
-                tracing::info!(certificate = %first, "ACME: the CA's renewal window is {} to {}", when(w.start.into()), when(w.end.into()));
+                tracing::info!(
+                    name: "acme_renewal_window",
+                    window_start = %(when(w.start.into())),
+                    window_end = %(when(w.end.into())),
+                    certificate = %first,
+                    "ACME: the CA's renewal window is {} to {}",
+                    when(w.start.into()),
+                    when(w.end.into()),
+                );
                 Some(at)
             }
             Err(instant_acme::Error::Unsupported(_)) => None,
             Err(e) => {
-                tracing::debug!(certificate = %first, "ACME: no renewal information: {}", order::describe(&e));
+                tracing::debug!(
+                    name: "acme_no_renewal_info",
+                    reason = %(order::describe(&e)),
+                    certificate = %first,
+                    "ACME: no renewal information: {}",
+                    order::describe(&e),
+                );
                 None
             }
         }
@@ -599,11 +663,16 @@ impl Cert {
         self.failures = 0;
         self.due = window.unwrap_or_else(|| renewal_by_lifetime(loaded));
         tracing::info!(
+            name: "acme_certificate_ready",
+            how = %how,
+            names = %(self.names.join(",")),
+            not_after = %(loaded.not_after.map(when).unwrap_or_default()),
+            due = %(when(self.due)),
             certificate = %self.names[0],
             "ACME: certificate for {} {how}, valid until {}; renewal due at {}",
             self.names.join(","),
             loaded.not_after.map(when).unwrap_or_default(),
-            when(self.due)
+            when(self.due),
         );
     }
 }
@@ -660,8 +729,12 @@ impl Publish for Publisher<'_> {
                     (Some(_), Some(n)) => {
                         // The CA may still land on a host that has it: go on, say so.
                         tracing::warn!(
+                            name: "acme_answer_confirmations",
+                            hosts = n,
+                            name = %name,
+                            confirmed = self.hub.acks.get(token).map_or(0, HashSet::len),
                             "ACME: {} of {n} other hosts confirmed the answer for {name}; asking the CA anyway",
-                            self.hub.acks.get(token).map_or(0, HashSet::len)
+                            self.hub.acks.get(token).map_or(0, HashSet::len),
                         );
                         Ok(())
                     }

@@ -23,12 +23,21 @@ pub async fn serve(listener: TcpListener) {
             Ok((tcp, peer)) => {
                 tokio::spawn(async move {
                     if let Err(e) = tokio::time::timeout(DEADLINE, answer(tcp)).await {
-                        tracing::debug!(client = %peer, "http-01: no request within {e}");
+                        tracing::debug!(
+                            name: "http01_no_request",
+                            error = %e,
+                            client = %peer,
+                            "http-01: no request within {e}",
+                        );
                     }
                 });
             }
             Err(e) => {
-                tracing::debug!("http-01: accept failed: {e}");
+                tracing::debug!(
+                    name: "http01_accept_failed",
+                    error = %e,
+                    "http-01: accept failed: {e}",
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -77,7 +86,7 @@ fn respond(req: &httparse::Request<'_, '_>) -> String {
     if let Some(token) = path.strip_prefix(PREFIX) {
         return match answers().http(token) {
             Some(key_auth) => {
-                tracing::info!("answered an ACME http-01 challenge");
+                tracing::info!(name: "http01_answered", "answered an ACME http-01 challenge");
                 plain(200, "OK", &key_auth)
             }
             None => plain(404, "Not Found", ""),

@@ -108,7 +108,12 @@ pub async fn run(
         .new_order(&NewOrder::new(&ids))
         .await
         .map_err(OrderError::at("new order"))?;
-    tracing::info!(names = %names.join(","), url = %order.url(), "ACME: order created");
+    tracing::info!(
+        name: "acme_order_created",
+        names = %names.join(","),
+        url = %order.url(),
+        "ACME: order created",
+    );
     let wanted = match challenge {
         Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
         Challenge::Http01 => ChallengeType::Http01,
@@ -143,10 +148,13 @@ pub async fn run(
                     detail,
                 })?;
             published.push((name.clone(), token));
-            ch.set_ready()
-                .await
-                .map_err(OrderError::at("challenge"))?;
-            tracing::info!(name = %name, challenge = challenge.name(), "ACME: challenge answered, the CA checks it");
+            ch.set_ready().await.map_err(OrderError::at("challenge"))?;
+            tracing::info!(
+                name: "acme_challenge_answered",
+                name = %name,
+                challenge = challenge.name(),
+                "ACME: challenge answered, the CA checks it",
+            );
         }
         let polled = order
             .poll_ready(&RetryPolicy::new().timeout(POLL_TIMEOUT))

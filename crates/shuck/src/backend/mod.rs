@@ -129,7 +129,14 @@ impl Pool {
                 Ok(stream) => return Ok((stream, lease)),
                 Err(e) => {
                     server.mark_down(self.limits.retry_after);
-                    tracing::warn!(backend = %server.name(), error = %e, "backend connection failed; marked down for {:?}", self.limits.retry_after);
+                    tracing::warn!(
+                        name: "backend_down",
+                        retry_after = ?self.limits.retry_after,
+                        backend = %server.name(),
+                        error = %e,
+                        "backend connection failed; marked down for {:?}",
+                        self.limits.retry_after,
+                    );
                     last = Some(e);
                 }
             }

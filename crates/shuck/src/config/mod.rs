@@ -149,7 +149,7 @@ impl Config {
     /// An error about a key of the configuration file names the file and the line.
     pub fn from_cli(cli: &Cli) -> Result<Self, ConfigError> {
         for note in &cli.notes {
-            tracing::warn!("{note}");
+            tracing::warn!(name: "config_note", note = %note, "{note}");
         }
         Self::build(cli).map_err(|e| e.located(cli.file_places.as_ref()))
     }
@@ -205,10 +205,16 @@ impl Config {
         let replication = replication::settings(cli)?;
         let store = store::settings(cli)?;
         if store.is_some() && cli.session_cache == 0 && (cli.no_tickets || !cli.tickets) {
-            tracing::warn!("--shared-store is on but the session cache and tickets are off: there is nothing to share");
+            tracing::warn!(
+                name: "config_store_has_nothing_to_share",
+                "--shared-store is on but the session cache and tickets are off: there is nothing to share",
+            );
         }
         if replication.is_some() && cli.session_cache == 0 && (cli.no_tickets || !cli.tickets) {
-            tracing::warn!("replication is on but the session cache and tickets are off: only keys would be shared, and there are none");
+            tracing::warn!(
+                name: "config_replication_has_nothing_to_share",
+                "replication is on but the session cache and tickets are off: only keys would be shared, and there are none",
+            );
         }
         let client_ca = cli
             .client_verify_ca
@@ -261,7 +267,11 @@ impl Config {
         tls::attach_ocsp_files(cli, &mut certs)?;
         let now = SystemTime::now();
         for c in certs.iter().filter(|c| c.is_expired(now)) {
-            tracing::warn!(certificate = %c.source, "certificate has expired; serving it anyway");
+            tracing::warn!(
+                name: "certificate_expired",
+                certificate = %c.source,
+                "certificate has expired; serving it anyway",
+            );
         }
 
         let config = Config {
@@ -410,12 +420,18 @@ fn client_cert_header(cli: &Cli) -> Result<Option<String>, ConfigError> {
         });
     }
     if !cli.http {
-        tracing::warn!("--client-cert-header needs --http; it is ignored");
+        tracing::warn!(
+            name: "config_client_cert_header_ignored",
+            "--client-cert-header needs --http; it is ignored",
+        );
     }
     if cli.client_verify == crate::tls::client_auth::Mode::None
         && (cli.proxy_client_cert || cli.client_cert_header.is_some())
     {
-        tracing::warn!("--proxy-client-cert/--client-cert-header: --client-verify is none, so no client certificate is ever asked for");
+        tracing::warn!(
+            name: "config_client_cert_never_asked",
+            "--proxy-client-cert/--client-cert-header: --client-verify is none, so no client certificate is ever asked for",
+        );
     }
     Ok(Some(name.clone()))
 }

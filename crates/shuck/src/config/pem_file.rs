@@ -128,8 +128,10 @@ impl PemFile {
             cert.verify = Some(CertVerify { mode, roots });
         } else if self.client_verify_ca.is_some() {
             tracing::warn!(
+                name: "config_client_verify_ca_unused",
+                pem_file = %self.cert.display(),
                 "pem-file {}: client-verify-ca without client-verify does nothing (as in hitch)",
-                self.cert.display()
+                self.cert.display(),
             );
         }
         Ok(cert)
@@ -154,7 +156,13 @@ pub fn staple(
                 reason: format!("{what} does not verify (ocsp-verify-staple is on): {reason}"),
             })
         } else {
-            tracing::warn!(certificate = %pem, "{what} not stapled: {reason}");
+            tracing::warn!(
+                name: "ocsp_file_not_stapled",
+                what = %what,
+                reason = %reason,
+                certificate = %pem,
+                "{what} not stapled: {reason}",
+            );
             Ok(())
         }
     };
@@ -172,14 +180,25 @@ pub fn staple(
     };
     match crate::tls::ocsp::verify::verify(&der, leaf, issuer, SystemTime::now()) {
         Ok(_) => {
-            tracing::info!(certificate = %pem, "stapling the {what}");
+            tracing::info!(
+                name: "ocsp_file_stapled",
+                what = %what,
+                certificate = %pem,
+                "stapling the {what}",
+            );
             cert.ocsp = Some(der);
             Ok(())
         }
         // hitch's check at load is signature, certificate and status, not time: a response
         // past its nextUpdate is only not stapled (--ocsp-dir fetches a fresh one).
         Err(e @ crate::tls::ocsp::verify::OcspError::Stale(_)) => {
-            tracing::warn!(certificate = %pem, "{what} not stapled: {e}; with --ocsp-dir a fresh response is fetched");
+            tracing::warn!(
+                name: "ocsp_file_stale",
+                what = %what,
+                error = %e,
+                certificate = %pem,
+                "{what} not stapled: {e}; with --ocsp-dir a fresh response is fetched",
+            );
             Ok(())
         }
         Err(e) => refuse(e.to_string()),

@@ -22,7 +22,8 @@ pub(super) fn settings(cli: &Cli) -> Result<Option<sync::Settings>, ConfigError>
             || (cli.shared_cache_key.is_some() && cli.shared_store.is_none())
         {
             tracing::warn!(
-                "--shared-cache-if and --shared-cache-key do nothing without --shared-cache-listen"
+                name: "config_replication_unused",
+                "--shared-cache-if and --shared-cache-key do nothing without --shared-cache-listen",
             );
         }
         return Ok(None);
@@ -100,7 +101,8 @@ pub(super) fn settings(cli: &Cli) -> Result<Option<sync::Settings>, ConfigError>
     };
     if iface.is_some() && groups.is_empty() {
         tracing::warn!(
-            "--shared-cache-if is for multicast, and no --shared-cache-peer is a multicast group"
+            name: "config_multicast_if_unused",
+            "--shared-cache-if is for multicast, and no --shared-cache-peer is a multicast group",
         );
     }
     if cli.shared_cache_window < Duration::from_millis(100) {

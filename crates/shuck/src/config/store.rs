@@ -16,7 +16,8 @@ pub(super) fn settings(cli: &Cli) -> Result<Option<store::Settings>, ConfigError
     let Some(url) = cli.shared_store.as_deref().filter(|u| !u.is_empty()) else {
         if cli.shared_store_ca.is_some() || cli.shared_store_auth_file.is_some() {
             tracing::warn!(
-                "--shared-store-ca and --shared-store-auth-file do nothing without --shared-store"
+                name: "config_store_options_unused",
+                "--shared-store-ca and --shared-store-auth-file do nothing without --shared-store",
             );
         }
         return Ok(None);

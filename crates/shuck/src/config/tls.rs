@@ -43,7 +43,10 @@ pub(super) fn settings(
     let alpn = match &cli.alpn_protos {
         Some(s) => {
             let alpn = params::parse_alpn(s)?;
-            tracing::info!("--alpn-protos: offered by ALPN only; NPN (obsolete, and not in rustls) is not offered, a deliberate difference from hitch");
+            tracing::info!(
+                name: "config_npn_not_offered",
+                "--alpn-protos: offered by ALPN only; NPN (obsolete, and not in rustls) is not offered, a deliberate difference from hitch",
+            );
             alpn
         }
         // --http terminates HTTP/2 too: offer it, as HAProxy's `alpn h2,http/1.1` does.
@@ -60,7 +63,10 @@ pub(super) fn settings(
         )?)),
     };
     if cli.ticket_keys.is_some() && !tickets_on {
-        tracing::warn!("--ticket-keys is ignored: tickets are off");
+        tracing::warn!(
+            name: "config_ticket_keys_ignored",
+            "--ticket-keys is ignored: tickets are off",
+        );
     }
     Ok(TlsSettings {
         session_cache: cli.session_cache,
@@ -228,7 +234,10 @@ pub(super) fn load_certs(cli: &Cli) -> Result<(Vec<LoadedCert>, usize, bool), Co
     if let Some(dir) = &cli.pem_dir {
         certs.extend(pem_dir(dir, cli.pem_dir_glob.as_deref())?);
     } else if cli.pem_dir_glob.is_some() {
-        tracing::warn!("--pem-dir-glob does nothing without --pem-dir");
+        tracing::warn!(
+            name: "config_pem_dir_glob_unused",
+            "--pem-dir-glob does nothing without --pem-dir",
+        );
     }
     if certs.is_empty() {
         return Ok((vec![crate::tls::selfsigned::generate()?], 0, true));
@@ -264,7 +273,15 @@ fn pem_dir(dir: &Path, glob: Option<&str>) -> Result<Vec<LoadedCert>, ConfigErro
     for (_, path) in files {
         match LoadedCert::from_file(&path) {
             Ok(c) => certs.push(c),
-            Err(e) => tracing::warn!("--pem-dir: skipping {}: {e}", path.display()),
+            Err(e) => {
+                tracing::warn!(
+                    name: "config_pem_dir_skipped",
+                    error = %e,
+                    path = %path.display(),
+                    "--pem-dir: skipping {}: {e}",
+                    path.display(),
+                )
+            }
         }
     }
     if certs.is_empty() {

@@ -29,7 +29,11 @@ pub fn start() -> std::io::Result<SocketAddr> {
                 let listener = match TcpListener::from_std(std_listener) {
                     Ok(l) => l,
                     Err(e) => {
-                        tracing::error!(error = %e, "built-in origin cannot listen");
+                        tracing::error!(
+                            name: "origin_cannot_listen",
+                            error = %e,
+                            "built-in origin cannot listen",
+                        );
                         return;
                     }
                 };

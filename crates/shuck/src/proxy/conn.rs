@@ -52,7 +52,12 @@ pub async fn serve(
 
     // admit
     if let Err(e) = admit(&tcp, limits.keepalive) {
-        tracing::debug!(client = %peer, error = %e, "cannot set socket options");
+        tracing::debug!(
+            name: "conn_socket_options_failed",
+            client = %peer,
+            error = %e,
+            "cannot set socket options",
+        );
     }
     let wants_dst = matches!(state.preamble, Preamble::ProxyV1 | Preamble::ProxyV2);
     let socket_dst = if wants_dst || state.proxy_proxy {
@@ -70,12 +75,21 @@ pub async fn serve(
             Ok(Ok((origin, rest))) => (origin, ClientIo::with_prefix(tcp, rest)),
             Ok(Err(e)) => {
                 counters.failed(Failure::Reason(FailReason::ProxyHeader));
-                tracing::debug!(client = %peer, error = %e, "PROXY header refused");
+                tracing::debug!(
+                    name: "conn_proxy_header_refused",
+                    client = %peer,
+                    error = %e,
+                    "PROXY header refused",
+                );
                 return;
             }
             Err(_) => {
                 counters.failed(Failure::Reason(FailReason::ProxyHeader));
-                tracing::debug!(client = %peer, "no PROXY header within the handshake timeout");
+                tracing::debug!(
+                    name: "conn_proxy_header_timeout",
+                    client = %peer,
+                    "no PROXY header within the handshake timeout",
+                );
                 return;
             }
         }
@@ -110,7 +124,12 @@ pub async fn serve(
         Err(super::handshake::HandshakeError::AcmeAnswered(name)) => {
             // A full handshake, not a failure: the CA got what it came for.
             WorkerCounters::bump(&counters.handshakes_full);
-            tracing::info!(client = %client, "answered an ACME tls-alpn-01 challenge for {name}");
+            tracing::info!(
+                name: "acme_tls_alpn_answered",
+                name = %name,
+                client = %client,
+                "answered an ACME tls-alpn-01 challenge for {name}",
+            );
             return;
         }
         Err(e) => {
@@ -202,9 +221,19 @@ pub async fn serve(
             WorkerCounters::bump(&counters.backend_failures);
             WorkerCounters::bump(&fe_counters.refused);
             if e.is_queue() {
-                tracing::debug!(client = %client, error = %e, "no backend slot");
+                tracing::debug!(
+                    name: "conn_no_backend_slot",
+                    client = %client,
+                    error = %e,
+                    "no backend slot",
+                );
             } else {
-                tracing::warn!(client = %client, error = %e, "no backend could be reached");
+                tracing::warn!(
+                    name: "conn_no_backend",
+                    client = %client,
+                    error = %e,
+                    "no backend could be reached",
+                );
             }
             if state.http.is_some() {
                 let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(http::SERVICE_UNAVAILABLE))
@@ -221,7 +250,13 @@ pub async fn serve(
     opening.extend_from_slice(&first);
     if !opening.is_empty() {
         if let Err(e) = backend.write_all(&opening).await {
-            tracing::warn!(client = %client, backend = %lease.server().name(), error = %e, "cannot write the preamble");
+            tracing::warn!(
+                name: "conn_preamble_failed",
+                client = %client,
+                backend = %lease.server().name(),
+                error = %e,
+                "cannot write the preamble",
+            );
             return;
         }
     }
@@ -240,6 +275,7 @@ pub async fn serve(
     if state.log_connections {
         let conn = tls.conn();
         tracing::info!(
+            name: "connection_closed",
             worker = worker.id,
             client = %client,
             backend = %lease.server().name(),
@@ -251,7 +287,7 @@ pub async fn serve(
             bytes_out = out.backend_to_client,
             ms = started.elapsed().as_millis() as u64,
             end = ?out.end,
-            "connection closed"
+            "connection closed",
         );
     }
 }
@@ -286,6 +322,7 @@ async fn serve_h2(
     if state.log_connections {
         let conn = tls.conn();
         tracing::info!(
+            name: "connection_closed",
             worker = worker.id,
             client = %peer,
             sni = tls.sni().unwrap_or("-"),
@@ -297,7 +334,7 @@ async fn serve_h2(
             bytes_out = out.bytes_out,
             ms = started.elapsed().as_millis() as u64,
             end = out.end,
-            "connection closed"
+            "connection closed",
         );
     }
 }
@@ -340,15 +377,26 @@ where
 {
     let answer = match end {
         RelayEnd::Error(side, e) => {
-            tracing::debug!(client = %client, ?side, error = %e, "connection ended by an error");
+            tracing::debug!(
+                name: "conn_error",
+                client = %client,
+                ?side,
+                error = %e,
+                "connection ended by an error",
+            );
             return;
         }
         RelayEnd::HttpTimeout(why) => {
-            tracing::debug!(client = %client, ?why, "HTTP timeout");
+            tracing::debug!(name: "conn_http_timeout", client = %client, ?why, "HTTP timeout");
             (*why == http::Expired::Request).then_some(http::REQUEST_TIMEOUT)
         }
         RelayEnd::BadRequest(why) => {
-            tracing::debug!(client = %client, error = %why, "request refused");
+            tracing::debug!(
+                name: "conn_request_refused",
+                client = %client,
+                error = %why,
+                "request refused",
+            );
             Some(http::BAD_REQUEST)
         }
         RelayEnd::Closed | RelayEnd::IdleTimeout => return,

@@ -123,7 +123,7 @@ pub fn log_failure(client: std::net::SocketAddr, e: &HandshakeError) {
     static LOGGED: AtomicU64 = AtomicU64::new(0);
     static LEFT_OUT: AtomicU64 = AtomicU64::new(0);
     let Some((why, deliberate)) = reason(e) else {
-        tracing::debug!(client = %client, error = %e, "handshake failed");
+        tracing::debug!(name: "handshake_failed", client = %client, error = %e, "handshake failed");
         return;
     };
     let now = crate::clock::unix_ms() / 1000;
@@ -142,9 +142,24 @@ pub fn log_failure(client: std::net::SocketAddr, e: &HandshakeError) {
     };
     match deliberate {
         Some(d) => {
-            tracing::info!(client = %client, "handshake failed: {why}; {d}, a deliberate difference from hitch{more}")
+            tracing::info!(
+                name: "handshake_failed",
+                reason = %why,
+                deliberate = %d,
+                more = %more,
+                client = %client,
+                "handshake failed: {why}; {d}, a deliberate difference from hitch{more}",
+            )
         }
-        None => tracing::info!(client = %client, "handshake failed: {why}{more}"),
+        None => {
+            tracing::info!(
+                name: "handshake_failed",
+                reason = %why,
+                more = %more,
+                client = %client,
+                "handshake failed: {why}{more}",
+            )
+        }
     }
 }
 

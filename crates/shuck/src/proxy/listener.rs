@@ -131,7 +131,12 @@ pub async fn accept_loop(
             biased;
             _ = shutdown.recv() => return,
             _ = stop.recv() => {
-                tracing::debug!(worker = worker.id, frontend = %frontend.name, "frontend removed: closing its socket");
+                tracing::debug!(
+                    name: "frontend_socket_closed",
+                    worker = worker.id,
+                    frontend = %frontend.name,
+                    "frontend removed: closing its socket",
+                );
                 return;
             }
             r = listener.accept() => r,
@@ -154,8 +159,12 @@ pub async fn accept_loop(
             }
             Err(e) if is_exhaustion(&e) => {
                 if !exhausted_logged {
-                    tracing::error!(listener = ?local, error = %e,
-                        "cannot accept: out of resources; backing off, live connections go on");
+                    tracing::error!(
+                        name: "accept_out_of_resources",
+                        listener = ?local,
+                        error = %e,
+                        "cannot accept: out of resources; backing off, live connections go on",
+                    );
                     exhausted_logged = true;
                 }
                 tokio::select! {
@@ -164,7 +173,14 @@ pub async fn accept_loop(
                 }
             }
             // ECONNABORTED and the like concern one client only.
-            Err(e) => tracing::debug!(listener = ?local, error = %e, "accept failed"),
+            Err(e) => {
+                tracing::debug!(
+                    name: "accept_failed",
+                    listener = ?local,
+                    error = %e,
+                    "accept failed",
+                )
+            }
         }
     }
 }

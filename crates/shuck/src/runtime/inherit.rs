@@ -126,7 +126,12 @@ impl Inherited {
                     fd: u.into(),
                 });
             } else {
-                tracing::warn!("socket activation: descriptor {} is neither a TCP listener nor a UDP socket; ignored", i + 3);
+                tracing::warn!(
+                    name: "socket_activation_ignored",
+                    fd = i + 3,
+                    "socket activation: descriptor {} is neither a TCP listener nor a UDP socket; ignored",
+                    i + 3,
+                );
             }
         }
         Ok(got)
@@ -172,10 +177,13 @@ impl Inherited {
     pub fn close_rest(&mut self) {
         for o in self.offered.drain(..) {
             tracing::info!(
+                name: "inherited_socket_unused",
+                kind = %(self_name(o.kind)),
+                addr = %o.addr,
                 "{}: no frontend or service is on {}{}; that socket is closed",
                 self_name(o.kind),
                 o.addr,
-                o.name.map(|n| format!(" ({n})")).unwrap_or_default()
+                o.name.map(|n| format!(" ({n})")).unwrap_or_default(),
             );
         }
     }

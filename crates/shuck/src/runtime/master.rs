@@ -189,7 +189,7 @@ impl Run {
                 if self.handing_over {
                     // The pid file is the new master's now.
                     std::mem::forget(self.m.pidfile.take());
-                    tracing::info!("binary upgrade done: this process exits");
+                    tracing::info!(name: "upgrade_done", "binary upgrade done: this process exits");
                 } else if self.forced {
                     return Err(StartError::System(std::io::Error::other(
                         "stopped by a second signal before the drain ended",
@@ -271,7 +271,7 @@ impl Run {
     fn stop(&mut self) {
         if self.stopping {
             // A second signal: the worker exits at once on its own second one.
-            tracing::warn!("second signal: the worker exits now");
+            tracing::warn!(name: "second_signal", "second signal: the worker exits now");
             self.forced = true;
         } else {
             self.stopping = true;
@@ -332,9 +332,13 @@ impl Run {
                 self.acme = None;
                 if !self.stopping && !self.handing_over {
                     tracing::error!(
+                        name: "acme_client_died",
+                        pid = %pid,
+                        status = %(describe(&status)),
+                        respawn_s = ACME_RESPAWN.as_secs(),
                         "the ACME client process {pid} {}; starting another in {}s",
                         describe(&status),
-                        ACME_RESPAWN.as_secs()
+                        ACME_RESPAWN.as_secs(),
                     );
                     self.acme_respawn_at = Some(Instant::now() + ACME_RESPAWN);
                 }
@@ -342,12 +346,21 @@ impl Run {
                 self.upgrade = None;
                 if self.handing_over {
                     // It served, handed over in turn and is done: the next one serves.
-                    tracing::debug!("the next process {pid} {}", describe(&status));
+                    tracing::debug!(
+                        name: "successor_exited",
+                        pid = %pid,
+                        status = %(describe(&status)),
+                        "the next process {pid} {}",
+                        describe(&status),
+                    );
                 } else if !self.stopping {
                     tracing::error!(
+                        name: "upgrade_failed",
+                        binary = %self.exe.display(),
+                        status = %(describe(&status)),
                         "SIGUSR2: the new binary {} {} before it served; this process goes on serving",
                         self.exe.display(),
-                        describe(&status)
+                        describe(&status),
                     );
                 }
             }
@@ -367,9 +380,14 @@ impl Run {
         let n = self.crashes.len();
         if n >= CRASH_LIMIT {
             tracing::error!(
+                name: "worker_crash_loop",
+                pid = %pid,
+                crashes = n,
+                status = %(describe(status)),
+                window_s = CRASH_WINDOW.as_secs(),
                 "worker process {pid} {}: {n} crashes within {}s; giving up",
                 describe(status),
-                CRASH_WINDOW.as_secs()
+                CRASH_WINDOW.as_secs(),
             );
             return Err(StartError::System(std::io::Error::other(format!(
                 "the worker process crashed {n} times within {}s",
@@ -383,17 +401,20 @@ impl Run {
             Duration::from_millis(100 << (n - 1).min(3)).min(Duration::from_secs(1))
         };
         tracing::error!(
+            name: "worker_died",
+            pid = %pid,
+            status = %(describe(status)),
             "worker process {pid} {}; starting another on the same sockets{}",
             describe(status),
             if delay.is_zero() {
-                String::new()
-            } else {
-                format!(
-                    " in {}ms ({n} crashes within {}s)",
-                    delay.as_millis(),
-                    CRASH_WINDOW.as_secs()
-                )
-            }
+                    String::new()
+                } else {
+                    format!(
+                        " in {}ms ({n} crashes within {}s)",
+                        delay.as_millis(),
+                        CRASH_WINDOW.as_secs()
+                    )
+                },
         );
         self.respawn_at = Some(now + delay);
         Ok(())
@@ -422,9 +443,12 @@ impl Run {
         if let Some(u) = &self.upgrade {
             if !self.handing_over && u.since.elapsed() > UPGRADE_TIMEOUT {
                 tracing::error!(
+                    name: "upgrade_timeout",
+                    new_pid = u.pid.as_raw(),
+                    timeout_s = UPGRADE_TIMEOUT.as_secs(),
                     "SIGUSR2: the new process (pid {}) did not serve within {}s; stopping it, this process goes on serving",
                     u.pid,
-                    UPGRADE_TIMEOUT.as_secs()
+                    UPGRADE_TIMEOUT.as_secs(),
                 );
                 let _ = kill(u.pid, Signal::SIGKILL);
                 if let Some(u) = &mut self.upgrade {
@@ -439,7 +463,13 @@ impl Run {
         if let Some(w) = &self.worker {
             if let Some(c) = &w.chan {
                 if let Err(e) = c.send(m) {
-                    tracing::warn!("cannot reach the worker process {}: {e}", w.pid);
+                    tracing::warn!(
+                        name: "worker_unreachable",
+                        error = %e,
+                        worker_pid = w.pid.as_raw(),
+                        "cannot reach the worker process {}: {e}",
+                        w.pid,
+                    );
                 }
             }
         }
@@ -454,7 +484,13 @@ impl Run {
             Ok(Msg::Upgrade) => self.start_upgrade(),
             Ok(m @ (Msg::Sessions(_) | Msg::SessionsEnd)) => self.to_successor(&m),
             Ok(m @ (Msg::AcmeAnswered(_) | Msg::Farm(_))) => self.to_acme(&m),
-            Ok(m) => tracing::warn!("unexpected message from the worker process: {m:?}"),
+            Ok(m) => {
+                tracing::warn!(
+                    name: "worker_message_unexpected",
+                    content = ?m,
+                    "unexpected message from the worker process: {m:?}",
+                )
+            }
             // It is ending; SIGCHLD says how.
             Err(_) => w.chan = None,
         }
@@ -476,7 +512,11 @@ impl Run {
     fn to_successor(&self, m: &Msg) {
         if let Some(c) = self.upgrade.as_ref().and_then(|u| u.chan.as_ref()) {
             if let Err(e) = c.send(m) {
-                tracing::warn!("binary upgrade: cannot pass sessions to the new process: {e}");
+                tracing::warn!(
+                    name: "upgrade_sessions_not_passed",
+                    error = %e,
+                    "binary upgrade: cannot pass sessions to the new process: {e}",
+                );
             }
         }
     }
@@ -487,8 +527,10 @@ impl Run {
         match c.recv() {
             Ok(Msg::Ready) if !self.handing_over => {
                 tracing::info!(
+                    name: "upgrade_serving",
+                    new_pid = u.pid.as_raw(),
                     "SIGUSR2: the new process (pid {}) serves; this one stops accepting, hands over its sessions and drains its connections",
-                    u.pid
+                    u.pid,
                 );
                 self.handing_over = true;
                 self.respawn_at = None;
@@ -501,7 +543,11 @@ impl Run {
                 };
                 if let Some(c) = &w.chan {
                     if let Err(e) = c.send(&Msg::Handover) {
-                        tracing::warn!("cannot reach the worker process: {e}");
+                        tracing::warn!(
+                            name: "worker_unreachable",
+                            error = %e,
+                            "cannot reach the worker process: {e}",
+                        );
                         let _ = kill(w.pid, Signal::SIGTERM);
                     }
                 }
@@ -530,7 +576,11 @@ impl Run {
         if let Some(p) = &self.m.predecessor {
             // Our worker serves: the previous master hands over.
             if let Err(e) = p.send(&Msg::Ready) {
-                tracing::warn!("binary upgrade: cannot reach the previous process: {e}");
+                tracing::warn!(
+                    name: "upgrade_predecessor_unreachable",
+                    error = %e,
+                    "binary upgrade: cannot reach the previous process: {e}",
+                );
             }
             notify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
         } else {
@@ -569,7 +619,7 @@ impl Run {
                 std::process::exit(code);
             }
             Forked::Parent(pid) => {
-                tracing::debug!("worker process {pid} started");
+                tracing::debug!(name: "worker_started", pid = %pid, "worker process {pid} started");
                 self.worker = Some(Worker {
                     pid,
                     chan: Some(mine),
@@ -611,8 +661,11 @@ impl Run {
             }
             Forked::Parent(pid) => {
                 tracing::info!(
+                    name: "acme_client_started",
+                    pid = %pid,
+                    uid = %nix::unistd::getuid(),
                     "ACME client running as process {pid} (user {})",
-                    nix::unistd::getuid()
+                    nix::unistd::getuid(),
                 );
                 self.acme = Some(AcmeChild {
                     pid,
@@ -634,7 +687,11 @@ impl Run {
     fn to_acme(&self, m: &Msg) {
         if let Some(c) = self.acme.as_ref().and_then(|a| a.chan.as_ref()) {
             if let Err(e) = c.send(m) {
-                tracing::warn!("cannot reach the ACME client process: {e}");
+                tracing::warn!(
+                    name: "acme_client_unreachable",
+                    error = %e,
+                    "cannot reach the ACME client process: {e}",
+                );
             }
         }
     }
@@ -650,7 +707,13 @@ impl Run {
             }
             Ok(Msg::Acme(crate::acme::Event::Farm(body))) => self.to_worker(&Msg::Farm(body)),
             Ok(m @ Msg::Acme(_)) => self.to_worker(&m),
-            Ok(m) => tracing::warn!("unexpected message from the ACME client process: {m:?}"),
+            Ok(m) => {
+                tracing::warn!(
+                    name: "acme_client_message_unexpected",
+                    content = ?m,
+                    "unexpected message from the ACME client process: {m:?}",
+                )
+            }
             // It is ending; SIGCHLD says how.
             Err(_) => a.chan = None,
         }
@@ -672,7 +735,9 @@ impl Run {
                 self.to_worker(&Msg::Certificates(rec));
             }
             Err(e) => tracing::error!(
-                "ACME: the new certificates cannot be served: {e}; the ones in place stay"
+                name: "acme_certificates_refused",
+                error = %e,
+                "ACME: the new certificates cannot be served: {e}; the ones in place stay",
             ),
         }
     }
@@ -681,7 +746,10 @@ impl Run {
     /// the worker what was read.
     fn reload(&mut self) {
         if self.handing_over {
-            tracing::warn!("SIGHUP: this process is handing over to a new binary; send SIGHUP to the new master");
+            tracing::warn!(
+                name: "reload_during_upgrade",
+                "SIGHUP: this process is handing over to a new binary; send SIGHUP to the new master",
+            );
             return;
         }
         notify::reloading();
@@ -706,7 +774,7 @@ impl Run {
         let (new, built) = match checked {
             Ok(x) => x,
             Err(e) => {
-                tracing::error!("{e}");
+                tracing::error!(name: "reload_refused", error = %e, "{e}");
                 notify::notify("READY=1");
                 return;
             }
@@ -728,7 +796,14 @@ impl Run {
                 });
             match opened {
                 Ok(sockets) => fresh.extend(sockets),
-                Err(e) => tracing::error!("SIGHUP: cannot open frontend {name}: {e}"),
+                Err(e) => {
+                    tracing::error!(
+                        name: "reload_frontend_failed",
+                        name = %name,
+                        error = %e,
+                        "SIGHUP: cannot open frontend {name}: {e}",
+                    )
+                }
             }
         }
         let wanted: Vec<String> = new
@@ -760,7 +835,10 @@ impl Run {
     /// sockets and ticket keys; the rest happens when it says it serves.
     fn start_upgrade(&mut self) {
         if self.upgrade.is_some() || self.handing_over {
-            tracing::warn!("SIGUSR2: a binary upgrade is already under way; this one is refused");
+            tracing::warn!(
+                name: "upgrade_already_running",
+                "SIGUSR2: a binary upgrade is already under way; this one is refused",
+            );
             return;
         }
         if self.stopping {
@@ -778,8 +856,11 @@ impl Run {
             Ok(x) => x,
             Err(e) => {
                 tracing::error!(
+                    name: "upgrade_cannot_start",
+                    error = %e,
+                    binary = %self.exe.display(),
                     "SIGUSR2: cannot start {}: {e}; this process goes on serving",
-                    self.exe.display()
+                    self.exe.display(),
                 );
                 return;
             }
@@ -788,8 +869,11 @@ impl Run {
         // The child is reaped by waitpid with the others.
         drop(child);
         tracing::info!(
+            name: "upgrade_started",
+            pid = %pid,
+            binary = %self.exe.display(),
             "SIGUSR2: started {} (pid {pid}); handing over once it serves",
-            self.exe.display()
+            self.exe.display(),
         );
         let mut handed = self.m.listeners.export();
         if let Ok(services) = self.m.services.export() {
@@ -801,7 +885,9 @@ impl Run {
             Ok(h) => sockets_messages(h),
             Err(e) => {
                 tracing::error!(
-                    "SIGUSR2: cannot pass the sockets: {e}; this process goes on serving"
+                    name: "upgrade_sockets_not_passed",
+                    error = %e,
+                    "SIGUSR2: cannot pass the sockets: {e}; this process goes on serving",
                 );
                 let _ = kill(pid, Signal::SIGKILL);
                 return;
@@ -815,7 +901,9 @@ impl Run {
         for m in &msgs {
             if let Err(e) = chan.send(m) {
                 tracing::error!(
-                    "SIGUSR2: the new process went away: {e}; this process goes on serving"
+                    name: "upgrade_successor_gone",
+                    error = %e,
+                    "SIGUSR2: the new process went away: {e}; this process goes on serving",
                 );
                 break;
             }
@@ -834,13 +922,13 @@ fn acme_client(settings: crate::acme::Settings, chan: Channel) -> i32 {
     // It dies with its master, as the worker does (its writes are renames: never half a
     // file); a new master starts its own.
     if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL) {
-        tracing::error!("ACME: {e}");
+        tracing::error!(name: "acme_error", error = %e, "ACME: {e}");
         return 1;
     }
     let reader = match chan.try_clone() {
         Ok(r) => r,
         Err(e) => {
-            tracing::error!("ACME: {e}");
+            tracing::error!(name: "acme_error", error = %e, "ACME: {e}");
             return 1;
         }
     };
@@ -860,7 +948,7 @@ fn acme_client(settings: crate::acme::Settings, chan: Channel) -> i32 {
             }
         });
     if let Err(e) = spawned {
-        tracing::error!("ACME: {e}");
+        tracing::error!(name: "acme_error", error = %e, "ACME: {e}");
         return 1;
     }
     let link = crate::acme::client::Link {

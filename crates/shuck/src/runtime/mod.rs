@@ -88,7 +88,11 @@ pub fn run(mut config: Config, reparse: Reparse) -> Result<(), StartError> {
     }
     let sockets = Sockets::bind(&config, &mut inherited)?;
     if let Some(from) = inherited.from {
-        tracing::info!("listening sockets taken from {from}, not bound again");
+        tracing::info!(
+            name: "sockets_inherited",
+            from = %from,
+            "listening sockets taken from {from}, not bound again",
+        );
     }
     inherited.close_rest();
 
@@ -131,7 +135,8 @@ pub(crate) fn backend_pool(config: &Config) -> Result<Pool, StartError> {
         BackendTarget::BuiltinOrigin => {
             let addr = crate::origin::start().map_err(StartError::Origin)?;
             tracing::info!(
-                "no certificate, backend or configuration file given: forwarding to the built-in origin, a demonstration default (give -b HOST:PORT for real traffic)"
+                name: "builtin_origin",
+                "no certificate, backend or configuration file given: forwarding to the built-in origin, a demonstration default (give -b HOST:PORT for real traffic)",
             );
             vec![Server::new(
                 format!("built-in origin [{}]:{}", addr.ip(), addr.port()),
@@ -159,6 +164,7 @@ pub(crate) fn drop_privileges(target: &Target) -> Result<(), StartError> {
         // hitch refuses this; shuck serves (the zero-configuration start must work
         // anywhere) but says so.
         tracing::warn!(
+            name: "running_as_root",
             "running as root: every connection is served with root's privileges; give --user (e.g. --user nobody) to drop them after binding"
         );
     }
@@ -166,22 +172,26 @@ pub(crate) fn drop_privileges(target: &Target) -> Result<(), StartError> {
         return Ok(());
     }
     target.apply()?;
+    let user = target
+        .user
+        .as_ref()
+        .map_or("the same user".to_owned(), |(n, u)| {
+            format!("user {n} ({u})")
+        });
+    let group = target
+        .group
+        .as_ref()
+        .map_or(String::new(), |(n, g)| format!(", group {n} ({g})"));
+    let chroot = target
+        .chroot
+        .as_ref()
+        .map_or(String::new(), |d| format!(", chroot {}", d.display()));
     tracing::info!(
-        "running as {}{}{}",
-        target
-            .user
-            .as_ref()
-            .map_or("the same user".to_owned(), |(n, u)| format!(
-                "user {n} ({u})"
-            )),
-        target
-            .group
-            .as_ref()
-            .map_or(String::new(), |(n, g)| format!(", group {n} ({g})")),
-        target
-            .chroot
-            .as_ref()
-            .map_or(String::new(), |d| format!(", chroot {}", d.display())),
+        name: "running_as",
+        user = %user,
+        group = %group.trim_start_matches(", group "),
+        chroot = %chroot.trim_start_matches(", chroot "),
+        "running as {user}{group}{chroot}"
     );
     Ok(())
 }
@@ -206,7 +216,9 @@ pub(crate) fn proxy_state(config: &Config, pool: Pool) -> ProxyState {
 /// A proxy holds two descriptors per connection: take all the system allows.
 fn raise_nofile_limit() {
     match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(n) => tracing::debug!(limit = n, "RLIMIT_NOFILE raised"),
-        Err(e) => tracing::warn!(error = %e, "cannot raise RLIMIT_NOFILE"),
+        Ok(n) => tracing::debug!(name: "nofile_raised", limit = n, "RLIMIT_NOFILE raised"),
+        Err(e) => {
+            tracing::warn!(name: "nofile_not_raised", error = %e, "cannot raise RLIMIT_NOFILE")
+        }
     }
 }

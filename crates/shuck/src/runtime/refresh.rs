@@ -31,7 +31,10 @@ pub fn start(config: &Config, servers: &[Arc<Server>]) -> Option<Refresh> {
         })
         .collect();
     if named.is_empty() {
-        tracing::info!("--backend-refresh: every backend is an address; nothing to resolve");
+        tracing::info!(
+            name: "backend_refresh_nothing",
+            "--backend-refresh: every backend is an address; nothing to resolve",
+        );
         return None;
     }
     let (stop, stopped) = mpsc::channel::<()>();
@@ -41,7 +44,11 @@ pub fn start(config: &Config, servers: &[Arc<Server>]) -> Option<Refresh> {
     match spawned {
         Ok(_) => Some(Refresh { _stop: stop }),
         Err(e) => {
-            tracing::error!("--backend-refresh: cannot start its thread: {e}");
+            tracing::error!(
+                name: "backend_refresh_cannot_start",
+                error = %e,
+                "--backend-refresh: cannot start its thread: {e}",
+            );
             None
         }
     }
@@ -54,16 +61,28 @@ fn run(every: Duration, named: &[(Endpoint, Arc<Server>)], stopped: &mpsc::Recei
                 Ok(addrs) if !addrs.is_empty() => {
                     if let Some(old) = server.set_addrs(addrs.clone()) {
                         tracing::info!(
+                            name: "backend_resolved_again",
+                            old = ?old,
+                            addrs = ?addrs,
                             backend = %endpoint,
-                            "backend name resolved again: {old:?} -> {addrs:?}; new connections go to the new addresses"
+                            "backend name resolved again: {old:?} -> {addrs:?}; new connections go to the new addresses",
                         );
                     }
                 }
                 Ok(_) => {
-                    tracing::warn!(backend = %endpoint, "backend name resolves to no address; keeping the addresses in use")
+                    tracing::warn!(
+                        name: "backend_resolves_to_nothing",
+                        backend = %endpoint,
+                        "backend name resolves to no address; keeping the addresses in use",
+                    )
                 }
                 Err(e) => {
-                    tracing::warn!(backend = %endpoint, "{e}; keeping the addresses in use")
+                    tracing::warn!(
+                        name: "backend_resolve_failed",
+                        error = %e,
+                        backend = %endpoint,
+                        "{e}; keeping the addresses in use",
+                    )
                 }
             }
         }

@@ -50,7 +50,11 @@ impl Reloader {
         let built = match self.build(&self.current) {
             Ok(b) => b,
             Err(e) => {
-                tracing::error!("OCSP: cannot restaple: {e}; the staples in use stay");
+                tracing::error!(
+                    name: "ocsp_restaple_failed",
+                    error = %e,
+                    "OCSP: cannot restaple: {e}; the staples in use stay",
+                );
                 return;
             }
         };
@@ -75,7 +79,9 @@ impl Reloader {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!(
-                    "ACME: the new certificates cannot be served: {e}; the ones in place stay"
+                    name: "acme_certificates_refused",
+                    error = %e,
+                    "ACME: the new certificates cannot be served: {e}; the ones in place stay",
                 );
                 return;
             }
@@ -87,7 +93,12 @@ impl Reloader {
         }
         self.follow_ocsp(&new);
         self.current = new;
-        tracing::info!("ACME: serving {}", names.join(", "));
+        tracing::info!(
+            name: "acme_serving",
+            certificates = %(names.join(", ")),
+            "ACME: serving {}",
+            names.join(", "),
+        );
     }
 
     /// Tells the OCSP thread which certificates `cfg` serves, so that staples follow a
@@ -124,7 +135,11 @@ impl Reloader {
         let new = match (self.reparse)() {
             Ok(c) => c,
             Err(e) => {
-                tracing::error!("SIGHUP: configuration refused, the running one stays: {e}");
+                tracing::error!(
+                    name: "reload_refused",
+                    error = %e,
+                    "SIGHUP: configuration refused, the running one stays: {e}",
+                );
                 return;
             }
         };
@@ -137,16 +152,30 @@ impl Reloader {
         let built = match self.build(&new) {
             Ok(b) => b,
             Err(e) => {
-                tracing::error!("SIGHUP: {e}; the running configuration stays");
+                tracing::error!(
+                    name: "reload_refused",
+                    error = %e,
+                    "SIGHUP: {e}; the running configuration stays",
+                );
                 return;
             }
         };
         if let Some(keys) = &self.resumption.tickets {
             if keys.file().is_some() {
                 match keys.reload() {
-                    Ok(n) => tracing::info!("SIGHUP: {n} ticket key(s) reloaded"),
+                    Ok(n) => {
+                        tracing::info!(
+                            name: "reload_ticket_keys",
+                            keys = n,
+                            "SIGHUP: {n} ticket key(s) reloaded",
+                        )
+                    }
                     Err(e) => {
-                        tracing::error!("SIGHUP: {e}; the running configuration stays");
+                        tracing::error!(
+                            name: "reload_refused",
+                            error = %e,
+                            "SIGHUP: {e}; the running configuration stays",
+                        );
                         return;
                     }
                 }
@@ -162,7 +191,14 @@ impl Reloader {
                 Some(live) => live.reloaded(tls),
                 None => match frontends.open(fe, tls, given) {
                     Ok(()) => opened.push(name),
-                    Err(e) => tracing::error!("SIGHUP: cannot open frontend {name}: {e}"),
+                    Err(e) => {
+                        tracing::error!(
+                            name: "reload_frontend_failed",
+                            name = %name,
+                            error = %e,
+                            "SIGHUP: cannot open frontend {name}: {e}",
+                        )
+                    }
                 },
             }
         }
@@ -183,25 +219,25 @@ impl Reloader {
             .map(|(a, _)| a.0)
             .collect();
         if !changed.is_empty() {
+            let changed = changed.join(", ");
             tracing::warn!(
-                "SIGHUP: {} changed; restart shuck to apply (the running values stay)",
-                changed.join(", ")
+                name: "reload_restart_only",
+                changed = %changed,
+                "SIGHUP: {changed} changed; restart shuck to apply (the running values stay)"
             );
         }
+        let (opened, closed) = (opened.join(", "), closed.join(", "));
         tracing::info!(
+            name: "reload_done",
+            frontends = wanted.len(),
+            certificates = new.certs.len(),
+            opened = %opened,
+            closed = %closed,
             "SIGHUP: configuration reloaded: {} frontend(s), {} certificate(s){}{}",
             wanted.len(),
             new.certs.len(),
-            if opened.is_empty() {
-                String::new()
-            } else {
-                format!(", opened {}", opened.join(", "))
-            },
-            if closed.is_empty() {
-                String::new()
-            } else {
-                format!(", closed {}", closed.join(", "))
-            }
+            if opened.is_empty() { String::new() } else { format!(", opened {opened}") },
+            if closed.is_empty() { String::new() } else { format!(", closed {closed}") },
         );
         self.follow_ocsp(&new);
         self.current = new;

@@ -46,7 +46,7 @@ pub fn run(start: Start) -> i32 {
     match serve(start) {
         Ok(()) => 0,
         Err(e) => {
-            tracing::error!("worker process: {e}");
+            tracing::error!(name: "worker_failed", error = %e, "worker process: {e}");
             1
         }
     }
@@ -88,8 +88,9 @@ fn serve(start: Start) -> Result<(), StartError> {
     )?;
     if config.self_signed {
         tracing::info!(
+            name: "self_signed",
             names = %crate::tls::selfsigned::NAMES.join(", "),
-            "no certificate given: serving a self-signed certificate generated at start"
+            "no certificate given: serving a self-signed certificate generated at start",
         );
     }
     let state = Arc::new(proxy_state(&config, pool));
@@ -100,21 +101,21 @@ fn serve(start: Start) -> Result<(), StartError> {
     for ((fe, tls), mut given) in config.frontends.iter().zip(tls).zip(sockets) {
         // Only a frontend the master failed to bind at a reload has no socket.
         if let Err(e) = frontends.open(fe, tls, &mut given) {
-            tracing::error!("{e}");
+            tracing::error!(name: "worker_failed", error = %e, "{e}");
         }
     }
+    let fronts = frontends.describe().join(", ");
+    let backends: Vec<&str> = state.pool.servers().iter().map(|s| s.name()).collect();
+    let backends = backends.join(", ");
     tracing::info!(
-        "shuck {} listening on {} with {} worker(s), forwarding to {}",
+        name: "listening",
+        version = env!("CARGO_PKG_VERSION"),
+        frontends = %fronts,
+        workers = config.workers,
+        backends = %backends,
+        "shuck {} listening on {fronts} with {} worker(s), forwarding to {backends}",
         env!("CARGO_PKG_VERSION"),
-        frontends.describe().join(", "),
         config.workers,
-        state
-            .pool
-            .servers()
-            .iter()
-            .map(|s| s.name())
-            .collect::<Vec<_>>()
-            .join(", ")
     );
     let drain_timeout = config.limits.drain_timeout;
     let (start, gate) = crate::shutdown::channel();

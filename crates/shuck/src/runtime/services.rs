@@ -217,28 +217,24 @@ impl Services {
                     farm_in,
                 )?;
                 farm = farm_rx.map(|rx| (r.farm_out(), rx));
+                let peers = if settings.peers.is_empty() {
+                    "no peer (receive only)".to_owned()
+                } else {
+                    let all: Vec<String> = settings.peers.iter().map(|p| p.to_string()).collect();
+                    all.join(", ")
+                };
+                let keys = resumption
+                    .tickets
+                    .as_ref()
+                    .is_some_and(|t| t.file().is_none());
                 tracing::info!(
-                    "replicating sessions{} on udp {} with {}",
-                    if resumption
-                        .tickets
-                        .as_ref()
-                        .is_some_and(|t| t.file().is_none())
-                    {
-                        " and ticket keys"
-                    } else {
-                        ""
-                    },
+                    name: "replication_started",
+                    local = %r.local_addr(),
+                    peers = %peers,
+                    ticket_keys = keys,
+                    "replicating sessions{} on udp {} with {peers}",
+                    if keys { " and ticket keys" } else { "" },
                     r.local_addr(),
-                    if settings.peers.is_empty() {
-                        "no peer (receive only)".to_owned()
-                    } else {
-                        settings
-                            .peers
-                            .iter()
-                            .map(|p| p.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    }
                 );
                 Some(r)
             }
@@ -248,13 +244,18 @@ impl Services {
             Some(store) => {
                 let thread = store.start(resumption.cache.clone(), resumption.tickets.clone())?;
                 let settings = store.settings();
+                let ring = resumption
+                    .tickets
+                    .as_ref()
+                    .is_some_and(|t| t.file().is_none());
                 tracing::info!(
+                    name: "store_started",
+                    url = %settings.url,
+                    prefix = ?settings.prefix,
+                    timeout = ?settings.timeout,
+                    ticket_keys = ring,
                     "sharing sessions{} through {} (keys prefixed {:?}; a handshake waits at most {:?} for it)",
-                    if resumption.tickets.as_ref().is_some_and(|t| t.file().is_none()) {
-                        " and the ticket key ring"
-                    } else {
-                        ""
-                    },
+                    if ring { " and the ticket key ring" } else { "" },
                     settings.url,
                     settings.prefix,
                     settings.timeout,

@@ -71,7 +71,11 @@ impl MasterLink {
 
     fn send(&self, m: &Msg) {
         if let Err(e) = self.to.send(m) {
-            tracing::warn!("cannot reach the master process: {e}");
+            tracing::warn!(
+                name: "master_unreachable",
+                error = %e,
+                "cannot reach the master process: {e}",
+            );
         }
     }
 }
@@ -142,12 +146,22 @@ impl Supervisor {
         rt.block_on(async move {
             if let Some(l) = services.stats.take() {
                 let l = tokio::net::TcpListener::from_std(l)?;
-                tracing::info!("metrics at http://{}/metrics", l.local_addr()?);
+                tracing::info!(
+                    name: "stats_listening",
+                    addr = %(l.local_addr()?),
+                    "metrics at http://{}/metrics",
+                    l.local_addr()?,
+                );
                 tokio::spawn(stats::serve(l, sources.clone()));
             }
             if let Some(l) = services.acme_http.take() {
                 let l = tokio::net::TcpListener::from_std(l)?;
-                tracing::info!("answering ACME http-01 challenges at http://{}/.well-known/acme-challenge/ (other requests: 301 to https)", l.local_addr()?);
+                tracing::info!(
+                    name: "http01_listening",
+                    addr = %(l.local_addr()?),
+                    "answering ACME http-01 challenges at http://{}/.well-known/acme-challenge/ (other requests: 301 to https)",
+                    l.local_addr()?,
+                );
                 tokio::spawn(crate::acme::http01::serve(l));
             }
             let (farm_out, mut farm_in) = match services.farm.take() {
@@ -175,13 +189,19 @@ impl Supervisor {
                     _ = hup.recv() => master.send(&Msg::Reload),
                     _ = usr2.recv() => master.send(&Msg::Upgrade),
                     _ = &mut sessions_wait, if waiting => {
-                        tracing::warn!("the previous process's sessions did not arrive within {SESSIONS_WAIT:?}; serving without them");
+                        tracing::warn!(
+                            name: "takeover_sessions_late",
+                            "the previous process's sessions did not arrive within {SESSIONS_WAIT:?}; serving without them",
+                        );
                         waiting = false;
                         start.fire();
                     }
                     m = master.from.recv() => match m {
                         None => {
-                            tracing::warn!("the master process is gone: stopping");
+                            tracing::warn!(
+                                name: "master_gone",
+                                "the master process is gone: stopping",
+                            );
                             break;
                         }
                         Some(Msg::Sockets(entries, fds)) => given.extend(
@@ -206,8 +226,11 @@ impl Supervisor {
                         }
                         Some(Msg::SessionsEnd) => {
                             tracing::info!(
+                                name: "takeover_done",
+                                received = received,
+                                ms = ready_at.elapsed().as_millis() as u64,
                                 "{received} session(s) taken over from the previous process, {} ms after this one was ready",
-                                ready_at.elapsed().as_millis()
+                                ready_at.elapsed().as_millis(),
                             );
                             if waiting {
                                 waiting = false;
@@ -223,28 +246,44 @@ impl Supervisor {
                             // From this host's ACME client, for the other hosts.
                             if let Some(out) = &farm_out {
                                 if !out.send(&body) {
-                                    tracing::warn!("ACME: a farm message ({} bytes) could not be sent to the peers", body.len());
+                                    tracing::warn!(
+                                        name: "acme_farm_send_failed",
+                                        bytes = body.len(),
+                                        "ACME: a farm message ({} bytes) could not be sent to the peers",
+                                        body.len(),
+                                    );
                                 }
                             }
                         }
                         Some(Msg::Certificates(rec)) => reloader.certificates(&frontends, rec),
-                        Some(m) => tracing::warn!("unexpected message from the master process: {m:?}"),
+                        Some(m) => tracing::warn!(
+                            name: "master_message_unexpected",
+                            content = ?m,
+                            "unexpected message from the master process: {m:?}",
+                        ),
                     },
                     Some(body) = async { match &mut farm_in { Some(rx) => rx.recv().await, None => std::future::pending().await } } => {
                         farm_message(&body, &master, farm_out.as_ref(), worker_id);
                     }
                     _ = report.tick() => {
-                        tracing::debug!("{}", stats::summary(&sources));
+                        tracing::debug!(
+                            name: "summary",
+                            summary = %(stats::summary(&sources)),
+                            "{}",
+                            stats::summary(&sources),
+                        );
                         crate::acme::answers::answers().expire(crate::acme::answers::MAX_AGE);
                     }
                     _ = workers.done.recv() => {
-                        tracing::error!("workers stopped unexpectedly");
+                        tracing::error!(name: "workers_stopped", "workers stopped unexpectedly");
                         return Err(StartError::System(io::Error::other("workers stopped")));
                     }
                 }
             }
             tracing::info!(
-                "stopping: no new connections; live ones get up to {drain_timeout:?} to finish"
+                name: "stopping",
+                drain_timeout = ?drain_timeout,
+                "stopping: no new connections; live ones get up to {drain_timeout:?} to finish",
             );
             workers.trigger.fire();
             if handover {
@@ -252,7 +291,12 @@ impl Supervisor {
                 hand_over_sessions(&master, &resumption, settled);
             }
             tokio::select! {
-                _ = workers.done.recv() => tracing::info!("stopped; {}", stats::summary(&sources)),
+                _ = workers.done.recv() => tracing::info!(
+                    name: "stopped",
+                    summary = %(stats::summary(&sources)),
+                    "stopped; {}",
+                    stats::summary(&sources),
+                ),
                 _ = term.recv() => exit_now(),
                 _ = int.recv() => exit_now(),
             }
@@ -298,13 +342,19 @@ fn hand_over_sessions(master: &MasterLink, resumption: &Resumption, settled: (Du
     let (waited, all) = settled;
     if all {
         tracing::info!(
+            name: "handover_done",
+            sessions = n,
+            ms = waited.as_millis() as u64,
             "handed over: {n} session(s) sent to the next process (handshakes under way settled in {} ms)",
-            waited.as_millis()
+            waited.as_millis(),
         );
     } else {
         tracing::warn!(
+            name: "handover_partial",
+            sessions = n,
+            ms = waited.as_millis() as u64,
             "handed over: {n} session(s) sent to the next process; handshakes still under way after {} ms keep their sessions here",
-            waited.as_millis()
+            waited.as_millis(),
         );
     }
 }
@@ -356,18 +406,27 @@ fn farm_message(
                     out.send(&FarmMsg::Answered { token, by: me }.encode());
                 }
             }
-            Err(e) => tracing::warn!("ACME: cannot answer the farm's challenge for {name}: {e}"),
+            Err(e) => {
+                tracing::warn!(
+                    name: "acme_farm_answer_failed",
+                    name = %name,
+                    error = %e,
+                    "ACME: cannot answer the farm's challenge for {name}: {e}",
+                )
+            }
         },
         Some(FarmMsg::Withdraw { name, token }) => answers().remove(&name, &token),
         Some(_) => master.send(&Msg::Farm(body.to_vec())),
         None => tracing::debug!(
+            name: "acme_farm_message_malformed",
+            bytes = body.len(),
             "ACME: a farm message that does not parse ({} bytes)",
-            body.len()
+            body.len(),
         ),
     }
 }
 
 fn exit_now() {
-    tracing::warn!("second signal: exiting now");
+    tracing::warn!(name: "second_signal", "second signal: exiting now");
     std::process::exit(1);
 }

@@ -77,8 +77,9 @@ pub fn spawn(
                 // rather than serve on with a thread short.
                 if std::panic::catch_unwind(run).is_err() {
                     tracing::error!(
+                        name: "worker_thread_panicked",
                         worker = id,
-                        "worker thread panicked: the worker process exits; the master starts another"
+                        "worker thread panicked: the worker process exits; the master starts another",
                     );
                     std::process::exit(70);
                 }
@@ -123,7 +124,12 @@ async fn worker_main(
                                 stop,
                             ));
                         }
-                        Err(e) => tracing::error!(worker = worker.id, error = %e, "cannot register a listener"),
+                        Err(e) => tracing::error!(
+                            name: "listener_register_failed",
+                            worker = worker.id,
+                            error = %e,
+                            "cannot register a listener",
+                        ),
                     }
                 }
                 // The main thread is gone: as good as a shutdown.
@@ -136,9 +142,10 @@ async fn worker_main(
         .is_err()
     {
         tracing::warn!(
+            name: "drain_deadline",
             worker = worker.id,
             connections = worker.live(),
-            "drain deadline reached: closing the remaining connections"
+            "drain deadline reached: closing the remaining connections",
         );
     }
 }

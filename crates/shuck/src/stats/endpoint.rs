@@ -22,7 +22,7 @@ pub async fn serve(listener: TcpListener, sources: Arc<Sources>) {
                 tokio::spawn(answer(s, sources.clone()));
             }
             Err(e) => {
-                tracing::warn!(error = %e, "--stats: cannot accept");
+                tracing::warn!(name: "stats_accept_failed", error = %e, "--stats: cannot accept");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

@@ -171,8 +171,10 @@ pub fn warn_if_exposed(path: &Path, what: &str) {
     use std::os::unix::fs::PermissionsExt;
     if std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
         tracing::warn!(
+            name: "key_file_readable",
+            what = %what,
             file = %path.display(),
-            "{what} is readable by group or others; chmod 600 it"
+            "{what} is readable by group or others; chmod 600 it",
         );
     }
 }

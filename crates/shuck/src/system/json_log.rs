@@ -1,8 +1,11 @@
 //! `--log-format json`: one JSON object per log line, for Loki or Elasticsearch pipelines.
 //! Field names are stable: `time` (RFC 3339, UTC), `level` (`error` … `trace`), `event`
-//! (what happened, the text of the text format) and then the event's own fields under their
-//! names (`client`, `sni`, `bytes_in`, …), numbers as numbers. A field named like one of the
-//! first three is written with a `field_` prefix, so it never hides them.
+//! (a fixed name, e.g. `reload_done`, that pipelines match on: every event of shuck's has
+//! one, given as `name:` where it is logged, and the README lists them), `message` (the text
+//! of the text format), then the event's own values under their names (`client`, `sni`,
+//! `bytes_in`, …), numbers as numbers. A value named like one of the first four is written
+//! with a `field_` prefix, so it never hides them. An event from a library shuck uses has
+//! `event` = `library` and its `target`.
 
 use std::fmt;
 
@@ -83,16 +86,25 @@ where
         SystemTime.format_time(&mut Writer::new(&mut time))?;
         let mut f = Fields::default();
         event.record(&mut f);
-        let level = event.metadata().level().as_str().to_ascii_lowercase();
+        let meta = event.metadata();
+        let level = meta.level().as_str().to_ascii_lowercase();
+        // tracing names an event "event FILE:LINE" unless it was given a name.
+        let named = !meta.name().starts_with("event ");
         write!(
             writer,
-            "{{\"time\":{},\"level\":\"{level}\",\"event\":{}",
+            "{{\"time\":{},\"level\":\"{level}\",\"event\":{},\"message\":{}",
             quoted(&time),
+            quoted(if named { meta.name() } else { "library" }),
             quoted(f.message.as_deref().unwrap_or(""))
         )?;
+        if !named {
+            write!(writer, ",\"target\":{}", quoted(meta.target()))?;
+        }
         for (name, value) in &f.fields {
             let key = match *name {
-                "time" | "level" | "event" => quoted(&format!("field_{name}")),
+                "time" | "level" | "event" | "message" | "target" => {
+                    quoted(&format!("field_{name}"))
+                }
                 n => quoted(n),
             };
             write!(writer, ",{key}:{value}")?;
@@ -130,26 +142,39 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             let addr: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
             tracing::warn!(
+                name: "test_event",
+                word = "this",
                 client = %addr,
                 bytes = 42u64,
                 ok = true,
                 level = "mine",
                 quote = "a \"b\"\n",
                 "said {}",
-                "this"
+                "this",
             );
+            tracing::event!(tracing::Level::INFO, "from a library");
         });
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-        assert_eq!(text.lines().count(), 1, "{text}");
+        let (text, library) = text.split_once('\n').unwrap();
+        // An event without a name (a library's): `library` and its target.
+        let lib: Value = serde_json::from_str(library.trim()).unwrap();
+        assert_eq!(lib["event"], "library");
+        assert_eq!(lib["message"], "from a library");
+        assert!(
+            lib["target"].as_str().unwrap().contains("json_log"),
+            "{lib}"
+        );
         let v: Value = serde_json::from_str(text.trim()).unwrap();
         assert_eq!(v["level"], "warn");
-        assert_eq!(v["event"], "said this");
+        assert_eq!(v["event"], "test_event");
+        assert_eq!(v["message"], "said this");
+        assert_eq!(v["word"], "this");
         assert_eq!(v["client"], "127.0.0.1:9");
         assert_eq!(v["bytes"], 42);
         assert_eq!(v["ok"], true);
         assert_eq!(v["field_level"], "mine");
         assert_eq!(v["quote"], "a \"b\"\n");
-        let keys: Vec<&str> = text.split("\":").take(3).collect();
+        let keys: Vec<&str> = text.split("\":").take(4).collect();
         assert!(
             keys[0].ends_with("\"time") && keys[1].ends_with("\"level"),
             "{text}"

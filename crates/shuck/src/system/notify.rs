@@ -21,7 +21,7 @@ pub fn notify(state: &str) {
         sock.send_to(state.as_bytes(), &path)
     };
     if let Err(e) = sent {
-        tracing::debug!(error = %e, "sd_notify failed");
+        tracing::debug!(name: "sd_notify_failed", error = %e, "sd_notify failed");
     }
 }
 

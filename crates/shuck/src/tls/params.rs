@@ -67,8 +67,12 @@ impl<T> Kept<T> {
     pub fn warn(self, option: &str, why: &str) -> Vec<T> {
         if !self.dropped.is_empty() {
             tracing::warn!(
+                name: "tls_settings_dropped",
+                option = %option,
+                reason = %why,
+                dropped = %(self.dropped.join(", ")),
                 "{option}: dropped {} ({why}; see the README's migration table)",
-                self.dropped.join(", ")
+                self.dropped.join(", "),
             );
         }
         self.kept

@@ -204,7 +204,12 @@ where
     let mut conn = match tokio::time::timeout(request_timeout, handshake).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
-            tracing::debug!(client = %gw.client, error = %e, "HTTP/2 preface refused");
+            tracing::debug!(
+                name: "h2_preface_refused",
+                client = %gw.client,
+                error = %e,
+                "HTTP/2 preface refused",
+            );
             count_error(&counters, gw.client, &e);
             return outcome("bad preface", &seen, &gw);
         }
@@ -253,8 +258,12 @@ where
             }
             () = gw.wake.notified() => {
                 if gw.resets.over() && closing.is_none() {
-                    tracing::warn!(client = %gw.client, limit = gw.resets.limit,
-                        "HTTP/2: streams reset faster than --h2-max-resets per second: GOAWAY ENHANCE_YOUR_CALM");
+                    tracing::warn!(
+                        name: "h2_rapid_reset",
+                        client = %gw.client,
+                        limit = gw.resets.limit,
+                        "HTTP/2: streams reset faster than --h2-max-resets per second: GOAWAY ENHANCE_YOUR_CALM",
+                    );
                     conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
                     goaway(&counters, Reason::ENHANCE_YOUR_CALM);
                     closing = Some(Instant::now());
@@ -268,7 +277,11 @@ where
                     break; // what was left to send did not go in time
                 }
                 if seen.head_since.get().is_some_and(|t| t + request_timeout <= Instant::now()) {
-                    tracing::debug!(client = %gw.client, "HTTP/2: a header block took longer than --http-request-timeout");
+                    tracing::debug!(
+                        name: "h2_header_timeout",
+                        client = %gw.client,
+                        "HTTP/2: a header block took longer than --http-request-timeout",
+                    );
                     conn.abrupt_shutdown(Reason::NO_ERROR);
                     goaway(&counters, Reason::NO_ERROR);
                     closing = Some(Instant::now());
@@ -297,7 +310,12 @@ where
                     tokio::task::spawn_local(stream::serve(gw.clone(), req, respond));
                 }
                 Some(Err(e)) => {
-                    tracing::debug!(client = %gw.client, error = %e, "HTTP/2 connection ended");
+                    tracing::debug!(
+                        name: "h2_connection_ended",
+                        client = %gw.client,
+                        error = %e,
+                        "HTTP/2 connection ended",
+                    );
                     if count_error(&counters, gw.client, &e) {
                         end = "protocol error";
                     }
@@ -315,7 +333,12 @@ fn count_error(counters: &WorkerCounters, client: SocketAddr, e: &h2::Error) -> 
     match e.reason() {
         Some(reason) if e.is_go_away() && e.is_library() => {
             if reason == Reason::ENHANCE_YOUR_CALM {
-                tracing::warn!(client = %client, error = %e, "HTTP/2: a client flooded its connection: GOAWAY ENHANCE_YOUR_CALM");
+                tracing::warn!(
+                    name: "h2_flood",
+                    client = %client,
+                    error = %e,
+                    "HTTP/2: a client flooded its connection: GOAWAY ENHANCE_YOUR_CALM",
+                );
             }
             goaway(counters, reason);
             true

@@ -57,14 +57,25 @@ pub async fn serve(gw: Rc<Gateway>, req: Request<RecvStream>, mut respond: SendR
     let (framing, kind) = match request::build(&parts, body.is_end_stream(), &gw.fwd, &mut head) {
         Ok(r) => r,
         Err(Refusal::Malformed(why)) => {
-            tracing::debug!(client = %gw.client, stream = %respond.stream_id().as_u32(), "{why}: stream reset");
+            tracing::debug!(
+                name: "h2_stream_reset",
+                reason = %why,
+                client = %gw.client,
+                stream = %respond.stream_id().as_u32(),
+                "{why}: stream reset",
+            );
             respond.send_reset(Reason::PROTOCOL_ERROR);
             WorkerCounters::bump(&counters.http.h2_resets_sent);
             gw.resets.hit();
             return;
         }
         Err(Refusal::Status(status, why)) => {
-            tracing::debug!(client = %gw.client, "request refused: {why}");
+            tracing::debug!(
+                name: "h2_request_refused",
+                reason = %why,
+                client = %gw.client,
+                "request refused: {why}",
+            );
             reply(&mut respond, status);
             return;
         }
@@ -82,9 +93,19 @@ pub async fn serve(gw: Rc<Gateway>, req: Request<RecvStream>, mut respond: SendR
             Ok(c) => c,
             Err(e) => {
                 if e.is_queue() {
-                    tracing::debug!(client = %gw.client, error = %e, "no backend slot");
+                    tracing::debug!(
+                        name: "conn_no_backend_slot",
+                        client = %gw.client,
+                        error = %e,
+                        "no backend slot",
+                    );
                 } else {
-                    tracing::warn!(client = %gw.client, error = %e, "no backend could be reached");
+                    tracing::warn!(
+                        name: "conn_no_backend",
+                        client = %gw.client,
+                        error = %e,
+                        "no backend could be reached",
+                    );
                 }
                 return reply(&mut respond, StatusCode::SERVICE_UNAVAILABLE);
             }
@@ -116,7 +137,14 @@ pub async fn serve(gw: Rc<Gateway>, req: Request<RecvStream>, mut respond: SendR
                     End::Timeout => StatusCode::GATEWAY_TIMEOUT,
                     _ => StatusCode::BAD_GATEWAY,
                 };
-                tracing::warn!(client = %gw.client, backend = %conn.server(), error = %e, "answered {status}");
+                tracing::warn!(
+                    name: "h2_backend_error",
+                    status = %status,
+                    client = %gw.client,
+                    backend = %conn.server(),
+                    error = %e,
+                    "answered {status}",
+                );
                 return reply(&mut respond, status);
             }
         }
@@ -176,7 +204,12 @@ async fn exchange(
                 Err(Up::Client) => return Err(End::ClientReset),
                 // The backend stopped reading (it may be answering 413): its answer decides.
                 Err(Up::Backend(e)) => {
-                    tracing::debug!(client = %gw.client, error = %e, "backend stopped reading the body");
+                    tracing::debug!(
+                        name: "h2_backend_stopped_reading",
+                        client = %gw.client,
+                        error = %e,
+                        "backend stopped reading the body",
+                    );
                     let r = down.await?;
                     return Ok(if r == Done::Reusable { Done::Close } else { r });
                 }
@@ -342,7 +375,12 @@ async fn send_answer<R: AsyncRead + Unpin>(
             Done::Close
         }
         Err(e) => {
-            tracing::warn!(client = %gw.client, error = %e, "backend answer cut short: stream reset");
+            tracing::warn!(
+                name: "h2_backend_answer_cut",
+                client = %gw.client,
+                error = %e,
+                "backend answer cut short: stream reset",
+            );
             tx.send_reset(Reason::INTERNAL_ERROR);
             WorkerCounters::bump(&gw.worker.counters.http.h2_resets_sent);
             Done::Close
@@ -487,7 +525,12 @@ async fn upgrade(
         return Err(End::ClientReset);
     };
     if let Err(e) = tunnel(gw, &mut rd, &mut wr, buf, body, &mut tx).await {
-        tracing::debug!(client = %gw.client, error = %e, "WebSocket over h2 ended");
+        tracing::debug!(
+            name: "h2_websocket_ended",
+            client = %gw.client,
+            error = %e,
+            "WebSocket over h2 ended",
+        );
         tx.send_reset(Reason::CANCEL);
     }
     Ok(Done::Close)

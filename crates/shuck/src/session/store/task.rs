@@ -79,7 +79,11 @@ pub(super) fn run(
     {
         Ok(rt) => rt,
         Err(e) => {
-            tracing::error!("shared store: cannot start its runtime: {e}; sessions stay local");
+            tracing::error!(
+                name: "store_cannot_start",
+                error = %e,
+                "shared store: cannot start its runtime: {e}; sessions stay local",
+            );
             return;
         }
     };
@@ -97,8 +101,11 @@ pub(super) fn run(
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(
+                    name: "store_failed",
+                    error = %e,
+                    url = %store.settings.url,
                     "shared store {}: {e}; sessions stay local",
-                    store.settings.url
+                    store.settings.url,
                 );
                 return;
             }
@@ -168,17 +175,29 @@ impl Health {
         let url = &self.store.settings.url;
         let last_logged = match *state {
             State::Starting => {
-                tracing::info!("shared store {url}: connected");
+                tracing::info!(
+                    name: "store_connected",
+                    url = %url,
+                    "shared store {url}: connected",
+                );
                 None
             }
             State::Down { since, logged } => {
                 let after = since.elapsed().as_secs_f64();
                 if logged {
                     tracing::info!(
-                        "shared store {url}: reachable again after {after:.1}s; sessions and ticket keys are shared again"
+                        name: "store_reachable_again",
+                        url = %url,
+                        after = after,
+                        "shared store {url}: reachable again after {after:.1}s; sessions and ticket keys are shared again",
                     );
                 } else {
-                    tracing::debug!("shared store {url}: reachable again after {after:.1}s");
+                    tracing::debug!(
+                        name: "store_reachable_again",
+                        url = %url,
+                        after = after,
+                        "shared store {url}: reachable again after {after:.1}s",
+                    );
                 }
                 logged.then_some(since)
             }
@@ -201,10 +220,20 @@ impl Health {
         let url = &self.store.settings.url;
         if log {
             tracing::warn!(
-                "shared store {url}: {what} failed: {e}; handshakes resume from this host's cache only until it answers (reconnecting with backoff)"
+                name: "store_unreachable",
+                url = %url,
+                what = %what,
+                error = %e,
+                "shared store {url}: {what} failed: {e}; handshakes resume from this host's cache only until it answers (reconnecting with backoff)",
             );
         } else {
-            tracing::debug!("shared store {url}: {what} failed: {e}");
+            tracing::debug!(
+                name: "store_unreachable",
+                url = %url,
+                what = %what,
+                error = %e,
+                "shared store {url}: {what} failed: {e}",
+            );
         }
         *state = State::Down {
             since: Instant::now(),
@@ -465,8 +494,10 @@ async fn keep_ring(
             Ok(()) => {
                 store.stats.count(Op::RingWrite, Outcome::Ok);
                 tracing::info!(
+                    name: "store_ring_written",
+                    action = %(if rotated { "rotated" } else { "published" }),
                     "shared store: ticket key ring {} (this host holds the rotation lock)",
-                    if rotated { "rotated" } else { "published" }
+                    if rotated { "rotated" } else { "published" },
                 );
             }
             Err(e) => {

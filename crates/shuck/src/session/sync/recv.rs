@@ -32,7 +32,11 @@ pub(super) fn receive_loop(shared: &Shared, answers: SyncSender<Outgoing>, windo
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                tracing::warn!(error = %e, "replication: receive failed");
+                tracing::warn!(
+                    name: "replication_receive_failed",
+                    error = %e,
+                    "replication: receive failed",
+                );
                 std::thread::sleep(POLL);
                 continue;
             }
@@ -48,7 +52,12 @@ pub(super) fn receive_loop(shared: &Shared, answers: SyncSender<Outgoing>, windo
             let count = shared.stats.dropped[reason.index()].fetch_add(1, Relaxed);
             // Own multicast loops back on every send: not worth a line.
             if reason != Reject::Own && count % 1000 == 0 {
-                tracing::warn!(from = %from, reason = %reason, "replication: datagram dropped");
+                tracing::warn!(
+                    name: "replication_dropped",
+                    from = %from,
+                    reason = %reason,
+                    "replication: datagram dropped",
+                );
             }
         }
     }

@@ -215,7 +215,12 @@ impl Sender {
                 // Log the first failure and then every 1000th: a dead peer must not flood
                 // the log.
                 if s.send_errors.fetch_add(1, Relaxed) % 1000 == 0 {
-                    tracing::warn!(peer = %to, error = %e, "replication: cannot send");
+                    tracing::warn!(
+                        name: "replication_send_failed",
+                        peer = %to,
+                        error = %e,
+                        "replication: cannot send",
+                    );
                 }
             }
         }
@@ -278,6 +283,11 @@ impl Sender {
             self.send_datagram(to);
         }
         self.shared.stats.sent_new.fetch_add(sessions, Relaxed);
-        tracing::info!(peer = %to, sessions, "replication: sent our sessions to a peer that asked");
+        tracing::info!(
+            name: "replication_sent_sessions",
+            peer = %to,
+            sessions,
+            "replication: sent our sessions to a peer that asked",
+        );
     }
 }

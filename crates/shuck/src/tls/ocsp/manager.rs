@@ -52,11 +52,19 @@ pub fn targets<'a>(certs: impl IntoIterator<Item = &'a LoadedCert>) -> Vec<Targe
             continue;
         }
         let Some(url) = verify::responder_url(leaf) else {
-            tracing::info!(certificate = %c.source, "OCSP: no responder URL in the certificate; not stapling");
+            tracing::info!(
+                name: "ocsp_no_responder",
+                certificate = %c.source,
+                "OCSP: no responder URL in the certificate; not stapling",
+            );
             continue;
         };
         let Some(issuer) = chain.get(1) else {
-            tracing::warn!(certificate = %c.source, "OCSP: the issuer is not in the PEM file (put the chain after the certificate); not stapling");
+            tracing::warn!(
+                name: "ocsp_no_issuer",
+                certificate = %c.source,
+                "OCSP: the issuer is not in the PEM file (put the chain after the certificate); not stapling",
+            );
             continue;
         };
         out.push(Target {
@@ -87,9 +95,20 @@ pub fn load_cached(settings: &Settings, targets: &[Target], store: &OcspStore) {
         match verify::verify(&der, &t.leaf, &t.issuer, SystemTime::now()) {
             Ok(s) => {
                 store.put(&t.leaf, s);
-                tracing::info!(certificate = %t.name, "OCSP: stapling the cached response");
+                tracing::info!(
+                    name: "ocsp_cached_stapled",
+                    certificate = %t.name,
+                    "OCSP: stapling the cached response",
+                );
             }
-            Err(e) => tracing::info!(certificate = %t.name, "OCSP: cached response not used: {e}"),
+            Err(e) => {
+                tracing::info!(
+                    name: "ocsp_cached_unused",
+                    error = %e,
+                    certificate = %t.name,
+                    "OCSP: cached response not used: {e}",
+                )
+            }
         }
     }
 }
@@ -202,14 +221,29 @@ fn run(
                 let next = match result {
                     Ok(s) => {
                         let wait = next_in(settings, &s);
-                        tracing::info!(certificate = %t.name, "OCSP: fetched a good response from {}; next fetch in {} s", t.url, wait.as_secs());
+                        tracing::info!(
+                            name: "ocsp_fetched",
+                            url = %t.url,
+                            next_s = wait.as_secs(),
+                            certificate = %t.name,
+                            "OCSP: fetched a good response from {}; next fetch in {} s",
+                            t.url,
+                            wait.as_secs(),
+                        );
                         store.put(&t.leaf, s);
                         on_change();
                         wait
                     }
                     Err(e) => {
                         let retry = RETRY.min(settings.refresh);
-                        tracing::warn!(certificate = %t.name, "OCSP: {e}; not stapling a new response, retrying in {} s", retry.as_secs());
+                        tracing::warn!(
+                            name: "ocsp_fetch_failed",
+                            error = %e,
+                            retry_s = retry.as_secs(),
+                            certificate = %t.name,
+                            "OCSP: {e}; not stapling a new response, retrying in {} s",
+                            retry.as_secs(),
+                        );
                         retry
                     }
                 };
@@ -247,7 +281,14 @@ fn refresh(settings: &Settings, t: &Target) -> Result<verify::Staple, String> {
     let path = cache_path(&settings.dir, &t.leaf);
     let tmp = path.with_extension("tmp");
     if let Err(e) = std::fs::write(&tmp, &der).and_then(|()| std::fs::rename(&tmp, &path)) {
-        tracing::warn!(certificate = %t.name, "OCSP: cannot cache the response in {}: {e}", settings.dir.display());
+        tracing::warn!(
+            name: "ocsp_cache_failed",
+            error = %e,
+            dir = %settings.dir.display(),
+            certificate = %t.name,
+            "OCSP: cannot cache the response in {}: {e}",
+            settings.dir.display(),
+        );
     }
     Ok(staple)
 }
