@@ -4,17 +4,19 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches};
+use shuck::config::args::{self, ArgsError, Source};
 use shuck::config::{self, Cli, Config};
 use shuck::system::log::{self, LogFormat, Sink};
 
 fn main() -> ExitCode {
     let raw: Vec<OsString> = std::env::args_os().collect();
-    let cli = match parse(&raw) {
+    let cli = match args::parse(&raw) {
         Ok(cli) => cli,
-        Err(Fail::Printed) => return ExitCode::SUCCESS,
-        Err(Fail::Error(e)) => return fail(&e),
+        Err(ArgsError::Printed(help)) => {
+            let _ = help.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(ArgsError::Invalid(e)) => return fail(&e),
     };
     let sink = match log_sink(&cli) {
         Ok(s) => s,
@@ -50,12 +52,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // SIGHUP reads the same command line and file again.
-    let reparse: shuck::runtime::Reparse = std::rc::Rc::new(move || match parse(&raw) {
-        Ok(cli) => Config::from_cli(&cli).map_err(|e| e.to_string()),
-        Err(Fail::Printed) => Err("unexpected --help".into()),
-        Err(Fail::Error(e)) => Err(e),
-    });
-    match shuck::runtime::run(config, reparse) {
+    match shuck::runtime::run(config, Source::new(raw)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if json_stderr => fail_logged(&e),
         Err(e) => {
@@ -66,51 +63,6 @@ fn main() -> ExitCode {
             fail(&e)
         }
     }
-}
-
-/// Why the command line did not give a configuration.
-enum Fail {
-    /// --help or --version: printed, exit 0.
-    Printed,
-    /// One line naming what is wrong.
-    Error(String),
-}
-
-/// The command line, with `--config`'s file read in first (flags given on the command
-/// line win over the file's keys).
-fn parse(raw: &[OsString]) -> Result<Cli, Fail> {
-    let matches = Cli::command()
-        .try_get_matches_from(raw)
-        .map_err(clap_fail)?;
-    let cli = Cli::from_arg_matches(&matches).map_err(clap_fail)?;
-    let Some(path) = &cli.config else {
-        return Ok(cli.unset_empty());
-    };
-    let on_command_line = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
-    let from_file =
-        config::file::load(path, &on_command_line).map_err(|e| Fail::Error(e.to_string()))?;
-    let mut all: Vec<OsString> = raw.iter().take(1).cloned().collect();
-    all.extend(from_file.args.into_iter().map(OsString::from));
-    all.extend(raw.iter().skip(1).cloned());
-    let matches = Cli::command()
-        .try_get_matches_from(&all)
-        .map_err(clap_fail)?;
-    let mut cli = Cli::from_arg_matches(&matches).map_err(clap_fail)?;
-    cli.notes = from_file.notes;
-    cli.file_places = Some(from_file.places);
-    Ok(cli.unset_empty())
-}
-
-fn clap_fail(e: clap::Error) -> Fail {
-    use clap::error::ErrorKind;
-    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-        let _ = e.print();
-        return Fail::Printed;
-    }
-    Fail::Error(format!(
-        "{} (see shuck --help)",
-        config::file::clap_reason(&e)
-    ))
 }
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {

@@ -524,7 +524,7 @@ pub struct Cli {
 
     /// Where the configuration file's keys stand, for errors found once it is all built.
     #[arg(skip)]
-    pub file_places: Option<super::file::KeyPlaces>,
+    pub file_places: Option<super::places::KeyPlaces>,
 }
 
 impl Cli {

@@ -88,7 +88,7 @@ impl ConfigError {
 
     /// The error with the file and line of the key it is about, when that option came
     /// from the configuration file (the command line's own flags are named as they are).
-    pub fn located(self, places: Option<&super::file::KeyPlaces>) -> Self {
+    pub fn located(self, places: Option<&super::places::KeyPlaces>) -> Self {
         let Some(places) = places else { return self };
         let line = self
             .option()

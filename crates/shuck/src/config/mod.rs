@@ -3,6 +3,7 @@
 //! here so that every bad file is reported before anything listens.
 
 pub mod acme;
+pub mod args;
 pub mod backend;
 pub mod cli;
 pub mod duration;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod file;
 pub mod frontend;
 pub mod pem_file;
+pub mod places;
 pub mod replication;
 pub mod store;
 pub mod tls;

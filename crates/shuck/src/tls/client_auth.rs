@@ -10,8 +10,8 @@ use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 
-use super::pem::MAX_PEM;
 use super::TlsError;
+use super::MAX_PEM;
 
 /// What to ask of clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -20,6 +20,10 @@ use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 pub use pem::LoadedCert;
 pub use sni::SniResolver;
 
+/// Bound on a PEM file (a CA bundle is a few hundred KB), so that a wrong path cannot
+/// make shuck read a disk image.
+pub(crate) const MAX_PEM: u64 = 16 << 20;
+
 use crate::session::store::SharedStore;
 use crate::session::tickets::TicketKeys;
 use crate::session::{Resumption, SessionCache};

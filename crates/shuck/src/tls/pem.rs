@@ -11,11 +11,7 @@ use rustls::pki_types::{
 };
 use rustls::sign::CertifiedKey;
 
-use super::TlsError;
-
-/// Bound on a PEM file (a CA bundle is a few hundred KB), so that a wrong path cannot
-/// make shuck read a disk image.
-pub(crate) const MAX_PEM: u64 = 16 << 20;
+use super::{TlsError, MAX_PEM};
 
 /// A certificate ready to serve, with what SNI needs to know of it.
 #[derive(Debug, Clone)]

@@ -19,6 +19,7 @@ pub use syntax::{parse, Entry, Value};
 use super::backend::BackendEndpoint;
 use super::cli::{parse_on_off, Cli};
 use super::endpoint::Endpoint;
+pub use super::places::KeyPlaces;
 use blocks::{frontend_block, pem_value};
 
 /// Bound on a configuration file, so that a wrong path cannot make shuck read a disk image.
@@ -70,23 +71,6 @@ pub struct Loaded {
     pub notes: Vec<String>,
     /// The line each argument came from.
     pub places: KeyPlaces,
-}
-
-/// Where the flags a file gave came from, so that an error found only once the whole
-/// configuration is built (`--acme-*`, `--shared-store`, ...) still names the file and line.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KeyPlaces {
-    /// The file.
-    pub path: PathBuf,
-    /// Each flag (`--acme-directory`) and the line of the key it came from, in file order.
-    lines: Vec<(String, usize)>,
-}
-
-impl KeyPlaces {
-    /// The line of the first key that gave `flag` (e.g. `--shared-store`).
-    pub fn line_of(&self, flag: &str) -> Option<usize> {
-        self.lines.iter().find(|(f, _)| f == flag).map(|&(_, l)| l)
-    }
 }
 
 /// hitch's rule for the protocol keys of one scope (the top level or a block): one of

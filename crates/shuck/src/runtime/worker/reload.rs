@@ -10,10 +10,10 @@
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
-use super::frontend_tls;
 use super::frontends::Frontends;
-use super::Reparse;
+use crate::config::args::Source;
 use crate::config::{BackendTarget, Config};
+use crate::runtime::frontend_tls;
 use crate::session::Resumption;
 use crate::system::files::{self, Recording};
 use crate::tls::ocsp::manager as ocsp;
@@ -21,7 +21,7 @@ use crate::tls::ocsp::manager as ocsp;
 /// Holds what a reload compares against and builds from.
 pub struct Reloader {
     current: Config,
-    reparse: Reparse,
+    source: Source,
     /// The session cache and ticket keys built at start: they live for the process.
     resumption: Resumption,
     /// Tells the OCSP thread which certificates to keep staples for.
@@ -32,13 +32,13 @@ impl Reloader {
     /// Starts from the configuration being served.
     pub fn new(
         current: Config,
-        reparse: Reparse,
+        source: Source,
         resumption: Resumption,
         ocsp_updates: Option<ocsp::Updates>,
     ) -> Self {
         Reloader {
             current,
-            reparse,
+            source,
             resumption,
             ocsp_updates,
         }
@@ -132,7 +132,7 @@ impl Reloader {
     }
 
     fn reload(&mut self, frontends: &mut Frontends, given: &mut Vec<(SocketAddr, TcpListener)>) {
-        let new = match (self.reparse)() {
+        let new = match self.source.read() {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(

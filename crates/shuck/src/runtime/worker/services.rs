@@ -1,153 +1,20 @@
 //! The services that run beside the workers, off the data path: the `--stats` endpoint,
 //! OCSP stapling (`--ocsp-dir`), session replication and the shared store. Their sockets
-//! are bound with the frontends, before privileges are dropped; their threads start after.
+//! were bound by the master (`runtime/sockets.rs`); their threads start here, after
+//! privileges are dropped.
 
-use std::net::UdpSocket;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::channel::{Entry, Kind};
-use super::error::StartError;
-use super::inherit::Inherited;
 use crate::backend::Server;
 use crate::config::Config;
+use crate::runtime::error::StartError;
+use crate::runtime::sockets::Sockets;
 use crate::session::store::StoreThread;
 use crate::session::sync::Replication;
 use crate::session::Resumption;
 use crate::tls::ocsp::manager::{self as ocsp, Target, Updates};
-use crate::tls::ocsp::OcspStore;
-
-/// Sockets the services need, bound while still privileged.
-#[derive(Debug)]
-pub struct Sockets {
-    stats: Option<std::net::TcpListener>,
-    replication: Option<UdpSocket>,
-    acme_http: Option<std::net::TcpListener>,
-}
-
-impl Sockets {
-    /// Binds the `--stats` port, the replication socket and the http-01 port, when asked
-    /// for (or takes them from those inherited).
-    pub fn bind(config: &Config, inherited: &mut Inherited) -> Result<Self, StartError> {
-        let stats = config
-            .stats
-            .map(|addr| {
-                tcp_listener(addr, inherited).map_err(|source| StartError::Stats { addr, source })
-            })
-            .transpose()?;
-        let acme_http = config
-            .acme
-            .as_ref()
-            .and_then(|a| a.http_listen)
-            .map(|addr| {
-                tcp_listener(addr, inherited)
-                    .map_err(|source| StartError::AcmeHttp { addr, source })
-            })
-            .transpose()?;
-        let replication = match &config.replication {
-            Some(settings) => Some(match inherited.take_udp(settings.listen) {
-                Some(s) => s,
-                None => Replication::bind(settings)?,
-            }),
-            None => None,
-        };
-        Ok(Sockets {
-            stats,
-            replication,
-            acme_http,
-        })
-    }
-
-    /// No socket.
-    pub fn none() -> Self {
-        Sockets {
-            stats: None,
-            replication: None,
-            acme_http: None,
-        }
-    }
-
-    /// Copies of the descriptors (the same sockets), for a worker process.
-    pub fn try_clone(&self) -> std::io::Result<Self> {
-        Ok(Sockets {
-            stats: self.stats.as_ref().map(|l| l.try_clone()).transpose()?,
-            replication: self
-                .replication
-                .as_ref()
-                .map(|s| s.try_clone())
-                .transpose()?,
-            acme_http: self.acme_http.as_ref().map(|l| l.try_clone()).transpose()?,
-        })
-    }
-
-    /// Each socket, described, with a copy of its descriptor (for the next master).
-    pub fn export(&self) -> std::io::Result<Vec<(Entry, std::os::fd::OwnedFd)>> {
-        let mut out = Vec::new();
-        if let Some(l) = &self.stats {
-            let addr = l.local_addr()?;
-            out.push((
-                Entry {
-                    kind: Kind::Stats,
-                    addr,
-                },
-                l.try_clone()?.into(),
-            ));
-        }
-        if let Some(s) = &self.replication {
-            let addr = s.local_addr()?;
-            out.push((
-                Entry {
-                    kind: Kind::Replication,
-                    addr,
-                },
-                s.try_clone()?.into(),
-            ));
-        }
-        if let Some(l) = &self.acme_http {
-            let addr = l.local_addr()?;
-            out.push((
-                Entry {
-                    kind: Kind::AcmeHttp,
-                    addr,
-                },
-                l.try_clone()?.into(),
-            ));
-        }
-        Ok(out)
-    }
-}
-
-/// A service's listener on `addr`: the one inherited, else a new one; non-blocking.
-fn tcp_listener(
-    addr: std::net::SocketAddr,
-    inherited: &mut Inherited,
-) -> std::io::Result<std::net::TcpListener> {
-    let l = match inherited.take_tcp(addr) {
-        Some(l) => l,
-        None => std::net::TcpListener::bind(addr)?,
-    };
-    l.set_nonblocking(true)?;
-    Ok(l)
-}
-
-/// `--ocsp-dir`: the staples cached on disk are checked and attached to the configuration
-/// so that the first handshakes staple them. Returns the certificates to keep staples for.
-pub fn load_ocsp_cache(config: &mut Config) -> Vec<Target> {
-    let Some(settings) = &config.ocsp else {
-        return Vec::new();
-    };
-    let store = Arc::new(OcspStore::default());
-    let targets = ocsp::targets(
-        config
-            .certs
-            .iter()
-            .chain(config.frontends.iter().flat_map(|f| &f.certs)),
-    );
-    ocsp::load_cached(settings, &targets, &store);
-    config.tls.ocsp = Some(store);
-    targets
-}
 
 /// The running services.
 #[derive(Debug)]

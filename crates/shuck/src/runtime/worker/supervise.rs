@@ -13,12 +13,12 @@ use tokio::sync::mpsc;
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use super::channel::{Channel, Kind, Msg, SESSIONS_PER_FRAME};
-use super::error::StartError;
 use super::frontends::Frontends;
 use super::reload::Reloader;
 use super::services::Services;
-use super::workers::Workers;
+use super::threads::Workers;
+use crate::runtime::channel::{Channel, Kind, Msg, SESSIONS_PER_FRAME};
+use crate::runtime::error::StartError;
 use crate::session::Resumption;
 use crate::shutdown::Trigger;
 use crate::stats::{self, Sources};

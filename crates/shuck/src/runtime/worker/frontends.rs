@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::error::StartError;
 use crate::config::Frontend;
 use crate::proxy::{Control, FrontendState};
+use crate::runtime::error::StartError;
 use crate::shutdown::{self, Trigger};
 use crate::tls::TlsState;
 

@@ -6,18 +6,30 @@
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
-use super::channel::{Channel, Msg};
-use super::error::StartError;
-use super::frontends::{self, Frontends};
-use super::reload::Reloader;
-use super::services::{Services, Sockets};
-use super::supervise::{MasterLink, Supervised, Supervisor};
-use super::{backend_pool, drop_privileges, proxy_state, workers, Reparse};
+mod frontends;
+mod refresh;
+mod reload;
+mod services;
+mod supervise;
+mod threads;
+
+use crate::backend::{Address, Pool, PoolLimits, Server};
+use crate::config::args::Source;
 use crate::config::Config;
+use crate::config::{BackendEndpoint, BackendTarget};
+use crate::proxy::ProxyState;
+use crate::runtime::channel::{Channel, Msg};
+use crate::runtime::error::StartError;
+use crate::runtime::sockets::Sockets;
 use crate::session::Resumption;
 use crate::stats::Sources;
 use crate::tls::ocsp::manager::Target;
 use crate::tls::TlsState;
+use frontends::Frontends;
+use reload::Reloader;
+use services::Services;
+use supervise::{MasterLink, Supervised, Supervisor};
+use tokio::sync::Semaphore;
 
 /// What the master gives a new worker process.
 pub struct Start {
@@ -34,7 +46,7 @@ pub struct Start {
     /// Certificates to keep OCSP staples for.
     pub ocsp_targets: Vec<Target>,
     /// Parses the configuration again (over the master's recording) on a reload.
-    pub reparse: Reparse,
+    pub source: Source,
     /// To the master.
     pub channel: Channel,
     /// Hold accepting until the previous process's sessions are in (binary upgrade).
@@ -60,7 +72,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         services: service_sockets,
         resumption,
         ocsp_targets,
-        reparse,
+        source,
         channel,
         await_sessions,
     } = start;
@@ -96,7 +108,7 @@ fn serve(start: Start) -> Result<(), StartError> {
     let state = Arc::new(proxy_state(&config, pool));
     let supervisor = Supervisor::catch_signals()?;
 
-    let (controls, control_rxs) = workers::channels(config.workers);
+    let (controls, control_rxs) = threads::channels(config.workers);
     let mut frontends = Frontends::new(controls);
     for ((fe, tls), mut given) in config.frontends.iter().zip(tls).zip(sockets) {
         // Only a frontend the master failed to bind at a reload has no socket.
@@ -119,7 +131,7 @@ fn serve(start: Start) -> Result<(), StartError> {
     );
     let drain_timeout = config.limits.drain_timeout;
     let (start, gate) = crate::shutdown::channel();
-    let workers = workers::spawn(
+    let workers = threads::spawn(
         control_rxs,
         &state,
         frontends::MAX_SLOTS,
@@ -143,7 +155,7 @@ fn serve(start: Start) -> Result<(), StartError> {
     });
     let reloader = Reloader::new(
         config,
-        reparse,
+        source,
         resumption.clone(),
         services.ocsp_updates.take(),
     );
@@ -159,4 +171,98 @@ fn serve(start: Start) -> Result<(), StartError> {
         start,
         await_sessions,
     })
+}
+
+/// The backend servers, or the built-in origin started on a loopback port.
+fn backend_pool(config: &Config) -> Result<Pool, StartError> {
+    let servers = match &config.backend {
+        BackendTarget::Servers(specs) => specs
+            .iter()
+            .map(|b| {
+                let address = match &b.endpoint {
+                    BackendEndpoint::Tcp(_) => Address::Tcp(b.addrs.clone()),
+                    BackendEndpoint::Unix(path) => Address::Unix(path.clone()),
+                };
+                Server::new(b.endpoint.to_string(), address, b.maxconn, b.weight)
+            })
+            .collect(),
+        BackendTarget::BuiltinOrigin => {
+            let addr = crate::origin::start().map_err(StartError::Origin)?;
+            tracing::info!(
+                name: "builtin_origin",
+                "no certificate, backend or configuration file given: forwarding to the built-in origin, a demonstration default (give -b HOST:PORT for real traffic)",
+            );
+            vec![Server::new(
+                format!("built-in origin [{}]:{}", addr.ip(), addr.port()),
+                Address::Tcp(vec![addr]),
+                None,
+                1,
+            )]
+        }
+    };
+    let l = &config.limits;
+    Ok(Pool::new(
+        servers,
+        PoolLimits {
+            connect_timeout: l.connect_timeout,
+            queue_timeout: l.queue_timeout,
+            queue_size: l.queue_size,
+            retry_after: l.retry_after,
+        },
+    ))
+}
+
+/// `--user`, `--group`, `--chroot`, and the log line that says who shuck now is.
+fn drop_privileges(target: &crate::system::privileges::Target) -> Result<(), StartError> {
+    if target.user.is_none() && nix::unistd::geteuid().is_root() {
+        // hitch refuses this; shuck serves (the zero-configuration start must work
+        // anywhere) but says so.
+        tracing::warn!(
+            name: "running_as_root",
+            "running as root: every connection is served with root's privileges; give --user (e.g. --user nobody) to drop them after binding"
+        );
+    }
+    if target.is_none() {
+        return Ok(());
+    }
+    target.apply()?;
+    let user = target
+        .user
+        .as_ref()
+        .map_or("the same user".to_owned(), |(n, u)| {
+            format!("user {n} ({u})")
+        });
+    let group = target
+        .group
+        .as_ref()
+        .map_or(String::new(), |(n, g)| format!(", group {n} ({g})"));
+    let chroot = target
+        .chroot
+        .as_ref()
+        .map_or(String::new(), |d| format!(", chroot {}", d.display()));
+    tracing::info!(
+        name: "running_as",
+        user = %user,
+        group = %group.trim_start_matches(", group "),
+        chroot = %chroot.trim_start_matches(", chroot "),
+        "running as {user}{group}{chroot}"
+    );
+    Ok(())
+}
+
+/// What every connection reads.
+fn proxy_state(config: &Config, pool: Pool) -> ProxyState {
+    ProxyState {
+        pool,
+        preamble: config.preamble,
+        proxy_proxy: config.proxy_proxy,
+        http: config.http,
+        limits: config.limits.clone(),
+        conn_limit: (config.limits.max_conns > 0)
+            .then(|| Arc::new(Semaphore::new(config.limits.max_conns))),
+        log_connections: config.log_connections,
+        proxy_client_cert: config.proxy_client_cert,
+        proxy_authority: config.proxy_authority,
+        client_cert_header: config.client_cert_header.clone(),
+    }
 }

@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use super::channel::{Channel, Kind, Msg};
+use crate::runtime::channel::{Channel, Kind, Msg};
 use crate::session::tickets::RingState;
 
 /// The environment variable naming the master that started this one for an upgrade; its

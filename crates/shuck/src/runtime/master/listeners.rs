@@ -6,11 +6,11 @@
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
 
-use super::channel::{Entry, Kind};
-use super::error::StartError;
 use super::inherit::Inherited;
 use crate::config::Frontend;
 use crate::proxy::listener;
+use crate::runtime::channel::{Entry, Kind};
+use crate::runtime::error::StartError;
 
 /// One frontend's sockets.
 #[derive(Debug)]
