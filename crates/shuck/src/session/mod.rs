@@ -3,6 +3,7 @@
 //! keys between hosts, by replication ([`sync`]) or through a shared store ([`store`]).
 //! It knows nothing of TLS connections: `tls` plugs these into rustls, never the reverse.
 
+pub(crate) mod aead;
 pub mod cache;
 pub mod store;
 pub mod sync;

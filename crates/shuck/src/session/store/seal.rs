@@ -7,7 +7,7 @@
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, NONCE_LEN};
 use aws_lc_rs::rand;
 
-use crate::session::tickets::derive_aes_256_gcm;
+use crate::session::aead::derive_aes_256_gcm;
 
 const VERSION: u8 = 1;
 const TAG_LEN: usize = 16;

@@ -172,7 +172,7 @@ impl Sealer {
     /// bytes are never used as a cipher key directly).
     pub fn new(psk: &[u8; 32]) -> Result<Self, aws_lc_rs::error::Unspecified> {
         Ok(Sealer {
-            key: crate::session::tickets::derive_aes_256_gcm(b"shuck replication v1", psk)?,
+            key: crate::session::aead::derive_aes_256_gcm(b"shuck replication v1", psk)?,
         })
     }
 
