@@ -13,19 +13,24 @@
 //! orders a certificate only while it holds its lease, publishes its answers on every host
 //! before the CA checks, and sends what it got to every host.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use instant_acme::{Account, AccountCredentials, ExternalAccountKey, NewAccount};
 use tokio::sync::mpsc;
 
-use super::farm::{self, FarmMsg, HostId};
-use super::order::{self, OrderError, Publish};
+use super::farm::{self, FarmMsg};
+use super::order::{self, OrderError};
 use super::schedule;
 use super::state::{self, StateDir, Stored};
 use super::{Answered, Event, Settings, Status};
-use crate::clock::unix_ms;
+
+mod hub;
+mod publisher;
+
+use hub::{lease, Hub};
+use publisher::Publisher;
 
 /// Longest an order may take, from the new order to the chain.
 const ORDER_TIMEOUT: Duration = Duration::from_secs(300);
@@ -73,101 +78,6 @@ pub struct Link {
     pub send: Rc<dyn Fn(Event) -> Result<(), String>>,
     /// What the master relays; ends when the master is gone.
     pub inbox: mpsc::UnboundedReceiver<Inbound>,
-}
-
-/// The link and what has come in through it, read by whoever waits on it.
-struct Hub {
-    link: Link,
-    /// This client's id in leases.
-    me: HostId,
-    /// The local worker's answers, by token.
-    answered: HashMap<String, Option<String>>,
-    /// Leases heard of, by certificate: holder and end (unix ms).
-    leases: HashMap<String, (HostId, u64)>,
-    /// Workers of other hosts that confirmed an answer, by token.
-    acks: HashMap<String, HashSet<HostId>>,
-    /// Certificates other hosts sent, not looked at yet.
-    certs: Vec<(String, String)>,
-    /// A host asked for our certificates.
-    requested: bool,
-    /// The master is gone.
-    closed: bool,
-}
-
-impl Hub {
-    fn send(&self, e: Event) {
-        if let Err(e) = (self.link.send)(e) {
-            tracing::warn!(
-                name: "acme_master_unreachable",
-                error = %e,
-                "ACME: cannot reach the master process: {e}",
-            );
-        }
-    }
-
-    fn farm(&self, m: &FarmMsg) {
-        self.send(Event::Farm(m.encode()));
-    }
-
-    /// Waits for the next message (at most `within`) and takes it in; false on timeout or
-    /// when the master is gone.
-    async fn absorb_one(&mut self, within: Duration) -> bool {
-        match tokio::time::timeout(within, self.link.inbox.recv()).await {
-            Ok(Some(m)) => {
-                self.take(m);
-                true
-            }
-            Ok(None) => {
-                self.closed = true;
-                false
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// Takes in what came for `d`.
-    async fn absorb_for(&mut self, d: Duration) {
-        let until = tokio::time::Instant::now() + d;
-        while !self.closed {
-            let left = until.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() || !self.absorb_one(left).await {
-                return;
-            }
-        }
-    }
-
-    fn take(&mut self, m: Inbound) {
-        match m {
-            Inbound::Answered(a) => {
-                self.answered.insert(a.token, a.error);
-            }
-            Inbound::Farm(body) => match FarmMsg::decode(&body) {
-                Some(FarmMsg::Lease {
-                    cert,
-                    holder,
-                    until_ms,
-                }) => {
-                    if holder != self.me {
-                        self.leases.insert(cert, (holder, until_ms));
-                    }
-                }
-                Some(FarmMsg::Answered { token, by }) => {
-                    self.acks.entry(token).or_default().insert(by);
-                }
-                Some(FarmMsg::Cert { cert, pem }) => self.certs.push((cert, pem)),
-                Some(FarmMsg::Request) => self.requested = true,
-                Some(FarmMsg::Answer { .. } | FarmMsg::Withdraw { .. }) | None => {}
-            },
-        }
-    }
-
-    /// Another host's live lease on `cert`.
-    fn lease_of_other(&self, cert: &str) -> Option<(HostId, u64)> {
-        self.leases
-            .get(cert)
-            .copied()
-            .filter(|(h, until)| *h != self.me && *until > unix_ms())
-    }
 }
 
 /// Runs the client until the master goes away; the process's exit code.
@@ -296,96 +206,6 @@ impl Client {
                 .unwrap_or(Duration::ZERO)
                 .min(MAX_SLEEP);
             self.hub.absorb_one(next).await;
-        }
-    }
-
-    /// The farm's part: certificates other hosts sent are kept and served when newer than
-    /// ours; a host that asked gets ours.
-    fn farm_work(&mut self, certs: &mut [Cert]) {
-        for (name, pem) in std::mem::take(&mut self.hub.certs) {
-            let Some(cert) = certs.iter_mut().find(|c| c.names[0] == name) else {
-                continue;
-            };
-            let loaded = match crate::tls::pem::LoadedCert::from_pem(pem.as_bytes(), &name, None) {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(
-                        name: "acme_farm_certificate_unusable",
-                        error = %e,
-                        certificate = %name,
-                        "ACME: a certificate from the farm is unusable: {e}",
-                    );
-                    continue;
-                }
-            };
-            let now = SystemTime::now();
-            if loaded.is_expired(now) || cert.names.iter().any(|n| !loaded.names.contains(n)) {
-                continue;
-            }
-            if cert.not_after.is_some_and(|t| Some(t) >= loaded.not_after) {
-                continue;
-            }
-            let path = self.state.cert_path(&name);
-            if let Err(e) = self.state.write_secret(&path, pem.as_bytes()) {
-                tracing::error!(
-                    name: "acme_farm_certificate_not_kept",
-                    error = %e,
-                    path = %path.display(),
-                    certificate = %name,
-                    "ACME: cannot keep the farm's certificate in {}: {e}",
-                    path.display(),
-                );
-                continue;
-            }
-            cert.adopt(&loaded, None, "received from the farm");
-            self.hub.send(Event::Issued);
-        }
-        if std::mem::take(&mut self.hub.requested) {
-            for cert in certs.iter().filter(|c| c.leaf.is_some()) {
-                let path = self.state.cert_path(&cert.names[0]);
-                if let Ok(pem) = std::fs::read_to_string(&path) {
-                    self.hub.farm(&FarmMsg::Cert {
-                        cert: cert.names[0].clone(),
-                        pem,
-                    });
-                }
-            }
-        }
-    }
-
-    /// In a farm: whether this host may order `cert` now (it holds the lease); if not,
-    /// `cert.due` is moved past the other host's lease.
-    async fn claim(&mut self, cert: &mut Cert) -> bool {
-        let name = cert.names[0].clone();
-        let defer = |cert: &mut Cert, until_ms: u64| {
-            let jitter = Duration::from_millis((schedule::random_fraction() * 2000.0) as u64);
-            cert.due = SystemTime::UNIX_EPOCH + Duration::from_millis(until_ms) + jitter;
-        };
-        if let Some((_, until)) = self.hub.lease_of_other(&name) {
-            tracing::info!(
-                name: "acme_farm_orders",
-                name = %name,
-                certificate = %name,
-                "ACME: another host of the farm orders {name}; waiting for it",
-            );
-            defer(cert, until);
-            return false;
-        }
-        self.hub.farm(&lease(&name, self.hub.me, true));
-        self.hub.absorb_for(CLAIM_WAIT).await;
-        match self.hub.lease_of_other(&name) {
-            // Two claims at once: the lower id orders.
-            Some((holder, until)) if holder < self.hub.me => {
-                tracing::info!(
-                    name: "acme_farm_claimed_too",
-                    name = %name,
-                    certificate = %name,
-                    "ACME: another host of the farm claimed {name} too and orders it; waiting for it",
-                );
-                defer(cert, until);
-                false
-            }
-            _ => true,
         }
     }
 
@@ -674,110 +494,6 @@ impl Cert {
             loaded.not_after.map(when).unwrap_or_default(),
             when(self.due),
         );
-    }
-}
-
-/// Publishes answers through the master to the worker (and, in a farm, to every host's
-/// worker), waiting for their word.
-struct Publisher<'a> {
-    hub: &'a mut Hub,
-    /// In a farm: how many other hosts must confirm (`Some(0)`: multicast, unknown).
-    peers: Option<usize>,
-}
-
-impl Publish for Publisher<'_> {
-    async fn publish(&mut self, name: &str, token: &str, key_auth: &str) -> Result<(), String> {
-        self.hub.answered.remove(token);
-        self.hub.acks.remove(token);
-        (self.hub.link.send)(Event::Answer {
-            name: name.to_owned(),
-            token: token.to_owned(),
-            key_auth: key_auth.to_owned(),
-        })
-        .map_err(|e| format!("cannot reach the master process: {e}"))?;
-        let answer = FarmMsg::Answer {
-            name: name.to_owned(),
-            token: token.to_owned(),
-            key_auth: key_auth.to_owned(),
-        };
-        if self.peers.is_some() {
-            self.hub.farm(&answer);
-        }
-        let deadline = tokio::time::Instant::now() + PUBLISH_TIMEOUT;
-        let started = tokio::time::Instant::now();
-        let mut resent = false;
-        loop {
-            if let Some(result) = self.hub.answered.get(token) {
-                if let Some(e) = result {
-                    return Err(e.clone());
-                }
-                let confirmed = self.hub.acks.get(token).map_or(0, HashSet::len);
-                match self.peers {
-                    None => return Ok(()),
-                    Some(0) if started.elapsed() >= MULTICAST_SPREAD => return Ok(()),
-                    Some(n) if n > 0 && confirmed >= n => return Ok(()),
-                    _ => {}
-                }
-            }
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return match (self.hub.answered.get(token), self.peers) {
-                    (None, _) => Err(format!(
-                        "the worker did not confirm the answer within {}s",
-                        PUBLISH_TIMEOUT.as_secs()
-                    )),
-                    (Some(_), Some(n)) => {
-                        // The CA may still land on a host that has it: go on, say so.
-                        tracing::warn!(
-                            name: "acme_answer_confirmations",
-                            hosts = n,
-                            name = %name,
-                            confirmed = self.hub.acks.get(token).map_or(0, HashSet::len),
-                            "ACME: {} of {n} other hosts confirmed the answer for {name}; asking the CA anyway",
-                            self.hub.acks.get(token).map_or(0, HashSet::len),
-                        );
-                        Ok(())
-                    }
-                    (Some(_), None) => Ok(()),
-                };
-            }
-            if !resent && started.elapsed() >= Duration::from_secs(2) && self.peers.is_some() {
-                // A datagram may be lost: once more.
-                self.hub.farm(&answer);
-                resent = true;
-            }
-            let step = (deadline - now).min(Duration::from_millis(200));
-            self.hub.absorb_one(step).await;
-            if self.hub.closed {
-                return Err("the master process is gone".to_owned());
-            }
-        }
-    }
-
-    fn withdraw(&mut self, name: &str, token: &str) {
-        self.hub.send(Event::Withdraw {
-            name: name.to_owned(),
-            token: token.to_owned(),
-        });
-        if self.peers.is_some() {
-            self.hub.farm(&FarmMsg::Withdraw {
-                name: name.to_owned(),
-                token: token.to_owned(),
-            });
-        }
-    }
-}
-
-/// This host's lease on `cert`: held for [`LEASE_TTL`] from now, or released.
-fn lease(cert: &str, holder: HostId, hold: bool) -> FarmMsg {
-    FarmMsg::Lease {
-        cert: cert.to_owned(),
-        holder,
-        until_ms: if hold {
-            unix_ms() + LEASE_TTL.as_millis() as u64
-        } else {
-            0
-        },
     }
 }
 
