@@ -7,6 +7,7 @@
 //! request, nothing more from the client is parsed as HTTP or passed on.
 
 pub mod chunked;
+pub mod fields;
 pub mod head;
 pub mod request;
 pub mod response;

@@ -4,13 +4,10 @@
 use std::net::IpAddr;
 
 use super::chunked::Chunked;
+use super::fields::{check_host, filter_trailer, is_forwarding};
+pub use super::fields::{Forwarding, Rejected};
 use super::head::{HeadBuf, Pushed};
 use super::{Exchange, Pending, Upgrade, MAX_PIPELINE};
-
-/// Why a request was refused (answered 400 and closed).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad request: {0}")]
-pub struct Rejected(pub &'static str);
 
 #[derive(Debug)]
 enum State {
@@ -334,152 +331,6 @@ impl RequestRewriter {
         };
         Ok(())
     }
-}
-
-/// The forwarding headers of one client connection, made once, and the extra header name
-/// the client may not set; shared by the HTTP/1.1 and HTTP/2 paths.
-#[derive(Debug, Clone)]
-pub struct Forwarding {
-    /// `X-Forwarded-For`, `X-Forwarded-Proto` (and the certificate header), then the
-    /// empty line that ends a head.
-    pub lines: String,
-    /// `--client-cert-header`'s name.
-    pub strip: Option<String>,
-}
-
-impl Forwarding {
-    /// For a client at `ip`; with `cert_header`, that header carries the client
-    /// certificate's subject (or is only removed when the client sent none).
-    pub fn new(ip: IpAddr, cert_header: Option<(&str, Option<&str>)>) -> Self {
-        let mut lines = format!(
-            "X-Forwarded-For: {}\r\nX-Forwarded-Proto: https\r\n",
-            ip.to_canonical()
-        );
-        let mut strip = None;
-        if let Some((name, subject)) = cert_header {
-            if let Some(subject) = subject {
-                lines.push_str(&format!("{name}: {subject}\r\n"));
-            }
-            strip = Some(name.to_owned());
-        }
-        lines.push_str("\r\n");
-        Forwarding { lines, strip }
-    }
-
-    /// Whether the client's header `name` must be removed.
-    pub fn strips(&self, name: &[u8]) -> bool {
-        is_forwarding(name, self.strip.as_deref())
-    }
-}
-
-/// Whether `name` is one of the forwarding headers shuck sets (or `--client-cert-header`),
-/// compared as backends do: case folded, and `_` read as `-` (CGI, WSGI and PHP turn
-/// `X_Forwarded_For` into `HTTP_X_FORWARDED_FOR` like the real one).
-fn is_forwarding(name: &[u8], strip: Option<&str>) -> bool {
-    let folds = |want: &[u8]| {
-        name.len() == want.len()
-            && name.iter().zip(want).all(|(&a, &b)| {
-                let a = if a == b'_' {
-                    b'-'
-                } else {
-                    a.to_ascii_lowercase()
-                };
-                let b = if b == b'_' {
-                    b'-'
-                } else {
-                    b.to_ascii_lowercase()
-                };
-                a == b
-            })
-    };
-    folds(b"x-forwarded-for")
-        || folds(b"x-forwarded-proto")
-        || folds(b"forwarded")
-        || strip.is_some_and(|s| folds(s.as_bytes()))
-}
-
-/// Most fields in a trailer section.
-const MAX_TRAILER_FIELDS: usize = 64;
-
-/// The trailer section without the forwarding fields a client may not set (they would be
-/// merged into the headers by some backends). It is checked as a head is: every line a
-/// field (no NUL, no control byte), and no field that frames the message.
-fn filter_trailer(trailer: &[u8], strip: Option<&str>, out: &mut Vec<u8>) -> Result<(), Rejected> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILER_FIELDS];
-    match httparse::parse_headers(trailer, &mut fields) {
-        Ok(httparse::Status::Complete((len, parsed))) if len == trailer.len() => {
-            let framing = ["content-length", "transfer-encoding"];
-            if parsed
-                .iter()
-                .any(|f| framing.iter().any(|n| f.name.eq_ignore_ascii_case(n)))
-            {
-                return Err(Rejected(
-                    "Content-Length or Transfer-Encoding in a trailer section",
-                ));
-            }
-        }
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(Rejected("more than 64 fields in a trailer section"))
-        }
-        _ => return Err(Rejected("a malformed trailer field")),
-    }
-    for line in trailer.split_inclusive(|&b| b == b'\n') {
-        let name = line
-            .split(|&b| b == b':')
-            .next()
-            .unwrap_or(b"")
-            .trim_ascii();
-        if line.contains(&b':') && is_forwarding(name, strip) {
-            continue;
-        }
-        out.extend_from_slice(line);
-    }
-    Ok(())
-}
-
-/// Why a Host value is refused, for the log.
-pub(crate) fn host_refused(e: crate::http_host::HostError) -> Rejected {
-    use crate::http_host::HostError as H;
-    Rejected(match e {
-        H::BadCharacter => "a Host holding a character no host may hold",
-        H::BadLiteral => "a Host with a bad IP literal",
-        H::BadPort => "a Host with a bad port",
-    })
-}
-
-/// RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host, a valid uri-host[:port]; no request has two; a target
-/// in absolute form names the same authority as Host.
-fn check_host(target: &str, version: u8, headers: &[httparse::Header<'_>]) -> Result<(), Rejected> {
-    let mut hosts = headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("host"));
-    let host = hosts.next();
-    if hosts.next().is_some() {
-        return Err(Rejected("more than one Host header"));
-    }
-    let Some(host) = host else {
-        return if version == 1 {
-            Err(Rejected("no Host header in an HTTP/1.1 request"))
-        } else {
-            Ok(())
-        };
-    };
-    crate::http_host::parse(host.value).map_err(host_refused)?;
-    if let Some((scheme, rest)) = target.split_once("://") {
-        if scheme
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
-        {
-            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-            let host = std::str::from_utf8(host.value).map_err(|_| Rejected("bad Host header"))?;
-            if !authority.eq_ignore_ascii_case(host.trim()) {
-                return Err(Rejected(
-                    "the absolute-form target and Host name different authorities",
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
