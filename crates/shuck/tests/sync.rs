@@ -12,7 +12,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustls::server::{ProducesTickets, StoresServerSessions};
-use shuck::session::sync::wire::{self, Header, Reject, Sealer};
+use shuck::session::sync::datagram::{Header, Sealer};
+use shuck::session::sync::wire::{self, Reject};
 use shuck::session::sync::{Replication, Settings};
 use shuck::session::tickets::TicketKeys;
 use shuck::session::SessionCache;

@@ -182,7 +182,8 @@ pub fn pem(data: &[u8]) {
 /// A replication datagram as it arrives on the UDP port: the header checks and the seal;
 /// then arbitrary plaintext through the records parser, as if the seal had passed.
 pub fn datagram(data: &[u8]) {
-    use crate::session::sync::wire::{self, Header, Record, Sealer};
+    use crate::session::sync::datagram::{Header, Sealer};
+    use crate::session::sync::wire::{self, Record};
     let Ok(sealer) = Sealer::new(&[7; 32]) else {
         return;
     };

@@ -11,6 +11,7 @@
 //! blocking (`Outbox`; a full queue drops and counts), one thread packs and sends them, and
 //! another receives.
 
+pub mod datagram;
 pub mod net;
 pub mod psk;
 mod recv;
@@ -31,9 +32,10 @@ use aws_lc_rs::rand;
 
 use crate::session::tickets::TicketKeys;
 use crate::session::SessionCache;
+use datagram::Sealer;
 use recv::receive_loop;
 use send::{Outbox, Outgoing, Sender};
-use wire::{Reject, Sealer, SenderId};
+use wire::{Reject, SenderId};
 
 /// How often a host sends its ticket keys unasked (datagrams can be lost).
 pub const KEYS_EVERY: Duration = Duration::from_secs(10);

@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 
-use super::wire::{Header, Reject, SenderId};
+use super::datagram::Header;
+use super::wire::{Reject, SenderId};
 
 /// Sequence numbers tracked behind the highest one seen.
 const WINDOW_BITS: u64 = 1024;

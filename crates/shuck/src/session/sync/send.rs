@@ -8,7 +8,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::wire::{self, Header};
+use super::datagram::Header;
+use super::wire;
 use super::{
     Shared, SyncStats, BATCH_WINDOW, DUMP_BURST, DUMP_PAUSE, HOT_PERIOD, HOT_RECORDS, KEYS_EVERY,
     POLL,
