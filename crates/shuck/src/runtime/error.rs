@@ -31,7 +31,7 @@ pub enum StartError {
     Tls(#[from] TlsError),
     /// A frontend's TLS state.
     #[error(transparent)]
-    FrontendTls(#[from] super::frontend_tls::FrontendTlsError),
+    FrontendTls(#[from] super::rebuild::FrontendTlsError),
     /// The built-in origin could not start.
     #[error("cannot start the built-in origin: {0}")]
     Origin(io::Error),

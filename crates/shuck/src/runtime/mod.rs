@@ -9,8 +9,8 @@ mod acme_child;
 mod channel;
 mod error;
 mod fork;
-mod frontend_tls;
 mod master;
+mod rebuild;
 mod sockets;
 mod worker;
 
@@ -23,9 +23,9 @@ use crate::session::Resumption;
 use crate::system::daemon::PidFile;
 
 pub use error::StartError;
-pub use frontend_tls::FrontendTlsError;
 pub use master::InheritError;
 pub use master::{CRASH_LIMIT, CRASH_WINDOW};
+pub use rebuild::FrontendTlsError;
 
 use master::{Inherited, Listeners};
 use sockets::Sockets;
@@ -55,7 +55,7 @@ pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
         // Tickets issued by the previous binary still resume.
         t.install(state);
     }
-    let tls = frontend_tls::build(&config, &resumption)?;
+    let tls = rebuild::build(&config, &resumption)?;
     if let Some(acme) = &config.acme {
         // Checked before anything is bound: an unusable state directory is a start failure.
         crate::acme::state::StateDir::prepare(&acme.state)?;

@@ -7,7 +7,7 @@ use crate::runtime::acme_child::acme_client;
 use crate::runtime::channel::{Channel, Msg};
 use crate::runtime::error::StartError;
 use crate::runtime::fork::{fork_single_threaded, Forked};
-use crate::runtime::frontend_tls;
+use crate::runtime::rebuild;
 use crate::system::files;
 
 use super::AcmeChild;
@@ -94,7 +94,7 @@ impl super::Run {
         };
         let (certs, rec) = files::record(|| crate::acme::state::load_all(&settings));
         let new = self.m.config.with_acme_certs(certs);
-        match frontend_tls::build(&new, &self.m.resumption) {
+        match rebuild::build(&new, &self.m.resumption) {
             Ok(built) => {
                 self.m.config = new;
                 self.m.tls = built;

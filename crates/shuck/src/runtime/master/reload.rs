@@ -8,7 +8,7 @@ use super::Inherited;
 use crate::runtime::channel::Entry;
 use crate::runtime::channel::Msg;
 use crate::runtime::error::StartError;
-use crate::runtime::frontend_tls;
+use crate::runtime::rebuild::{self, FrontendDiff, Reread};
 use crate::system::{files, notify};
 
 impl super::Run {
@@ -23,39 +23,36 @@ impl super::Run {
             return;
         }
         notify::reloading();
-        let tickets = self.m.resumption.tickets.clone();
-        let ocsp = self.m.config.tls.ocsp.clone();
-        let resumption = self.m.resumption.clone();
-        let source = &self.m.source;
-        let (checked, rec) = files::record(|| {
-            let mut new = source.read().map_err(|e| {
-                format!("SIGHUP: configuration refused, the running one stays: {e}")
-            })?;
-            new.tls.tickets = tickets.clone();
-            new.tls.ocsp = ocsp;
-            let built = frontend_tls::build(&new, &resumption)
-                .map_err(|e| format!("SIGHUP: {e}; the running configuration stays"))?;
-            if let Some(keys) = tickets.as_ref().filter(|k| k.file().is_some()) {
-                keys.reload()
-                    .map_err(|e| format!("SIGHUP: {e}; the running configuration stays"))?;
-            }
-            Ok::<_, String>((new, built))
-        });
-        let (new, built) = match checked {
-            Ok(x) => x,
+        let m = &self.m;
+        let (checked, rec) = files::record(|| rebuild::reread(&m.source, &m.config, &m.resumption));
+        let Reread {
+            config: new,
+            tls: built,
+            ..
+        } = match checked {
+            Ok(r) => r,
             Err(e) => {
-                tracing::error!(name: "reload_refused", error = %e, "{e}");
+                tracing::error!(name: "reload_refused", error = %e, "SIGHUP: {e}");
                 notify::notify("READY=1");
                 return;
             }
         };
         // New frontends are bound here, as root; removed ones are closed.
+        let bound: Vec<String> = self
+            .m
+            .listeners
+            .bound
+            .iter()
+            .map(|b| b.name.clone())
+            .collect();
+        let FrontendDiff { added, removed } = rebuild::diff(&bound, &new);
         let mut fresh: Vec<(Entry, OwnedFd)> = Vec::new();
-        for fe in &new.frontends {
+        for fe in new
+            .frontends
+            .iter()
+            .filter(|f| added.contains(&f.endpoint.to_string()))
+        {
             let name = fe.endpoint.to_string();
-            if self.m.listeners.get(&name).is_some() {
-                continue;
-            }
             let opened = self
                 .m
                 .listeners
@@ -76,20 +73,7 @@ impl super::Run {
                 }
             }
         }
-        let wanted: Vec<String> = new
-            .frontends
-            .iter()
-            .map(|f| f.endpoint.to_string())
-            .collect();
-        let gone: Vec<String> = self
-            .m
-            .listeners
-            .bound
-            .iter()
-            .map(|b| b.name.clone())
-            .filter(|n| !wanted.contains(n))
-            .collect();
-        for name in gone {
+        for name in removed {
             self.m.listeners.close(&name);
         }
         for m in sockets_messages(fresh) {

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use super::frontends::Frontends;
 use crate::config::args::Source;
-use crate::config::{BackendTarget, Config};
-use crate::runtime::frontend_tls;
+use crate::config::Config;
+use crate::runtime::rebuild::{self, restart_only, FrontendDiff, Reread};
 use crate::session::Resumption;
 use crate::system::files::{self, Recording};
 use crate::tls::ocsp::manager as ocsp;
@@ -115,7 +115,7 @@ impl Reloader {
 
     /// Every frontend's TLS state for `cfg`, on the process's session cache and keys.
     fn build(&self, cfg: &Config) -> Result<Vec<Arc<crate::tls::TlsState>>, String> {
-        frontend_tls::build(cfg, &self.resumption).map_err(|e| e.to_string())
+        rebuild::build(cfg, &self.resumption).map_err(|e| e.to_string())
     }
 
     /// Applies the configuration the master read (`rec`), with the sockets it bound for
@@ -132,58 +132,28 @@ impl Reloader {
     }
 
     fn reload(&mut self, frontends: &mut Frontends, given: &mut Vec<(SocketAddr, TcpListener)>) {
-        let new = match self.source.read() {
-            Ok(c) => c,
+        let Reread {
+            config: new,
+            tls: built,
+            restart_only: fixed,
+            ticket_keys,
+        } = match rebuild::reread(&self.source, &self.current, &self.resumption) {
+            Ok(r) => r,
             Err(e) => {
-                tracing::error!(
-                    name: "reload_refused",
-                    error = %e,
-                    "SIGHUP: configuration refused, the running one stays: {e}",
-                );
+                tracing::error!(name: "reload_refused", error = %e, "SIGHUP: {e}");
                 return;
             }
         };
-        // Session cache and ticket keys outlive reloads: resumption goes on across them.
-        // Compared before the running ring and staples are carried over into it.
-        let fixed = restart_only(&new);
-        let mut new = new;
-        new.tls.tickets = self.resumption.tickets.clone();
-        new.tls.ocsp = self.current.tls.ocsp.clone();
-        let built = match self.build(&new) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::error!(
-                    name: "reload_refused",
-                    error = %e,
-                    "SIGHUP: {e}; the running configuration stays",
-                );
-                return;
-            }
-        };
-        if let Some(keys) = &self.resumption.tickets {
-            if keys.file().is_some() {
-                match keys.reload() {
-                    Ok(n) => {
-                        tracing::info!(
-                            name: "reload_ticket_keys",
-                            keys = n,
-                            "SIGHUP: {n} ticket key(s) reloaded",
-                        )
-                    }
-                    Err(e) => {
-                        tracing::error!(
-                            name: "reload_refused",
-                            error = %e,
-                            "SIGHUP: {e}; the running configuration stays",
-                        );
-                        return;
-                    }
-                }
-            }
+        if let Some(n) = ticket_keys {
+            tracing::info!(
+                name: "reload_ticket_keys",
+                keys = n,
+                "SIGHUP: {n} ticket key(s) reloaded",
+            );
         }
 
         // Everything loaded: apply.
-        let before = frontends.names_live();
+        let FrontendDiff { removed, .. } = rebuild::diff(&frontends.names_live(), &new);
         let mut opened = Vec::new();
         for (fe, tls) in new.frontends.iter().zip(built) {
             let name = fe.endpoint.to_string();
@@ -202,16 +172,11 @@ impl Reloader {
                 },
             }
         }
-        let wanted: Vec<String> = new
-            .frontends
-            .iter()
-            .map(|f| f.endpoint.to_string())
-            .collect();
-        let mut closed = Vec::new();
-        for name in before.iter().filter(|n| !wanted.contains(n)) {
+        for name in &removed {
             frontends.close(name);
-            closed.push(name.clone());
         }
+        let closed = removed;
+        let wanted = new.frontends.len();
         let changed: Vec<&str> = restart_only(&self.current)
             .into_iter()
             .zip(fixed)
@@ -229,12 +194,12 @@ impl Reloader {
         let (opened, closed) = (opened.join(", "), closed.join(", "));
         tracing::info!(
             name: "reload_done",
-            frontends = wanted.len(),
+            frontends = wanted,
             certificates = new.certs.len(),
             opened = %opened,
             closed = %closed,
             "SIGHUP: configuration reloaded: {} frontend(s), {} certificate(s){}{}",
-            wanted.len(),
+            wanted,
             new.certs.len(),
             if opened.is_empty() { String::new() } else { format!(", opened {opened}") },
             if closed.is_empty() { String::new() } else { format!(", closed {closed}") },
@@ -242,58 +207,4 @@ impl Reloader {
         self.follow_ocsp(&new);
         self.current = new;
     }
-}
-
-/// Settings a reload cannot change, by name, as comparable text.
-fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
-    vec![
-        ("workers", c.workers.to_string()),
-        // The ACME client runs with the settings it started with.
-        ("acme-*", format!("{:?}", c.acme)),
-        (
-            "backends",
-            match &c.backend {
-                BackendTarget::Servers(s) => s
-                    .iter()
-                    .map(|b| format!("{}/{:?}/{}", b.endpoint, b.maxconn, b.weight))
-                    .collect::<Vec<_>>()
-                    .join(","),
-                BackendTarget::BuiltinOrigin => "built-in".into(),
-            },
-        ),
-        ("timeouts and limits", format!("{:?}", c.limits)),
-        ("backlog", c.backlog.to_string()),
-        ("tcp-fastopen", c.tcp_fastopen.to_string()),
-        ("backend-refresh", format!("{:?}", c.backend_refresh)),
-        ("proxy-authority", c.proxy_authority.to_string()),
-        ("write-proxy/write-ip", format!("{:?}", c.preamble)),
-        ("proxy-proxy", c.proxy_proxy.to_string()),
-        ("http", format!("{:?}", c.http)),
-        ("session-cache", c.tls.session_cache.to_string()),
-        (
-            "tickets",
-            format!(
-                "{:?}",
-                c.tls
-                    .tickets
-                    .as_ref()
-                    .map(|t| t.file().map(|p| p.to_owned()))
-            ),
-        ),
-        (
-            "replication",
-            format!(
-                "{:?}",
-                c.replication.as_ref().map(|r| (r.listen, r.peers.clone()))
-            ),
-        ),
-        (
-            "shared store",
-            format!(
-                "{:?}",
-                c.store.as_ref().map(|s| (&s.url, &s.prefix, s.timeout))
-            ),
-        ),
-        ("stats", format!("{:?}", c.stats)),
-    ]
 }
