@@ -13,6 +13,7 @@
 pub mod acme;
 pub(crate) mod backend;
 pub(crate) mod clock;
+pub mod codec;
 pub mod config;
 pub(crate) mod counters;
 pub mod fuzzing;

@@ -11,7 +11,14 @@ use std::path::{Path, PathBuf};
 /// may import only those of a lower rank.
 const LAYERS: &[&[&str]] = &[
     &["clock"],
-    &["system", "counters", "shutdown", "origin", "http_host"],
+    &[
+        "system",
+        "counters",
+        "shutdown",
+        "origin",
+        "http_host",
+        "codec",
+    ],
     &["backend", "session"],
     &["tls"],
     &["acme"],

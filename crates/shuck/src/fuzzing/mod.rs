@@ -235,7 +235,7 @@ pub fn store_value(data: &[u8]) {
         let name = shared.session_name(b"fuzz");
         store::open_any(shared, &name, data);
     }
-    let _ = crate::session::tickets::RingState::decode(data);
+    let _ = crate::session::tickets::RingState::decode(&mut crate::codec::Reader::new(data));
 }
 
 /// What ACME reads from outside: the first byte picks a farm message from another host

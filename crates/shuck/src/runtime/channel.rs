@@ -12,6 +12,8 @@ use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+use crate::codec::{put_bytes_u32, put_u32, put_u64, CodecError, Reader};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -99,9 +101,35 @@ pub enum ChannelError {
     /// The socket failed.
     #[error("channel: {0}")]
     Io(#[from] io::Error),
-    /// A frame that is not one of ours.
+    /// A message whose fields do not decode.
     #[error("channel: bad message: {0}")]
-    Bad(String),
+    Codec(#[from] CodecError),
+    /// A message type this side does not know.
+    #[error("channel: unknown message {0}")]
+    Unknown(u8),
+    /// A frame longer than any message.
+    #[error("channel: a frame of {0} bytes")]
+    FrameTooLong(usize),
+    /// More descriptors than one message carries.
+    #[error("channel: more than {MAX_FDS} descriptors")]
+    TooManyDescriptors,
+    /// The descriptors do not fit the control message.
+    #[error("channel: descriptors do not fit")]
+    DescriptorsDoNotFit,
+    /// A socket message naming another number of sockets than were passed.
+    #[error("channel: {named} sockets named, {passed} passed")]
+    SocketsMismatch {
+        /// Sockets the message names.
+        named: usize,
+        /// Descriptors that came with it.
+        passed: usize,
+    },
+    /// Descriptors with a message that takes none.
+    #[error("channel: descriptors with a message that takes none")]
+    UnexpectedDescriptors,
+    /// A socket address that does not parse (as it was sent).
+    #[error("channel: bad socket address {0:?}")]
+    Address(String),
 }
 
 /// One end of the channel (blocking).
@@ -157,14 +185,12 @@ impl Channel {
             _ => Vec::new(),
         };
         if fds.len() > MAX_FDS {
-            return Err(ChannelError::Bad(format!(
-                "more than {MAX_FDS} descriptors"
-            )));
+            return Err(ChannelError::TooManyDescriptors);
         }
         let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-            return Err(ChannelError::Bad("descriptors do not fit".into()));
+            return Err(ChannelError::DescriptorsDoNotFit);
         }
         // The descriptors go with the first bytes; the rest follows as plain writes.
         let sent = sendmsg(
@@ -206,7 +232,7 @@ impl Channel {
         }
         let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
         if len > MAX_FRAME {
-            return Err(ChannelError::Bad(format!("a frame of {len} bytes")));
+            return Err(ChannelError::FrameTooLong(len));
         }
         let mut payload = vec![0u8; len];
         (&self.sock).read_exact(&mut payload).map_err(|e| {
@@ -216,7 +242,7 @@ impl Channel {
                 ChannelError::Io(e)
             }
         })?;
-        decode(head[0], &payload, fds).map_err(ChannelError::Bad)
+        decode(head[0], &payload, fds)
     }
 }
 
@@ -231,7 +257,7 @@ fn encode(msg: &Msg) -> (u8, Vec<u8>) {
             put_u32(&mut w, entries.len() as u32);
             for e in entries {
                 w.push(e.kind as u8);
-                put_bytes(&mut w, e.addr.to_string().as_bytes());
+                put_bytes_u32(&mut w, e.addr.to_string().as_bytes());
             }
             5
         }
@@ -246,9 +272,9 @@ fn encode(msg: &Msg) -> (u8, Vec<u8>) {
         Msg::Sessions(list) => {
             put_u32(&mut w, list.len() as u32);
             for s in list {
-                put_bytes(&mut w, &s.key);
-                put_bytes(&mut w, &s.value);
-                w.extend_from_slice(&(s.age.as_millis() as u64).to_be_bytes());
+                put_bytes_u32(&mut w, &s.key);
+                put_bytes_u32(&mut w, &s.value);
+                put_u64(&mut w, s.age.as_millis() as u64);
             }
             8
         }
@@ -258,29 +284,29 @@ fn encode(msg: &Msg) -> (u8, Vec<u8>) {
             token,
             key_auth,
         }) => {
-            put_bytes(&mut w, name.as_bytes());
-            put_bytes(&mut w, token.as_bytes());
-            put_bytes(&mut w, key_auth.as_bytes());
+            put_bytes_u32(&mut w, name.as_bytes());
+            put_bytes_u32(&mut w, token.as_bytes());
+            put_bytes_u32(&mut w, key_auth.as_bytes());
             10
         }
         Msg::AcmeAnswered(Answered { token, error }) => {
-            put_bytes(&mut w, token.as_bytes());
+            put_bytes_u32(&mut w, token.as_bytes());
             put_result(&mut w, error.as_ref().map_or(Ok(&[][..]), Err));
             11
         }
         Msg::Acme(Event::Withdraw { name, token }) => {
-            put_bytes(&mut w, name.as_bytes());
-            put_bytes(&mut w, token.as_bytes());
+            put_bytes_u32(&mut w, name.as_bytes());
+            put_bytes_u32(&mut w, token.as_bytes());
             12
         }
         Msg::Acme(Event::Issued) => 13,
         Msg::Acme(Event::Status(st)) => {
-            w.extend_from_slice(&st.orders_ok.to_be_bytes());
-            w.extend_from_slice(&st.orders_failed.to_be_bytes());
+            put_u64(&mut w, st.orders_ok);
+            put_u64(&mut w, st.orders_failed);
             put_u32(&mut w, st.next.len() as u32);
             for (name, at) in &st.next {
-                put_bytes(&mut w, name.as_bytes());
-                w.extend_from_slice(&at.to_be_bytes());
+                put_bytes_u32(&mut w, name.as_bytes());
+                put_u64(&mut w, *at);
             }
             14
         }
@@ -289,11 +315,11 @@ fn encode(msg: &Msg) -> (u8, Vec<u8>) {
             15
         }
         Msg::Farm(body) => {
-            put_bytes(&mut w, body);
+            put_bytes_u32(&mut w, body);
             16
         }
         Msg::Acme(Event::Farm(body)) => {
-            put_bytes(&mut w, body);
+            put_bytes_u32(&mut w, body);
             17
         }
     };
@@ -303,119 +329,78 @@ fn encode(msg: &Msg) -> (u8, Vec<u8>) {
 fn put_recording(w: &mut Vec<u8>, rec: &Recording) {
     put_u32(w, rec.files.len() as u32);
     for (path, got) in &rec.files {
-        put_bytes(w, path.as_os_str().as_bytes());
+        put_bytes_u32(w, path.as_os_str().as_bytes());
         put_result(w, got.as_deref());
     }
     put_u32(w, rec.dirs.len() as u32);
     for (dir, got) in &rec.dirs {
-        put_bytes(w, dir.as_os_str().as_bytes());
+        put_bytes_u32(w, dir.as_os_str().as_bytes());
         match got {
             Ok(list) => {
                 w.push(0);
                 put_u32(w, list.len() as u32);
                 for (name, path) in list {
-                    put_bytes(w, name.as_bytes());
-                    put_bytes(w, path.as_os_str().as_bytes());
+                    put_bytes_u32(w, name.as_bytes());
+                    put_bytes_u32(w, path.as_os_str().as_bytes());
                 }
             }
             Err(e) => {
                 w.push(1);
-                put_bytes(w, e.as_bytes());
+                put_bytes_u32(w, e.as_bytes());
             }
         }
     }
-}
-
-fn put_u32(w: &mut Vec<u8>, n: u32) {
-    w.extend_from_slice(&n.to_be_bytes());
-}
-
-fn put_bytes(w: &mut Vec<u8>, b: &[u8]) {
-    put_u32(w, b.len() as u32);
-    w.extend_from_slice(b);
 }
 
 fn put_result(w: &mut Vec<u8>, r: Result<&[u8], &String>) {
     match r {
         Ok(b) => {
             w.push(0);
-            put_bytes(w, b);
+            put_bytes_u32(w, b);
         }
         Err(e) => {
             w.push(1);
-            put_bytes(w, e.as_bytes());
+            put_bytes_u32(w, e.as_bytes());
         }
     }
 }
 
-/// Reads fields off a payload, each read checked against what is left.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        if self.0.len() < n {
-            return Err("truncated".into());
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        let b = self.take(4)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn u64(&mut self) -> Result<u64, String> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(u64::from_be_bytes(a))
-    }
-    fn bytes(&mut self) -> Result<&'a [u8], String> {
-        let n = self.u32()? as usize;
-        self.take(n)
-    }
-    fn path(&mut self) -> Result<PathBuf, String> {
-        Ok(PathBuf::from(OsString::from_vec(self.bytes()?.to_vec())))
-    }
-    fn text(&mut self) -> Result<String, String> {
-        Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
-    }
-    /// A count, bounded by what is left (each item is at least `min` bytes).
-    fn count(&mut self, min: usize) -> Result<usize, String> {
-        let n = self.u32()? as usize;
-        if n.saturating_mul(min) > self.0.len() {
-            return Err(format!("{n} items in {} bytes", self.0.len()));
-        }
-        Ok(n)
-    }
+/// Bytes after their u32 length, as text (lossy: paths and messages, not parsed).
+fn text(r: &mut Reader<'_>, what: &'static str) -> Result<String, CodecError> {
+    Ok(String::from_utf8_lossy(r.bytes_u32(what)?).into_owned())
 }
 
-fn get_recording(r: &mut Reader<'_>) -> Result<Recording, String> {
+/// Bytes after their u32 length, as a path.
+fn path(r: &mut Reader<'_>, what: &'static str) -> Result<PathBuf, CodecError> {
+    Ok(PathBuf::from(OsString::from_vec(
+        r.bytes_u32(what)?.to_vec(),
+    )))
+}
+
+fn get_recording(r: &mut Reader<'_>) -> Result<Recording, CodecError> {
     let mut rec = Recording::default();
-    for _ in 0..r.count(9)? {
-        let path = r.path()?;
-        let got = match r.u8()? {
-            0 => Ok(r.bytes()?.to_vec()),
-            _ => Err(r.text()?),
+    for _ in 0..r.count(9, "recorded files")? {
+        let path = path(r, "recorded file")?;
+        let got = match r.u8("recorded file result")? {
+            0 => Ok(r.bytes_u32("recorded file")?.to_vec()),
+            _ => Err(text(r, "recorded file error")?),
         };
         rec.files.insert(path, got);
     }
     let mut dirs = HashMap::new();
-    for _ in 0..r.count(9)? {
-        let dir = r.path()?;
-        let got = match r.u8()? {
+    for _ in 0..r.count(9, "recorded directories")? {
+        let dir = path(r, "recorded directory")?;
+        let got = match r.u8("recorded directory result")? {
             0 => {
-                let n = r.count(8)?;
+                let n = r.count(8, "directory entries")?;
                 let mut list = Vec::with_capacity(n);
                 for _ in 0..n {
-                    let name = OsString::from_vec(r.bytes()?.to_vec());
-                    list.push((name, r.path()?));
+                    let name = OsString::from_vec(r.bytes_u32("directory entry")?.to_vec());
+                    list.push((name, path(r, "directory entry path")?));
                 }
                 Ok(list)
             }
-            _ => Err(r.text()?),
+            _ => Err(text(r, "recorded directory error")?),
         };
         dirs.insert(dir, got);
     }
@@ -423,84 +408,86 @@ fn get_recording(r: &mut Reader<'_>) -> Result<Recording, String> {
     Ok(rec)
 }
 
-fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, String> {
-    let mut r = Reader(payload);
+fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, ChannelError> {
+    let mut r = Reader::new(payload);
+    let r = &mut r;
     let msg = match tag {
         1 => Msg::Ready,
         2 => Msg::Reload,
         3 => Msg::Upgrade,
         4 => Msg::Handover,
         5 => {
-            let n = r.count(5)?;
+            let n = r.count(5, "sockets")?;
             let mut entries = Vec::with_capacity(n);
             for _ in 0..n {
-                let kind = match r.u8()? {
+                let kind = match r.u8("socket kind")? {
                     0 => Kind::Frontend,
                     1 => Kind::Stats,
                     2 => Kind::Replication,
                     3 => Kind::AcmeHttp,
-                    k => return Err(format!("socket kind {k}")),
+                    k => {
+                        return Err(CodecError::Invalid {
+                            what: "socket kind",
+                            value: u64::from(k),
+                        }
+                        .into())
+                    }
                 };
-                let text = r.text()?;
-                let addr = text.parse().map_err(|_| format!("address {text:?}"))?;
+                let addr = text(r, "socket address")?;
+                let addr = addr.parse().map_err(|_| ChannelError::Address(addr))?;
                 entries.push(Entry { kind, addr });
             }
+            r.end()?;
             if entries.len() != fds.len() {
-                return Err(format!(
-                    "{} sockets named, {} passed",
-                    entries.len(),
-                    fds.len()
-                ));
+                return Err(ChannelError::SocketsMismatch {
+                    named: entries.len(),
+                    passed: fds.len(),
+                });
             }
             return Ok(Msg::Sockets(entries, fds));
         }
-        6 => Msg::Apply(get_recording(&mut r)?),
-        7 => {
-            let (state, rest) =
-                RingState::decode(r.0).ok_or("a ticket ring that does not parse")?;
-            r.0 = rest;
-            Msg::Tickets(state)
-        }
+        6 => Msg::Apply(get_recording(r)?),
+        7 => Msg::Tickets(RingState::decode(r)?),
         8 => {
-            let n = r.count(16)?;
+            let n = r.count(16, "sessions")?;
             let mut list = Vec::with_capacity(n);
             for _ in 0..n {
                 list.push(Snapshot {
-                    key: r.bytes()?.to_vec(),
-                    value: r.bytes()?.to_vec(),
-                    age: Duration::from_millis(r.u64()?),
+                    key: r.bytes_u32("session key")?.to_vec(),
+                    value: r.bytes_u32("session")?.to_vec(),
+                    age: Duration::from_millis(r.u64("session age")?),
                 });
             }
             Msg::Sessions(list)
         }
         9 => Msg::SessionsEnd,
         10 => Msg::Acme(Event::Answer {
-            name: r.text()?,
-            token: r.text()?,
-            key_auth: r.text()?,
+            name: text(r, "answer name")?,
+            token: text(r, "answer token")?,
+            key_auth: text(r, "key authorization")?,
         }),
         11 => Msg::AcmeAnswered(Answered {
-            token: r.text()?,
-            error: match r.u8()? {
+            token: text(r, "answered token")?,
+            error: match r.u8("answered result")? {
                 0 => {
-                    r.bytes()?;
+                    r.bytes_u32("answered")?;
                     None
                 }
-                _ => Some(r.text()?),
+                _ => Some(text(r, "answer error")?),
             },
         }),
         12 => Msg::Acme(Event::Withdraw {
-            name: r.text()?,
-            token: r.text()?,
+            name: text(r, "withdrawn name")?,
+            token: text(r, "withdrawn token")?,
         }),
         13 => Msg::Acme(Event::Issued),
         14 => {
-            let orders_ok = r.u64()?;
-            let orders_failed = r.u64()?;
-            let n = r.count(12)?;
+            let orders_ok = r.u64("orders done")?;
+            let orders_failed = r.u64("orders failed")?;
+            let n = r.count(12, "renewals")?;
             let mut next = Vec::with_capacity(n);
             for _ in 0..n {
-                next.push((r.text()?, r.u64()?));
+                next.push((text(r, "renewal name")?, r.u64("renewal time")?));
             }
             Msg::Acme(Event::Status(Status {
                 orders_ok,
@@ -508,17 +495,15 @@ fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, String> {
                 next,
             }))
         }
-        15 => Msg::Certificates(get_recording(&mut r)?),
-        16 => Msg::Farm(r.bytes()?.to_vec()),
-        17 => Msg::Acme(Event::Farm(r.bytes()?.to_vec())),
-        t => return Err(format!("unknown message {t}")),
+        15 => Msg::Certificates(get_recording(r)?),
+        16 => Msg::Farm(r.bytes_u32("farm message")?.to_vec()),
+        17 => Msg::Acme(Event::Farm(r.bytes_u32("farm message")?.to_vec())),
+        t => return Err(ChannelError::Unknown(t)),
     };
     if !fds.is_empty() {
-        return Err("descriptors with a message that takes none".into());
+        return Err(ChannelError::UnexpectedDescriptors);
     }
-    if !r.0.is_empty() {
-        return Err(format!("{} bytes after the message", r.0.len()));
-    }
+    r.end()?;
     Ok(msg)
 }
 

@@ -343,10 +343,9 @@ fn found(store: &SharedStore, op: Op, name: &[u8], got: Option<Vec<u8>>, now: u6
 /// The ring stored under `store`'s ring entry, opened and decoded.
 pub(super) fn open_ring(store: &SharedStore, sealed: &[u8]) -> Option<RingState> {
     let plain = store.sealer.open(ring_name(store).as_bytes(), sealed)?;
-    match RingState::decode(&plain)? {
-        (state, []) => Some(state),
-        _ => None,
-    }
+    let mut r = crate::codec::Reader::new(&plain);
+    let state = RingState::decode(&mut r).ok()?;
+    r.end().ok().map(|()| state)
 }
 
 fn ring_name(store: &SharedStore) -> String {

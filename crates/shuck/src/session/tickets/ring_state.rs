@@ -2,6 +2,7 @@
 //! and through the shared store), and its binary encoding.
 
 use super::{SharedKey, MAX_KEYS, NAME_LEN};
+use crate::codec::{put_u32, put_u64, CodecError, Reader};
 
 /// A timer ring as the master process hands it to its worker (and an old master to the
 /// new one at a binary upgrade): its own keys, and which encrypts now and next.
@@ -22,55 +23,55 @@ impl RingState {
     /// key count (u32) ‖ per key name (16) ‖ secret (32) ‖ retire_at (u64) ‖ current (u32)
     /// ‖ next (u32, `u32::MAX` for none) ‖ rotate_at (u64, `u64::MAX` for none).
     pub fn encode(&self, w: &mut Vec<u8>) {
-        w.extend_from_slice(&(self.keys.len() as u32).to_be_bytes());
+        put_u32(w, self.keys.len() as u32);
         for k in &self.keys {
             w.extend_from_slice(&k.name);
             w.extend_from_slice(&k.secret);
-            w.extend_from_slice(&k.retire_at.to_be_bytes());
+            put_u64(w, k.retire_at);
         }
-        w.extend_from_slice(&(self.current as u32).to_be_bytes());
-        w.extend_from_slice(&self.next.map_or(u32::MAX, |n| n as u32).to_be_bytes());
-        w.extend_from_slice(&self.rotate_at.unwrap_or(u64::MAX).to_be_bytes());
+        put_u32(w, self.current as u32);
+        put_u32(w, self.next.map_or(u32::MAX, |n| n as u32));
+        put_u64(w, self.rotate_at.unwrap_or(u64::MAX));
     }
 
-    /// Reads a ring from the front of `b`: the ring and the bytes after it, or `None` when
-    /// it is truncated, holds more keys than a ring keeps (64), or its indices point nowhere.
-    pub fn decode(b: &[u8]) -> Option<(RingState, &[u8])> {
-        fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-            let (a, rest) = b.split_at_checked(n)?;
-            *b = rest;
-            Some(a)
-        }
-        let mut b = b;
-        let u32_at = |b: &mut &[u8]| Some(u32::from_be_bytes(take(b, 4)?.try_into().ok()?));
-        let u64_at = |b: &mut &[u8]| Some(u64::from_be_bytes(take(b, 8)?.try_into().ok()?));
-        let n = u32_at(&mut b)? as usize;
+    /// Reads a ring off `r`; refused when it is truncated, holds more keys than a ring
+    /// keeps (64), or its indices point nowhere.
+    pub fn decode(r: &mut Reader<'_>) -> Result<RingState, CodecError> {
+        let n = r.count(NAME_LEN + 32 + 8, "ticket keys")?;
         if n > MAX_KEYS {
-            return None;
+            return Err(CodecError::Invalid {
+                what: "ticket key count",
+                value: n as u64,
+            });
         }
         let mut keys = Vec::with_capacity(n);
         for _ in 0..n {
             keys.push(SharedKey {
-                name: take(&mut b, NAME_LEN)?.try_into().ok()?,
-                secret: take(&mut b, 32)?.try_into().ok()?,
-                retire_at: u64_at(&mut b)?,
+                name: r.array("ticket key name")?,
+                secret: r.array("ticket key secret")?,
+                retire_at: r.u64("ticket key retirement")?,
             });
         }
-        let current = u32_at(&mut b)? as usize;
-        let next = u32_at(&mut b)?;
+        let current = r.u32("current ticket key")? as usize;
+        let next = r.u32("next ticket key")?;
         let next = (next != u32::MAX).then_some(next as usize);
-        let rotate_at = u64_at(&mut b)?;
-        if current >= n || next.is_some_and(|i| i >= n) {
-            return None;
+        let rotate_at = r.u64("rotation time")?;
+        for (what, i) in [
+            ("current ticket key", Some(current)),
+            ("next ticket key", next),
+        ] {
+            if let Some(i) = i.filter(|&i| i >= n) {
+                return Err(CodecError::Invalid {
+                    what,
+                    value: i as u64,
+                });
+            }
         }
-        Some((
-            RingState {
-                keys,
-                current,
-                next,
-                rotate_at: (rotate_at != u64::MAX).then_some(rotate_at),
-            },
-            b,
-        ))
+        Ok(RingState {
+            keys,
+            current,
+            next,
+            rotate_at: (rotate_at != u64::MAX).then_some(rotate_at),
+        })
     }
 }
