@@ -16,6 +16,8 @@
 //! Body of the record: `subtype (1) ‖ fields`, each field `length (2, big endian) ‖ bytes`
 //! (ids are 8 bytes, times 8 bytes big endian).
 
+use crate::codec::{put_bytes_u16, CodecError, Reader};
+
 /// A host's id in leases and acknowledgements: random per process start.
 pub type HostId = [u8; 8];
 
@@ -77,11 +79,6 @@ impl FarmMsg {
     /// The record body.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Vec::new();
-        let field = |w: &mut Vec<u8>, b: &[u8]| {
-            let n = u16::try_from(b.len()).unwrap_or(u16::MAX);
-            w.extend_from_slice(&n.to_be_bytes());
-            w.extend_from_slice(&b[..usize::from(n)]);
-        };
         match self {
             FarmMsg::Lease {
                 cert,
@@ -89,9 +86,9 @@ impl FarmMsg {
                 until_ms,
             } => {
                 w.push(LEASE);
-                field(&mut w, cert.as_bytes());
-                field(&mut w, holder);
-                field(&mut w, &until_ms.to_be_bytes());
+                put_bytes_u16(&mut w, cert.as_bytes());
+                put_bytes_u16(&mut w, holder);
+                put_bytes_u16(&mut w, &until_ms.to_be_bytes());
             }
             FarmMsg::Answer {
                 name,
@@ -99,24 +96,24 @@ impl FarmMsg {
                 key_auth,
             } => {
                 w.push(ANSWER);
-                field(&mut w, name.as_bytes());
-                field(&mut w, token.as_bytes());
-                field(&mut w, key_auth.as_bytes());
+                put_bytes_u16(&mut w, name.as_bytes());
+                put_bytes_u16(&mut w, token.as_bytes());
+                put_bytes_u16(&mut w, key_auth.as_bytes());
             }
             FarmMsg::Answered { token, by } => {
                 w.push(ANSWERED);
-                field(&mut w, token.as_bytes());
-                field(&mut w, by);
+                put_bytes_u16(&mut w, token.as_bytes());
+                put_bytes_u16(&mut w, by);
             }
             FarmMsg::Withdraw { name, token } => {
                 w.push(WITHDRAW);
-                field(&mut w, name.as_bytes());
-                field(&mut w, token.as_bytes());
+                put_bytes_u16(&mut w, name.as_bytes());
+                put_bytes_u16(&mut w, token.as_bytes());
             }
             FarmMsg::Cert { cert, pem } => {
                 w.push(CERT);
-                field(&mut w, cert.as_bytes());
-                field(&mut w, pem.as_bytes());
+                put_bytes_u16(&mut w, cert.as_bytes());
+                put_bytes_u16(&mut w, pem.as_bytes());
             }
             FarmMsg::Request => w.push(REQUEST),
         }
@@ -126,46 +123,55 @@ impl FarmMsg {
     /// Parses a record body; `None` for anything malformed (a peer of a later version may
     /// send subtypes this one does not know: also `None`).
     pub fn decode(body: &[u8]) -> Option<FarmMsg> {
-        let (&kind, mut rest) = body.split_first()?;
-        let mut field = || -> Option<&[u8]> {
-            if rest.len() < 2 {
-                return None;
-            }
-            let n = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
-            let b = rest.get(2..2 + n)?;
-            rest = &rest[2 + n..];
-            Some(b)
-        };
-        let text = |b: &[u8]| String::from_utf8(b.to_vec()).ok();
-        let id = |b: &[u8]| <HostId>::try_from(b).ok();
-        let msg = match kind {
+        Self::read(body).ok()
+    }
+
+    /// Parses a record body, saying what is wrong with one that does not parse.
+    pub fn read(body: &[u8]) -> Result<FarmMsg, CodecError> {
+        let mut r = Reader::new(body);
+        let msg = match r.u8("farm message type")? {
             LEASE => FarmMsg::Lease {
-                cert: text(field()?)?,
-                holder: id(field()?)?,
-                until_ms: u64::from_be_bytes(<[u8; 8]>::try_from(field()?).ok()?),
+                cert: r.text_u16("leased certificate")?,
+                holder: sized(&mut r, "lease holder")?,
+                until_ms: u64::from_be_bytes(sized(&mut r, "lease end")?),
             },
             ANSWER => FarmMsg::Answer {
-                name: text(field()?)?,
-                token: text(field()?)?,
-                key_auth: text(field()?)?,
+                name: r.text_u16("answer name")?,
+                token: r.text_u16("answer token")?,
+                key_auth: r.text_u16("key authorization")?,
             },
             ANSWERED => FarmMsg::Answered {
-                token: text(field()?)?,
-                by: id(field()?)?,
+                token: r.text_u16("answered token")?,
+                by: sized(&mut r, "answering host")?,
             },
             WITHDRAW => FarmMsg::Withdraw {
-                name: text(field()?)?,
-                token: text(field()?)?,
+                name: r.text_u16("withdrawn name")?,
+                token: r.text_u16("withdrawn token")?,
             },
             CERT => FarmMsg::Cert {
-                cert: text(field()?)?,
-                pem: text(field()?)?,
+                cert: r.text_u16("certificate name")?,
+                pem: r.text_u16("certificate")?,
             },
             REQUEST => FarmMsg::Request,
-            _ => return None,
+            other => {
+                return Err(CodecError::Invalid {
+                    what: "farm message type",
+                    value: u64::from(other),
+                })
+            }
         };
-        rest.is_empty().then_some(msg)
+        r.end()?;
+        Ok(msg)
     }
+}
+
+/// A fixed-size field, written like every field after its u16 length.
+fn sized<const N: usize>(r: &mut Reader<'_>, what: &'static str) -> Result<[u8; N], CodecError> {
+    let b = r.bytes_u16(what)?;
+    <[u8; N]>::try_from(b).map_err(|_| CodecError::Invalid {
+        what,
+        value: b.len() as u64,
+    })
 }
 
 /// A random host id.

@@ -7,6 +7,7 @@
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, NONCE_LEN};
 use aws_lc_rs::rand;
 
+use crate::codec::Reader;
 use crate::session::aead::derive_aes_256_gcm;
 
 const VERSION: u8 = 1;
@@ -56,14 +57,15 @@ impl Sealer {
     /// The plaintext of `sealed` read from the entry `name`, or `None` when it was not
     /// sealed for that name under this farm key (or is not a sealed value at all).
     pub fn open(&self, name: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
-        if sealed.len() < 1 + NONCE_LEN + TAG_LEN
-            || sealed.len() > MAX_SEALED
-            || sealed[0] != VERSION
-        {
+        if sealed.len() > MAX_SEALED {
             return None;
         }
-        let nonce = Nonce::try_assume_unique_for_key(&sealed[1..1 + NONCE_LEN]).ok()?;
-        let mut body = sealed[1 + NONCE_LEN..].to_vec();
+        let mut r = Reader::new(sealed);
+        if r.u8("sealed value version").ok()? != VERSION || r.left() < NONCE_LEN + TAG_LEN {
+            return None;
+        }
+        let nonce = Nonce::assume_unique_for_key(r.array::<NONCE_LEN>("nonce").ok()?);
+        let mut body = r.rest().to_vec();
         let n = self
             .key
             .open_in_place(nonce, Aad::from(name), &mut body)

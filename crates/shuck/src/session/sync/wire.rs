@@ -21,6 +21,8 @@
 
 use aws_lc_rs::aead::NONCE_LEN;
 
+use crate::codec::{put_u16, put_u32, put_u64, CodecError, Reader};
+
 pub use crate::session::tickets::SharedKey;
 
 /// The version this code writes and reads.
@@ -96,6 +98,13 @@ pub enum Reject {
     /// Too many live senders to track one more.
     #[error("too many senders")]
     Senders,
+}
+
+/// A record that does not decode is a malformed datagram (one counter for them all).
+impl From<CodecError> for Reject {
+    fn from(_: CodecError) -> Self {
+        Reject::Malformed
+    }
 }
 
 impl Reject {
@@ -185,27 +194,17 @@ pub fn records(mut buf: &[u8]) -> impl Iterator<Item = Result<Record<'_>, Reject
 }
 
 fn parse_record(buf: &[u8]) -> Result<(Record<'_>, &[u8]), Reject> {
-    if buf.len() < RECORD_HEADER {
-        return Err(Reject::Malformed);
-    }
-    let kind = buf[0];
-    let len = usize::from(u16::from_be_bytes([buf[1], buf[2]]));
-    let rest = &buf[RECORD_HEADER..];
-    if rest.len() < len {
-        return Err(Reject::Malformed);
-    }
-    let (body, rest) = rest.split_at(len);
+    let mut r = Reader::new(buf);
+    let kind = r.u8("record type")?;
+    let body = r.bytes_u16("record")?;
+    let rest = r.rest();
+    let mut b = Reader::new(body);
     let rec = match kind {
         kind::NEW => {
-            let (&klen, b) = body.split_first().ok_or(Reject::Malformed)?;
-            let klen = usize::from(klen);
-            if klen == 0 || b.len() < klen + 4 {
-                return Err(Reject::Malformed);
-            }
-            let (key, b) = b.split_at(klen);
-            let (age, value) = b.split_at(4);
-            let age_ms = u32::from_be_bytes([age[0], age[1], age[2], age[3]]);
-            if value.is_empty() {
+            let key = b.bytes_u8("session key")?;
+            let age_ms = b.u32("session age")?;
+            let value = b.rest();
+            if key.is_empty() || value.is_empty() {
                 return Err(Reject::Malformed);
             }
             Record::New { key, age_ms, value }
@@ -222,10 +221,11 @@ fn parse_record(buf: &[u8]) -> Result<(Record<'_>, &[u8]), Reject> {
             }
             Record::Keys(body)
         }
-        kind::REQUEST => match body {
-            [flags] => Record::Request { flags: *flags },
-            _ => return Err(Reject::Malformed),
-        },
+        kind::REQUEST => {
+            let flags = b.u8("request flags")?;
+            b.end()?;
+            Record::Request { flags }
+        }
         kind::FARM if body.is_empty() => return Err(Reject::Malformed),
         kind::FARM => Record::Farm(body),
         other => Record::Unknown(other),
@@ -233,20 +233,15 @@ fn parse_record(buf: &[u8]) -> Result<(Record<'_>, &[u8]), Reject> {
     Ok((rec, rest))
 }
 
-/// The keys of a `Keys` record body.
+/// The keys of a `Keys` record body (a whole number of entries: see [`parse_record`]).
 pub fn keys(body: &[u8]) -> impl Iterator<Item = SharedKey> + '_ {
-    body.chunks_exact(KEY_ENTRY_LEN).map(|c| {
-        let mut name = [0u8; 16];
-        name.copy_from_slice(&c[..16]);
-        let mut secret = [0u8; 32];
-        secret.copy_from_slice(&c[16..48]);
-        let mut at = [0u8; 8];
-        at.copy_from_slice(&c[48..56]);
-        SharedKey {
-            name,
-            secret,
-            retire_at: u64::from_be_bytes(at),
-        }
+    body.chunks_exact(KEY_ENTRY_LEN).filter_map(|c| {
+        let mut r = Reader::new(c);
+        Some(SharedKey {
+            name: r.array("ticket key name").ok()?,
+            secret: r.array("ticket key secret").ok()?,
+            retire_at: r.u64("ticket key retirement").ok()?,
+        })
     })
 }
 
@@ -258,10 +253,10 @@ pub fn push_new(out: &mut Vec<u8>, key: &[u8], age_ms: u32, value: &[u8]) -> Opt
         return None;
     }
     out.push(kind::NEW);
-    out.extend_from_slice(&u16::try_from(len).ok()?.to_be_bytes());
+    put_u16(out, u16::try_from(len).ok()?);
     out.push(klen);
     out.extend_from_slice(key);
-    out.extend_from_slice(&age_ms.to_be_bytes());
+    put_u32(out, age_ms);
     out.extend_from_slice(value);
     Some(())
 }
@@ -270,7 +265,7 @@ pub fn push_new(out: &mut Vec<u8>, key: &[u8], age_ms: u32, value: &[u8]) -> Opt
 pub fn push_del(out: &mut Vec<u8>, key: &[u8]) -> Option<()> {
     let len = u8::try_from(key.len()).ok().filter(|&n| n > 0)?;
     out.push(kind::DEL);
-    out.extend_from_slice(&u16::from(len).to_be_bytes());
+    put_u16(out, u16::from(len));
     out.extend_from_slice(key);
     Some(())
 }
@@ -284,11 +279,11 @@ pub fn keys_records(keys: &[SharedKey]) -> Vec<Vec<u8>> {
             let mut out = Vec::with_capacity(RECORD_HEADER + chunk.len() * KEY_ENTRY_LEN);
             out.push(kind::KEYS);
             // `per` entries fit in PACK_TARGET, far below u16::MAX.
-            out.extend_from_slice(&((chunk.len() * KEY_ENTRY_LEN) as u16).to_be_bytes());
+            put_u16(&mut out, (chunk.len() * KEY_ENTRY_LEN) as u16);
             for k in chunk {
                 out.extend_from_slice(&k.name);
                 out.extend_from_slice(&k.secret);
-                out.extend_from_slice(&k.retire_at.to_be_bytes());
+                put_u64(&mut out, k.retire_at);
             }
             out
         })
@@ -301,7 +296,7 @@ pub fn push_farm(out: &mut Vec<u8>, body: &[u8]) -> Option<()> {
         return None;
     }
     out.push(kind::FARM);
-    out.extend_from_slice(&u16::try_from(body.len()).ok()?.to_be_bytes());
+    put_u16(out, u16::try_from(body.len()).ok()?);
     out.extend_from_slice(body);
     Some(())
 }
