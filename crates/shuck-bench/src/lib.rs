@@ -23,6 +23,7 @@ mod results;
 mod scenarios;
 mod sessions;
 mod stats;
+pub mod verifier;
 
 /// shuck-bench: TLS terminator benchmarks.
 #[derive(Parser)]

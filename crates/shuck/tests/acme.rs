@@ -67,6 +67,29 @@ fn acme_shuck(
     Shuck::start_raw(&all, port)
 }
 
+/// [`acme_shuck`] for one certificate, `name`, waited for until it is issued (a minute at
+/// most; the log of both shuck and pebble otherwise).
+fn issued_shuck(
+    pebble: &Pebble,
+    port: u16,
+    state: &Path,
+    backend: &str,
+    name: &str,
+    extra: &[&str],
+) -> Shuck {
+    let s = acme_shuck(pebble, port, state, backend, &[name], extra);
+    assert!(
+        s.wait_log(
+            &format!("ACME: certificate for {name} issued"),
+            Duration::from_secs(60)
+        ),
+        "{}\npebble: {}",
+        s.log(),
+        pebble.log()
+    );
+    s
+}
+
 fn metric(port: u16, series: &str) -> f64 {
     let (_, body) = scrape(port, "/metrics");
     sample(&body, series)
@@ -245,21 +268,13 @@ fn renewal_swaps_the_certificate_and_live_connections_keep_theirs() {
     };
     let dir = TempDir::new("acme-renew");
     let stats = free_port().to_string();
-    let s = acme_shuck(
+    let s = issued_shuck(
         &pebble,
         tls_port,
         &dir.path("state"),
         &origin.port_spec,
-        &["renew.test"],
+        "renew.test",
         &["--stats", &stats],
-    );
-    assert!(
-        s.wait_log(
-            "ACME: certificate for renew.test issued",
-            Duration::from_secs(60)
-        ),
-        "{}",
-        s.log()
     );
     let root = pebble.issuing_root();
     let (ok, first) = served(tls_port, "renew.test", &root);
@@ -310,21 +325,13 @@ fn an_unreachable_ca_keeps_the_old_certificate_and_backs_off() {
     let dir = TempDir::new("acme-down");
     let stats = free_port().to_string();
     let state = dir.path("state");
-    let s = acme_shuck(
+    let s = issued_shuck(
         &pebble,
         tls_port,
         &state,
         "[127.0.0.1]:9",
-        &["down.test"],
+        "down.test",
         &["--stats", &stats],
-    );
-    assert!(
-        s.wait_log(
-            "ACME: certificate for down.test issued",
-            Duration::from_secs(60)
-        ),
-        "{}",
-        s.log()
     );
     let root = pebble.issuing_root();
     let (ok, first) = served(tls_port, "down.test", &root);
@@ -375,21 +382,13 @@ fn a_restart_serves_the_state_directory_without_a_new_order() {
     };
     let dir = TempDir::new("acme-restart");
     let state = dir.path("state");
-    let mut s = acme_shuck(
+    let mut s = issued_shuck(
         &pebble,
         tls_port,
         &state,
         "[127.0.0.1]:9",
-        &["again.test"],
+        "again.test",
         &[],
-    );
-    assert!(
-        s.wait_log(
-            "ACME: certificate for again.test issued",
-            Duration::from_secs(60)
-        ),
-        "{}",
-        s.log()
     );
     let root = pebble.issuing_root();
     let (ok, first) = served(tls_port, "again.test", &root);
@@ -687,21 +686,13 @@ fn a_dead_acme_client_is_replaced_and_the_worker_never_writes_the_state() {
     let dir = TempDir::new("acme-respawn");
     let state = dir.path("state");
     // The worker runs as nobody; the state directory (0700, root's) is the client's alone.
-    let s = acme_shuck(
+    let s = issued_shuck(
         &pebble,
         tls_port,
         &state,
         "[127.0.0.1]:9",
-        &["first.test"],
+        "first.test",
         &["--user", "nobody"],
-    );
-    assert!(
-        s.wait_log(
-            "ACME: certificate for first.test issued",
-            Duration::from_secs(60)
-        ),
-        "{}",
-        s.log()
     );
     let client_pid = |log: &str, nth: usize| -> Option<u32> {
         log.lines()
@@ -781,27 +772,18 @@ fn external_account_binding_is_sent_when_the_ca_requires_it() {
     // With it, the account is made and the certificate issued.
     let key = dir.path("hmac");
     std::fs::write(&key, format!("{HMAC}\n")).unwrap();
-    let s = acme_shuck(
+    let _s = issued_shuck(
         &pebble,
         tls_port,
         &dir.path("bound"),
         "[127.0.0.1]:9",
-        &["eab.test"],
+        "eab.test",
         &[
             "--acme-eab-kid",
             KID,
             "--acme-eab-hmac-key",
             key.to_str().unwrap(),
         ],
-    );
-    assert!(
-        s.wait_log(
-            "ACME: certificate for eab.test issued",
-            Duration::from_secs(60)
-        ),
-        "{}\npebble: {}",
-        s.log(),
-        pebble.log()
     );
     let root = pebble.issuing_root();
     assert!(served(tls_port, "eab.test", &root).0);

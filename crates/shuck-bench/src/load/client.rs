@@ -6,51 +6,15 @@ use std::io;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{Resumption, Tls12Resumption};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use crate::verifier::AnyCertificate;
+
 use super::{KeyType, LoadOpts, ResumeBy};
-
-/// Accepts any certificate but checks handshake signatures: a benchmark client that skips
-/// path building, as the seeds' load generators did.
-#[derive(Debug)]
-struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
 
 /// The two client configurations a run uses: one that keeps sessions, one that never does.
 #[derive(Clone)]
@@ -93,7 +57,7 @@ pub(super) fn clients(o: &LoadOpts) -> anyhow::Result<Clients> {
             .with_protocol_versions(&versions)
             .context("cipher and TLS version do not fit together")?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCert(provider.clone())))
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate::new(provider.clone())))
             .with_no_client_auth();
         cfg.resumption = resumption;
         Ok(TlsConnector::from(Arc::new(cfg)))

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex, Once};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, SignatureScheme, StreamOwned};
+use shuck_bench::verifier::AnyCertificate;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_shuck");
 
@@ -705,49 +705,6 @@ impl Drop for StoppableOrigin {
 
 // ---------------------------------------------------------------- a rustls client
 
-/// Accepts any certificate but still checks the handshake signatures, so tests can assert
-/// *which* certificate was served without building a PKI.
-#[derive(Debug)]
-struct AnyCert(
-    Arc<rustls::crypto::CryptoProvider>,
-    Option<Vec<SignatureScheme>>,
-);
-
-impl ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        match &self.1 {
-            Some(only) => only.clone(),
-            None => self.0.signature_verification_algorithms.supported_schemes(),
-        }
-    }
-}
-
 /// What a test client asks for.
 #[derive(Clone, Default)]
 pub struct ClientOpts {
@@ -795,7 +752,10 @@ pub fn client_config(opts: &ClientOpts) -> Arc<ClientConfig> {
         .with_protocol_versions(&versions)
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCert(provider, opts.sig_schemes.clone())));
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate::offering(
+            provider,
+            opts.sig_schemes.clone(),
+        )));
     let mut cfg = match &opts.client_pem {
         None => cfg.with_no_client_auth(),
         Some(pem) => {
