@@ -115,19 +115,55 @@ struct Run {
     crashes: VecDeque<Instant>,
     respawn_at: Option<Instant>,
     upgrade: Option<Upgrade>,
-    handing_over: bool,
-    stopping: bool,
-    /// A second SIGTERM/SIGINT: the drain was cut short (exit status 1).
-    forced: bool,
-    ready_once: bool,
-    /// The worker to start waits for the previous process's sessions.
-    await_sessions: bool,
+    /// Where the master's life is.
+    phase: Phase,
     /// The ACME client process, with `--acme-directory`.
     acme: Option<AcmeChild>,
     /// When to start the ACME client again after it died.
     acme_respawn_at: Option<Instant>,
     /// The ACME client's last counters, for a worker started later.
     acme_status: Option<crate::acme::Status>,
+}
+
+/// The master's life, one phase at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The first worker is forked and has not served yet: its death is a start failure.
+    /// `takeover`: it waits for the previous master's sessions (a binary upgrade).
+    Starting { takeover: bool },
+    /// A worker has served: one that dies is a crash, and another is forked.
+    Serving,
+    /// The new binary serves: this master's worker retires, then this master exits and
+    /// leaves the pid file to it.
+    HandingOver,
+    /// SIGTERM or SIGINT: the worker drains, then this master exits. `forced`: a second
+    /// signal cut the drain short (exit status 1). `handed_over`: it came while handing
+    /// over, so the pid file is the new master's.
+    Stopping { forced: bool, handed_over: bool },
+}
+
+impl Phase {
+    /// A new binary serves in this master's place.
+    fn handed_over(self) -> bool {
+        matches!(
+            self,
+            Phase::HandingOver
+                | Phase::Stopping {
+                    handed_over: true,
+                    ..
+                }
+        )
+    }
+
+    /// This master is on its way out.
+    fn ending(self) -> bool {
+        matches!(self, Phase::HandingOver | Phase::Stopping { .. })
+    }
+
+    /// SIGTERM or SIGINT was received.
+    fn stopping(self) -> bool {
+        matches!(self, Phase::Stopping { .. })
+    }
 }
 
 /// Why the loop woke.
@@ -157,7 +193,7 @@ pub fn run(m: Master) -> Result<(), StartError> {
     let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
         .map_err(|e| StartError::System(e.into()))?;
     let exe = std::env::current_exe().map_err(StartError::System)?;
-    let await_sessions = m.predecessor.is_some();
+    let takeover = m.predecessor.is_some();
     let mut run = Run {
         m,
         exe,
@@ -169,11 +205,7 @@ pub fn run(m: Master) -> Result<(), StartError> {
         crashes: VecDeque::new(),
         respawn_at: None,
         upgrade: None,
-        handing_over: false,
-        stopping: false,
-        forced: false,
-        ready_once: false,
-        await_sessions,
+        phase: Phase::Starting { takeover },
         acme: None,
         acme_respawn_at: None,
         acme_status: None,
@@ -186,15 +218,12 @@ pub fn run(m: Master) -> Result<(), StartError> {
 impl Run {
     fn serve(&mut self) -> Result<(), StartError> {
         loop {
-            if (self.stopping || self.handing_over)
-                && self.worker.is_none()
-                && self.retiring.is_empty()
-            {
-                if self.handing_over {
+            if self.phase.ending() && self.worker.is_none() && self.retiring.is_empty() {
+                if self.phase.handed_over() {
                     // The pid file is the new master's now.
                     std::mem::forget(self.m.pidfile.take());
                     tracing::info!(name: "upgrade_done", "binary upgrade done: this process exits");
-                } else if self.forced {
+                } else if matches!(self.phase, Phase::Stopping { forced: true, .. }) {
                     return Err(StartError::System(std::io::Error::other(
                         "stopped by a second signal before the drain ended",
                     )));
@@ -273,12 +302,15 @@ impl Run {
     }
 
     fn stop(&mut self) {
-        if self.stopping {
+        if let Phase::Stopping { forced, .. } = &mut self.phase {
             // A second signal: the worker exits at once on its own second one.
             tracing::warn!(name: "second_signal", "second signal: the worker exits now");
-            self.forced = true;
+            *forced = true;
         } else {
-            self.stopping = true;
+            self.phase = Phase::Stopping {
+                forced: false,
+                handed_over: self.phase.handed_over(),
+            };
             notify::notify("STOPPING=1");
             // Once the worker stops accepting, the ports close: new connections are
             // refused, not left in a backlog nobody reads.
@@ -308,7 +340,7 @@ impl Run {
             let Some(pid) = status.pid() else { continue };
             if self.worker.as_ref().is_some_and(|w| w.pid == pid) {
                 self.worker = None;
-                if !self.stopping && !self.ready_once {
+                if matches!(self.phase, Phase::Starting { .. }) {
                     // It never served (privileges, chroot, a service that cannot start):
                     // a start failure, said once, not a crash loop.
                     return Err(StartError::System(std::io::Error::other(format!(
@@ -316,7 +348,7 @@ impl Run {
                         describe(&status)
                     ))));
                 }
-                if !self.stopping {
+                if !self.phase.stopping() {
                     self.crashed(pid, &status)?;
                 }
             } else if let Some(i) = self.retiring.iter().position(|w| w.pid == pid) {
@@ -334,7 +366,7 @@ impl Run {
                 }
             } else if self.acme.as_ref().is_some_and(|a| a.pid == pid) {
                 self.acme = None;
-                if !self.stopping && !self.handing_over {
+                if !self.phase.ending() {
                     tracing::error!(
                         name: "acme_client_died",
                         pid = %pid,
@@ -348,7 +380,7 @@ impl Run {
                 }
             } else if self.upgrade.as_ref().is_some_and(|u| u.pid == pid) {
                 self.upgrade = None;
-                if self.handing_over {
+                if self.phase.handed_over() {
                     // It served, handed over in turn and is done: the next one serves.
                     tracing::debug!(
                         name: "successor_exited",
@@ -357,7 +389,7 @@ impl Run {
                         "the next process {pid} {}",
                         describe(&status),
                     );
-                } else if !self.stopping {
+                } else if !self.phase.stopping() {
                     tracing::error!(
                         name: "upgrade_failed",
                         binary = %self.exe.display(),
@@ -431,8 +463,8 @@ impl Run {
         }
         if self.respawn_at.is_some_and(|t| Instant::now() >= t) {
             self.respawn_at = None;
-            // A respawned worker serves at once: what the old one had is gone.
-            self.await_sessions = false;
+            // A respawned worker serves at once (the phase is no longer Starting): what
+            // the old one had is gone.
             self.spawn_worker()?;
         }
         // With a shared store the farm's ring lives there, kept by the worker.
@@ -445,7 +477,7 @@ impl Run {
             }
         }
         if let Some(u) = &self.upgrade {
-            if !self.handing_over && u.since.elapsed() > UPGRADE_TIMEOUT {
+            if !self.phase.handed_over() && u.since.elapsed() > UPGRADE_TIMEOUT {
                 tracing::error!(
                     name: "upgrade_timeout",
                     new_pid = u.pid.as_raw(),

@@ -15,7 +15,7 @@ impl super::Run {
     /// SIGHUP: reads everything again as root; when good, binds new frontends and sends
     /// the worker what was read.
     pub(super) fn reload(&mut self) {
-        if self.handing_over {
+        if self.phase.handed_over() {
             tracing::warn!(
                 name: "reload_during_upgrade",
                 "SIGHUP: this process is handing over to a new binary; send SIGHUP to the new master",

@@ -9,7 +9,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::inherit::UPGRADE_ENV;
-use super::Upgrade;
+use super::{Phase, Upgrade};
 use crate::runtime::channel::MAX_FDS;
 use crate::runtime::channel::{Channel, Entry, Msg};
 
@@ -31,14 +31,20 @@ impl super::Run {
         let Some(u) = &mut self.upgrade else { return };
         let Some(c) = &u.chan else { return };
         match c.recv() {
-            Ok(Msg::Ready) if !self.handing_over => {
+            Ok(Msg::Ready) if !self.phase.handed_over() => {
                 tracing::info!(
                     name: "upgrade_serving",
                     new_pid = u.pid.as_raw(),
                     "SIGUSR2: the new process (pid {}) serves; this one stops accepting, hands over its sessions and drains its connections",
                     u.pid,
                 );
-                self.handing_over = true;
+                self.phase = match self.phase {
+                    Phase::Stopping { forced, .. } => Phase::Stopping {
+                        forced,
+                        handed_over: true,
+                    },
+                    _ => Phase::HandingOver,
+                };
                 self.respawn_at = None;
                 // The new master runs its own ACME client.
                 self.stop_acme();
@@ -77,14 +83,14 @@ impl super::Run {
     /// SIGUSR2: starts the binary on disk with the same arguments and hands it the
     /// sockets and ticket keys; the rest happens when it says it serves.
     pub(super) fn start_upgrade(&mut self) {
-        if self.upgrade.is_some() || self.handing_over {
+        if self.upgrade.is_some() || self.phase.handed_over() {
             tracing::warn!(
                 name: "upgrade_already_running",
                 "SIGUSR2: a binary upgrade is already under way; this one is refused",
             );
             return;
         }
-        if self.stopping {
+        if self.phase.stopping() {
             return;
         }
         let started = Channel::pair().and_then(|(mine, theirs)| {

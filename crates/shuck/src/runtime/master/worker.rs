@@ -7,7 +7,7 @@ use crate::runtime::fork::{fork_single_threaded, Forked};
 use crate::system::notify;
 
 use super::listeners::clone_all;
-use super::Worker;
+use super::{Phase, Worker};
 use crate::runtime::sockets::Sockets;
 use crate::runtime::worker::{self as serve, Start};
 
@@ -62,10 +62,11 @@ impl super::Run {
     }
 
     pub(super) fn worker_ready(&mut self) {
-        if self.ready_once {
-            return;
+        // Only the first worker's readiness ends the start; later ones just serve.
+        match self.phase {
+            Phase::Starting { .. } => self.phase = Phase::Serving,
+            _ => return,
         }
-        self.ready_once = true;
         if let Some(p) = &self.m.predecessor {
             // Our worker serves: the previous master hands over.
             if let Err(e) = p.send(&Msg::Ready) {
@@ -101,7 +102,7 @@ impl super::Run {
             ocsp_targets: self.m.ocsp_targets.clone(),
             source: self.m.source.clone(),
             channel: theirs,
-            await_sessions: self.await_sessions,
+            await_sessions: self.phase == (Phase::Starting { takeover: true }),
         };
         match fork_single_threaded().map_err(StartError::System)? {
             Forked::Child => {
