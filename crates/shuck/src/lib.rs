@@ -6,7 +6,7 @@
 //! with certificates from [`tls`] and servers from `backend`.
 
 // Two `unsafe` blocks in the crate, each allowed where it stands with its proof
-// (`proxy::listener::set_fastopen`, `runtime::master`'s fork); everything else is safe code.
+// (`proxy::listener::set_tcp_option`, `runtime::fork`); everything else is safe code.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -205,6 +205,39 @@ fn silent_client_is_cut_at_the_handshake_timeout() {
 }
 
 #[test]
+fn defer_accept_leaves_a_silent_client_in_the_kernel_and_serves_one_that_speaks() {
+    assert!(require("ss", "iproute2"));
+    let origin = Origin::echo();
+    // The server side of a connection to `port`, as the kernel lists it.
+    let states = |port: u16| {
+        sh_out(&format!(
+            "ss -tanH '( sport = :{port} )' | awk '{{print $1}}' | grep -v LISTEN || true"
+        ))
+    };
+    for defer in [false, true] {
+        let mut args = vec!["-n", "1", "-b", &origin.port_spec];
+        if defer {
+            args.push("--defer-accept");
+        }
+        let shuck = Shuck::start(&args);
+        let silent = TcpStream::connect(shuck.addr()).unwrap();
+        thread::sleep(Duration::from_millis(500));
+        let seen = states(shuck.port);
+        if defer {
+            // Held before the accept queue: the kernel never completed it for shuck.
+            assert!(seen.contains("SYN-RECV"), "{seen:?}");
+            assert!(!seen.contains("ESTAB"), "{seen:?}");
+        } else {
+            assert!(seen.contains("ESTAB"), "{seen:?}");
+        }
+        // A client that speaks is accepted and served either way.
+        let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+        echo_roundtrip(&mut c);
+        drop(silent);
+    }
+}
+
+#[test]
 fn idle_connections_are_closed_after_the_idle_timeout() {
     let origin = Origin::echo();
     let shuck = Shuck::start(&["-n", "1", "-b", &origin.addr(), "--idle-timeout", "1"]);

@@ -201,6 +201,14 @@ pub struct Cli {
           value_parser = parse_on_off)]
     pub tcp_fastopen: bool,
 
+    /// Accept a connection only once its first bytes (the ClientHello) have arrived
+    /// (TCP_DEFER_ACCEPT; HAProxy's defer-accept): a client that connects and sends nothing
+    /// costs no accept, no wake-up and no handshake deadline, and the kernel gives it up
+    /// after about --ssl-handshake-timeout.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub defer_accept: bool,
+
     /// TLS protocols to accept, separated by spaces or commas: TLSv1.2, TLSv1.3 (SSLv3,
     /// TLSv1.0 and TLSv1.1 beside them are dropped with a warning).
     #[arg(long, value_name = "LIST", default_value = "TLSv1.2 TLSv1.3")]

@@ -85,6 +85,9 @@ pub struct Config {
     pub backlog: u32,
     /// TCP Fast Open on the listeners.
     pub tcp_fastopen: bool,
+    /// `--defer-accept`: a connection is accepted once its first bytes arrived, waiting for
+    /// them at most this long (the handshake timeout).
+    pub defer_accept: Option<Duration>,
     /// `--backend-refresh`: how often backend names are resolved again.
     pub backend_refresh: Option<Duration>,
     /// TLS parameters.
@@ -282,6 +285,7 @@ impl Config {
             workers,
             backlog: cli.backlog,
             tcp_fastopen: cli.tcp_fastopen,
+            defer_accept: cli.defer_accept.then_some(cli.ssl_handshake_timeout),
             backend_refresh: (cli.backend_refresh > 0)
                 .then(|| Duration::from_secs(cli.backend_refresh)),
             tls,

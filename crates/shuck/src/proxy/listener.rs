@@ -33,15 +33,28 @@ pub struct Options {
     pub backlog: u32,
     /// Accept TCP Fast Open (data in the SYN), with a queue as long as the backlog.
     pub fastopen: bool,
+    /// Wake the accept loop only for connections whose first bytes arrived, waiting for
+    /// them at most this long (TCP_DEFER_ACCEPT, whole seconds).
+    pub defer_accept: Option<Duration>,
 }
 
 /// A listening socket for one worker on `addr`.
 pub fn bind(addr: SocketAddr, options: Options) -> io::Result<std::net::TcpListener> {
-    let Options { backlog, fastopen } = options;
+    let Options {
+        backlog,
+        fastopen,
+        defer_accept,
+    } = options;
     let socket = new_socket(addr)?;
     socket.set_reuse_port(true)?;
     if fastopen {
-        set_fastopen(&socket, backlog)?;
+        // A queue of as many pending Fast Open connections as the backlog.
+        let qlen = libc::c_int::try_from(backlog).unwrap_or(libc::c_int::MAX);
+        set_tcp_option(&socket, libc::TCP_FASTOPEN, qlen)?;
+    }
+    if let Some(wait) = defer_accept {
+        let secs = libc::c_int::try_from(wait.as_secs().max(1)).unwrap_or(libc::c_int::MAX);
+        set_tcp_option(&socket, libc::TCP_DEFER_ACCEPT, secs)?;
     }
     socket.bind(&addr.into())?;
     socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
@@ -49,21 +62,21 @@ pub fn bind(addr: SocketAddr, options: Options) -> io::Result<std::net::TcpListe
     Ok(socket.into())
 }
 
-/// `TCP_FASTOPEN` with a queue of `qlen` pending Fast Open connections (hitch's
-/// `tcp-fastopen`). Neither socket2 nor nix wraps this option for listeners.
+/// An integer option of the TCP level on a listener: `TCP_FASTOPEN` (hitch's
+/// `tcp-fastopen`, the queue length) and `TCP_DEFER_ACCEPT` (`--defer-accept`, seconds).
+/// Neither socket2 nor nix wraps these for listeners.
 #[allow(unsafe_code)]
-fn set_fastopen(socket: &Socket, qlen: u32) -> io::Result<()> {
+fn set_tcp_option(socket: &Socket, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let qlen = libc::c_int::try_from(qlen).unwrap_or(libc::c_int::MAX);
     // SAFETY: the descriptor is open for the whole call (borrowed from `socket`), and the
     // option value is a pointer to a live `c_int` with its exact size as the length, which
-    // is what the kernel reads for TCP_FASTOPEN; nothing is written back.
+    // is what the kernel reads for both options; nothing is written back.
     let r = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
             libc::IPPROTO_TCP,
-            libc::TCP_FASTOPEN,
-            std::ptr::from_ref(&qlen).cast(),
+            option,
+            std::ptr::from_ref(&value).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };

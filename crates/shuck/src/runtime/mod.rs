@@ -66,6 +66,7 @@ pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
         crate::proxy::listener::Options {
             backlog: config.backlog,
             fastopen: config.tcp_fastopen,
+            defer_accept: config.defer_accept,
         },
         config.workers,
     );

@@ -164,6 +164,7 @@ pub fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
         ("timeouts and limits", format!("{:?}", c.limits)),
         ("backlog", c.backlog.to_string()),
         ("tcp-fastopen", c.tcp_fastopen.to_string()),
+        ("defer-accept", format!("{:?}", c.defer_accept)),
         ("backend-refresh", format!("{:?}", c.backend_refresh)),
         ("proxy-authority", c.proxy_authority.to_string()),
         ("write-proxy/write-ip", format!("{:?}", c.preamble)),
