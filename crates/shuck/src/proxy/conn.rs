@@ -50,15 +50,7 @@ pub async fn serve(
     let limits = &state.limits;
     let started = Instant::now();
 
-    // admit
-    if let Err(e) = admit(&tcp, limits.keepalive) {
-        tracing::debug!(
-            name: "conn_socket_options_failed",
-            client = %peer,
-            error = %e,
-            "cannot set socket options",
-        );
-    }
+    // admit: no Nagle and the keepalive came with the socket (`listener::set_client_options`)
     let wants_dst = matches!(state.preamble, Preamble::ProxyV1 | Preamble::ProxyV2);
     let socket_dst = if wants_dst || state.proxy_proxy {
         tcp.local_addr().unwrap_or(peer)
@@ -357,17 +349,6 @@ fn version_name(v: Option<rustls::ProtocolVersion>) -> Option<&'static str> {
         Some(rustls::ProtocolVersion::TLSv1_2) => Some("TLSv1.2"),
         _ => None,
     }
-}
-
-/// Socket options on the client side: no Nagle (small responses must not wait for an ACK),
-/// and keepalive so that dead clients are eventually noticed.
-fn admit(tcp: &TcpStream, keepalive: Option<std::time::Duration>) -> std::io::Result<()> {
-    tcp.set_nodelay(true)?;
-    if let Some(idle) = keepalive {
-        let ka = socket2::TcpKeepalive::new().with_time(idle);
-        socket2::SockRef::from(tcp).set_tcp_keepalive(&ka)?;
-    }
-    Ok(())
 }
 
 /// How a relay's end is told to the client: 400 or 408 in HTTP mode, then close.

@@ -36,6 +36,8 @@ pub struct Options {
     /// Wake the accept loop only for connections whose first bytes arrived, waiting for
     /// them at most this long (TCP_DEFER_ACCEPT, whole seconds).
     pub defer_accept: Option<Duration>,
+    /// TCP keepalive idle time of client connections (`-k`).
+    pub keepalive: Option<Duration>,
 }
 
 /// A listening socket for one worker on `addr`.
@@ -44,9 +46,11 @@ pub fn bind(addr: SocketAddr, options: Options) -> io::Result<std::net::TcpListe
         backlog,
         fastopen,
         defer_accept,
+        keepalive,
     } = options;
     let socket = new_socket(addr)?;
     socket.set_reuse_port(true)?;
+    set_client_options(&socket, keepalive)?;
     if fastopen {
         // A queue of as many pending Fast Open connections as the backlog.
         let qlen = libc::c_int::try_from(backlog).unwrap_or(libc::c_int::MAX);
@@ -60,6 +64,20 @@ pub fn bind(addr: SocketAddr, options: Options) -> io::Result<std::net::TcpListe
     socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
+}
+
+/// What every client connection needs, set once on the listener, whose accepted sockets
+/// inherit it on Linux (the kernel copies the listener's socket and starts the keepalive
+/// timer of a copy that has SO_KEEPALIVE): no Nagle, so small answers do not wait for an
+/// ACK, and `-k`'s keepalive, so that dead clients are eventually noticed. Two to three
+/// system calls a connection fewer than setting them on each. Also applied to listeners
+/// taken from systemd or a previous binary.
+pub fn set_client_options(socket: &Socket, keepalive: Option<Duration>) -> io::Result<()> {
+    socket.set_tcp_nodelay(true)?;
+    if let Some(idle) = keepalive {
+        socket.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(idle))?;
+    }
+    Ok(())
 }
 
 /// An integer option of the TCP level on a listener: `TCP_FASTOPEN` (hitch's

@@ -67,6 +67,7 @@ pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
             backlog: config.backlog,
             fastopen: config.tcp_fastopen,
             defer_accept: config.defer_accept,
+            keepalive: config.limits.keepalive,
         },
         config.workers,
     );

@@ -63,6 +63,10 @@ impl Listeners {
             }
             for l in &given {
                 l.set_nonblocking(true)
+                    .and_then(|()| {
+                        let sock = socket2::SockRef::from(l);
+                        listener::set_client_options(&sock, self.options.keepalive)
+                    })
                     .map_err(|source| StartError::bind(&name, addr, source))?;
             }
             // As many as there are threads: share a socket when fewer were passed (systemd
