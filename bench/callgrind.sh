@@ -24,20 +24,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-    for _ in $(seq 1 600); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "nothing listens on port $1" >&2
-    return 1
-}
-
-oport=$(free_port)
-"$bench" origin --listen "127.0.0.1:$oport" >/dev/null 2>&1 &
-origin_pid=$!
-wait_port "$oport"
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+start_origin
 
 # Runs shuck under callgrind while shuck-bench does "$@"; prints the instructions counted,
 # the sessions completed and the requests answered.

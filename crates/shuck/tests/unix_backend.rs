@@ -31,17 +31,7 @@ impl UnixOrigin {
     ) -> Self {
         let path = dir.path(name);
         let l = UnixListener::bind(&path).unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
-        let handler = Arc::new(handler);
-        thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(s) = s else { continue };
-                count.fetch_add(1, Ordering::SeqCst);
-                let h = handler.clone();
-                thread::spawn(move || h(s));
-            }
-        });
+        let accepted = serve_each(move || l.accept().map(|(s, _)| s), handler);
         UnixOrigin { path, accepted }
     }
 

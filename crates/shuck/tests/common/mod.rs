@@ -540,6 +540,24 @@ pub fn read_proxy_v2_tlvs(s: &mut impl Read) -> Option<Vec<(u8, Vec<u8>)>> {
 
 // ---------------------------------------------------------------- origins
 
+/// Serves every connection `accept` returns with `handler`, each on a thread of its own, for
+/// ever (the thread ends with the test process); returns the count of connections accepted.
+pub fn serve_each<S: Send + 'static>(
+    accept: impl Fn() -> io::Result<S> + Send + 'static,
+    handler: impl Fn(S) + Send + Sync + 'static,
+) -> Arc<AtomicUsize> {
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    let handler = Arc::new(handler);
+    thread::spawn(move || loop {
+        let Ok(s) = accept() else { continue };
+        count.fetch_add(1, Ordering::SeqCst);
+        let h = handler.clone();
+        thread::spawn(move || h(s));
+    });
+    accepted
+}
+
 /// A plain TCP origin on 127.0.0.1 serving each connection with `handler` on its own thread.
 pub struct Origin {
     pub port: u16,
@@ -555,17 +573,7 @@ impl Origin {
     {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
-        let handler = Arc::new(handler);
-        thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(s) = s else { continue };
-                count.fetch_add(1, Ordering::SeqCst);
-                let h = handler.clone();
-                thread::spawn(move || h(s));
-            }
-        });
+        let accepted = serve_each(move || l.accept().map(|(s, _)| s), handler);
         Origin {
             port,
             port_spec: format!("[127.0.0.1]:{port}"),

@@ -1,0 +1,23 @@
+# Helpers the measuring scripts of bench/ share (sourced, not run): a free loopback port,
+# waiting until something listens on one, and shuck-bench's origin started on one.
+
+# A TCP port nothing listens on now.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Waits up to a minute for a listener on 127.0.0.1:$1.
+wait_port() {
+    for _ in $(seq 1 600); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "nothing listens on port $1" >&2
+    return 1
+}
+
+# Starts "$bench" origin on a free port; sets oport and origin_pid.
+start_origin() {
+    oport=$(free_port)
+    "$bench" origin --listen "127.0.0.1:$oport" >/dev/null 2>&1 &
+    origin_pid=$!
+    wait_port "$oport"
+}
