@@ -73,11 +73,10 @@ fn code(text: &str) -> String {
 
 /// The paths a file names: each `crate::a::b` or `super::a` (with `use` groups opened), as
 /// module paths from the crate root.
-fn references(module: &[String], is_mod_rs: bool, code: &str) -> Vec<Vec<String>> {
+fn references(module: &[String], code: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     // The module `super` names: the parent of a file's module.
     let parent: Vec<String> = module[..module.len().saturating_sub(1)].to_vec();
-    let _ = is_mod_rs;
     for (prefix, base) in [("crate::", Vec::new()), ("super::", parent)] {
         let mut rest = code;
         while let Some(at) = rest.find(prefix) {
@@ -130,9 +129,8 @@ fn layers_import_one_way() {
     let mut edges: BTreeSet<(PathBuf, PathBuf)> = BTreeSet::new();
     for f in &files {
         let module = module_of(f);
-        let is_mod_rs = f.ends_with("mod.rs");
         let text = std::fs::read_to_string(root.join(f)).unwrap();
-        for path in references(&module, is_mod_rs, &code(&text)) {
+        for path in references(&module, &code(&text)) {
             let Some(first) = path.first() else { continue };
             let (from, to) = (&module[0], first);
             if from != to {

@@ -21,6 +21,16 @@ fn esc(text: &str) -> String {
         .join("\n")
 }
 
+/// A page's title, name, synopsis and description, ragged right (long flag names cannot
+/// be justified without warnings).
+fn prologue(man: &clap_mangen::Man, out: &mut Vec<u8>) -> std::io::Result<()> {
+    man.render_title(out)?;
+    out.extend_from_slice(b".ad l\n");
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)
+}
+
 /// `shuck(8)`.
 pub fn shuck_8() -> Result<Vec<u8>, String> {
     let man = clap_mangen::Man::new(command())
@@ -28,12 +38,7 @@ pub fn shuck_8() -> Result<Vec<u8>, String> {
         .manual("System Manager's Manual");
     let mut out = Vec::new();
     let io = |e: std::io::Error| e.to_string();
-    man.render_title(&mut out).map_err(io)?;
-    // Ragged right: long flag names cannot be justified without warnings.
-    out.extend_from_slice(b".ad l\n");
-    man.render_name_section(&mut out).map_err(io)?;
-    man.render_synopsis_section(&mut out).map_err(io)?;
-    man.render_description_section(&mut out).map_err(io)?;
+    prologue(&man, &mut out).map_err(io)?;
     man.render_options_section(&mut out).map_err(io)?;
     out.extend_from_slice(EXTRA_8.as_bytes());
     man.render_version_section(&mut out).map_err(io)?;
@@ -83,11 +88,7 @@ pub fn shuck_bench_1() -> Result<Vec<u8>, String> {
         .manual("User Commands");
     let mut out = Vec::new();
     let io = |e: std::io::Error| e.to_string();
-    man.render_title(&mut out).map_err(io)?;
-    out.extend_from_slice(b".ad l\n");
-    man.render_name_section(&mut out).map_err(io)?;
-    man.render_synopsis_section(&mut out).map_err(io)?;
-    man.render_description_section(&mut out).map_err(io)?;
+    prologue(&man, &mut out).map_err(io)?;
     // The subcommands are on this page, not on pages of their own.
     out.extend_from_slice(b".SH SUBCOMMANDS\n");
     for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {

@@ -169,9 +169,21 @@ pub(super) fn target(cli: &Cli, certificate_given: bool) -> Result<BackendTarget
     })
 }
 
-/// True when a `-b` names a UNIX socket.
-fn unix_backend(cli: &Cli) -> bool {
-    cli.backends.iter().any(|b| b.trim_start().starts_with('/'))
+/// `--write-ip`'s raw address bytes have no use on a UNIX socket backend: refused, as
+/// the combination most likely means a PROXY header was meant.
+pub(super) fn check_preamble(
+    preamble: Preamble,
+    target: &BackendTarget,
+) -> Result<(), ConfigError> {
+    let unix = matches!(target, BackendTarget::Servers(s)
+        if s.iter().any(|b| matches!(b.endpoint, BackendEndpoint::Unix(_))));
+    if preamble == Preamble::WriteIp && unix {
+        return Err(ConfigError::Invalid {
+            option: "--write-ip",
+            reason: "a UNIX socket backend has no use for the client's raw address bytes; use --write-proxy-v1 or --write-proxy-v2 (Varnish: -a /path,PROXY)".into(),
+        });
+    }
+    Ok(())
 }
 
 /// The one way of telling the backend who the client is that the command line chose.
@@ -189,12 +201,6 @@ pub(super) fn preamble(cli: &Cli) -> Result<Preamble, ConfigError> {
     Ok(match chosen.as_slice() {
         [] if cli.proxy_proxy => Preamble::PassThrough,
         [] => Preamble::None,
-        [Preamble::WriteIp] if unix_backend(cli) => {
-            return Err(ConfigError::Invalid {
-                option: "--write-ip",
-                reason: "a UNIX socket backend has no use for the client's raw address bytes; use --write-proxy-v1 or --write-proxy-v2 (Varnish: -a /path,PROXY)".into(),
-            })
-        }
         [one] => *one,
         _ => {
             return Err(ConfigError::Invalid {

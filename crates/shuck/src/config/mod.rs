@@ -261,6 +261,7 @@ impl Config {
             cli,
             !self_signed || acme.is_some() || frontends.iter().any(|f| !f.certs.is_empty()),
         )?;
+        backend::check_preamble(preamble, &backend)?;
         if let Some(dir) = &cli.ocsp_dir {
             if !dir.is_dir() {
                 return Err(ConfigError::Invalid {

@@ -171,7 +171,6 @@ impl super::Client {
         if let Some((_, until)) = self.hub.lease_of_other(&name) {
             tracing::info!(
                 name: "acme_farm_orders",
-                name = %name,
                 certificate = %name,
                 "ACME: another host of the farm orders {name}; waiting for it",
             );
@@ -185,7 +184,6 @@ impl super::Client {
             Some((holder, until)) if holder < self.hub.me => {
                 tracing::info!(
                     name: "acme_farm_claimed_too",
-                    name = %name,
                     certificate = %name,
                     "ACME: another host of the farm claimed {name} too and orders it; waiting for it",
                 );

@@ -38,10 +38,16 @@ impl TlsStream {
     /// Refuses the connection before the handshake with a fatal `alert`, in clear (nothing
     /// has been negotiated), and closes it. Best effort: the client may already be gone.
     pub async fn refuse(&mut self, alert: AlertDescription) {
-        self.out = vec![21, 3, 3, 0, 2, 2, u8::from(alert)];
-        (self.sent, self.end) = (0, self.out.len());
+        self.queue_alert_in_clear(alert);
         self.failed = true;
         self.close_after_alert().await;
+    }
+
+    /// Puts a fatal `alert` in a plaintext record as all there is to send (before any
+    /// ServerHello nothing else may go out, and nothing is encrypted yet).
+    pub(super) fn queue_alert_in_clear(&mut self, alert: AlertDescription) {
+        self.out = vec![21, 3, 3, 0, 2, 2, u8::from(alert)];
+        (self.sent, self.end) = (0, self.out.len());
     }
 
     /// Sends the alert queued in `out`, closes the sending side, and reads what the
@@ -71,7 +77,7 @@ impl TlsStream {
 
     /// After an I/O error during the handshake: a refusal of shuck's own gets its alert
     /// sent; the error is handed back either way.
-    async fn refused(&mut self, e: io::Error) -> io::Error {
+    async fn refuse_if_ours(&mut self, e: io::Error) -> io::Error {
         if let Some(r) = Refused::of(&e) {
             self.refuse(r.alert).await;
         }
@@ -89,11 +95,11 @@ impl TlsStream {
                     match poll_fn(|cx| self.read_more(cx)).await {
                         Ok(0) => return Err(closed_early()),
                         Ok(_) => {}
-                        Err(e) => return Err(self.refused(e).await),
+                        Err(e) => return Err(self.refuse_if_ours(e).await),
                     }
                 }
                 Ok(Pumped::Eof) => return Err(closed_early()),
-                Err(e) if Refused::of(&e).is_some() => return Err(self.refused(e).await),
+                Err(e) if Refused::of(&e).is_some() => return Err(self.refuse_if_ours(e).await),
                 Err(e) => {
                     // The alert rustls queued goes out before the connection is dropped.
                     self.close_after_alert().await;
@@ -132,7 +138,7 @@ impl TlsStream {
             match poll_fn(|cx| self.read_more(cx)).await {
                 Ok(0) => return Err(closed_early()),
                 Ok(_) => {}
-                Err(e) => return Err(self.refused(e).await),
+                Err(e) => return Err(self.refuse_if_ours(e).await),
             }
         }
     }

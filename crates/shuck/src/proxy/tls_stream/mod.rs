@@ -290,8 +290,7 @@ impl TlsStream {
                         // rustls queues no alert for a message its deframer refuses (one
                         // over 64 KB, say): before anything was sent, it goes out in clear.
                         if let Some(alert) = invalid_message_alert(&e) {
-                            self.out = vec![21, 3, 3, 0, 2, 2, u8::from(alert)];
-                            (self.sent, self.end) = (0, self.out.len());
+                            self.queue_alert_in_clear(alert);
                         }
                     }
                     return Err(e);
