@@ -27,6 +27,7 @@ trap cleanup EXIT
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 start_origin
+make_cert "$work"
 
 # Runs shuck under callgrind while shuck-bench does "$@"; prints the instructions counted,
 # the sessions completed and the requests answered.
@@ -38,7 +39,7 @@ count() {
     out="$work/cg.out"
     rm -f "$out".*
     valgrind --tool=callgrind --callgrind-out-file="$out.%p" \
-        "$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q ${SHUCK_ARGS:-} 2>"$work/vg.log" &
+        "$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q ${SHUCK_ARGS:-} "$pem" 2>"$work/vg.log" &
     pid=$!
     wait_port "$port"
     "$bench" load --target "127.0.0.1:$port" --concurrency 1 --timeout 120 --json "$@" >"$work/load.json"

@@ -1,5 +1,6 @@
 # Helpers the measuring scripts of bench/ share (sourced, not run): a free loopback port,
-# waiting until something listens on one, and shuck-bench's origin started on one.
+# waiting until something listens on one, shuck-bench's origin started on one, and a
+# certificate for shuck.
 
 # A TCP port nothing listens on now.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -20,4 +21,15 @@ start_origin() {
     "$bench" origin --listen "127.0.0.1:$oport" >/dev/null 2>&1 &
     origin_pid=$!
     wait_port "$oport"
+}
+
+# Writes an ECDSA P-256 certificate for localhost with its key to $1/shuck.pem (the key
+# type of the self-signed default) and sets pem; shuck needs one in front of a backend.
+make_cert() {
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+        -keyout "$1/key.pem" -out "$1/cert.pem" 2>/dev/null
+    cat "$1/cert.pem" "$1/key.pem" >"$1/shuck.pem"
+    chmod 600 "$1/shuck.pem"
+    pem="$1/shuck.pem"
 }

@@ -26,9 +26,10 @@ trap cleanup EXIT
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 start_origin
+make_cert "$work"
 pids+=("$origin_pid")
 port=$(free_port)
-"$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q ${SHUCK_ARGS:-} 2>"$work/shuck.log" &
+"$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q ${SHUCK_ARGS:-} "$pem" 2>"$work/shuck.log" &
 master=$!
 pids+=("$master")
 wait_port "$port"

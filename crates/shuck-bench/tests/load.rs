@@ -74,6 +74,15 @@ fn shuck(origin_port: u16) -> (Proc, u16, PathBuf) {
         "shuck-bench-test-{}-{port}.log",
         std::process::id()
     ));
+    // shuck needs a certificate in front of a backend; any will do for the load client.
+    let pem = log.with_extension("pem");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(&pem, format!("{}{}", cert.pem(), key.serialize_pem())).unwrap();
+    std::fs::set_permissions(&pem, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let child = Command::new(shuck_bin())
         .args([
             "-n",
@@ -82,6 +91,7 @@ fn shuck(origin_port: u16) -> (Proc, u16, PathBuf) {
             &format!("[127.0.0.1]:{port}"),
             "-b",
             &format!("[127.0.0.1]:{origin_port}"),
+            pem.to_str().unwrap(),
         ])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
@@ -89,6 +99,8 @@ fn shuck(origin_port: u16) -> (Proc, u16, PathBuf) {
         .unwrap();
     let p = Proc(child);
     wait_port(port);
+    // Read at start; nothing reloads it here.
+    let _ = std::fs::remove_file(&pem);
     (p, port, log)
 }
 

@@ -420,14 +420,28 @@ fn no_certificate_anywhere_is_refused_as_hitch_does() {
     let (code, err) = run_to_exit(&["--config", &block, "--test"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("frontend '[127.0.0.1]:1444'"), "{err}");
-    // Without a configuration file the self-signed certificate stands in.
+    // Nor in front of a backend given on the command line (hitch needs a certificate)...
     let out = std::process::Command::new(BIN)
         .args(["-f", "[127.0.0.1]:1445", "-b", "[127.0.0.1]:8000", "--test"])
         .output()
         .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("No x509 certificate PEM file specified") && stderr.contains("--backend"),
+        "{stderr}"
+    );
+    // ...only with no backend, in front of the built-in origin.
+    let out = std::process::Command::new(BIN)
+        .args(["-f", "[127.0.0.1]:1445", "--test"])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
-    assert!(stdout.contains("self-signed"), "{stdout}");
+    assert!(
+        stdout.contains("self-signed") && stdout.contains("built-in origin"),
+        "{stdout}"
+    );
 }
 
 #[test]

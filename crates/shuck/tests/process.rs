@@ -580,14 +580,14 @@ fn an_upgrade_to_a_binary_that_fails_keeps_the_old_one_serving() {
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     let mut child = Command::new(&bin)
-        .args([
+        .args(with_cert(&[
             "-f",
             &format!("[127.0.0.1]:{port}"),
             "-b",
             &origin.addr(),
             "--pidfile",
             pidfile.to_str().unwrap(),
-        ])
+        ]))
         .env("NOTIFY_SOCKET", &notify)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -698,6 +698,7 @@ fn socket_activation_takes_systemds_sockets() {
             &format!("127.0.0.1:{port}"),
             "--fdname=web",
             BIN,
+            test_cert(),
             "-f",
             &format!("[127.0.0.1]:{port}"),
             "-b",

@@ -169,7 +169,14 @@ fn daemon_with_pidfile_and_log_file() {
     let fe = format!("[127.0.0.1]:{port}");
     // The command returns at once (the parent exits 0); the daemon lives on.
     let st = Command::new(BIN)
-        .args(["-f", &fe, "-b", &origin.addr(), "--daemon", "--pidfile"])
+        .args(with_cert(&[
+            "-f",
+            &fe,
+            "-b",
+            &origin.addr(),
+            "--daemon",
+            "--pidfile",
+        ]))
         .arg(&pidfile)
         .arg("--log-filename")
         .arg(&logfile)
@@ -221,7 +228,7 @@ fn sd_notify_ready_reloading_stopping() {
     let port = free_port();
     let fe = format!("[127.0.0.1]:{port}");
     let mut child = Command::new(BIN)
-        .args(["-f", &fe, "-b", &origin.addr()])
+        .args(with_cert(&["-f", &fe, "-b", &origin.addr()]))
         .env("NOTIFY_SOCKET", &sock_path)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -273,7 +280,7 @@ fn spawn_wrapped(wrapper: &[String], args: &[&str]) -> std::process::Child {
     Command::new(&wrapper[0])
         .args(&wrapper[1..])
         .arg(BIN)
-        .args(args)
+        .args(with_cert(args))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

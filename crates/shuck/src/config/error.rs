@@ -42,6 +42,10 @@ pub enum ConfigError {
         /// The frontend, as written (`[*]:8443`).
         frontend: String,
     },
+    /// A backend given on the command line but no certificate: the self-signed default
+    /// stands in only in front of the built-in origin.
+    #[error("No x509 certificate PEM file specified: with --backend, give a PEM file argument, --pem-file, --pem-dir or --acme-directory (as hitch needs one); the self-signed certificate is only for a start with no backend, in front of the built-in origin")]
+    NoCertificateForBackend,
     /// A PEM directory that cannot be read or holds no PEM file.
     #[error("--pem-dir {}: {reason}", path.display())]
     PemDir {

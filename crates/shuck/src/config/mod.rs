@@ -257,11 +257,15 @@ impl Config {
                 });
             }
         }
-        let backend = backend::target(
-            cli,
-            !self_signed || acme.is_some() || frontends.iter().any(|f| !f.certs.is_empty()),
-        )?;
+        let certificate_given =
+            !self_signed || acme.is_some() || frontends.iter().any(|f| !f.certs.is_empty());
+        let backend = backend::target(cli, certificate_given)?;
         backend::check_preamble(preamble, &backend)?;
+        if !certificate_given && !cli.backends.is_empty() {
+            // A real backend means real traffic: the self-signed default is for trying shuck
+            // on its built-in origin only (hitch refuses a start without a certificate).
+            return Err(ConfigError::NoCertificateForBackend);
+        }
         if let Some(dir) = &cli.ocsp_dir {
             if !dir.is_dir() {
                 return Err(ConfigError::Invalid {

@@ -201,6 +201,51 @@ pub fn rcgen_cert(dir: &TempDir, name: &str, names: &[&str], expired: bool) -> (
     (path, cert.der().to_vec())
 }
 
+/// A certificate for localhost, 127.0.0.1 and ::1 (the self-signed default's names), made
+/// once per test process in cargo's scratch directory, private as a key file should be.
+pub fn test_cert() -> &'static str {
+    static CERT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    CERT.get_or_init(|| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "::1".to_string(),
+        ])
+        .unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let path = dir.join(format!("test-cert-{}.pem", std::process::id()));
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, format!("{}{}", cert.pem(), key.serialize_pem())).unwrap();
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        path.to_str().unwrap().to_string()
+    })
+}
+
+/// `args` with [`test_cert`] first when they name a backend but no certificate: shuck, as
+/// hitch, needs one in front of a backend, and most tests do not care which. First, so that
+/// it is never the default over a certificate the arguments give.
+pub fn with_cert<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let backend = args
+        .iter()
+        .any(|a| *a == "-b" || a.starts_with("--backend") || (a.starts_with("-b") && a.len() > 2));
+    let certificate = args.iter().any(|a| {
+        a.ends_with(".pem")
+            || a.starts_with("--pem-")
+            || a.starts_with("--config")
+            || a.starts_with("--acme-directory")
+    });
+    let mut all = Vec::with_capacity(args.len() + 1);
+    if backend && !certificate {
+        all.push(test_cert());
+    }
+    all.extend_from_slice(args);
+    all
+}
+
 pub fn pem_der(pem: &[u8]) -> Vec<u8> {
     use rustls::pki_types::pem::PemObject;
     CertificateDer::from_pem_slice(pem).unwrap().to_vec()
@@ -335,7 +380,7 @@ impl Shuck {
             }
         };
         let mut child = cmd
-            .args(args)
+            .args(with_cert(args))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -495,7 +540,7 @@ impl Drop for Daemon {
 /// Runs shuck expecting it to exit by itself (bad input): status and stderr.
 pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
     let mut child = Command::new(BIN)
-        .args(args)
+        .args(with_cert(args))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
