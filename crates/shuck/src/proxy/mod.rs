@@ -12,6 +12,7 @@ pub(crate) mod listener;
 pub(crate) mod preamble;
 pub mod record_guard;
 pub(crate) mod relay;
+pub(crate) mod timer_anchor;
 pub mod tls_stream;
 
 use std::cell::Cell;
@@ -117,6 +118,8 @@ pub struct Worker {
     pub picker: Picker,
     /// Fired at stop and binary upgrade: HTTP/2 connections send GOAWAY and drain.
     pub drain: crate::shutdown::Shutdown,
+    /// Keeps the runtime's timers from waking their own driver ([`timer_anchor`]).
+    anchor: timer_anchor::Anchor,
 }
 
 impl Worker {
@@ -135,6 +138,7 @@ impl Worker {
             counters,
             picker: Picker::default(),
             drain,
+            anchor: timer_anchor::Anchor::default(),
         }
     }
 
@@ -152,6 +156,7 @@ impl Worker {
 
     fn conn_opened(&self) {
         self.live.set(self.live.get() + 1);
+        self.anchor.opened();
     }
 
     fn conn_closed(&self) {

@@ -55,6 +55,23 @@ pub struct RelayOutcome {
     pub end: RelayEnd,
 }
 
+/// A side the relay writes to. When a direction ends after the other one, both sockets
+/// are closed next, and the close sends the FIN: that side is then ended without a
+/// `shutdown` system call ([`Closing::poll_close_last`]).
+pub trait Closing: AsyncWrite + Unpin {
+    /// Ends what this side is sent, as the relay's last act before the socket is closed:
+    /// what its protocol needs (TLS: close_notify), not the half-close.
+    fn poll_close_last(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_shutdown(cx)
+    }
+}
+
+impl Closing for crate::backend::BackendStream {
+    fn poll_close_last(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_flush(cx)
+    }
+}
+
 /// Copies `client` ⇄ `backend` until both directions end, one fails, or nothing moves for
 /// `idle`. Reads land in the worker's scratch buffer; `http` is HTTP mode's state.
 pub async fn relay<C, B>(
@@ -64,8 +81,8 @@ pub async fn relay<C, B>(
     mut http: Option<&mut Http>,
 ) -> RelayOutcome
 where
-    C: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncRead + Closing,
+    B: AsyncRead + Closing,
 {
     let mut up = Pump::new();
     let mut down = Pump::new();
@@ -86,6 +103,7 @@ where
                 buf,
                 (Side::Client, Side::Backend),
                 &mut filter,
+                down.done,
             );
             if let Some(end) = up_step {
                 return Poll::Ready(end);
@@ -101,6 +119,7 @@ where
                 buf,
                 (Side::Backend, Side::Client),
                 &mut filter,
+                up.done,
             );
             if let Some(end) = down_step {
                 return Poll::Ready(end);
@@ -202,7 +221,9 @@ impl Pump {
     }
 
     /// Advances this direction unless it is done; `Some` when the relay must end because
-    /// reading from side `sides.0` or writing to side `sides.1` failed.
+    /// reading from side `sides.0` or writing to side `sides.1` failed. `last`: the other
+    /// direction has ended, so this one's end is the relay's.
+    #[allow(clippy::too_many_arguments)]
     fn step<R, W>(
         &mut self,
         cx: &mut Context<'_>,
@@ -211,15 +232,16 @@ impl Pump {
         scratch: &mut [u8],
         sides: (Side, Side),
         filter: &mut Filter<'_>,
+        last: bool,
     ) -> Option<RelayEnd>
     where
         R: AsyncRead + Unpin,
-        W: AsyncWrite + Unpin,
+        W: Closing,
     {
         if self.done {
             return None;
         }
-        match self.poll_copy(cx, Pin::new(r), Pin::new(w), scratch, filter) {
+        match self.poll_copy(cx, Pin::new(r), Pin::new(w), scratch, filter, last) {
             Poll::Ready(Ok(())) => {
                 self.done = true;
                 None
@@ -238,10 +260,11 @@ impl Pump {
         mut w: Pin<&mut W>,
         scratch: &mut [u8],
         filter: &mut Filter<'_>,
+        last: bool,
     ) -> Poll<Result<(), PumpError>>
     where
         R: AsyncRead + ?Sized,
-        W: AsyncWrite + ?Sized,
+        W: Closing + ?Sized,
     {
         loop {
             if let Filter::Request(rw, ex) = filter {
@@ -262,7 +285,12 @@ impl Pump {
                 self.pos = 0;
             }
             if self.eof {
-                ready!(w.as_mut().poll_shutdown(cx)).map_err(PumpError::Write)?;
+                let closed = if last {
+                    w.as_mut().poll_close_last(cx)
+                } else {
+                    w.as_mut().poll_shutdown(cx)
+                };
+                ready!(closed).map_err(PumpError::Write)?;
                 return Poll::Ready(Ok(()));
             }
 
@@ -334,6 +362,8 @@ impl Pump {
 mod tests {
     use super::*;
     use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt};
+
+    impl Closing for tokio::io::DuplexStream {}
 
     #[tokio::test]
     async fn copies_both_ways_with_half_close() {

@@ -84,8 +84,9 @@ impl TlsStream {
         e
     }
 
-    /// Runs the server side of the handshake to its end, and sends the session tickets
-    /// issued as it ends.
+    /// Runs the server side of the handshake to its end. What it issues as it ends goes
+    /// out at once, except TLS 1.3's session tickets when the client's first request came
+    /// with its Finished: they then leave with the first answer, in its write and packet.
     pub async fn complete_handshake(&mut self) -> io::Result<()> {
         loop {
             match self.pump(Want::Handshake) {
@@ -106,6 +107,14 @@ impl TlsStream {
                     return Err(e);
                 }
             }
+        }
+        // In TLS 1.3 all that is left to send now is tickets (TLS 1.2's last flight is
+        // handshake, and the client waits for it).
+        let request_in_hand = self.filled > 0 || self.plain.len() > self.pos;
+        if request_in_hand && self.conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3)
+        {
+            self.held = self.sent < self.end;
+            return Ok(());
         }
         poll_fn(|cx| self.poll_send(cx)).await
     }

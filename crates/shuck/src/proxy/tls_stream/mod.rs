@@ -65,6 +65,8 @@ pub struct TlsStream {
     guard: RecordGuard,
     /// Something was sent to the client (a plaintext alert is then no longer right).
     spoke: bool,
+    /// `out` holds session tickets kept for the first write (reads do not send them).
+    held: bool,
 }
 
 /// What the caller of [`TlsStream::pump`] is after.
@@ -121,6 +123,7 @@ impl TlsStream {
             acme_alpn: false,
             guard: RecordGuard::default(),
             spoke: false,
+            held: false,
         })
     }
 
@@ -403,6 +406,7 @@ impl TlsStream {
             TLS_OUT.give_back(std::mem::take(&mut self.out));
             (self.sent, self.end) = (0, 0);
         }
+        self.held = false;
         Poll::Ready(Ok(()))
     }
 }

@@ -7,6 +7,7 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{Pumped, TlsStream, Want, MAX_WRITE};
+use crate::proxy::relay::Closing;
 
 impl AsyncRead for TlsStream {
     fn poll_read(
@@ -52,8 +53,9 @@ impl AsyncRead for TlsStream {
             // More plaintext than the buffer took: served by the next read.
             cx.waker().wake_by_ref();
         }
-        // Alerts, tickets and key updates that reading queued go out as the socket allows.
-        let sent = if this.sent < this.end {
+        // Alerts, tickets and key updates that reading queued go out as the socket allows;
+        // tickets held for the first answer wait for it.
+        let sent = if this.sent < this.end && !this.held {
             this.poll_send(cx)
         } else {
             Poll::Ready(Ok(()))
@@ -75,8 +77,13 @@ impl AsyncWrite for TlsStream {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        // One send buffer at most: a slow client holds back the backend.
-        ready!(this.poll_send(cx))?;
+        // One send buffer at most: a slow client holds back the backend. Held tickets are
+        // not waited for: they go in this write's send.
+        if this.held {
+            this.held = false;
+        } else {
+            ready!(this.poll_send(cx))?;
+        }
         let had_plain = this.plain.len() > this.pos;
         let take = &data[..data.len().min(MAX_WRITE)];
         let n = match this.pump(Want::Write(take)) {
@@ -111,12 +118,26 @@ impl AsyncWrite for TlsStream {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if !this.close_sent {
-            this.close_sent = true;
-            // A connection that failed has nothing to close cleanly: the FIN still goes.
-            let _ = this.pump(Want::Close);
-        }
-        ready!(this.poll_send(cx))?;
+        ready!(this.poll_close_notify(cx))?;
         Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+impl Closing for TlsStream {
+    /// close_notify, without TCP's half-close: the socket's close sends the FIN.
+    fn poll_close_last(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_close_notify(cx)
+    }
+}
+
+impl TlsStream {
+    /// Queues close_notify once and sends what is queued.
+    fn poll_close_notify(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.close_sent {
+            self.close_sent = true;
+            // A connection that failed has nothing to close cleanly: the FIN still goes.
+            let _ = self.pump(Want::Close);
+        }
+        self.poll_send(cx)
     }
 }

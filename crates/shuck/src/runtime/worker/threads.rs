@@ -104,6 +104,8 @@ async fn worker_main(
     drain: Duration,
 ) {
     let worker = Rc::new(worker);
+    let anchored = worker.clone();
+    tokio::task::spawn_local(async move { anchored.keep_timers_anchored().await });
     // Sockets sent meanwhile wait in the channel; connections, in their backlog.
     tokio::select! {
         _ = start.recv() => {}
