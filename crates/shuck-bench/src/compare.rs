@@ -30,7 +30,7 @@ pub struct CompareOpts {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "shuck,hitch,haproxy,nginx,stunnel"
+        default_value = "shuck,hitch,haproxy,nginx,stunnel,relay"
     )]
     pub targets: Vec<Target>,
     /// Seconds per measurement.
@@ -187,6 +187,7 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
             key_type: None,
             timeout: 10.0,
             threads: 1,
+            plain: false,
         };
         let mut lo = sc.load_opts(&base);
         let pem = if sc.key == KeyType::Rsa2048 {
@@ -294,7 +295,22 @@ fn measure(
     };
     lo.target = SocketAddr::from(([127, 0, 0, 1], port));
     let ticks = procfs::clock_ticks();
+    // The relay is loaded as the scenario loads a terminator, without TLS.
+    let mut plain;
+    let lo = if t == Target::Relay {
+        plain = lo.clone();
+        plain.plain = true;
+        plain.key_type = None;
+        &mut plain
+    } else {
+        lo
+    };
 
+    if sc.idle && t == Target::Relay {
+        server.stop();
+        bar.inc(o.repeats as u64 + 1);
+        return fail("not measured: an idle connection's TLS memory has no relay figure".into());
+    }
     if sc.idle {
         let before = procfs::rss_bytes(server.pid());
         let held = load::open_idle(lo, idle_conns, 64);

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod capacity;
 mod compare;
 mod h2;
+mod limit;
 mod load;
 mod origin;
 mod peers;

@@ -44,6 +44,10 @@ pub enum Target {
     Nginx,
     /// stunnel.
     Stunnel,
+    /// The honest limit's relay: HAProxy in TCP mode without TLS, the same origin and
+    /// pinning, loaded in plain TCP with each scenario's connections and requests. Not a
+    /// peer: the limit row of a report is this plus the crypto floor.
+    Relay,
 }
 
 impl Target {
@@ -58,6 +62,7 @@ impl Target {
             Target::Haproxy => "haproxy",
             Target::Nginx => "nginx",
             Target::Stunnel => "stunnel",
+            Target::Relay => "relay",
         }
     }
 
@@ -65,7 +70,7 @@ impl Target {
         match self {
             Target::Shuck | Target::ShuckSync | Target::ShuckCache | Target::ShuckRedis => "shuck",
             Target::Hitch => "hitch",
-            Target::Haproxy => "haproxy",
+            Target::Haproxy | Target::Relay => "haproxy",
             Target::Nginx => "nginx",
             Target::Stunnel => "stunnel4",
         }
@@ -75,7 +80,7 @@ impl Target {
         match self {
             Target::Shuck | Target::ShuckSync | Target::ShuckCache | Target::ShuckRedis => "",
             Target::Hitch => "hitch",
-            Target::Haproxy => "haproxy",
+            Target::Haproxy | Target::Relay => "haproxy",
             Target::Nginx => "nginx libnginx-mod-stream",
             Target::Stunnel => "stunnel4",
         }
@@ -91,6 +96,7 @@ impl Target {
             Target::Haproxy => "haproxy.cfg",
             Target::Nginx => "nginx.conf",
             Target::Stunnel => "stunnel.conf",
+            Target::Relay => "relay.cfg",
         }
     }
 
@@ -102,6 +108,11 @@ impl Target {
         )
     }
 
+    /// A TLS terminator shuck is compared with (not shuck, not the relay).
+    pub fn is_peer(self) -> bool {
+        !self.is_shuck() && self != Target::Relay
+    }
+
     /// The version line the program prints, for reports.
     pub fn version(self, shuck: &Path) -> String {
         let (prog, arg) = match self {
@@ -109,7 +120,7 @@ impl Target {
                 (shuck.to_str().unwrap_or("shuck"), "--version")
             }
             Target::Hitch => ("hitch", "--version"),
-            Target::Haproxy => ("haproxy", "-v"),
+            Target::Haproxy | Target::Relay => ("haproxy", "-v"),
             Target::Nginx => ("nginx", "-v"),
             Target::Stunnel => ("stunnel4", "-version"),
         };
@@ -320,7 +331,7 @@ pub fn start_template(
             .map(str::to_owned)
             .collect(),
         Target::Hitch => vec![format!("--config={conf_s}")],
-        Target::Haproxy => vec!["-db".into(), "-f".into(), conf_s],
+        Target::Haproxy | Target::Relay => vec!["-db".into(), "-f".into(), conf_s],
         Target::Nginx => vec![
             "-c".into(),
             conf_s,

@@ -439,3 +439,47 @@ fn a_bad_answer_is_described_in_one_line() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("Content-Length 5, expected 4096"), "{line}");
 }
+
+#[test]
+fn plain_load_speaks_tcp_without_tls_to_a_relay_or_an_origin() {
+    // The origin itself is plain HTTP: --plain loads it as compare loads its relay.
+    let (_o, port) = origin();
+    let target = format!("127.0.0.1:{port}");
+    let r = load(&[
+        "--target",
+        &target,
+        "--plain",
+        "--concurrency",
+        "2",
+        "--duration",
+        "0.5",
+        "--requests-per-conn",
+        "4",
+        "--size",
+        "1k",
+    ]);
+    let completed = r["completed"].as_u64().unwrap();
+    assert!(completed > 10, "{r}");
+    assert_eq!(r["failure_ratio"].as_f64(), Some(0.0), "{r}");
+    assert_eq!(r["requests"].as_u64(), Some(completed * 4), "{r}");
+    // And a TLS load against the same plain port fails: --plain is what made it work.
+    let out = Command::new(BENCH)
+        .args([
+            "load",
+            "--target",
+            &target,
+            "--duration",
+            "0.3",
+            "--timeout",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tls: Option<serde_json::Value> = serde_json::from_str(&text).ok();
+    assert!(
+        !out.status.success() || tls.is_some_and(|t| t["completed"].as_u64() == Some(0)),
+        "TLS against a plain port: {text}"
+    );
+}

@@ -190,6 +190,12 @@ async fn session(
         Ok(Ok(s)) => s,
     };
     let _ = tcp.set_nodelay(true);
+    if o.plain {
+        let mut tcp = tcp;
+        exchange(o, &mut tcp, timeout, stats).await?;
+        let _ = tcp.shutdown().await;
+        return Ok(false);
+    }
     let mut tls = match tokio::time::timeout(timeout, connector.connect(name.clone(), tcp)).await {
         Err(_) => return Err(Failure::Timeout),
         Ok(Err(e)) => return Err(classify_tls(&e)),
@@ -197,6 +203,21 @@ async fn session(
     };
     Stats::record(&mut stats.borrow_mut().handshake_us, t0.elapsed());
     let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    exchange(o, &mut tls, timeout, stats).await?;
+    let _ = tokio::time::timeout(Duration::from_millis(100), tls.shutdown()).await;
+    Ok(resumed)
+}
+
+/// The session's requests, one at a time, each answer read whole.
+async fn exchange<S>(
+    o: &LoadOpts,
+    s: &mut S,
+    timeout: Duration,
+    stats: &RefCell<Stats>,
+) -> Result<(), Failure>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let request = format!(
         "GET /{} HTTP/1.1\r\nHost: {}\r\n\r\n",
         format_size(o.size),
@@ -207,22 +228,21 @@ async fn session(
     for _ in 0..o.requests_per_conn {
         let t = Instant::now();
         let fut = async {
-            tls.write_all(request.as_bytes())
+            s.write_all(request.as_bytes())
                 .await
                 .map_err(|_| Failure::Io)?;
-            read_response(&mut tls, &mut buf, &mut filled, o.size, stats).await
+            read_response(s, &mut buf, &mut filled, o.size, stats).await
         };
         match tokio::time::timeout(timeout, fut).await {
             Err(_) => return Err(Failure::Timeout),
             Ok(Err(f)) => return Err(f),
             Ok(Ok(())) => {}
         }
-        let mut s = stats.borrow_mut();
-        s.requests += 1;
-        Stats::record(&mut s.request_us, t.elapsed());
+        let mut st = stats.borrow_mut();
+        st.requests += 1;
+        Stats::record(&mut st.request_us, t.elapsed());
     }
-    let _ = tokio::time::timeout(Duration::from_millis(100), tls.shutdown()).await;
-    Ok(resumed)
+    Ok(())
 }
 
 fn classify_tls(e: &io::Error) -> Failure {

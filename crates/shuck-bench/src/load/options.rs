@@ -101,6 +101,10 @@ pub struct LoadOpts {
     /// Client threads, each with its own runtime.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Plain TCP, no TLS: the same connections and requests against a relay without TLS
+    /// (the honest limit's relay, `compare`'s target `relay`).
+    #[arg(long)]
+    pub plain: bool,
 }
 
 fn parse_size_arg(s: &str) -> Result<usize, String> {
@@ -119,7 +123,11 @@ impl LoadOpts {
             self.reuse,
             self.requests_per_conn,
             format_size(self.size),
-            self.tls.as_deref().unwrap_or("any"),
+            if self.plain {
+                "none (plain TCP)"
+            } else {
+                self.tls.as_deref().unwrap_or("any")
+            },
             self.cipher
                 .as_deref()
                 .map(|c| format!(", {c}"))
