@@ -18,8 +18,10 @@ use shuck::tls::TlsState;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn state(extra: &[&str]) -> TlsState {
-    let mut args = vec!["shuck", "-f", "[127.0.0.1]:1", "-b", "[127.0.0.1]:2"];
-    args.extend_from_slice(extra);
+    let mut args = vec!["shuck"];
+    args.extend(with_cert(
+        &[&["-f", "[127.0.0.1]:1", "-b", "[127.0.0.1]:2"], extra].concat(),
+    ));
     let config = Config::from_cli(&Cli::try_parse_from(args).unwrap()).unwrap();
     TlsState::build(&config.tls, &config.certs).unwrap()
 }
