@@ -339,7 +339,20 @@ impl Run {
             };
             let Some(pid) = status.pid() else { continue };
             if self.worker.as_ref().is_some_and(|w| w.pid == pid) {
-                self.worker = None;
+                let chan = self.worker.take().and_then(|w| w.chan);
+                if matches!(self.phase, Phase::Starting { .. }) {
+                    // SIGCHLD can be read before the worker's last words: a Ready still in
+                    // the channel means it served, and its death is a crash.
+                    if let Some(c) = chan {
+                        let _ = c.set_timeout(Some(Duration::from_millis(200)));
+                        while let Ok(m) = c.recv() {
+                            if matches!(m, Msg::Ready) {
+                                self.worker_ready();
+                                break;
+                            }
+                        }
+                    }
+                }
                 if matches!(self.phase, Phase::Starting { .. }) {
                     // It never served (privileges, chroot, a service that cannot start):
                     // a start failure, said once, not a crash loop.
