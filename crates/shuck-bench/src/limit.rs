@@ -1,14 +1,11 @@
-//! The honest limit of a scenario: what a plain TCP relay without TLS spends on the same
-//! connections and requests (`compare`'s target `relay`, measured in the same run), plus
-//! the crypto no terminator can avoid, from `capacity`: a full handshake's signature and
-//! key exchange, a TLS 1.3 resumption's key exchange (rustls resumes with PSK-DHE only),
-//! and the cipher over the answers' bytes.
+//! The crypto floor of a scenario, the half of its honest limit that `capacity` gives (the
+//! other half is what a plain TCP relay without TLS spends on the same connections and
+//! requests, `compare`'s target `relay`, measured in the same run; `report` adds the two):
+//! a full handshake's signature and key exchange, a TLS 1.3 resumption's key exchange (rustls
+//! resumes with PSK-DHE only), and the cipher over the answers' bytes.
 
 use crate::capacity::Capacity;
 use crate::load::{KeyType, Reuse};
-use crate::peers::Target;
-use crate::report::{criterion, figure};
-use crate::results::ScenarioResult;
 use crate::scenarios::Scenario;
 
 /// The crypto a scenario's connection cannot do without, µs.
@@ -25,20 +22,15 @@ fn crypto_per_conn(sc: &Scenario, c: &Capacity) -> f64 {
     handshake + bytes / c.aes128gcm_bytes_per_s * 1e6
 }
 
-/// The limit of the figure the scenario is judged by (per connection or per request),
-/// when the relay was measured.
-pub fn limit(sc: &ScenarioResult, c: &Capacity) -> Option<f64> {
-    let relay = sc
-        .targets
-        .iter()
-        .find(|t| t.target == Target::Relay)
-        .and_then(|t| figure(sc, t))?;
-    let crypto = crypto_per_conn(&sc.scenario, c);
-    Some(match criterion(sc.scenario.name) {
-        Some(("CPU µs/req", _)) => relay + crypto / f64::from(sc.scenario.requests.max(1)),
-        Some(("CPU µs/conn", _)) => relay + crypto,
-        _ => return None,
-    })
+/// The crypto floor of the scenario, µs per connection, or per request when `per_request`
+/// (the connection's share spread over its requests).
+pub fn crypto_floor(sc: &Scenario, c: &Capacity, per_request: bool) -> f64 {
+    let conn = crypto_per_conn(sc, c);
+    if per_request {
+        conn / f64::from(sc.requests.max(1))
+    } else {
+        conn
+    }
 }
 
 #[cfg(test)]
@@ -73,5 +65,10 @@ mod tests {
         let big = scenario("size-1m");
         let hs = crypto_per_conn(big, &c) - big.size as f64 / 1e3;
         assert!(hs > 0.0 && hs <= 330.0, "{hs}");
+        // A keep-alive scenario's handshake is spread over its requests.
+        let ka = scenario("keepalive-80");
+        let per_req = crypto_floor(ka, &c, true);
+        assert!((per_req * 80.0 - crypto_floor(ka, &c, false)).abs() < 1e-9);
+        assert!(per_req > 0.0 && per_req < 5.0, "{per_req}");
     }
 }

@@ -64,6 +64,22 @@ pub fn figure(sc: &ScenarioResult, t: &TargetResult) -> Option<f64> {
     })
 }
 
+/// The honest limit of the figure a scenario is judged by: the relay's figure for the same
+/// connections and requests plus the scenario's crypto floor; `None` without a relay figure.
+pub fn honest_limit(sc: &ScenarioResult, c: &crate::capacity::Capacity) -> Option<f64> {
+    let relay = sc
+        .targets
+        .iter()
+        .find(|t| t.target == Target::Relay)
+        .and_then(|t| figure(sc, t))?;
+    let per_request = match criterion(sc.scenario.name)? {
+        ("CPU µs/req", _) => true,
+        ("CPU µs/conn", _) => false,
+        _ => return None,
+    };
+    Some(relay + crate::limit::crypto_floor(&sc.scenario, c, per_request))
+}
+
 /// shuck's figure, the best peer's, and the ratio.
 pub fn standing(sc: &ScenarioResult) -> Option<(f64, Target, f64, f64)> {
     let shuck = sc
@@ -149,7 +165,7 @@ pub fn markdown(res: &Results, stem: &str, plots: &[(&str, PathBuf)], fonts: boo
         let Some((what, limit)) = criterion(sc.scenario.name) else {
             continue;
         };
-        let honest = crate::limit::limit(sc, c);
+        let honest = honest_limit(sc, c);
         let mine = sc
             .targets
             .iter()
