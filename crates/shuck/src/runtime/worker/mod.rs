@@ -190,7 +190,7 @@ fn backend_pool(config: &Config) -> Result<Pool, StartError> {
             let addr = crate::origin::start().map_err(StartError::Origin)?;
             tracing::info!(
                 name: "builtin_origin",
-                "no certificate, backend or configuration file given: forwarding to the built-in origin, a demonstration default (give -b HOST:PORT for real traffic)",
+                "no certificate, backend or configuration file given: forwarding to the built-in origin, a demonstration default (for real traffic give -b HOST:PORT and a certificate)",
             );
             vec![Server::new(
                 format!("built-in origin [{}]:{}", addr.ip(), addr.port()),
