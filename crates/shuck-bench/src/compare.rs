@@ -189,7 +189,7 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
             threads: 1,
             plain: false,
         };
-        let mut lo = sc.load_opts(&base);
+        let lo = sc.load_opts(&base);
         let pem = if sc.key == KeyType::Rsa2048 {
             &rsa
         } else {
@@ -213,7 +213,7 @@ pub fn run(o: &CompareOpts) -> anyhow::Result<PathBuf> {
                     *t,
                     prog,
                     sc,
-                    &mut lo,
+                    &lo,
                     pem,
                     &dir,
                     (origin_port, sync),
@@ -254,7 +254,7 @@ fn measure(
     t: Target,
     prog: &Path,
     sc: &Scenario,
-    lo: &mut LoadOpts,
+    lo: &LoadOpts,
     pem: &Path,
     dir: &Path,
     (origin_port, sync): (u16, SyncParams<'_>),
@@ -270,6 +270,10 @@ fn measure(
         median: None,
         idle: None,
     };
+    if sc.idle && t == Target::Relay {
+        bar.inc(o.repeats as u64 + 1);
+        return fail("not measured: an idle connection's TLS memory has no relay figure".into());
+    }
     let port = match free_port() {
         Ok(p) => p,
         Err(e) => return fail(format!("failed: {e}")),
@@ -293,24 +297,16 @@ fn measure(
             return fail(format!("failed to start: {e:#}"));
         }
     };
+    let mut lo = lo.clone();
     lo.target = SocketAddr::from(([127, 0, 0, 1], port));
-    let ticks = procfs::clock_ticks();
     // The relay is loaded as the scenario loads a terminator, without TLS.
-    let mut plain;
-    let lo = if t == Target::Relay {
-        plain = lo.clone();
-        plain.plain = true;
-        plain.key_type = None;
-        &mut plain
-    } else {
-        lo
-    };
-
-    if sc.idle && t == Target::Relay {
-        server.stop();
-        bar.inc(o.repeats as u64 + 1);
-        return fail("not measured: an idle connection's TLS memory has no relay figure".into());
+    if t == Target::Relay {
+        lo.plain = true;
+        lo.key_type = None;
     }
+    let lo = &lo;
+    let ticks = procfs::clock_ticks();
+
     if sc.idle {
         let before = procfs::rss_bytes(server.pid());
         let held = load::open_idle(lo, idle_conns, 64);

@@ -125,6 +125,17 @@ struct Run {
     acme_status: Option<crate::acme::Status>,
 }
 
+/// Reads what a child that ended still left in its channel, to its end (at most a second
+/// a message): SIGCHLD can be read before the child's last words.
+fn read_last_words(chan: Option<Channel>, mut each: impl FnMut(Msg)) {
+    if let Some(c) = chan {
+        let _ = c.set_timeout(Some(Duration::from_secs(1)));
+        while let Ok(m) = c.recv() {
+            each(m);
+        }
+    }
+}
+
 /// The master's life, one phase at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -341,17 +352,12 @@ impl Run {
             if self.worker.as_ref().is_some_and(|w| w.pid == pid) {
                 let chan = self.worker.take().and_then(|w| w.chan);
                 if matches!(self.phase, Phase::Starting { .. }) {
-                    // SIGCHLD can be read before the worker's last words: a Ready still in
-                    // the channel means it served, and its death is a crash.
-                    if let Some(c) = chan {
-                        let _ = c.set_timeout(Some(Duration::from_millis(200)));
-                        while let Ok(m) = c.recv() {
-                            if matches!(m, Msg::Ready) {
-                                self.worker_ready();
-                                break;
-                            }
+                    // A Ready among its last words means it served: its death is a crash.
+                    read_last_words(chan, |m| {
+                        if matches!(m, Msg::Ready) {
+                            self.worker_ready();
                         }
-                    }
+                    });
                 }
                 if matches!(self.phase, Phase::Starting { .. }) {
                     // It never served (privileges, chroot, a service that cannot start):
@@ -366,17 +372,13 @@ impl Run {
                 }
             } else if let Some(i) = self.retiring.iter().position(|w| w.pid == pid) {
                 let w = self.retiring.remove(i);
-                // A worker with nothing to drain exits right after its last words (the
-                // sessions it hands over), and SIGCHLD can be read before them: they are
-                // still in the channel, read to its end now.
-                if let Some(c) = w.chan {
-                    let _ = c.set_timeout(Some(Duration::from_secs(1)));
-                    while let Ok(m) = c.recv() {
-                        if matches!(m, Msg::Sessions(_) | Msg::SessionsEnd) {
-                            self.to_successor(&m);
-                        }
+                // A worker with nothing to drain exits right after its last words: the
+                // sessions it hands over.
+                read_last_words(w.chan, |m| {
+                    if matches!(m, Msg::Sessions(_) | Msg::SessionsEnd) {
+                        self.to_successor(&m);
                     }
-                }
+                });
             } else if self.acme.as_ref().is_some_and(|a| a.pid == pid) {
                 self.acme = None;
                 if !self.phase.ending() {
