@@ -6,7 +6,9 @@
 //! with certificates from [`tls`] and servers from `backend`.
 
 // Two `unsafe` blocks in the crate, each allowed where it stands with its proof
-// (`proxy::listener::set_tcp_option`, `runtime::fork`); everything else is safe code.
+// (`proxy::listener::set_tcp_option`, `runtime::fork`), and a third in the io_uring
+// prototype built only with `--features io-uring` (`proxy::uring`, its submissions);
+// everything else is safe code.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

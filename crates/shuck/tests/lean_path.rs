@@ -10,7 +10,6 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -130,17 +129,6 @@ fn a_client_that_sends_nothing_after_its_finished_gets_its_tickets_at_once() {
     assert!(resumed(&again), "the tickets sent at once resume");
 }
 
-/// System calls by name that strace counted in `summary` (`strace -c` output).
-fn calls(summary: &str, name: &str) -> u64 {
-    summary
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() >= 5 && f.last() == Some(&name)).then(|| f[3].parse::<u64>().ok())?
-        })
-        .sum()
-}
-
 #[test]
 fn a_connection_makes_no_self_wakeup_and_no_needless_shutdown_or_write() {
     if !require("strace", "strace") {
@@ -149,69 +137,50 @@ fn a_connection_makes_no_self_wakeup_and_no_needless_shutdown_or_write() {
     let origin = Origin::http("hello");
     let shuck = Shuck::start(&["-n", "1", "-b", &origin.addr()]);
     let worker = only_child(shuck.pid());
-    let dir = TempDir::new("lean-strace");
-    let out = dir.path("strace.txt");
-    let mut strace = Command::new("strace")
-        .args(["-f", "-c", "-o"])
-        .arg(&out)
-        .args(["-p", &worker.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // strace says nothing once attached: give it time.
-    thread::sleep(Duration::from_millis(700));
-
     const SESSIONS: u64 = 60;
     let cfg = client_config(&ClientOpts {
         version: Some(13),
         no_resumption: true,
         ..Default::default()
     });
-    for _ in 0..SESSIONS {
-        let (conn, sock) = handshake(shuck.addr(), &cfg, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
-        let mut s = rustls::StreamOwned::new(conn, sock);
-        let mut answer = Vec::new();
-        let mut buf = [0u8; 512];
-        while !String::from_utf8_lossy(&answer).contains("hello") {
-            let n = s.read(&mut buf).unwrap();
-            assert!(n > 0, "the answer was cut short");
-            answer.extend_from_slice(&buf[..n]);
+    let summary = strace_during(worker, || {
+        for _ in 0..SESSIONS {
+            let (conn, sock) = handshake(shuck.addr(), &cfg, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+            let mut s = rustls::StreamOwned::new(conn, sock);
+            let mut answer = Vec::new();
+            let mut buf = [0u8; 512];
+            while !String::from_utf8_lossy(&answer).contains("hello") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "the answer was cut short");
+                answer.extend_from_slice(&buf[..n]);
+            }
+            s.conn.send_close_notify();
+            s.conn.write_tls(&mut s.sock).unwrap();
         }
-        s.conn.send_close_notify();
-        s.conn.write_tls(&mut s.sock).unwrap();
-    }
-    // Let the last connection's close reach the worker.
-    thread::sleep(Duration::from_millis(300));
-    let _ = Command::new("kill")
-        .args(["-INT", &strace.id().to_string()])
-        .status();
-    strace.wait().unwrap();
-    let summary = std::fs::read_to_string(&out).unwrap();
+    });
 
     // Without the timer anchor: two eventfd writes a connection (handshake and connect
     // timers); with it, those of the first connection after an idle spell and one each
     // time the anchor is set again (once a second).
-    let writes = calls(&summary, "write");
+    let writes = syscalls(&summary, "write");
     assert!(
         writes < SESSIONS / 4,
         "{writes} writes for {SESSIONS} sessions:\n{summary}"
     );
     // One half-close a connection (towards the side still open), not two.
-    let shutdowns = calls(&summary, "shutdown");
+    let shutdowns = syscalls(&summary, "shutdown");
     assert!(
         shutdowns <= SESSIONS + 1,
         "{shutdowns} shutdowns for {SESSIONS} sessions:\n{summary}"
     );
     // Server flight, request to the backend, tickets with the answer, close_notify.
-    let sends = calls(&summary, "sendto") + calls(&summary, "writev");
+    let sends = syscalls(&summary, "sendto") + syscalls(&summary, "writev");
     assert!(
         sends <= 4 * SESSIONS + 2,
         "{sends} sends for {SESSIONS} sessions:\n{summary}"
     );
     assert!(
-        calls(&summary, "accept4") >= SESSIONS,
+        syscalls(&summary, "accept4") >= SESSIONS,
         "strace did not see the sessions:\n{summary}"
     );
 }

@@ -111,6 +111,19 @@ impl Server {
         Some(current.swap(Arc::new(addrs)))
     }
 
+    /// True when `maxconn` limits it.
+    pub fn has_maxconn(&self) -> bool {
+        self.slots.is_some()
+    }
+
+    /// Its TCP addresses of this moment; `None` for a UNIX socket.
+    pub fn tcp_addrs(&self) -> Option<Arc<Vec<SocketAddr>>> {
+        match &self.target {
+            Target::Tcp(addrs) => Some(addrs.load_full()),
+            Target::Unix(_) => None,
+        }
+    }
+
     /// Its name in logs.
     pub fn name(&self) -> &str {
         &self.name

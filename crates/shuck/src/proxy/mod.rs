@@ -14,6 +14,8 @@ pub mod record_guard;
 pub(crate) mod relay;
 pub(crate) mod timer_anchor;
 pub mod tls_stream;
+#[cfg(feature = "io-uring")]
+pub mod uring;
 
 use std::cell::Cell;
 use std::sync::Arc;

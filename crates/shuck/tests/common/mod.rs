@@ -1059,3 +1059,38 @@ pub fn sample(body: &str, series: &str) -> f64 {
         .parse()
         .unwrap()
 }
+
+/// The system calls process `pid` (all its threads) makes while `work` runs, as `strace -c`
+/// prints them; read them with [`syscalls`].
+pub fn strace_during(pid: u32, work: impl FnOnce()) -> String {
+    let dir = TempDir::new("strace");
+    let out = dir.path("strace.txt");
+    let mut strace = Command::new("strace")
+        .args(["-f", "-c", "-o"])
+        .arg(&out)
+        .args(["-p", &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("strace runs");
+    // strace says nothing once attached: give it time.
+    thread::sleep(Duration::from_millis(700));
+    work();
+    // Let the last connection's close reach the process.
+    thread::sleep(Duration::from_millis(300));
+    sh(&format!("kill -INT {}", strace.id()));
+    strace.wait().expect("strace ends");
+    std::fs::read_to_string(&out).expect("strace wrote its summary")
+}
+
+/// How many `name` calls a `strace -c` summary counts.
+pub fn syscalls(summary: &str, name: &str) -> u64 {
+    summary
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 5 && f.last() == Some(&name)).then(|| f[3].parse::<u64>().ok())?
+        })
+        .sum()
+}

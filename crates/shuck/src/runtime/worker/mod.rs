@@ -9,6 +9,8 @@ use std::sync::Arc;
 mod frontends;
 mod refresh;
 mod reload;
+#[cfg(feature = "io-uring")]
+mod rings;
 mod services;
 mod supervise;
 mod threads;

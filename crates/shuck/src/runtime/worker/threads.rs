@@ -111,11 +111,17 @@ async fn worker_main(
         _ = start.recv() => {}
         _ = shutdown.recv() => return,
     }
+    #[cfg(feature = "io-uring")]
+    let mut rings = super::rings::Rings::default();
     loop {
         tokio::select! {
             _ = shutdown.recv() => break,
             c = control.recv() => match c {
                 Some(Control::Listen { frontend, listener: s, stop }) => {
+                    #[cfg(feature = "io-uring")]
+                    let Some((s, stop)) = rings.serve(&worker, &frontend, s, stop, drain) else {
+                        continue;
+                    };
                     match tokio::net::TcpListener::from_std(s) {
                         Ok(l) => {
                             tokio::task::spawn_local(listener::accept_loop(
@@ -150,4 +156,6 @@ async fn worker_main(
             "drain deadline reached: closing the remaining connections",
         );
     }
+    #[cfg(feature = "io-uring")]
+    rings.stop();
 }

@@ -1,0 +1,277 @@
+//! The io_uring prototype (issue 26, point 6; `cargo test -p shuck --features io-uring
+//! --test uring`): a plain-relay frontend is served from a ring, bytes pass exactly both
+//! ways, sessions resume by cache and by ticket, the worker's per-connection work is
+//! submissions rather than system calls of its own, a silent client meets the handshake
+//! timeout, SIGTERM drains, and what the prototype cannot serve stays on the epoll path.
+#![cfg(feature = "io-uring")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// shuck with one worker relaying to `backend` (and `more` flags), once its ring serves.
+fn start(backend: &Origin, more: &[&str]) -> Shuck {
+    let backend = backend.addr();
+    let mut args = vec!["-n", "1", "-b", &backend];
+    args.extend_from_slice(more);
+    let shuck = Shuck::start(&args);
+    assert!(
+        shuck.wait_log(
+            "io_uring prototype serves this frontend",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        shuck.log()
+    );
+    shuck
+}
+
+#[test]
+fn relays_a_megabyte_exactly_both_ways() {
+    let origin = Origin::echo();
+    let shuck = start(&origin, &[]);
+    let sent: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    for version in [12, 13] {
+        let mut c = tls_connect(
+            shuck.addr(),
+            &ClientOpts {
+                version: Some(version),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let writer_data = sent.clone();
+        let mut reader = c.sock.try_clone().unwrap();
+        // The echo comes back while we write: read on, or both sides' buffers fill.
+        let mut got = Vec::with_capacity(sent.len());
+        let conn = &mut c.conn;
+        let mut written = 0;
+        let mut buf = vec![0u8; 64 * 1024];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        reader
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        while got.len() < sent.len() {
+            assert!(
+                Instant::now() < deadline,
+                "TLS {version}: {} of {}",
+                got.len(),
+                sent.len()
+            );
+            if written < writer_data.len() {
+                let n = (writer_data.len() - written).min(16 * 1024);
+                conn.writer()
+                    .write_all(&writer_data[written..written + n])
+                    .unwrap();
+                written += n;
+            }
+            while conn.wants_write() {
+                conn.write_tls(&mut c.sock).unwrap();
+            }
+            match conn.read_tls(&mut reader) {
+                Ok(0) => panic!("TLS {version}: closed after {} bytes", got.len()),
+                Ok(_) => {
+                    conn.process_new_packets().unwrap();
+                    loop {
+                        match conn.reader().read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => panic!("TLS {version}: {e}"),
+            }
+        }
+        assert!(got == sent, "TLS {version}: the echo differs");
+        // close_notify from the client: the backend sees the end, answers with its own.
+        c.conn.send_close_notify();
+        c.conn.write_tls(&mut c.sock).unwrap();
+        c.sock
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let rest = read_all(&mut c).unwrap();
+        assert!(
+            rest.is_empty(),
+            "TLS {version}: {} bytes after the echo",
+            rest.len()
+        );
+    }
+}
+
+#[test]
+fn sessions_resume_by_cache_and_by_ticket() {
+    let origin = Origin::echo();
+    let shuck = start(&origin, &[]);
+    for (what, opts) in [
+        (
+            "TLS 1.2 session ID",
+            ClientOpts {
+                version: Some(12),
+                session_id_only: true,
+                ..Default::default()
+            },
+        ),
+        (
+            "TLS 1.2 ticket",
+            ClientOpts {
+                version: Some(12),
+                ..Default::default()
+            },
+        ),
+        (
+            "TLS 1.3 ticket",
+            ClientOpts {
+                version: Some(13),
+                ..Default::default()
+            },
+        ),
+    ] {
+        let cfg = client_config(&opts);
+        let mut first = connect_with(shuck.addr(), &cfg, None).unwrap();
+        echo_roundtrip(&mut first);
+        assert!(!resumed(&first), "{what}: the first handshake resumed");
+        drop(first);
+        let mut second = connect_with(shuck.addr(), &cfg, None).unwrap();
+        echo_roundtrip(&mut second);
+        assert!(
+            resumed(&second),
+            "{what}: the second handshake did not resume"
+        );
+    }
+}
+
+#[test]
+fn a_connection_is_submissions_not_system_calls() {
+    if !require("strace", "strace") {
+        return;
+    }
+    let origin = Origin::http("hello");
+    let shuck = start(&origin, &[]);
+    let worker = only_child(shuck.pid());
+    const SESSIONS: u64 = 40;
+    let cfg = client_config(&ClientOpts {
+        version: Some(13),
+        no_resumption: true,
+        ..Default::default()
+    });
+    let summary = strace_during(worker, || {
+        for _ in 0..SESSIONS {
+            let mut c = connect_with(shuck.addr(), &cfg, None).unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+            read_until(&mut c, "hello");
+        }
+    });
+    // On the epoll path each connection makes accept4, socket, connect, sendto/recvfrom
+    // several times, epoll_ctl and close; here the ring does all of it.
+    for name in [
+        "accept4",
+        "socket",
+        "connect",
+        "sendto",
+        "recvfrom",
+        "epoll_ctl",
+        "close",
+    ] {
+        let n = syscalls(&summary, name);
+        assert!(
+            n < SESSIONS / 4,
+            "{n} {name} for {SESSIONS} sessions:\n{summary}"
+        );
+    }
+    let enters = syscalls(&summary, "io_uring_enter");
+    assert!(
+        (SESSIONS..SESSIONS * 12).contains(&enters),
+        "{enters} io_uring_enter for {SESSIONS} sessions:\n{summary}"
+    );
+}
+
+#[test]
+fn a_silent_client_meets_the_handshake_timeout() {
+    let origin = Origin::echo();
+    let shuck = start(&origin, &["--ssl-handshake-timeout", "1"]);
+    let mut silent = TcpStream::connect(shuck.addr()).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 16];
+    let n = silent.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "a silent client got bytes");
+    let took = started.elapsed();
+    // Checked once a second: past the timeout, within two ticks of it.
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "closed after {took:?}"
+    );
+}
+
+#[test]
+fn sigterm_lets_a_live_connection_finish() {
+    let origin = Origin::echo();
+    let mut shuck = start(&origin, &[]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    echo_roundtrip(&mut c);
+    shuck.signal("TERM");
+    thread::sleep(Duration::from_millis(1500));
+    // Still served during the drain (the ring saw the stop at its next tick).
+    echo_roundtrip(&mut c);
+    assert!(
+        shuck.wait_exit(Duration::from_millis(200)).is_none(),
+        "exited under a live connection"
+    );
+    drop(c);
+    let status = shuck.wait_exit(Duration::from_secs(10));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        shuck.log()
+    );
+}
+
+#[test]
+fn what_the_prototype_cannot_serve_stays_on_epoll() {
+    let origin = Origin::http("hello");
+    let shuck = Shuck::start(&["-n", "1", "--http", "-b", &origin.addr()]);
+    assert!(
+        shuck.wait_log("io_uring prototype not used", Duration::from_secs(5)),
+        "{}",
+        shuck.log()
+    );
+    assert!(
+        shuck.log().contains("--http is not in the prototype"),
+        "{}",
+        shuck.log()
+    );
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    let answer = read_until(&mut c, "hello");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// Reads until `needle` has come, failing on an early end.
+fn read_until(c: &mut Client, needle: &str) -> String {
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 512];
+    while !String::from_utf8_lossy(&answer).contains(needle) {
+        let n = c.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the answer was cut short: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
