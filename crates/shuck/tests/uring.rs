@@ -275,3 +275,35 @@ fn read_until(c: &mut Client, needle: &str) -> String {
     }
     String::from_utf8_lossy(&answer).into_owned()
 }
+
+#[test]
+fn bytes_after_a_close_notify_do_not_stall_the_ring() {
+    let origin = Origin::echo();
+    let shuck = start(&origin, &[]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    echo_roundtrip(&mut c);
+    // close_notify and more bytes behind it, in one segment.
+    c.conn.send_close_notify();
+    let mut wire = Vec::new();
+    while c.conn.wants_write() {
+        c.conn.write_tls(&mut wire).unwrap();
+    }
+    // More than rustls takes in one read, so that some is left once it has seen the
+    // close_notify.
+    for _ in 0..1000 {
+        wire.extend_from_slice(&[0x17, 0x03, 0x03, 0x00, 0x05, 1, 2, 3, 4, 5]);
+    }
+    c.sock.write_all(&wire).unwrap();
+    // The ring still serves others at once.
+    let mut other = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    echo_roundtrip(&mut other);
+    let mut buf = [0u8; 64];
+    c.sock
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    // The first connection ends (its close_notify, then the close).
+    let started = Instant::now();
+    while c.sock.read(&mut buf).is_ok_and(|n| n > 0) {
+        assert!(started.elapsed() < Duration::from_secs(5), "still open");
+    }
+}

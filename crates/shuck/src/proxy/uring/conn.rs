@@ -366,9 +366,15 @@ impl Conn {
     fn received_from_client(&mut self, n: usize, q: &mut Vec<squeue::Entry>) -> Option<Handshake> {
         let mut data = &self.crecv[..n];
         while !data.is_empty() {
-            if self.tls.read_tls(&mut data).is_err() {
-                self.ending = true;
-                return None;
+            match self.tls.read_tls(&mut data) {
+                // After the client's close_notify rustls takes nothing more: what follows
+                // it is dropped, not read again forever.
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(_) => {
+                    self.ending = true;
+                    return None;
+                }
             }
             match self.tls.process_new_packets() {
                 Ok(state) => {
