@@ -190,9 +190,12 @@ fn a_connection_is_submissions_not_system_calls() {
             "{n} {name} for {SESSIONS} sessions:\n{summary}"
         );
     }
+    // With one client at a time each step of a connection is a wait of its own: about 12
+    // a session (bench/syscalls.sh), against about 28 calls of every kind on epoll.
     let enters = syscalls(&summary, "io_uring_enter");
+    eprintln!("{enters} io_uring_enter for {SESSIONS} sessions");
     assert!(
-        (SESSIONS..SESSIONS * 12).contains(&enters),
+        (SESSIONS..SESSIONS * 16).contains(&enters),
         "{enters} io_uring_enter for {SESSIONS} sessions:\n{summary}"
     );
 }
