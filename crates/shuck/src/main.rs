@@ -8,6 +8,11 @@ use shuck::config::args::{self, ArgsError, Source};
 use shuck::config::{self, Cli, Config};
 use shuck::system::log::{self, LogFormat, Sink};
 
+/// mimalloc rather than glibc's malloc: what it saves per HTTP/2 request and costs per idle
+/// connection is in bench/RESULTS.md ("HTTP/2 gateways").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let raw: Vec<OsString> = std::env::args_os().collect();
     let cli = match args::parse(&raw) {
