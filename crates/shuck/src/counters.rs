@@ -201,6 +201,15 @@ impl WorkerCounters {
         self.frontends.get(i).unwrap_or(&self.frontends[0])
     }
 
+    /// Counts a completed handshake, resumed or full.
+    pub fn handshake_done(&self, resumed: bool) {
+        Self::bump(if resumed {
+            &self.handshakes_resumed
+        } else {
+            &self.handshakes_full
+        });
+    }
+
     /// Counts a failed handshake.
     pub fn failed(&self, f: Failure) {
         Self::bump(match f {

@@ -131,11 +131,7 @@ pub async fn serve(
         }
     };
     let resumed = tls.conn().handshake_kind() == Some(HandshakeKind::Resumed);
-    WorkerCounters::bump(if resumed {
-        &counters.handshakes_resumed
-    } else {
-        &counters.handshakes_full
-    });
+    counters.handshake_done(resumed);
 
     // What the backend is told first, and the HTTP rewriter; the client certificate's
     // subject is only needed to build them, so it does not stay in this task while the

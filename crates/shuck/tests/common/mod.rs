@@ -1094,3 +1094,70 @@ pub fn syscalls(summary: &str, name: &str) -> u64 {
         })
         .sum()
 }
+
+/// `len` bytes of a pseudo-random pattern that `seed` tells apart from others.
+pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// An origin that reads each connection to its end of stream, keeps what came (the
+/// returned cell), then answers `reply` and closes.
+pub fn answering_after_eof(reply: Vec<u8>) -> (Origin, Arc<Mutex<Vec<u8>>>) {
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let got = received.clone();
+    let origin = Origin::start(move |mut s| {
+        let mut data = Vec::new();
+        s.read_to_end(&mut data).unwrap();
+        *got.lock().unwrap() = data;
+        s.write_all(&reply).unwrap();
+    });
+    (origin, received)
+}
+
+/// Through shuck at `addr` in TLS 1.`version`: writes `sent`, then close_notify and a FIN,
+/// and returns everything that came back before the server's close_notify.
+pub fn send_all_then_close(addr: SocketAddr, version: u8, sent: &[u8]) -> Vec<u8> {
+    let mut c = tls_connect(
+        addr,
+        &ClientOpts {
+            version: Some(version),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    c.write_all(sent).unwrap();
+    c.conn.send_close_notify();
+    c.flush().unwrap();
+    c.sock.shutdown(Shutdown::Write).unwrap();
+    read_all(&mut c).unwrap()
+}
+
+/// A megabyte each way in TLS 1.2 and 1.3, the client closing first: the origin answers
+/// only after the client's end of stream, so the client's close_notify must reach it as a
+/// FIN while the other direction stays open. `serve` starts shuck in front of the origin.
+pub fn check_megabyte_each_way_client_closing_first(serve: impl FnOnce(&Origin) -> Shuck) {
+    let reply = pattern(1 << 20, 2);
+    let (origin, received) = answering_after_eof(reply.clone());
+    let shuck = serve(&origin);
+    for v in [12, 13] {
+        let sent = pattern(1 << 20, v);
+        let back = send_all_then_close(shuck.addr(), v as u8, &sent);
+        assert!(
+            back == reply,
+            "TLS1.{v}: reply differs ({} bytes)",
+            back.len()
+        );
+        assert!(
+            *received.lock().unwrap() == sent,
+            "TLS1.{v}: request differs"
+        );
+    }
+}

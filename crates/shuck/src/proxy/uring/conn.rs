@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::os::fd::RawFd;
 
 use io_uring::{opcode, squeue, types};
-use rustls::ServerConnection;
+use rustls::{HandshakeKind, ServerConnection};
 
 use super::op::{tag, Op};
 
@@ -31,6 +31,23 @@ impl Out {
     fn idle(&self) -> bool {
         !self.busy && self.next.is_empty()
     }
+
+    /// Makes what waits the send to start, when none is in flight; true when there is one.
+    fn start(&mut self) -> bool {
+        if self.busy || self.next.is_empty() {
+            return false;
+        }
+        // `sending` was emptied when its send completed: the swap keeps both capacities.
+        std::mem::swap(&mut self.sending, &mut self.next);
+        self.sent = 0;
+        self.busy = true;
+        true
+    }
+}
+
+/// A receive into `buf`, which stays untouched until its completion.
+fn recv(fd: RawFd, buf: &mut [u8]) -> squeue::Entry {
+    opcode::Recv::new(types::Fd(fd), buf.as_mut_ptr(), buf.len() as u32).build()
 }
 
 /// Where the connection is.
@@ -42,15 +59,6 @@ pub(super) enum Phase {
     Connecting,
     /// Both sides up: bytes relayed.
     Relay,
-}
-
-/// How a handshake completed, for the loop's counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Handshake {
-    /// Completed in full.
-    Full,
-    /// Completed by resumption.
-    Resumed,
 }
 
 /// One client connection.
@@ -152,12 +160,7 @@ impl Conn {
             return;
         }
         self.recv_client = true;
-        let e = opcode::Recv::new(
-            types::Fd(self.client),
-            self.crecv.as_mut_ptr(),
-            self.crecv.len() as u32,
-        )
-        .build();
+        let e = recv(self.client, &mut self.crecv);
         self.push(q, Op::ClientRecv, e);
     }
 
@@ -170,12 +173,7 @@ impl Conn {
             return;
         }
         self.recv_backend = true;
-        let e = opcode::Recv::new(
-            types::Fd(fd),
-            self.brecv.as_mut_ptr(),
-            self.brecv.len() as u32,
-        )
-        .build();
+        let e = recv(fd, &mut self.brecv);
         self.push(q, Op::BackendRecv, e);
     }
 
@@ -186,15 +184,9 @@ impl Conn {
                 break;
             }
         }
-        if self.to_client.busy || self.to_client.next.is_empty() || self.closed {
-            return;
+        if !self.closed && self.to_client.start() {
+            self.send(q, Op::ClientSend);
         }
-        let out = &mut self.to_client;
-        std::mem::swap(&mut out.sending, &mut out.next);
-        out.next.clear();
-        out.sent = 0;
-        out.busy = true;
-        self.send(q, Op::ClientSend);
     }
 
     /// Starts a send of what waits for the backend, once connected.
@@ -202,14 +194,9 @@ impl Conn {
         if self.phase != Phase::Relay || self.closed {
             return;
         }
-        let out = &mut self.to_backend;
-        if !out.busy && !out.next.is_empty() {
-            std::mem::swap(&mut out.sending, &mut out.next);
-            out.next.clear();
-            out.sent = 0;
-            out.busy = true;
+        if self.to_backend.start() {
             self.send(q, Op::BackendSend);
-        } else if out.idle() && self.client_done && !self.shut_backend {
+        } else if self.to_backend.idle() && self.client_done && !self.shut_backend {
             // The client's end of stream, passed on once its bytes have left.
             self.shut_backend = true;
             if let Some(fd) = self.backend {
@@ -243,7 +230,7 @@ impl Conn {
         res: i32,
         now: u64,
         q: &mut Vec<squeue::Entry>,
-    ) -> Option<Handshake> {
+    ) -> Option<HandshakeKind> {
         self.inflight = self.inflight.saturating_sub(1);
         if self.closed {
             if op == Op::Socket && res >= 0 {
@@ -363,7 +350,11 @@ impl Conn {
 
     /// Feeds `n` received bytes to rustls, moves the plaintext toward the backend and
     /// starts the backend's connect when the handshake completes.
-    fn received_from_client(&mut self, n: usize, q: &mut Vec<squeue::Entry>) -> Option<Handshake> {
+    fn received_from_client(
+        &mut self,
+        n: usize,
+        q: &mut Vec<squeue::Entry>,
+    ) -> Option<HandshakeKind> {
         let mut data = &self.crecv[..n];
         while !data.is_empty() {
             match self.tls.read_tls(&mut data) {
@@ -401,16 +392,13 @@ impl Conn {
             };
             let e = opcode::Socket::new(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0).build();
             self.push(q, Op::Socket, e);
-            return Some(match self.tls.handshake_kind() {
-                Some(rustls::HandshakeKind::Resumed) => Handshake::Resumed,
-                _ => Handshake::Full,
-            });
+            return Some(self.tls.handshake_kind().unwrap_or(HandshakeKind::Full));
         }
         None
     }
 
     /// Ends the connection now: receives still waiting are cancelled, both sockets closed.
-    pub(super) fn abort(&mut self, q: &mut Vec<squeue::Entry>) -> Option<Handshake> {
+    pub(super) fn abort(&mut self, q: &mut Vec<squeue::Entry>) -> Option<HandshakeKind> {
         self.close(q);
         None
     }

@@ -24,7 +24,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use super::{preamble::Preamble, FrontendState, ProxyState};
 use crate::counters::{FailReason, Failure, WorkerCounters};
-use conn::{Conn, Handshake, Phase};
+use conn::{Conn, Phase};
 use op::{tag, untag, Op};
 
 /// Submission queue entries; completions get four times as many.
@@ -233,10 +233,9 @@ impl Loop {
         let Some(Some(c)) = self.conns.get_mut(slot) else {
             return;
         };
-        match c.complete(op, res, self.now, &mut self.queue) {
-            Some(Handshake::Full) => WorkerCounters::bump(&self.counters.handshakes_full),
-            Some(Handshake::Resumed) => WorkerCounters::bump(&self.counters.handshakes_resumed),
-            None => {}
+        if let Some(kind) = c.complete(op, res, self.now, &mut self.queue) {
+            self.counters
+                .handshake_done(kind == rustls::HandshakeKind::Resumed);
         }
         if c.finished() {
             let fe = self.counters.frontend(self.frontend.slot);
