@@ -79,17 +79,59 @@ pub fn parse(value: &[u8]) -> Result<Authority<'_>, HostError> {
 
 /// reg-name's bytes (unreserved, pct-encoded, sub-delims) less the comma.
 fn is_name_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"-._~%!$&'()*+;=".contains(&b)
+    NAME_BYTES[usize::from(b)]
 }
 
 /// An IPv6 address or IPvFuture inside brackets.
 fn is_literal_byte(b: u8) -> bool {
-    b.is_ascii_hexdigit() || b":.vV".contains(&b)
+    LITERAL_BYTES[usize::from(b)]
+}
+
+/// Every request's `Host` goes through these: tables, not a search of the punctuation for
+/// every byte.
+const NAME_BYTES: [bool; 256] = byte_table(b"-._~%!$&'()*+;=", true);
+const LITERAL_BYTES: [bool; 256] = byte_table(b":.vV", false);
+
+/// A table true for ASCII letters and digits (only hex digits unless `alnum`) and `extra`.
+const fn byte_table(extra: &[u8], alnum: bool) -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = if alnum {
+            c.is_ascii_alphanumeric()
+        } else {
+            c.is_ascii_hexdigit()
+        };
+        b += 1;
+    }
+    let mut i = 0;
+    while i < extra.len() {
+        t[extra[i] as usize] = true;
+        i += 1;
+    }
+    t
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tables_hold_the_grammar() {
+        for b in 0..=255u8 {
+            assert_eq!(
+                is_name_byte(b),
+                b.is_ascii_alphanumeric() || b"-._~%!$&'()*+;=".contains(&b),
+                "{b}"
+            );
+            assert_eq!(
+                is_literal_byte(b),
+                b.is_ascii_hexdigit() || b":.vV".contains(&b),
+                "{b}"
+            );
+        }
+    }
 
     #[test]
     fn hosts_ports_and_literals_are_taken() {

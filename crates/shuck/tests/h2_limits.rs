@@ -260,6 +260,31 @@ async fn a_window_never_opened_costs_bounded_memory() {
 }
 
 #[tokio::test]
+async fn a_silent_backend_gets_504_at_idle_timeout_and_not_before() {
+    let _one = one_at_a_time();
+    let origin = H1Origin::start(None);
+    let shuck = Shuck::start(&["--http", "-b", &origin.spec, "--idle-timeout", "1"]);
+    let (mut send, _conn) = h2c::connect(shuck.addr()).await;
+    // Silent for 3 s: 504 at --idle-timeout.
+    let t = Instant::now();
+    let (status, _) = h2c::get(&mut send, "/slow/3000").await.unwrap();
+    let took = t.elapsed();
+    assert_eq!(status.as_u16(), 504);
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        "{took:?}"
+    );
+    // A backend connection idle for longer than --idle-timeout between two streams: the
+    // next answer's wait starts afresh (no timer left over from before fires early).
+    assert_eq!(h2c::get(&mut send, "/").await.unwrap().0.as_u16(), 200);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for _ in 0..3 {
+        let (status, body) = h2c::get(&mut send, "/slow/600").await.unwrap();
+        assert_eq!((status.as_u16(), &body[..]), (200, &b"slow"[..]));
+    }
+}
+
+#[tokio::test]
 async fn idle_connections_and_slow_heads_get_goaway() {
     let _one = one_at_a_time();
     let origin = H1Origin::start(None);

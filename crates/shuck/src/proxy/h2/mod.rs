@@ -103,7 +103,7 @@ impl Gateway {
 }
 
 /// A stream being served; its end may leave the connection idle.
-struct Active(Rc<Gateway>);
+pub struct Active(Rc<Gateway>);
 
 impl Drop for Active {
     fn drop(&mut self) {
@@ -329,8 +329,10 @@ where
                                 // Closing: GOAWAY is on its way (the wake arm sends it).
                                 return Poll::Ready(Ok(true));
                             }
-                            gw.idle_since.set(Instant::now());
-                            tokio::task::spawn_local(stream::serve(gw.clone(), req, respond));
+                            // Counted in now, not when its task first runs, so that
+                            // the connection is never idle in between.
+                            let active = gw.stream_opened();
+                            tokio::task::spawn_local(stream::serve(active, req, respond));
                             taken += 1;
                             if taken == BATCH {
                                 return Poll::Ready(Ok(true));
