@@ -319,7 +319,8 @@ where
             }
             // The streams ready now are taken in one turn (up to BATCH, so that one client
             // cannot hold the worker): the other arms are polled once a batch, not once a
-            // stream.
+            // stream. (Polled in this task instead of a task each, with FuturesUnordered,
+            // they cost 5 % fewer instructions but no less time: not kept.)
             next = poll_fn(|cx| {
                 let mut taken = 0;
                 loop {
@@ -332,7 +333,9 @@ where
                             // Counted in now, not when its task first runs, so that
                             // the connection is never idle in between.
                             let active = gw.stream_opened();
-                            tokio::task::spawn_local(stream::serve(active, req, respond));
+                            if let Some(serving) = stream::accept(active, req, respond) {
+                                tokio::task::spawn_local(serving);
+                            }
                             taken += 1;
                             if taken == BATCH {
                                 return Poll::Ready(Ok(true));

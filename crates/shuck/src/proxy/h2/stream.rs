@@ -4,7 +4,7 @@
 //! CONNECT) carried as an `Upgrade` and then relayed. A backend answer that is malformed
 //! or cut short ends this stream only: `502` before its head went out, a reset after.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 
 use bytes::{Buf, Bytes, BytesMut};
 use h2::server::SendResponse;
@@ -47,11 +47,17 @@ enum Done {
     Close,
 }
 
-/// Serves one stream; `respond` answers it.
-pub async fn serve(active: Active, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+/// Takes a stream in: its request refused at once, or the future that serves it
+/// (`respond` answers it). Done before the future is made, so that the request (its
+/// fields, a quarter of a kilobyte) is not carried in it.
+pub fn accept(
+    active: Active,
+    req: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+) -> Option<impl Future<Output = ()>> {
     let gw: &Gateway = &active.0;
     let counters = &gw.worker.counters;
-    let (parts, mut body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     let mut head = Vec::with_capacity(512);
     let (framing, kind) = match request::build(&parts, body.is_end_stream(), &gw.fwd, &mut head) {
         Ok(r) => r,
@@ -66,7 +72,7 @@ pub async fn serve(active: Active, req: Request<RecvStream>, mut respond: SendRe
             respond.send_reset(Reason::PROTOCOL_ERROR);
             WorkerCounters::bump(&counters.http.h2_resets_sent);
             gw.resets.hit();
-            return;
+            return None;
         }
         Err(Refusal::Status(status, why)) => {
             tracing::debug!(
@@ -76,12 +82,23 @@ pub async fn serve(active: Active, req: Request<RecvStream>, mut respond: SendRe
                 "request refused: {why}",
             );
             reply(&mut respond, status);
-            return;
+            return None;
         }
     };
-    drop(parts);
     WorkerCounters::bump(&counters.http.requests_h2);
+    Some(serve(active, head, framing, kind, body, respond))
+}
 
+/// Serves one stream whose request head is `head`.
+async fn serve(
+    active: Active,
+    head: Vec<u8>,
+    framing: Body,
+    kind: Kind,
+    mut body: RecvStream,
+    mut respond: SendResponse<Bytes>,
+) {
+    let gw: &Gateway = &active.0;
     let mut retried = false;
     loop {
         // An idle connection of this client's, else (boxed, as it is large and rare once
@@ -228,7 +245,7 @@ async fn answer<R: AsyncRead + Unpin>(
     kind: Kind,
 ) -> Result<Done, End> {
     let answer = read_head(rd, buf, silence, gw, respond, kind).await?;
-    Ok(send_answer(gw, rd, buf, silence, respond, answer).await)
+    Ok(pass_on(gw, rd, buf, silence, respond, answer).await)
 }
 
 /// A request with a body: the head, then the body up and the answer down at once (a
@@ -409,32 +426,54 @@ async fn read_more<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut) -> std:
 
 /// Sends the final answer's head and body. Once the head is out, a body cut short or
 /// malformed resets the stream (the only way left to tell the client).
-async fn send_answer<R: AsyncRead + Unpin>(
+///
+/// The head goes out before the future is made, so that the answer's fields are not
+/// carried in it.
+fn pass_on<'a, R: AsyncRead + Unpin>(
+    gw: &'a Gateway,
+    rd: &'a mut R,
+    buf: &'a mut BytesMut,
+    silence: &'a mut Silence,
+    respond: &mut SendResponse<Bytes>,
+    answer: Answer,
+) -> impl Future<Output = Done> + 'a {
+    let Answer {
+        status,
+        headers,
+        framing,
+        keep_alive,
+    } = answer;
+    let mut resp = Response::new(());
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    let empty = framing == Framing::Empty;
+    let sent = respond.send_response(resp, empty);
+    let done = if keep_alive {
+        Done::Reusable
+    } else {
+        Done::Close
+    };
+    async move {
+        match sent {
+            Ok(tx) if !empty => send_all(gw, rd, buf, silence, tx, framing, done).await,
+            Ok(_) => done,
+            Err(_) => Done::Close,
+        }
+    }
+}
+
+/// The answer's body, after its head; `done` is what a complete one leaves.
+async fn send_all<R: AsyncRead + Unpin>(
     gw: &Gateway,
     rd: &mut R,
     buf: &mut BytesMut,
     silence: &mut Silence,
-    respond: &mut SendResponse<Bytes>,
-    answer: Answer,
+    mut tx: SendStream<Bytes>,
+    framing: Framing,
+    done: Done,
 ) -> Done {
-    let mut resp = Response::new(());
-    *resp.status_mut() = answer.status;
-    *resp.headers_mut() = answer.headers;
-    let empty = answer.framing == Framing::Empty;
-    let mut tx = match respond.send_response(resp, empty) {
-        Ok(tx) => tx,
-        Err(_) => return Done::Close,
-    };
-    if empty {
-        return if answer.keep_alive {
-            Done::Reusable
-        } else {
-            Done::Close
-        };
-    }
-    match send_body(gw, rd, buf, silence, &mut tx, answer.framing).await {
-        Ok(()) if answer.keep_alive => Done::Reusable,
-        Ok(()) => Done::Close,
+    match send_body(gw, rd, buf, silence, &mut tx, framing).await {
+        Ok(()) => done,
         Err(BodyEnd::Client) => {
             client_reset(gw);
             Done::Close
@@ -580,7 +619,7 @@ async fn upgrade(
     let kind = Kind::Upgrade(*accept);
     let mut answer = read_head(&mut rd, buf, silence, gw, respond, kind).await?;
     if answer.status != StatusCode::SWITCHING_PROTOCOLS {
-        send_answer(gw, &mut rd, buf, silence, respond, answer).await;
+        pass_on(gw, &mut rd, buf, silence, respond, answer).await;
         return Ok(Done::Close);
     }
     match answer.headers.remove("sec-websocket-accept") {
