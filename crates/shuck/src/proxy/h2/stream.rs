@@ -550,16 +550,17 @@ async fn send_body<R: AsyncRead + Unpin>(
             }
             let n = left.min(buf.len() as u64) as usize;
             left -= n as u64;
-            send(gw, tx, buf.split_to(n).freeze()).await?;
+            // The last bytes carry END_STREAM: no empty DATA frame after them.
+            send(gw, tx, buf.split_to(n).freeze(), left == 0).await?;
             if left == 0 {
-                return end(tx);
+                return Ok(());
             }
         },
         Framing::Chunked => {
             let mut chunks = Dechunk::default();
             loop {
                 match chunks.next(buf).map_err(BodyEnd::Bad)? {
-                    Piece::Data(d) => send(gw, tx, d).await?,
+                    Piece::Data(d) => send(gw, tx, d, false).await?,
                     Piece::More => more_body(rd, buf, silence).await?,
                     Piece::End(t) if t.is_empty() => return end(tx),
                     Piece::End(t) => return tx.send_trailers(t).map_err(|_| BodyEnd::Client),
@@ -573,14 +574,20 @@ async fn send_body<R: AsyncRead + Unpin>(
                     r => r?,
                 }
             }
-            send(gw, tx, buf.split().freeze()).await?;
+            send(gw, tx, buf.split().freeze(), false).await?;
         },
     }
 }
 
 /// Sends `data` on the stream as the client's window allows, never ahead of it: what a
-/// client that never opens its window costs is bounded by one read.
-async fn send(gw: &Gateway, tx: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), BodyEnd> {
+/// client that never opens its window costs is bounded by one read. `last`: the stream
+/// ends with these bytes.
+async fn send(
+    gw: &Gateway,
+    tx: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    last: bool,
+) -> Result<(), BodyEnd> {
     while !data.is_empty() {
         tx.reserve_capacity(data.len());
         let granted = loop {
@@ -595,7 +602,8 @@ async fn send(gw: &Gateway, tx: &mut SendStream<Bytes>, mut data: Bytes) -> Resu
             }
         };
         let part = data.split_to(granted.min(data.len()));
-        tx.send_data(part, false).map_err(|_| BodyEnd::Client)?;
+        tx.send_data(part, last && data.is_empty())
+            .map_err(|_| BodyEnd::Client)?;
     }
     Ok(())
 }
@@ -662,7 +670,7 @@ where
     W: AsyncWrite + Unpin,
 {
     if !buf.is_empty() {
-        send(gw, tx, buf.split().freeze()).await?;
+        send(gw, tx, buf.split().freeze(), false).await?;
     }
     let (mut client_open, mut backend_open) = (true, true);
     while client_open || backend_open {
@@ -684,7 +692,7 @@ where
                     backend_open = false;
                     tx.send_data(Bytes::new(), true).map_err(|_| BodyEnd::Client)?;
                 }
-                Ok(_) => send(gw, tx, buf.split().freeze()).await?,
+                Ok(_) => send(gw, tx, buf.split().freeze(), false).await?,
                 Err(e) => return Err(BodyEnd::Io(e)),
             },
             () = tokio::time::sleep(gw.idle) => return Err(BodyEnd::Stalled),

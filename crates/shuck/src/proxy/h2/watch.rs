@@ -147,11 +147,14 @@ fn follow(scan: &mut Scan, seen: &Seen, mut input: &[u8]) {
                     | usize::from(bytes[2]);
                 let (kind, flags) = (bytes[3], bytes[4]);
                 let in_block = kind == HEADERS || kind == CONTINUATION;
-                if in_block && seen.head_since.get().is_none() {
+                let ends_head = in_block && flags & END_HEADERS != 0;
+                // A block that begins and ends in these bytes (the usual request) needs no
+                // deadline: no clock read, no wake of the driver.
+                let whole = ends_head && input.len() >= len;
+                if in_block && !whole && seen.head_since.get().is_none() {
                     seen.head_since.set(Some(Instant::now()));
                     seen.head_started.notify_one();
                 }
-                let ends_head = in_block && flags & END_HEADERS != 0;
                 *scan = Scan::Payload {
                     left: len,
                     ends_head,
@@ -295,6 +298,17 @@ mod tests {
         assert!(seen.head_since.get().is_none());
         // A DATA frame does not open a block.
         w.follow(&[0, 0, 2, 0x0, 0x1, 0, 0, 0, 1, b'h', b'i']);
+        assert!(seen.head_since.get().is_none());
+        // A whole block in one read opens no deadline; one cut after its frame header does.
+        let whole = [0, 0, 1, HEADERS, END_HEADERS, 0, 0, 0, 3, 0x82];
+        w.follow(&whole);
+        assert!(seen.head_since.get().is_none());
+        w.follow(&whole[..9]);
+        assert!(
+            seen.head_since.get().is_some(),
+            "its block is still to come"
+        );
+        w.follow(&whole[9..]);
         assert!(seen.head_since.get().is_none());
     }
 
