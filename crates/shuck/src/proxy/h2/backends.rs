@@ -93,6 +93,8 @@ pub struct Backends {
     waiting: Cell<usize>,
     /// Written first on every new connection.
     preamble: Option<Box<[u8]>>,
+    /// `--idle-timeout`, for each connection's [`Silence`].
+    idle_timeout: Duration,
 }
 
 /// Most idle connections kept per client connection.
@@ -102,13 +104,14 @@ const MAX_IDLE: usize = 16;
 pub const READ_SIZE: usize = 16 * 1024;
 
 impl Backends {
-    /// No connection yet; `preamble` opens every one.
-    pub fn new(preamble: Option<Vec<u8>>) -> Self {
+    /// No connection yet; `preamble` opens every one, `idle` is `--idle-timeout`.
+    pub fn new(preamble: Option<Vec<u8>>, idle: Duration) -> Self {
         Backends {
             idle: RefCell::new(Vec::new()),
             freed: Notify::new(),
             waiting: Cell::new(0),
             preamble: preamble.map(Vec::into_boxed_slice),
+            idle_timeout: idle,
         }
     }
 
@@ -119,7 +122,7 @@ impl Backends {
 
     /// An idle connection of this client, or a new one from the pool (waiting in its queue
     /// when the server is at maxconn), whichever comes first.
-    pub async fn get(&self, worker: &Worker, idle: Duration) -> Result<BackendConn, ConnectError> {
+    pub async fn get(&self, worker: &Worker) -> Result<BackendConn, ConnectError> {
         if let Some(c) = self.idle() {
             return Ok(c);
         }
@@ -150,7 +153,7 @@ impl Backends {
                         buf: BytesMut::with_capacity(READ_SIZE),
                         reused: false,
                         lease,
-                        silence: Silence::new(idle),
+                        silence: Silence::new(self.idle_timeout),
                     });
                 }
             }

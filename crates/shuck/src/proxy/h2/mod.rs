@@ -2,15 +2,18 @@
 //! HTTP/1.1 servers. hyperium's `h2` speaks HTTP/2 to the client (framing, HPACK, flow
 //! control, and its limits on CONTINUATION, empty-frame and reset floods); each stream
 //! becomes one HTTP/1.1 exchange on a keep-alive backend connection of this client's
-//! (`backends.rs`, `stream.rs`), with the HTTP/1.1 path's header hygiene (`request.rs`).
+//! (`backends.rs`, `stream.rs`, `answer.rs`, `tunnel.rs`), with the HTTP/1.1 path's header
+//! hygiene (`request.rs`).
 //! This driver owns the connection: its settings, the limits h2 leaves to its user (the
 //! rate of streams a client resets, a header block's time, an idle connection), and the
 //! `GOAWAY` that drains it at a reload, a stop or a binary upgrade.
 
+mod answer;
 mod backends;
 pub mod request;
 pub mod response;
 mod stream;
+mod tunnel;
 mod watch;
 
 use std::cell::Cell;
@@ -166,7 +169,7 @@ where
     let gw = Rc::new(Gateway {
         worker,
         client: client.addr,
-        backends: Backends::new(client.preamble),
+        backends: Backends::new(client.preamble, limits.idle_timeout),
         fwd: client.fwd,
         max_head,
         idle: limits.idle_timeout,

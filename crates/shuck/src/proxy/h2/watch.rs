@@ -241,12 +241,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         if let Some(e) = w.failed.take() {
             return Poll::Ready(Err(e));
         }
-        if w.out.len() + buf.len() > GATHER {
+        // What was gathered goes first when this does not fit, or goes by itself.
+        if buf.len() >= DIRECT || w.out.len() + buf.len() > GATHER {
             ready!(w.poll_drain(cx))?;
         }
         let n = if buf.len() >= DIRECT {
-            // What was gathered goes first.
-            ready!(w.poll_drain(cx))?;
             // Large enough to be a record of its own: no copy.
             ready!(Pin::new(&mut w.io).poll_write(cx, buf))?
         } else {

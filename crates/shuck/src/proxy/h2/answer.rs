@@ -1,0 +1,279 @@
+//! A backend's answer to one stream passed on to the client: its head read (interim `1xx`
+//! answers passed on), then sent as the stream's response, then its body streamed under
+//! h2's flow control, never ahead of the client's window. Once the head is out, a body cut
+//! short or malformed resets the stream.
+
+use std::future::{poll_fn, Future};
+
+use bytes::{Buf, Bytes, BytesMut};
+use h2::server::SendResponse;
+use h2::{Reason, SendStream};
+use http::{Response, StatusCode};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::backends::{Silence, READ_SIZE};
+use super::request::Kind;
+use super::response::{self, Answer, BadAnswer, Dechunk, Framing, Piece};
+use super::stream::{client_reset, Done, End};
+use super::Gateway;
+use crate::counters::WorkerCounters;
+
+/// The backend's answer, passed on to the client.
+pub(super) async fn answer<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    silence: &mut Silence,
+    gw: &Gateway,
+    respond: &mut SendResponse<Bytes>,
+    kind: Kind,
+) -> Result<Done, End> {
+    let answer = read_head(rd, buf, silence, gw, respond, kind).await?;
+    Ok(pass_on(gw, rd, buf, silence, respond, answer).await)
+}
+
+/// Reads the backend's answer head, passing interim (`1xx`) answers on; watches for the
+/// client resetting the stream meanwhile.
+pub(super) async fn read_head<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    silence: &mut Silence,
+    gw: &Gateway,
+    respond: &mut SendResponse<Bytes>,
+    kind: Kind,
+) -> Result<Answer, End> {
+    let mut got_any = !buf.is_empty();
+    loop {
+        let parsed = if buf.is_empty() {
+            None // the usual first turn: nothing read yet
+        } else {
+            response::parse(buf, kind, gw.max_head).map_err(End::Bad)?
+        };
+        if let Some((used, answer)) = parsed {
+            buf.advance(used);
+            let upgrade_accepted = matches!(kind, Kind::Upgrade(_))
+                && answer.status == StatusCode::SWITCHING_PROTOCOLS;
+            if answer.status.is_informational() && !upgrade_accepted {
+                if answer.status == StatusCode::SWITCHING_PROTOCOLS {
+                    return Err(End::Bad(BadAnswer(
+                        "101 to a request that asked no upgrade",
+                    )));
+                }
+                let mut interim = Response::new(());
+                *interim.status_mut() = answer.status;
+                *interim.headers_mut() = answer.headers;
+                // A client gone is noticed at the next step.
+                let _ = respond.send_informational(interim);
+                continue;
+            }
+            return Ok(answer);
+        }
+        // The read first: the reset is looked at only while the backend keeps us waiting.
+        silence.start();
+        let read = tokio::select! {
+            biased;
+            r = read_more(rd, buf) => Ok(r),
+            () = poll_fn(|cx| silence.poll_over(cx)) => Err(()),
+            _ = poll_fn(|cx| respond.poll_reset(cx)) => return Err(End::ClientReset),
+        };
+        match read {
+            Err(()) => return Err(End::Timeout),
+            Ok(Ok(0)) | Ok(Err(_)) if !got_any => return Err(End::Stale),
+            Ok(Ok(0)) => return Err(End::Bad(BadAnswer("closed in the middle of the head"))),
+            Ok(Err(e)) => return Err(End::Write(e)),
+            Ok(Ok(_)) => got_any = true,
+        }
+    }
+}
+
+/// Reads more of the backend into `buf`.
+pub(super) async fn read_more<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+) -> std::io::Result<usize> {
+    buf.reserve(READ_SIZE);
+    rd.read_buf(buf).await
+}
+
+/// Sends the final answer's head and body. Once the head is out, a body cut short or
+/// malformed resets the stream (the only way left to tell the client).
+///
+/// The head goes out before the future is made, so that the answer's fields are not
+/// carried in it.
+pub(super) fn pass_on<'a, R: AsyncRead + Unpin>(
+    gw: &'a Gateway,
+    rd: &'a mut R,
+    buf: &'a mut BytesMut,
+    silence: &'a mut Silence,
+    respond: &mut SendResponse<Bytes>,
+    answer: Answer,
+) -> impl Future<Output = Done> + 'a {
+    let Answer {
+        status,
+        headers,
+        framing,
+        keep_alive,
+    } = answer;
+    let mut resp = Response::new(());
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    let empty = framing == Framing::Empty;
+    let sent = respond.send_response(resp, empty);
+    let done = if keep_alive {
+        Done::Reusable
+    } else {
+        Done::Close
+    };
+    async move {
+        match sent {
+            Ok(tx) if !empty => send_all(gw, rd, buf, silence, tx, framing, done).await,
+            Ok(_) => done,
+            Err(_) => Done::Close,
+        }
+    }
+}
+
+/// The answer's body, after its head; `done` is what a complete one leaves.
+async fn send_all<R: AsyncRead + Unpin>(
+    gw: &Gateway,
+    rd: &mut R,
+    buf: &mut BytesMut,
+    silence: &mut Silence,
+    mut tx: SendStream<Bytes>,
+    framing: Framing,
+    done: Done,
+) -> Done {
+    match send_body(gw, rd, buf, silence, &mut tx, framing).await {
+        Ok(()) => done,
+        Err(BodyEnd::Client) => {
+            client_reset(gw);
+            Done::Close
+        }
+        Err(e) => {
+            tracing::warn!(
+                name: "h2_backend_answer_cut",
+                client = %gw.client,
+                error = %e,
+                "backend answer cut short: stream reset",
+            );
+            tx.send_reset(Reason::INTERNAL_ERROR);
+            WorkerCounters::bump(&gw.worker.counters.http.h2_resets_sent);
+            Done::Close
+        }
+    }
+}
+
+/// Why an answer's body did not reach its end.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum BodyEnd {
+    /// The client reset the stream or went away.
+    #[error("the client reset the stream")]
+    Client,
+    /// The backend closed before the end.
+    #[error("the backend closed before the end of the body")]
+    Cut,
+    /// The body's framing is broken.
+    #[error(transparent)]
+    Bad(BadAnswer),
+    /// No progress within `--idle-timeout` (backend silent or client window shut).
+    #[error("no progress within --idle-timeout")]
+    Stalled,
+    /// Reading the backend failed.
+    #[error("backend connection: {0}")]
+    Io(std::io::Error),
+}
+
+/// Reads more for a body that is not over yet: none more is a cut.
+async fn more_body<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    silence: &mut Silence,
+) -> Result<(), BodyEnd> {
+    silence.start();
+    tokio::select! {
+        biased;
+        r = read_more(rd, buf) => match r {
+            Ok(0) => Err(BodyEnd::Cut),
+            Ok(_) => Ok(()),
+            Err(e) => Err(BodyEnd::Io(e)),
+        },
+        () = poll_fn(|cx| silence.poll_over(cx)) => Err(BodyEnd::Stalled),
+    }
+}
+
+async fn send_body<R: AsyncRead + Unpin>(
+    gw: &Gateway,
+    rd: &mut R,
+    buf: &mut BytesMut,
+    silence: &mut Silence,
+    tx: &mut SendStream<Bytes>,
+    framing: Framing,
+) -> Result<(), BodyEnd> {
+    let end = |tx: &mut SendStream<Bytes>| {
+        tx.send_data(Bytes::new(), true)
+            .map_err(|_| BodyEnd::Client)
+    };
+    match framing {
+        Framing::Empty => end(tx),
+        Framing::Length(mut left) => loop {
+            if buf.is_empty() {
+                more_body(rd, buf, silence).await?;
+            }
+            let n = left.min(buf.len() as u64) as usize;
+            left -= n as u64;
+            // The last bytes carry END_STREAM: no empty DATA frame after them.
+            send(gw, tx, buf.split_to(n).freeze(), left == 0).await?;
+            if left == 0 {
+                return Ok(());
+            }
+        },
+        Framing::Chunked => {
+            let mut chunks = Dechunk::default();
+            loop {
+                match chunks.next(buf).map_err(BodyEnd::Bad)? {
+                    Piece::Data(d) => send(gw, tx, d, false).await?,
+                    Piece::More => more_body(rd, buf, silence).await?,
+                    Piece::End(t) if t.is_empty() => return end(tx),
+                    Piece::End(t) => return tx.send_trailers(t).map_err(|_| BodyEnd::Client),
+                }
+            }
+        }
+        Framing::UntilClose => loop {
+            if buf.is_empty() {
+                match more_body(rd, buf, silence).await {
+                    Err(BodyEnd::Cut) => return end(tx),
+                    r => r?,
+                }
+            }
+            send(gw, tx, buf.split().freeze(), false).await?;
+        },
+    }
+}
+
+/// Sends `data` on the stream as the client's window allows, never ahead of it: what a
+/// client that never opens its window costs is bounded by one read. `last`: the stream
+/// ends with these bytes.
+pub(super) async fn send(
+    gw: &Gateway,
+    tx: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    last: bool,
+) -> Result<(), BodyEnd> {
+    while !data.is_empty() {
+        tx.reserve_capacity(data.len());
+        let granted = loop {
+            let c = tx.capacity();
+            if c > 0 {
+                break c;
+            }
+            match tokio::time::timeout(gw.idle, poll_fn(|cx| tx.poll_capacity(cx))).await {
+                Err(_) => return Err(BodyEnd::Stalled),
+                Ok(None) | Ok(Some(Err(_))) => return Err(BodyEnd::Client),
+                Ok(Some(Ok(_))) => {}
+            }
+        };
+        let part = data.split_to(granted.min(data.len()));
+        tx.send_data(part, last && data.is_empty())
+            .map_err(|_| BodyEnd::Client)?;
+    }
+    Ok(())
+}
