@@ -12,9 +12,9 @@ use http::{Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::backends::{Silence, READ_SIZE};
+use super::outcome::{client_reset, Done, End};
 use super::request::Kind;
 use super::response::{self, Answer, BadAnswer, Dechunk, Framing, Piece};
-use super::stream::{client_reset, Done, End};
 use super::Gateway;
 use crate::counters::WorkerCounters;
 

@@ -10,6 +10,7 @@
 
 mod answer;
 mod backends;
+mod outcome;
 pub mod request;
 pub mod response;
 mod stream;

@@ -9,9 +9,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::answer::{pass_on, read_head, read_more, send, BodyEnd};
 use super::backends::BackendConn;
+use super::outcome::{write_head, Done, End};
 use super::request::Kind;
 use super::response::BadAnswer;
-use super::stream::{write_head, Done, End};
 use super::Gateway;
 
 /// A WebSocket over HTTP/2 (RFC 8441): an HTTP/1.1 `Upgrade: websocket` to the backend;
