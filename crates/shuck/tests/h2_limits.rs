@@ -16,9 +16,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::h1origin::H1Origin;
-use common::h2c::{self, frame, CONTINUATION, END_HEADERS, END_STREAM, HEADERS, RST_STREAM};
+use common::h2c::{
+    self, frame, CONTINUATION, END_HEADERS, END_STREAM, GOAWAY, HEADERS, RST_STREAM,
+};
 use common::*;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// These tests measure memory and latency: they run one at a time.
 fn one_at_a_time() -> MutexGuard<'static, ()> {
@@ -303,6 +305,35 @@ async fn idle_connections_and_slow_heads_get_goaway() {
         t.elapsed() >= Duration::from_millis(900),
         "{:?}",
         t.elapsed()
+    );
+    // A stream longer than the keep-alive timeout is not cut by it, and the timeout
+    // counts from its end: not from the connection's start, nor from a check made while
+    // the stream was under way.
+    let mut tls = h2c::raw(shuck.addr(), &[]).await;
+    tls.write_all(&frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        1,
+        &h2c::get_block("/slow/1500"),
+    ))
+    .await
+    .unwrap();
+    let answered = loop {
+        let mut h = [0u8; 9];
+        tls.read_exact(&mut h).await.unwrap();
+        let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+        let mut p = vec![0u8; len];
+        tls.read_exact(&mut p).await.unwrap();
+        assert_ne!(h[3], GOAWAY, "GOAWAY while a stream was under way");
+        if h[4] & END_STREAM != 0 && h[5..9] == [0, 0, 0, 1] {
+            break Instant::now();
+        }
+    };
+    assert_eq!(h2c::goaway(&mut tls, Duration::from_secs(5)).await, Some(0));
+    let idle = answered.elapsed();
+    assert!(
+        idle >= Duration::from_millis(900) && idle < Duration::from_millis(1400),
+        "{idle:?}"
     );
     // A header block begun and never ended: closed after --http-request-timeout, long
     // before the keep-alive timeout.

@@ -175,7 +175,11 @@ impl Backends {
         c.reused = true;
         idle.push(c);
         drop(idle);
-        self.freed.notify_one();
+        // Only a stream in `get` waits on it; without one, the notice would be a mutex
+        // taken for nothing at the end of every stream (and a permit left for later).
+        if self.waiting.get() > 0 {
+            self.freed.notify_one();
+        }
     }
 }
 

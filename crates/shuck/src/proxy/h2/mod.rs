@@ -60,8 +60,6 @@ pub struct Gateway {
     idle_since: Cell<Instant>,
     /// Streams served.
     streams: Cell<u64>,
-    /// Wakes the driver: the last stream ended, or the reset limit was passed.
-    wake: Notify,
 }
 
 /// Streams reset by the client (or refused as malformed) in the current second.
@@ -70,6 +68,8 @@ struct ResetMeter {
     limit: u32,
     window: Cell<Instant>,
     count: Cell<u32>,
+    /// Wakes the driver, to send `GOAWAY ENHANCE_YOUR_CALM`, when the limit is passed.
+    passed: Notify,
 }
 
 impl ResetMeter {
@@ -78,18 +78,21 @@ impl ResetMeter {
             limit,
             window: Cell::new(Instant::now()),
             count: Cell::new(0),
+            passed: Notify::new(),
         }
     }
 
-    /// Counts one; true when the limit is passed.
-    fn hit(&self) -> bool {
+    /// Counts one; the driver is woken as the limit is passed.
+    fn hit(&self) {
         let now = Instant::now();
         if now.duration_since(self.window.get()) >= Duration::from_secs(1) {
             self.window.set(now);
             self.count.set(0);
         }
         self.count.set(self.count.get() + 1);
-        self.over()
+        if self.count.get() == self.limit.saturating_add(1) {
+            self.passed.notify_one();
+        }
     }
 
     fn over(&self) -> bool {
@@ -113,9 +116,10 @@ impl Drop for Active {
     fn drop(&mut self) {
         let gw = &self.0;
         gw.active.set(gw.active.get().saturating_sub(1));
+        // Recorded only: the driver looks at it when its keep-alive check comes due, so
+        // that a connection going idle between every burst of streams wakes nobody.
         if gw.active.get() == 0 {
             gw.idle_since.set(Instant::now());
-            gw.wake.notify_one();
         }
     }
 }
@@ -178,7 +182,6 @@ where
         active: Cell::new(0),
         idle_since: Cell::new(Instant::now()),
         streams: Cell::new(0),
-        wake: Notify::new(),
     });
     let seen = Rc::new(Seen::default());
     let window = limits.h2.initial_window;
@@ -235,10 +238,14 @@ where
     let never = Instant::now() + Duration::from_secs(365 * 24 * 3600);
     let mut drained = std::pin::pin!(drain.recv());
     let mut reloaded = std::pin::pin!(reload.changed());
-    let mut woken = std::pin::pin!(gw.wake.notified());
+    let mut woken = std::pin::pin!(gw.resets.passed.notified());
     let mut head_started = std::pin::pin!(seen.head_started.notified());
     let mut armed = never;
     let mut timer = std::pin::pin!(tokio::time::sleep_until(armed));
+    // When to look at whether the connection has been idle for --http-keepalive-timeout:
+    // never later than it could come due, and moved only when reached, so that streams
+    // beginning and ending do not move the timer.
+    let mut idle_check = gw.idle_since.get() + keepalive;
     loop {
         // The next deadline: a header block's, an idle connection's, or a closing one's.
         let mut deadline = never;
@@ -248,8 +255,8 @@ where
                 if let Some(t) = seen.head_since.get() {
                     deadline = deadline.min(t + request_timeout);
                 }
-                if gw.active.get() == 0 && !draining {
-                    deadline = deadline.min(gw.idle_since.get() + keepalive);
+                if !draining {
+                    deadline = deadline.min(idle_check);
                 }
             }
         }
@@ -279,7 +286,7 @@ where
                 }
             }
             () = &mut woken => {
-                woken.set(gw.wake.notified());
+                woken.set(gw.resets.passed.notified());
                 if gw.resets.over() && closing.is_none() {
                     tracing::warn!(
                         name: "h2_rapid_reset",
@@ -313,12 +320,20 @@ where
                     closing = Some(Instant::now());
                     draining = true;
                     end = "request timeout";
-                } else if !draining && gw.active.get() == 0 {
-                    conn.graceful_shutdown();
-                    goaway(&counters, Reason::NO_ERROR);
-                    draining = true;
-                    closing = Some(Instant::now());
-                    end = "keep-alive timeout";
+                } else if !draining {
+                    let now = Instant::now();
+                    let idle_end = gw.idle_since.get() + keepalive;
+                    if gw.active.get() > 0 {
+                        idle_check = now + keepalive; // nothing can come due sooner
+                    } else if idle_end > now {
+                        idle_check = idle_end;
+                    } else {
+                        conn.graceful_shutdown();
+                        goaway(&counters, Reason::NO_ERROR);
+                        draining = true;
+                        closing = Some(now);
+                        end = "keep-alive timeout";
+                    }
                 }
             }
             // The streams ready now are taken in one turn (up to BATCH, so that one client
