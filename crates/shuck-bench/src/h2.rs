@@ -2,7 +2,8 @@
 //! `mode http` with `alpn h2,http/1.1` and nginx with `http2`, each in front of the same
 //! HTTP/1.1 origin, loaded by nghttp2's `h2load` (N connections × M streams) for each
 //! answer size; the server's CPU time per request is read from /proc, as `compare` does,
-//! server on CPU 0, client and origin on CPU 1.
+//! server on CPU 0, client and origin on CPU 1. The servers run side by side and are
+//! measured in turn, a run each per round.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -85,6 +86,10 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
     let key = dir.join("unused.key");
     let mut rows: Vec<Row> = Vec::new();
     let mut versions = Vec::new();
+    // All servers are started first and measured in turn, one run each per round, so that
+    // the machine's drift over the minutes a comparison takes falls on all of them alike
+    // instead of on whichever was measured last.
+    let mut servers = Vec::new();
     for name in &o.targets {
         let (target, template) = match name.as_str() {
             "shuck" => (Target::Shuck, "shuck-h2.args"),
@@ -114,7 +119,7 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
                 redis_port: 0,
             },
         };
-        let server = match peers::start_template(
+        match peers::start_template(
             target,
             &program,
             &o.bench.peers_dir,
@@ -122,39 +127,49 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             &params,
             pin.then_some(0),
         ) {
-            Ok(s) => s,
-            Err(e) => {
-                not_measured(
-                    &mut rows,
-                    name,
-                    &o.sizes,
-                    &format!("failed to start: {e:#}"),
-                );
-                continue;
-            }
-        };
-        let url = |size: &str| format!("https://127.0.0.1:{}/{size}", params.port);
-        for size in &o.sizes {
-            eprintln!("h2: {name}, {size} answers...");
-            let r = (|| {
-                // Warm-up: connections, caches, page faults; not measured.
-                run_h2load(&h2load, o, &url(size), 1.0, server.pid(), pin)?;
-                let mut runs = Vec::new();
-                for _ in 0..o.repeats.max(1) {
-                    runs.push(run_h2load(
-                        &h2load,
-                        o,
-                        &url(size),
-                        o.duration,
-                        server.pid(),
-                        pin,
-                    )?);
-                }
-                runs.sort_by(|a, b| a.cpu_per_req().total_cmp(&b.cpu_per_req()));
-                Ok::<_, anyhow::Error>(runs[runs.len() / 2])
-            })();
-            rows.push((name.clone(), size.clone(), r.map_err(|e| format!("{e:#}"))));
+            Ok(server) => servers.push((name.clone(), params.port, server)),
+            Err(e) => not_measured(
+                &mut rows,
+                name,
+                &o.sizes,
+                &format!("failed to start: {e:#}"),
+            ),
         }
+    }
+    for size in &o.sizes {
+        let url = |port: u16| format!("https://127.0.0.1:{port}/{size}");
+        // Each server's runs, or why it has none.
+        let mut runs: Vec<anyhow::Result<Vec<Measured>>> = servers
+            .iter()
+            .map(|(name, port, server)| {
+                eprintln!("h2: {name}, {size} answers, warm-up...");
+                // Warm-up: connections, caches, page faults; not measured.
+                run_h2load(&h2load, o, &url(*port), 1.0, server.pid(), pin).map(|_| Vec::new())
+            })
+            .collect();
+        for round in 1..=o.repeats.max(1) {
+            for ((name, port, server), got) in servers.iter().zip(runs.iter_mut()) {
+                let Ok(done) = got else { continue };
+                eprintln!("h2: {name}, {size} answers, run {round}...");
+                match run_h2load(&h2load, o, &url(*port), o.duration, server.pid(), pin) {
+                    Ok(m) => done.push(m),
+                    Err(e) => *got = Err(e),
+                }
+            }
+        }
+        for ((name, ..), got) in servers.iter().zip(runs) {
+            let median = got.map(|mut runs| {
+                runs.sort_by(|a, b| a.cpu_per_req().total_cmp(&b.cpu_per_req()));
+                runs[runs.len() / 2]
+            });
+            rows.push((
+                name.clone(),
+                size.clone(),
+                median.map_err(|e| format!("{e:#}")),
+            ));
+        }
+    }
+    for (_, _, server) in servers {
         server.stop();
     }
     let text = render(o, &rows, &versions, &machine, pin);
@@ -253,7 +268,7 @@ fn render(o: &H2Opts, rows: &[Row], versions: &[String], machine: &str, pin: boo
     let _ = writeln!(s, "- machine: {machine}");
     let _ = writeln!(
         s,
-        "- load: h2load, {} connections × {} streams, {} s per run, median of {}; TLS 1.3, ECDSA P-256",
+        "- load: h2load, {} connections × {} streams, {} s per run, median of {} (the servers measured in turn, a run each per round); TLS 1.3, ECDSA P-256",
         o.connections, o.streams, o.duration, o.repeats
     );
     let _ = writeln!(
