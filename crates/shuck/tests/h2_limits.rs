@@ -435,3 +435,61 @@ fn a_gigabyte_each_way_is_byte_exact_with_bounded_memory() {
     eprintln!("worker RSS {before} KiB before, at most +{grown} KiB during 2 GiB");
     assert!(grown < 32 * 1024, "worker grew {grown} KiB");
 }
+
+/// Reads frames until stream `id` ends.
+async fn answered<S: tokio::io::AsyncRead + Unpin>(tls: &mut S, id: u32) {
+    loop {
+        let mut h = [0u8; 9];
+        tls.read_exact(&mut h).await.unwrap();
+        let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+        let mut p = vec![0u8; len];
+        tls.read_exact(&mut p).await.unwrap();
+        if h[4] & END_STREAM != 0 && h[5..9] == id.to_be_bytes() {
+            return;
+        }
+    }
+}
+
+/// Waits for shuck's count of streams reset by clients to reach `n`; how long it took.
+async fn client_resets_reach(stats: u16, n: f64, within: Duration) -> Duration {
+    let t = Instant::now();
+    let series = "shuck_h2_streams_reset_total{by=\"client\"}";
+    loop {
+        let (_, body) = scrape(stats, "/metrics");
+        let got = sample(&body, series);
+        if got >= n {
+            return t.elapsed();
+        }
+        assert!(t.elapsed() < within, "{series} {got}, not {n}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_reset_is_seen_before_a_quick_answer_and_during_a_slow_one() {
+    let _one = one_at_a_time();
+    let origin = H1Origin::start(None);
+    let stats = free_port();
+    let shuck = Shuck::start(&["--http", "-b", &origin.spec, "--stats", &stats.to_string()]);
+    let mut tls = h2c::raw(shuck.addr(), &[]).await;
+    let open = |id, path| frame(HEADERS, END_STREAM | END_HEADERS, id, &h2c::get_block(path));
+    let reset = |id| frame(RST_STREAM, 0, id, &8u32.to_be_bytes());
+    // A first stream, so that the backend connection it leaves idle serves the next.
+    tls.write_all(&open(1, "/")).await.unwrap();
+    answered(&mut tls, 1).await;
+    // Reset as it opens: the answer, quick, finds it and counts it.
+    tls.write_all(&[open(3, "/"), reset(3)].concat())
+        .await
+        .unwrap();
+    client_resets_reach(stats, 1.0, Duration::from_secs(3)).await;
+    // Reset while the backend keeps the stream waiting: seen within the wait (the answer
+    // comes at 5 s), from when the wait has lasted its patience (100 ms).
+    tls.write_all(&open(5, "/slow/5000")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tls.write_all(&reset(5)).await.unwrap();
+    let took = client_resets_reach(stats, 2.0, Duration::from_secs(5)).await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    // The connection still serves.
+    tls.write_all(&open(7, "/")).await.unwrap();
+    answered(&mut tls, 7).await;
+}

@@ -4,6 +4,7 @@
 //! short or malformed resets the stream.
 
 use std::future::{poll_fn, Future};
+use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
 use h2::server::SendResponse;
@@ -11,7 +12,7 @@ use h2::{Reason, SendStream};
 use http::{Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::backends::{Silence, READ_SIZE};
+use super::backends::{Silence, Wait, READ_SIZE};
 use super::outcome::{client_reset, Done, End};
 use super::request::Kind;
 use super::response::{self, Answer, BadAnswer, Dechunk, Framing, Piece};
@@ -32,7 +33,8 @@ pub(super) async fn answer<R: AsyncRead + Unpin>(
 }
 
 /// Reads the backend's answer head, passing interim (`1xx`) answers on; watches for the
-/// client resetting the stream meanwhile.
+/// client resetting the stream once the backend has kept it waiting for
+/// [`PATIENCE`](super::backends::PATIENCE).
 pub(super) async fn read_head<R: AsyncRead + Unpin>(
     rd: &mut R,
     buf: &mut BytesMut,
@@ -42,6 +44,7 @@ pub(super) async fn read_head<R: AsyncRead + Unpin>(
     kind: Kind,
 ) -> Result<Answer, End> {
     let mut got_any = !buf.is_empty();
+    let mut watch_reset = false;
     loop {
         let parsed = if buf.is_empty() {
             None // the usual first turn: nothing read yet
@@ -69,11 +72,19 @@ pub(super) async fn read_head<R: AsyncRead + Unpin>(
         }
         // The read first: the reset is looked at only while the backend keeps us waiting.
         silence.start();
-        let read = tokio::select! {
-            biased;
-            r = read_more(rd, buf) => Ok(r),
-            () = poll_fn(|cx| silence.poll_over(cx)) => Err(()),
-            _ = poll_fn(|cx| respond.poll_reset(cx)) => return Err(End::ClientReset),
+        let read = loop {
+            let waited = tokio::select! {
+                biased;
+                r = read_more(rd, buf) => break Ok(r),
+                w = poll_fn(|cx| silence.poll_wait(cx)) => w,
+                _ = poll_fn(|cx| respond.poll_reset(cx)), if watch_reset => {
+                    return Err(End::ClientReset)
+                }
+            };
+            match waited {
+                Wait::Long => watch_reset = true,
+                Wait::Over => break Err(()),
+            }
         };
         match read {
             Err(()) => return Err(End::Timeout),
@@ -123,6 +134,9 @@ pub(super) fn pass_on<'a, R: AsyncRead + Unpin>(
     } else {
         Done::Close
     };
+    if sent.is_err() && was_reset(respond) {
+        client_reset(gw); // a reset that came before PATIENCE was up (see read_head)
+    }
     async move {
         match sent {
             Ok(tx) if !empty => send_all(gw, rd, buf, silence, tx, framing, done).await,
@@ -130,6 +144,12 @@ pub(super) fn pass_on<'a, R: AsyncRead + Unpin>(
             Err(_) => Done::Close,
         }
     }
+}
+
+/// True when the client has reset the stream (looked at without waiting).
+fn was_reset(respond: &mut SendResponse<Bytes>) -> bool {
+    let mut cx = Context::from_waker(Waker::noop());
+    matches!(respond.poll_reset(&mut cx), Poll::Ready(Ok(_)))
 }
 
 /// The answer's body, after its head; `done` is what a complete one leaves.
