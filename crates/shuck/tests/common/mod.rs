@@ -21,6 +21,25 @@ use shuck_bench::verifier::AnyCertificate;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_shuck");
 
+/// True when some socket listens on `port` (any local address), as /proc/net/tcp and tcp6
+/// say. A connect is no such test: to a port of the ephemeral range where nothing listens,
+/// the kernel may pick that same port as the source and the socket reach itself.
+pub fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        std::fs::read_to_string(table)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .any(|line| {
+                let mut cols = line.split_whitespace();
+                let local = cols.nth(1).unwrap_or("");
+                let state = cols.nth(1).unwrap_or("");
+                state == "0A" && local.ends_with(&want)
+            })
+    })
+}
+
 /// A port free right now on 127.0.0.1, never one this test process was given before: the
 /// kernel may hand the same ephemeral port to two binds in a row once the first is closed,
 /// and two frontends (or two tests) would then collide.
