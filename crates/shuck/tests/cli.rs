@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::net::TcpListener;
-
 use common::*;
 
 /// Runs shuck with `args`, expecting status 1 and a single error line containing `needles`.
@@ -230,7 +228,7 @@ fn bad_pem_files_are_named() {
 
 #[test]
 fn a_taken_port_is_named() {
-    let held = TcpListener::bind("127.0.0.1:0").unwrap();
+    let held = fresh_listener();
     let port = held.local_addr().unwrap().port();
     let fe = format!("[127.0.0.1]:{port}");
     refuses(&["-f", &fe], &[&fe, "already in use"]);

@@ -233,7 +233,7 @@ fn exit_statuses_are_hitchs() {
     assert_eq!(run_to_exit(&["--no-such-flag"]).0, Some(1));
     assert_eq!(run_to_exit(&["-n", "zero"]).0, Some(1));
     assert_eq!(run_to_exit(&["--test", "/nonexistent.pem"]).0, Some(1));
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = fresh_listener();
     let fe = format!("[127.0.0.1]:{}", taken.local_addr().unwrap().port());
     let (code, err) = run_to_exit(&["-f", &fe, s(&a)]);
     assert_eq!(code, Some(1), "{err}");

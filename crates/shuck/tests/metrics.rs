@@ -146,7 +146,7 @@ fn metrics_count_exactly_what_happened() {
 
 #[test]
 fn a_taken_stats_port_is_an_error() {
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = fresh_listener();
     let port = taken.local_addr().unwrap().port().to_string();
     let (code, err) = run_to_exit(&["-f", "[127.0.0.1]:1", "--stats", &port]);
     assert_eq!(code, Some(1), "{err}");

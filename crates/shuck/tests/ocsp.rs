@@ -401,7 +401,7 @@ fn a_responder_that_never_answers_holds_back_no_other_staple() {
     let pki = pki();
     let _responder = Responder::start(&pki, "ca");
     // A second certificate whose responder accepts connections and never answers.
-    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hung = fresh_listener();
     let hung_port = hung.local_addr().unwrap().port();
     std::fs::write(
         pki.dir.path("hung.ext"),

@@ -5,7 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -70,7 +70,7 @@ struct Shared {
 impl H1Origin {
     /// Starts the backend; `file` is served at `/file`.
     pub fn start(file: Option<PathBuf>) -> H1Origin {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = super::fresh_listener();
         let port = l.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let preambles = Arc::new(Mutex::new(Vec::new()));

@@ -40,21 +40,27 @@ pub fn listening(port: u16) -> bool {
     })
 }
 
+/// Ports this test process was given (by [`free_port`] or [`fresh_listener`]).
+static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+
 /// A port free right now on 127.0.0.1, never one this test process was given before: the
 /// kernel may hand the same ephemeral port to two binds in a row once the first is closed,
 /// and two frontends (or two tests) would then collide.
 pub fn free_port() -> u16 {
-    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    fresh_listener().local_addr().unwrap().port()
+}
+
+/// A listener on 127.0.0.1 at a port this test process was never given before, for the
+/// tests' own servers: bound to port 0 alone, one could take the port [`free_port`] just
+/// gave a test for a frontend that it has yet to open.
+pub fn fresh_listener() -> TcpListener {
     let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
         if !given.contains(&port) {
             given.push(port);
-            return port;
+            return l;
         }
     }
 }
@@ -635,7 +641,7 @@ impl Origin {
     where
         F: Fn(TcpStream) + Send + Sync + 'static,
     {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = fresh_listener();
         let port = l.local_addr().unwrap().port();
         let accepted = serve_each(move || l.accept().map(|(s, _)| s), handler);
         Origin {
@@ -726,7 +732,7 @@ pub struct StoppableOrigin {
 impl StoppableOrigin {
     /// An echo origin.
     pub fn echo() -> StoppableOrigin {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = fresh_listener();
         l.set_nonblocking(true).unwrap();
         let port = l.local_addr().unwrap().port();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
