@@ -195,11 +195,11 @@ fn tls_alpn_01_and_http_01_certificates_are_issued_and_served() {
     }
     assert!(state_a.join("certificates/two.test.pem").exists());
 
-    // Metrics: two orders each, the next renewals, the expiry of what is served.
-    assert_eq!(
-        metric(stats_a, "shuck_acme_orders_total{result=\"ok\"}"),
-        2.0
-    );
+    // Metrics: two orders each, the next renewals, the expiry of what is served (the
+    // count waited for: the certificates can be served before it is scraped).
+    let ok = "shuck_acme_orders_total{result=\"ok\"}";
+    assert!(wait_until(Duration::from_secs(5), || metric(stats_a, ok) >= 2.0));
+    assert_eq!(metric(stats_a, ok), 2.0);
     assert_eq!(
         metric(stats_a, "shuck_acme_orders_total{result=\"failed\"}"),
         0.0
@@ -359,10 +359,13 @@ fn an_unreachable_ca_keeps_the_old_certificate_and_backs_off() {
     );
     assert!(line.contains("WARN"), "{line}");
     let port: u16 = stats.parse().unwrap();
-    assert_eq!(
-        metric(port, "shuck_acme_orders_total{result=\"failed\"}"),
-        1.0
+    // The log line can come before the count is scraped: waited for, then exactly one.
+    let failed = "shuck_acme_orders_total{result=\"failed\"}";
+    assert!(
+        wait_until(Duration::from_secs(5), || metric(port, failed) >= 1.0),
+        "the failed order is not counted"
     );
+    assert_eq!(metric(port, failed), 1.0);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -485,10 +488,13 @@ fn without_its_certificate_a_name_gets_the_default_or_unrecognized_name() {
     let default = std::fs::read(&cert).unwrap();
     assert_eq!(served_cert(&c), pem_der(&default));
     let port: u16 = stats.parse().unwrap();
-    assert_eq!(
-        metric(port, "shuck_acme_orders_total{result=\"failed\"}"),
-        1.0
+    // The log line can come before the count is scraped: waited for, then exactly one.
+    let failed = "shuck_acme_orders_total{result=\"failed\"}";
+    assert!(
+        wait_until(Duration::from_secs(5), || metric(port, failed) >= 1.0),
+        "the failed order is not counted"
     );
+    assert_eq!(metric(port, failed), 1.0);
     drop(s);
 
     // With --sni-nomatch-abort: unrecognized_name until the certificate exists.
