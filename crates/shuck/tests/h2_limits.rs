@@ -16,11 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::h1origin::H1Origin;
-use common::h2c::{
-    self, frame, CONTINUATION, END_HEADERS, END_STREAM, GOAWAY, HEADERS, RST_STREAM,
-};
+use common::h2c::{self, frame, CONTINUATION, END_HEADERS, END_STREAM, HEADERS, RST_STREAM};
 use common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// These tests measure memory and latency: they run one at a time.
 fn one_at_a_time() -> MutexGuard<'static, ()> {
@@ -318,17 +316,8 @@ async fn idle_connections_and_slow_heads_get_goaway() {
     ))
     .await
     .unwrap();
-    let answered = loop {
-        let mut h = [0u8; 9];
-        tls.read_exact(&mut h).await.unwrap();
-        let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
-        let mut p = vec![0u8; len];
-        tls.read_exact(&mut p).await.unwrap();
-        assert_ne!(h[3], GOAWAY, "GOAWAY while a stream was under way");
-        if h[4] & END_STREAM != 0 && h[5..9] == [0, 0, 0, 1] {
-            break Instant::now();
-        }
-    };
+    h2c::answered(&mut tls, 1, Duration::from_secs(5)).await;
+    let answered = Instant::now();
     assert_eq!(h2c::goaway(&mut tls, Duration::from_secs(5)).await, Some(0));
     let idle = answered.elapsed();
     assert!(
@@ -436,20 +425,6 @@ fn a_gigabyte_each_way_is_byte_exact_with_bounded_memory() {
     assert!(grown < 32 * 1024, "worker grew {grown} KiB");
 }
 
-/// Reads frames until stream `id` ends.
-async fn answered<S: tokio::io::AsyncRead + Unpin>(tls: &mut S, id: u32) {
-    loop {
-        let mut h = [0u8; 9];
-        tls.read_exact(&mut h).await.unwrap();
-        let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
-        let mut p = vec![0u8; len];
-        tls.read_exact(&mut p).await.unwrap();
-        if h[4] & END_STREAM != 0 && h[5..9] == id.to_be_bytes() {
-            return;
-        }
-    }
-}
-
 /// Waits for shuck's count of streams reset by clients to reach `n`; how long it took.
 async fn client_resets_reach(stats: u16, n: f64, within: Duration) -> Duration {
     let t = Instant::now();
@@ -476,7 +451,7 @@ async fn a_reset_is_seen_before_a_quick_answer_and_during_a_slow_one() {
     let reset = |id| frame(RST_STREAM, 0, id, &8u32.to_be_bytes());
     // A first stream, so that the backend connection it leaves idle serves the next.
     tls.write_all(&open(1, "/")).await.unwrap();
-    answered(&mut tls, 1).await;
+    h2c::answered(&mut tls, 1, Duration::from_secs(5)).await;
     // Reset as it opens: the answer, quick, finds it and counts it.
     tls.write_all(&[open(3, "/"), reset(3)].concat())
         .await
@@ -491,5 +466,5 @@ async fn a_reset_is_seen_before_a_quick_answer_and_during_a_slow_one() {
     assert!(took < Duration::from_secs(1), "{took:?}");
     // The connection still serves.
     tls.write_all(&open(7, "/")).await.unwrap();
-    answered(&mut tls, 7).await;
+    h2c::answered(&mut tls, 7, Duration::from_secs(5)).await;
 }

@@ -141,20 +141,22 @@ pub async fn raw(addr: SocketAddr, settings: &[(u16, u32)]) -> TlsStream<TcpStre
     }
 }
 
+/// One frame: its 9-byte header and its payload; `None` at the connection's end.
+async fn read_frame(tls: &mut TlsStream<TcpStream>) -> Option<([u8; 9], Vec<u8>)> {
+    let mut h = [0u8; 9];
+    tls.read_exact(&mut h).await.ok()?;
+    let n = (h[0] as usize) << 16 | (h[1] as usize) << 8 | h[2] as usize;
+    let mut p = vec![0u8; n];
+    tls.read_exact(&mut p).await.ok()?;
+    Some((h, p))
+}
+
 /// Reads frames until a GOAWAY (its error code) or the end of the connection (`None`),
 /// at most `within`; SETTINGS are acknowledged on the way.
 pub async fn goaway(tls: &mut TlsStream<TcpStream>, within: Duration) -> Option<u32> {
     let read = async {
         loop {
-            let mut h = [0u8; 9];
-            if tls.read_exact(&mut h).await.is_err() {
-                return None;
-            }
-            let n = (h[0] as usize) << 16 | (h[1] as usize) << 8 | h[2] as usize;
-            let mut p = vec![0u8; n];
-            if tls.read_exact(&mut p).await.is_err() {
-                return None;
-            }
+            let (h, p) = read_frame(tls).await?;
             match h[3] {
                 GOAWAY if p.len() >= 8 => {
                     return Some(u32::from_be_bytes([p[4], p[5], p[6], p[7]]))
@@ -167,4 +169,21 @@ pub async fn goaway(tls: &mut TlsStream<TcpStream>, within: Duration) -> Option<
         }
     };
     tokio::time::timeout(within, read).await.ok().flatten()
+}
+
+/// Reads frames until stream `id` ends (a frame of it with END_STREAM), at most `within`;
+/// a GOAWAY or the connection's end before that fails the test.
+pub async fn answered(tls: &mut TlsStream<TcpStream>, id: u32, within: Duration) {
+    let read = async {
+        loop {
+            let (h, _) = read_frame(tls).await.expect("the connection ended");
+            assert_ne!(h[3], GOAWAY, "GOAWAY before stream {id} ended");
+            if h[4] & END_STREAM != 0 && h[5..9] == id.to_be_bytes() {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(within, read)
+        .await
+        .unwrap_or_else(|_| panic!("stream {id} not answered within {within:?}"));
 }

@@ -75,7 +75,7 @@ pub(super) async fn read_head<R: AsyncRead + Unpin>(
         let read = loop {
             let waited = tokio::select! {
                 biased;
-                r = read_more(rd, buf) => break Ok(r),
+                r = read_more(rd, buf) => break r,
                 w = poll_fn(|cx| silence.poll_wait(cx)) => w,
                 _ = poll_fn(|cx| respond.poll_reset(cx)), if watch_reset => {
                     return Err(End::ClientReset)
@@ -83,15 +83,14 @@ pub(super) async fn read_head<R: AsyncRead + Unpin>(
             };
             match waited {
                 Wait::Long => watch_reset = true,
-                Wait::Over => break Err(()),
+                Wait::Over => return Err(End::Timeout),
             }
         };
         match read {
-            Err(()) => return Err(End::Timeout),
-            Ok(Ok(0)) | Ok(Err(_)) if !got_any => return Err(End::Stale),
-            Ok(Ok(0)) => return Err(End::Bad(BadAnswer("closed in the middle of the head"))),
-            Ok(Err(e)) => return Err(End::Write(e)),
-            Ok(Ok(_)) => got_any = true,
+            Ok(0) | Err(_) if !got_any => return Err(End::Stale),
+            Ok(0) => return Err(End::Bad(BadAnswer("closed in the middle of the head"))),
+            Err(e) => return Err(End::Write(e)),
+            Ok(_) => got_any = true,
         }
     }
 }

@@ -238,7 +238,7 @@ where
     let never = Instant::now() + Duration::from_secs(365 * 24 * 3600);
     let mut drained = std::pin::pin!(drain.recv());
     let mut reloaded = std::pin::pin!(reload.changed());
-    let mut woken = std::pin::pin!(gw.resets.passed.notified());
+    let mut calm = std::pin::pin!(gw.resets.passed.notified());
     let mut head_started = std::pin::pin!(seen.head_started.notified());
     let mut armed = never;
     let mut timer = std::pin::pin!(tokio::time::sleep_until(armed));
@@ -285,8 +285,8 @@ where
                     end = "frontend removed";
                 }
             }
-            () = &mut woken => {
-                woken.set(gw.resets.passed.notified());
+            () = &mut calm => {
+                calm.set(gw.resets.passed.notified());
                 if gw.resets.over() && closing.is_none() {
                     tracing::warn!(
                         name: "h2_rapid_reset",
@@ -346,7 +346,7 @@ where
                     match conn.poll_accept(cx) {
                         Poll::Ready(Some(Ok((req, respond)))) => {
                             if gw.resets.over() {
-                                // Closing: GOAWAY is on its way (the wake arm sends it).
+                                // Closing: GOAWAY is on its way (the `calm` arm sends it).
                                 return Poll::Ready(Ok(true));
                             }
                             // Counted in now, not when its task first runs, so that
