@@ -67,6 +67,10 @@ pub struct TlsStream {
     spoke: bool,
     /// `out` holds session tickets kept for the first write (reads do not send them).
     held: bool,
+    /// rustls took all it could from `incoming[..filled]` and asked for more: until bytes
+    /// come, a read goes straight to the socket. (h2 tries a read at each of its polls,
+    /// several a stream: asking rustls again each time cost 2 % of the gateway's work.)
+    starved: bool,
 }
 
 /// What the caller of [`TlsStream::pump`] is after.
@@ -124,6 +128,7 @@ impl TlsStream {
             guard: RecordGuard::default(),
             spoke: false,
             held: false,
+            starved: false,
         })
     }
 
@@ -158,6 +163,7 @@ impl TlsStream {
                 "TLS connection failed earlier",
             ));
         }
+        self.starved = false;
         loop {
             let UnbufferedStatus { mut discard, state } = self
                 .conn
@@ -380,6 +386,7 @@ impl TlsStream {
                     }
                 }
                 self.filled += n;
+                self.starved &= n == 0;
                 Poll::Ready(Ok(n))
             }
             other => {

@@ -30,10 +30,21 @@ impl AsyncRead for TlsStream {
             return Poll::Ready(Ok(()));
         }
         let result = loop {
-            match this.pump(Want::Read(buf)) {
-                Err(e) => break Poll::Ready(Err(e)),
-                Ok(Pumped::Done(_)) | Ok(Pumped::Eof) => break Poll::Ready(Ok(())),
-                Ok(Pumped::NeedData) => match this.read_more(cx) {
+            let pumped = if this.starved {
+                Pumped::NeedData
+            } else {
+                match this.pump(Want::Read(buf)) {
+                    Ok(Pumped::NeedData) => {
+                        this.starved = true;
+                        Pumped::NeedData
+                    }
+                    Ok(p) => p,
+                    Err(e) => break Poll::Ready(Err(e)),
+                }
+            };
+            match pumped {
+                Pumped::Done(_) | Pumped::Eof => break Poll::Ready(Ok(())),
+                Pumped::NeedData => match this.read_more(cx) {
                     Poll::Pending => break Poll::Pending,
                     Poll::Ready(Ok(0)) => {
                         this.read_done = true;
