@@ -5,7 +5,7 @@
 use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use super::request::Kind;
 
@@ -89,35 +89,31 @@ pub fn parse(buf: &[u8], kind: Kind, max: usize) -> Result<Option<(usize, Answer
     }
     let mut headers = HeaderMap::with_capacity(resp.headers.len());
     for f in resp.headers.iter() {
-        let name = f.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
-            let v = std::str::from_utf8(f.value.trim_ascii())
-                .ok()
-                .filter(|v| !v.is_empty() && v.len() <= 18 && v.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or(BadAnswer("bad Content-Length"))?;
+        // Named once (lower case, a standard name found by its length): the checks below
+        // then compare names, not bytes.
+        let name =
+            HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| BadAnswer("bad field name"))?;
+        if name == header::CONTENT_LENGTH {
+            let v = decimal(f.value.trim_ascii()).ok_or(BadAnswer("bad Content-Length"))?;
             if length.is_some_and(|l| l != v) {
                 return Err(BadAnswer("conflicting Content-Length"));
             }
             length = Some(v);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        } else if name == header::TRANSFER_ENCODING {
             let last = f.value.rsplit(|&b| b == b',').next().unwrap_or(b"");
             te = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
             continue;
         }
-        if [
-            &b"connection"[..],
-            b"keep-alive",
-            b"proxy-connection",
-            b"upgrade",
-        ]
-        .iter()
-        .chain(nominated.iter())
-        .any(|c| name.eq_ignore_ascii_case(c))
+        if name == header::CONNECTION
+            || name == header::UPGRADE
+            || name == "keep-alive"
+            || name == "proxy-connection"
+            || nominated
+                .iter()
+                .any(|c| name.as_str().as_bytes().eq_ignore_ascii_case(c))
         {
             continue;
         }
-        let name = HeaderName::from_bytes(name).map_err(|_| BadAnswer("bad field name"))?;
         let value = HeaderValue::from_bytes(f.value).map_err(|_| BadAnswer("bad field value"))?;
         headers.append(name, value);
     }
@@ -152,6 +148,17 @@ pub fn parse(buf: &[u8], kind: Kind, max: usize) -> Result<Option<(usize, Answer
             keep_alive,
         },
     )))
+}
+
+/// A Content-Length value: digits only, at most 18 of them (no overflow, no sign, no
+/// space inside).
+fn decimal(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 18 {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
 }
 
 /// A chunked body taken apart as it arrives.
