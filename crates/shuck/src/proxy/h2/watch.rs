@@ -72,6 +72,10 @@ struct Wire<S> {
     out: Vec<u8>,
     /// A send of the gathered bytes failed: the next read or write reports it to h2.
     failed: Option<io::Error>,
+    /// A read found nothing since the driver's turn began: h2 polls once a stream taken,
+    /// and until the turn ends (no readiness can come within it) each read would only ask
+    /// the socket again. The first one registered the task's waker.
+    dry: bool,
 }
 
 impl<S> Watched<S> {
@@ -83,6 +87,7 @@ impl<S> Watched<S> {
             seen,
             out: Vec::new(),
             failed: None,
+            dry: false,
         })))
     }
 
@@ -110,11 +115,13 @@ impl<S> Watched<S> {
 }
 
 impl<S: AsyncWrite + Unpin> Watched<S> {
-    /// Sends what h2 wrote since the last time; called by the driver when h2 waits. A
-    /// send that has to wait wakes the task when the socket takes more; one that fails
-    /// is kept for h2's next read or write, and the task woken to make it.
+    /// Ends the driver's turn, called whenever h2 waits: the next turn reads the socket
+    /// again, and what h2 wrote since the last time is sent. A send that has to wait
+    /// wakes the task when the socket takes more; one that fails is kept for h2's next
+    /// read or write, and the task woken to make it.
     pub fn send_gathered(&self, cx: &mut Context<'_>) {
         let Ok(mut w) = self.wire() else { return };
+        w.dry = false;
         if w.out.is_empty() || w.failed.is_some() {
             return;
         }
@@ -200,8 +207,16 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         if let Some(e) = w.failed.take() {
             return Poll::Ready(Err(e));
         }
+        if w.dry {
+            return Poll::Pending;
+        }
         let before = buf.filled().len();
-        ready!(Pin::new(&mut w.io).poll_read(cx, buf))?;
+        if let Poll::Ready(r) = Pin::new(&mut w.io).poll_read(cx, buf) {
+            r?;
+        } else {
+            w.dry = true;
+            return Poll::Pending;
+        }
         let Wire { scan, seen, .. } = &mut *w;
         let new = &buf.filled()[before..];
         seen.bytes_in.set(seen.bytes_in.get() + new.len() as u64);
@@ -320,9 +335,42 @@ mod tests {
         assert!(seen.head_since.get().is_none());
     }
 
-    /// Records each write it is given, as the TLS stream would make each a record.
+    /// Records each write it is given, as the TLS stream would make each a record; counts
+    /// the reads asked of it, none of which finds anything.
     #[derive(Default)]
-    struct Writes(Vec<Vec<u8>>);
+    struct Writes(Vec<Vec<u8>>, usize);
+
+    impl AsyncRead for Writes {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            self.get_mut().1 += 1;
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_that_found_nothing_is_not_asked_again_until_the_next_turn() {
+        let driver = Watched::new(Writes::default(), Rc::new(Seen::default()));
+        let mut h2 = driver.handle();
+        let asked = |d: &Watched<Writes>| d.0.borrow().io.1;
+        std::future::poll_fn(|cx| {
+            let mut bytes = [0u8; 16];
+            for _ in 0..3 {
+                let mut buf = ReadBuf::new(&mut bytes);
+                assert!(Pin::new(&mut h2).poll_read(cx, &mut buf).is_pending());
+            }
+            assert_eq!(asked(&driver), 1, "one read of the socket a turn");
+            driver.send_gathered(cx);
+            let mut buf = ReadBuf::new(&mut bytes);
+            assert!(Pin::new(&mut h2).poll_read(cx, &mut buf).is_pending());
+            assert_eq!(asked(&driver), 2, "the next turn reads again");
+            Poll::Ready(())
+        })
+        .await;
+    }
 
     impl AsyncWrite for Writes {
         fn poll_write(
