@@ -296,7 +296,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_header_block_is_open_until_end_headers() {
         let seen = Rc::new(Seen::default());
         let mut w = Watched::new(tokio::io::empty(), seen.clone());
