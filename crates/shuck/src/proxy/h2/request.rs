@@ -7,6 +7,7 @@
 use http::request::Parts;
 use http::{header, Method, StatusCode};
 
+use crate::proxy::http::fields::content_length;
 use crate::proxy::http::request::Forwarding;
 
 /// Why a request is not passed on.
@@ -148,7 +149,7 @@ pub fn build(
             }
             "content-length" => {
                 let v = value.as_bytes();
-                if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+                if content_length(v).is_none() {
                     return Err(Refusal::Malformed("bad content-length"));
                 }
                 if length.is_some_and(|l: &[u8]| l != v) {

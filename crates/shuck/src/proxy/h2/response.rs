@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use super::request::Kind;
+use crate::proxy::http::fields::content_length;
 
 /// Why a backend's answer cannot be passed on (the stream gets 502, or a reset once its
 /// head has gone).
@@ -94,7 +95,7 @@ pub fn parse(buf: &[u8], kind: Kind, max: usize) -> Result<Option<(usize, Answer
         let name =
             HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| BadAnswer("bad field name"))?;
         if name == header::CONTENT_LENGTH {
-            let v = decimal(f.value.trim_ascii()).ok_or(BadAnswer("bad Content-Length"))?;
+            let v = content_length(f.value.trim_ascii()).ok_or(BadAnswer("bad Content-Length"))?;
             if length.is_some_and(|l| l != v) {
                 return Err(BadAnswer("conflicting Content-Length"));
             }
@@ -148,17 +149,6 @@ pub fn parse(buf: &[u8], kind: Kind, max: usize) -> Result<Option<(usize, Answer
             keep_alive,
         },
     )))
-}
-
-/// A Content-Length value: digits only, at most 18 of them (no overflow, no sign, no
-/// space inside).
-fn decimal(v: &[u8]) -> Option<u64> {
-    if v.is_empty() || v.len() > 18 {
-        return None;
-    }
-    v.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
-    })
 }
 
 /// A chunked body taken apart as it arrives.

@@ -211,12 +211,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
             return Poll::Pending;
         }
         let before = buf.filled().len();
-        if let Poll::Ready(r) = Pin::new(&mut w.io).poll_read(cx, buf) {
-            r?;
-        } else {
+        let Poll::Ready(read) = Pin::new(&mut w.io).poll_read(cx, buf) else {
             w.dry = true;
             return Poll::Pending;
-        }
+        };
+        read?;
         let Wire { scan, seen, .. } = &mut *w;
         let new = &buf.filled()[before..];
         seen.bytes_in.set(seen.bytes_in.get() + new.len() as u64);

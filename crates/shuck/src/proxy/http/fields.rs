@@ -114,6 +114,18 @@ pub(super) fn filter_trailer(
     Ok(())
 }
 
+/// A `Content-Length` value as a number: ASCII digits only, at most 18 of them (no sign,
+/// no space inside, no overflow); shared by the HTTP/1.1 and HTTP/2 paths, requests and
+/// answers.
+pub(crate) fn content_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 18 {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
+}
+
 /// Why a Host value is refused, for the log.
 pub(crate) fn host_refused(e: crate::http_host::HostError) -> Rejected {
     use crate::http_host::HostError as H;
@@ -161,4 +173,36 @@ pub(super) fn check_host(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_length_is_digits_only() {
+        assert_eq!(content_length(b"0"), Some(0));
+        assert_eq!(content_length(b"007"), Some(7));
+        assert_eq!(
+            content_length(b"999999999999999999"),
+            Some(999_999_999_999_999_999)
+        );
+        for bad in [
+            &b""[..],
+            b"1000000000000000000",
+            b"+1",
+            b"-1",
+            b"1 2",
+            b" 1",
+            b"0x10",
+            b"1,1",
+        ] {
+            assert_eq!(
+                content_length(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
 }

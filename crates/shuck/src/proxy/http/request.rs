@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use super::chunked::Chunked;
-use super::fields::{check_host, filter_trailer, is_forwarding};
+use super::fields::{check_host, content_length, filter_trailer, is_forwarding};
 pub use super::fields::{Forwarding, Rejected};
 use super::head::{HeadBuf, Pushed};
 use super::{Exchange, Pending, Upgrade, MAX_PIPELINE};
@@ -271,13 +271,8 @@ impl RequestRewriter {
                 continue;
             }
             if name.eq_ignore_ascii_case("content-length") {
-                let v = std::str::from_utf8(h.value)
-                    .map_err(|_| Rejected("bad Content-Length"))?
-                    .trim();
-                if v.is_empty() || v.len() > 18 || !v.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(Rejected("bad Content-Length"));
-                }
-                let n: u64 = v.parse().map_err(|_| Rejected("bad Content-Length"))?;
+                let n =
+                    content_length(h.value.trim_ascii()).ok_or(Rejected("bad Content-Length"))?;
                 match length {
                     Some(m) if m != n => {
                         return Err(Rejected("conflicting Content-Length headers"))
