@@ -44,14 +44,15 @@ fn wait_for<T>(f: impl Fn() -> Option<T>) -> T {
 }
 
 #[test]
-fn write_ip_sends_the_raw_client_address() {
-    let (o4, seen4) = recording_origin(4);
+fn write_ip_sends_the_family_and_the_client_address() {
+    let (o4, seen4) = recording_origin(5);
     let shuck = Shuck::start(&["-n", "1", "-b", &o4.addr(), "--write-ip"]);
     let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
     echo_roundtrip(&mut c);
-    assert_eq!(seen4.lock().unwrap()[0], [127, 0, 0, 1]);
+    // AF_INET, then 127.0.0.1; the echo proves nothing more was written before the client's.
+    assert_eq!(seen4.lock().unwrap()[0], [2, 127, 0, 0, 1]);
 
-    let (o6, seen6) = recording_origin(16);
+    let (o6, seen6) = recording_origin(17);
     let port = free_port();
     let fe = format!("[::1]:{port}");
     let s6 = Shuck::start_raw(
@@ -64,10 +65,95 @@ fn write_ip_sends_the_raw_client_address() {
     )
     .unwrap();
     echo_roundtrip(&mut c);
-    assert_eq!(
-        seen6.lock().unwrap()[0],
-        std::net::Ipv6Addr::LOCALHOST.octets()
-    );
+    let mut want = vec![10u8]; // AF_INET6
+    want.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+    assert_eq!(seen6.lock().unwrap()[0], want);
+}
+
+/// The bytes hitch writes with `--write-ip` and shuck's, at the same recording backend,
+/// over IPv4 and IPv6.
+#[test]
+fn write_ip_bytes_are_hitchs() {
+    if !require("hitch", "hitch") {
+        return;
+    }
+    for (listen, client) in [("127.0.0.1", "127.0.0.1"), ("::1", "::1")] {
+        let (origin, seen) = recording_origin(if client == "::1" { 17 } else { 5 });
+        let mut hitch = Hitch::start(listen, &origin.addr());
+        let mut c = tls_connect(hitch.addr, &ClientOpts::default()).unwrap();
+        echo_roundtrip(&mut c);
+        drop(c);
+        hitch.stop();
+        let port = free_port();
+        let fe = format!("[{listen}]:{port}");
+        let s = Shuck::start_raw(
+            &["-f", &fe, "-n", "1", "-b", &origin.addr(), "--write-ip"],
+            port,
+        );
+        let at = SocketAddr::new(client.parse().unwrap(), s.port);
+        let mut c = tls_connect(at, &ClientOpts::default()).unwrap();
+        echo_roundtrip(&mut c);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 2, "one connection from each");
+        assert_eq!(
+            seen[1], seen[0],
+            "shuck's write-ip bytes differ from hitch's"
+        );
+    }
+}
+
+/// A real hitch in front of `backend` (`HOST:PORT`), listening on `listen`.
+struct Hitch {
+    child: std::process::Child,
+    addr: SocketAddr,
+    _dir: TempDir,
+}
+
+impl Hitch {
+    fn start(listen: &str, backend: &str) -> Hitch {
+        let dir = TempDir::new("hitch-write-ip");
+        let port = free_port();
+        let (host, bport) = backend.rsplit_once(':').unwrap();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let conf = dir.path("hitch.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "frontend = \"[{listen}]:{port}\"\nbackend = \"[{host}]:{bport}\"\n\
+                 pem-file = \"{}\"\nworkers = 1\nwrite-ip = on\ndaemon = off\n\
+                 user = \"nobody\"\n",
+                test_cert()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("hitch")
+            .arg("--config")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("hitch starts");
+        assert!(
+            wait_until(Duration::from_secs(10), || listening(port)),
+            "hitch did not start"
+        );
+        Hitch {
+            child,
+            addr: SocketAddr::new(listen.parse().unwrap(), port),
+            _dir: dir,
+        }
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Hitch {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 #[test]

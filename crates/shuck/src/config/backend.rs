@@ -16,7 +16,8 @@ pub enum Preamble {
     ProxyV1,
     /// PROXY protocol v2 (binary, with TLVs).
     ProxyV2,
-    /// stud's write-ip: the client address as 4 or 16 raw bytes (network order).
+    /// stud's and hitch's write-ip: the address family (2 or 10, one octet), then the
+    /// client address as 4 or 16 bytes (network order).
     WriteIp,
     /// `--proxy-proxy` alone: the PROXY header received from the client side, as received.
     PassThrough,

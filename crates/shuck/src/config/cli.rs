@@ -134,8 +134,8 @@ pub struct Cli {
           default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
     pub proxy_authority: bool,
 
-    /// Write the client's IP address as 4 or 16 raw bytes (network order) before its bytes
-    /// (stud's --write-ip).
+    /// Write the client's IP address before its bytes as stud and hitch do: one octet of
+    /// address family (2 for IPv4, 10 for IPv6), then 4 or 16 bytes in network order.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub write_ip: bool,

@@ -201,15 +201,22 @@ pub fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
+/// `--write-ip`'s family octet for IPv4 (Linux's `AF_INET`).
+const AF_INET: u8 = 2;
+/// `--write-ip`'s family octet for IPv6 (Linux's `AF_INET6`).
+const AF_INET6: u8 = 10;
+
 /// The bytes to write before the client's stream.
 pub fn build(kind: Preamble, origin: &Origin, tls: &TlsFacts<'_>) -> Vec<u8> {
     let (src, dst) = (canonical(origin.src), canonical(origin.dst));
     match kind {
         Preamble::None => Vec::new(),
         Preamble::PassThrough => origin.received.clone().unwrap_or_default(),
+        // stud's and hitch's layout: the address family as the kernel numbers it
+        // (AF_INET 2, AF_INET6 10), then the address in network order.
         Preamble::WriteIp => match src.ip() {
-            IpAddr::V4(ip) => ip.octets().to_vec(),
-            IpAddr::V6(ip) => ip.octets().to_vec(),
+            IpAddr::V4(ip) => [&[AF_INET][..], &ip.octets()].concat(),
+            IpAddr::V6(ip) => [&[AF_INET6][..], &ip.octets()].concat(),
         },
         Preamble::ProxyV1 => {
             let addrs = if src.is_ipv4() == dst.is_ipv4() {
@@ -356,15 +363,15 @@ mod tests {
                 &origin("192.0.2.7:1", "127.0.0.1:2"),
                 &TlsFacts::default()
             ),
-            [192, 0, 2, 7]
+            [2, 192, 0, 2, 7]
         );
         let v6 = build(
             Preamble::WriteIp,
             &origin("[2001:db8::1]:1", "[::1]:2"),
             &TlsFacts::default(),
         );
-        assert_eq!(v6.len(), 16);
-        assert_eq!(&v6[..4], &[0x20, 0x01, 0x0d, 0xb8]);
+        assert_eq!(v6.len(), 17);
+        assert_eq!(&v6[..5], &[10, 0x20, 0x01, 0x0d, 0xb8]);
     }
 
     #[test]
