@@ -165,16 +165,18 @@ pub fn create_nofollow(path: &Path, append: bool) -> io::Result<std::fs::File> {
     })
 }
 
-/// Warns when `path`, which holds `what` (a secret), is readable by group or others. From
-/// the disk, not a recording: a worker may not see the file.
+/// Warns when `path`, which holds `what` (a secret), is open to others. Its group may read
+/// it: Debian keeps keys at 0640 `root:ssl-cert`, and a warning at every start for that
+/// would teach operators to ignore it. From the disk, not a recording: a worker may not see
+/// the file.
 pub fn warn_if_exposed(path: &Path, what: &str) {
     use std::os::unix::fs::PermissionsExt;
-    if std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
+    if std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o007 != 0) {
         tracing::warn!(
             name: "key_file_readable",
             what = %what,
             file = %path.display(),
-            "{what} is readable by group or others; chmod 600 it",
+            "{what} is open to others; chmod o-rwx it (0600, or 0640 for a group such as ssl-cert)",
         );
     }
 }
