@@ -168,6 +168,40 @@ fn a_websocket_upgrade_becomes_a_plain_relay() {
     assert_eq!(seen.lock().unwrap().len(), 1);
 }
 
+/// `Upgrade: h2c` would make the rest of the connection HTTP/2 that shuck does not read
+/// (its frames, forged forwarding fields and all, would reach the backend as they are): the
+/// token is dropped, and a request asking for h2c alone is refused.
+#[test]
+fn an_h2c_upgrade_is_refused_and_its_token_dropped_beside_others() {
+    let (o, seen) = recording_http();
+    let shuck = Shuck::start(&["-n", "1", "-b", &o.addr(), "--http"]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    write!(c, "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n").unwrap();
+    let answer = response(&mut c);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "an h2c upgrade reached the backend"
+    );
+
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    write!(c, "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: h2c, websocket\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
+    assert!(response(&mut c).starts_with("HTTP/1.1 101"));
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert!(
+        seen[0].contains("\r\nUpgrade: websocket\r\n"),
+        "{}",
+        seen[0]
+    );
+    let lower = seen[0].to_ascii_lowercase();
+    assert!(
+        !lower.contains("h2c") && !lower.contains("http2-settings:"),
+        "{}",
+        seen[0]
+    );
+}
+
 #[test]
 fn malformed_and_smuggling_prone_heads_get_400_and_a_close() {
     let (o, seen) = recording_http();

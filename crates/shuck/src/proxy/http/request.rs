@@ -237,6 +237,7 @@ impl RequestRewriter {
         let mut te_seen = false;
         let mut upgrade_header = false;
         let mut connection_upgrade = false;
+        let mut h2c_dropped = false;
         out.reserve(head.len() + self.forwarded.len() + 16);
         out.extend_from_slice(method.as_bytes());
         out.push(b' ');
@@ -288,12 +289,35 @@ impl RequestRewriter {
                 // Only the last coding of the last header decides; it must be chunked.
                 chunked = last.eq_ignore_ascii_case("chunked");
             } else if name.eq_ignore_ascii_case("upgrade") {
+                // h2c would make the rest of the connection HTTP/2 that no rewriter reads
+                // (forged forwarding fields would reach the backend): its token is dropped.
+                let tokens = h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
+                let kept: Vec<&[u8]> = tokens
+                    .filter(|t| !t.is_empty())
+                    .filter(|t| {
+                        let h2c = is_h2c(t);
+                        h2c_dropped |= h2c;
+                        !h2c
+                    })
+                    .collect();
+                if kept.is_empty() {
+                    continue;
+                }
                 upgrade_header = true;
+                out.extend_from_slice(b"Upgrade: ");
+                out.extend_from_slice(&kept.join(&b", "[..]));
+                out.extend_from_slice(b"\r\n");
+                continue;
+            } else if name.eq_ignore_ascii_case("http2-settings") {
+                continue; // h2c's own field, meaningless once its token is dropped
             }
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b": ");
             out.extend_from_slice(h.value);
             out.extend_from_slice(b"\r\n");
+        }
+        if h2c_dropped && !upgrade_header {
+            return Err(Rejected("Upgrade: h2c is not passed on"));
         }
         if te_seen && length.is_some() {
             return Err(Rejected("both Content-Length and Transfer-Encoding"));
@@ -326,6 +350,12 @@ impl RequestRewriter {
         };
         Ok(())
     }
+}
+
+/// An `Upgrade` token naming cleartext HTTP/2 (`h2c`, with or without a version).
+fn is_h2c(token: &[u8]) -> bool {
+    let name = token.split(|&b| b == b'/').next().unwrap_or(token);
+    name.eq_ignore_ascii_case(b"h2c")
 }
 
 #[cfg(test)]
@@ -475,6 +505,21 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out.matches("Content-Length").count(), 1);
+    }
+
+    #[test]
+    fn h2c_is_never_an_upgrade() {
+        let e = rewrite(b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n").unwrap_err();
+        assert!(e.0.contains("h2c"), "{e}");
+        let e =
+            rewrite(b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: H2C/1\r\nConnection: Upgrade\r\n\r\n")
+                .unwrap_err();
+        assert!(e.0.contains("h2c"), "{e}");
+        // Beside another protocol, only its token and its settings go.
+        let out = rewrite(b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: h2c, websocket\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n").unwrap();
+        assert!(out.contains("\r\nUpgrade: websocket\r\n"), "{out}");
+        assert!(!out.to_ascii_lowercase().contains("h2c"), "{out}");
+        assert!(!out.contains("HTTP2-Settings: "), "{out}");
     }
 
     #[test]
