@@ -403,6 +403,25 @@ async fn websocket_over_h2_becomes_an_upgrade_and_echoes() {
     assert_eq!(seen.header("connection"), Some("Upgrade"));
     assert_eq!(seen.header("sec-websocket-version"), Some("13"));
     assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+
+    // With a content-length the backend would wait for a body the tunnel never frames as
+    // one, until --idle-timeout: refused at once, as nginx does, and nothing reaches it.
+    let before = origin.requests().len();
+    let mut req = http::Request::connect("https://localhost/ws")
+        .header("sec-websocket-version", "13")
+        .header("content-length", "5")
+        .body(())
+        .unwrap();
+    req.extensions_mut()
+        .insert(h2::ext::Protocol::from_static("websocket"));
+    let mut send = send.ready().await.unwrap();
+    let (resp, _up) = send.send_request(req, false).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), resp)
+        .await
+        .expect("an extended CONNECT with content-length is answered at once")
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(origin.requests().len(), before);
 }
 
 #[tokio::test]

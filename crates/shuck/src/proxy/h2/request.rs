@@ -182,6 +182,13 @@ pub fn build(
     }
 
     let body = match kind {
+        // The backend would wait for a body that, in a tunnel, never comes as one (nginx: 400).
+        Kind::Upgrade(_) if length.is_some() => {
+            return Err(Refusal::Status(
+                StatusCode::BAD_REQUEST,
+                "content-length in an extended CONNECT",
+            ))
+        }
         Kind::Upgrade(_) => Body::Tunnel,
         _ if end_stream => Body::None,
         _ if length.is_some() => Body::Length,
@@ -327,6 +334,16 @@ mod tests {
         assert_eq!(h.matches("Sec-WebSocket-Version").count(), 1, "{h}");
         assert!(h.contains("sec-websocket-protocol: chat\r\n"), "{h}");
         assert_eq!(body, Body::Tunnel);
+        let mut req = http::Request::connect("https://a.test/chat")
+            .header("content-length", "5")
+            .body(())
+            .unwrap();
+        req.extensions_mut()
+            .insert(h2::ext::Protocol::from_static("websocket"));
+        assert!(matches!(
+            head(req, false),
+            Err(Refusal::Status(StatusCode::BAD_REQUEST, _))
+        ));
         // RFC 6455's own example.
         assert_eq!(
             &websocket_accept(b"dGhlIHNhbXBsZSBub25jZQ=="),
