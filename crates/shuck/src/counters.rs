@@ -75,6 +75,16 @@ pub struct HttpCounters {
     pub h2_resets_sent: AtomicU64,
     /// GOAWAY frames sent, by error code (RFC 9113 §7).
     goaway: [AtomicU64; H2_REASONS.len()],
+    /// Backend connections dropped because the backend wrote past a complete answer.
+    pub backend_stray: AtomicU64,
+    /// Idle backend connections dropped because the backend closed them.
+    pub backend_closed_idle: AtomicU64,
+    /// Requests sent again on a new backend connection (idempotent, nothing answered).
+    pub retries: AtomicU64,
+    /// HTTP/2 streams reset for no progress within `--http-stall-timeout`.
+    pub stalled_h2: AtomicU64,
+    /// HTTP/1.1 connections closed for no progress within `--http-stall-timeout`.
+    pub stalled_h1: AtomicU64,
 }
 
 /// HTTP/2's error codes by value, as metric labels.
@@ -119,6 +129,16 @@ pub struct HttpTotals {
     pub h2_resets_sent: u64,
     /// GOAWAYs sent, by error code as in [`H2_REASONS`].
     pub goaway: [u64; H2_REASONS.len()],
+    /// See [`HttpCounters::backend_stray`].
+    pub backend_stray: u64,
+    /// See [`HttpCounters::backend_closed_idle`].
+    pub backend_closed_idle: u64,
+    /// See [`HttpCounters::retries`].
+    pub retries: u64,
+    /// See [`HttpCounters::stalled_h2`].
+    pub stalled_h2: u64,
+    /// See [`HttpCounters::stalled_h1`].
+    pub stalled_h1: u64,
 }
 
 impl HttpTotals {
@@ -128,6 +148,11 @@ impl HttpTotals {
         self.h2_connections += c.h2_connections.load(Relaxed);
         self.h2_resets_received += c.h2_resets_received.load(Relaxed);
         self.h2_resets_sent += c.h2_resets_sent.load(Relaxed);
+        self.backend_stray += c.backend_stray.load(Relaxed);
+        self.backend_closed_idle += c.backend_closed_idle.load(Relaxed);
+        self.retries += c.retries.load(Relaxed);
+        self.stalled_h2 += c.stalled_h2.load(Relaxed);
+        self.stalled_h1 += c.stalled_h1.load(Relaxed);
         for (sum, c) in self.goaway.iter_mut().zip(c.goaway.iter()) {
             *sum += c.load(Relaxed);
         }

@@ -253,7 +253,7 @@ async fn a_window_never_opened_costs_bounded_memory() {
     let grown = rss.max_kib().saturating_sub(before);
     eprintln!("50 streams of 100 MB to a shut window: worker +{grown} KiB");
     assert!(grown < 20 * 1024, "worker grew {grown} KiB");
-    // Past --idle-timeout the stalled streams are given up; others are served meanwhile.
+    // The stalled streams are given up at --http-stall-timeout; others are served meanwhile.
     let (mut send, _conn) = h2c::connect(shuck.addr()).await;
     assert_eq!(h2c::get(&mut send, "/").await.unwrap().0.as_u16(), 200);
     drop(tls);

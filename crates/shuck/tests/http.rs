@@ -202,6 +202,69 @@ fn an_h2c_upgrade_is_refused_and_its_token_dropped_beside_others() {
     );
 }
 
+/// A request body that stops arriving, and an answer the client does not take, end the
+/// exchange after --http-stall-timeout instead of holding the backend connection for
+/// --idle-timeout.
+#[test]
+fn a_stalled_body_gets_408_and_an_untaken_answer_closes() {
+    let origin = common::h1origin::H1Origin::start(None);
+    let stats = free_port();
+    let stats_s = stats.to_string();
+    let shuck = Shuck::start(&[
+        "-n",
+        "1",
+        "-b",
+        &origin.spec,
+        "--http",
+        "--http-stall-timeout",
+        "1",
+        "--stats",
+        &stats_s,
+    ]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    let t = Instant::now();
+    c.write_all(b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+        .unwrap();
+    let answer = response(&mut c);
+    let took = t.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(3), || origin
+            .open
+            .load(std::sync::atomic::Ordering::SeqCst)
+            == 0),
+        "the backend connection is closed"
+    );
+
+    // 100 MB asked for and never read: once the sockets' buffers are full, a stall.
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(b"GET /size/100000000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            origin.open.load(std::sync::atomic::Ordering::SeqCst) == 0
+                && sample(
+                    &scrape(stats, "/metrics").1,
+                    "shuck_http_stalled_total{protocol=\"http/1.1\"}",
+                ) == 2.0
+        }),
+        "the backend connection of an untaken answer is closed"
+    );
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    while let Ok(n) = c.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    assert!(got < 100_000_000, "the answer was cut ({got} bytes)");
+}
+
 #[test]
 fn malformed_and_smuggling_prone_heads_get_400_and_a_close() {
     let (o, seen) = recording_http();

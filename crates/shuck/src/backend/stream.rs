@@ -77,6 +77,22 @@ impl AsyncWrite for BackendStream {
 }
 
 impl BackendStream {
+    /// Ready once the socket may be read (or has closed); registers `cx` until then.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            BackendStream::Tcp(s) => s.poll_read_ready(cx),
+            BackendStream::Unix(s) => s.poll_read_ready(cx),
+        }
+    }
+
+    /// Reads what is there without waiting (`WouldBlock` when nothing is).
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            BackendStream::Tcp(s) => s.try_read(buf),
+            BackendStream::Unix(s) => s.try_read(buf),
+        }
+    }
+
     /// Its reading and writing halves, to use at once (no lock, no allocation: both
     /// borrow the one socket).
     pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {

@@ -167,6 +167,19 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_duration)]
     pub http_keepalive_timeout: Duration,
 
+    /// In --http mode, longest time an exchange under way may make no progress while shuck
+    /// waits on the client: a request body that stops arriving, an answer the client does
+    /// not take (HTTP/2: its window shut). HTTP/2 resets that stream and closes its backend
+    /// connection; HTTP/1.1 closes the connection (408 if no answer had begun). A backend
+    /// slow to answer is left to --idle-timeout.
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_duration)]
+    pub http_stall_timeout: Duration,
+
+    /// In --http mode over HTTP/2: most backend connections one client connection may have
+    /// open at once; its other streams wait for one of them, in order.
+    #[arg(long, value_name = "NUM", default_value_t = 16)]
+    pub http_max_backend_conns: u32,
+
     /// In --http mode over HTTP/2: most streams a client may have open at once on one
     /// connection (SETTINGS_MAX_CONCURRENT_STREAMS; HAProxy's
     /// tune.h2.max-concurrent-streams).

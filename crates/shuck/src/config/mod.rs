@@ -57,6 +57,8 @@ pub struct Limits {
     pub http_request_timeout: Duration,
     /// `--http`: longest wait for the next request of a keep-alive connection.
     pub http_keepalive_timeout: Duration,
+    /// `--http`: longest time an exchange may make no progress waiting on the client.
+    pub http_stall_timeout: Duration,
     /// `--http` over HTTP/2.
     pub h2: H2Limits,
 }
@@ -70,6 +72,8 @@ pub struct H2Limits {
     pub max_resets: u32,
     /// `--h2-initial-window-size`.
     pub initial_window: u32,
+    /// `--http-max-backend-conns`: backend connections one client connection may hold.
+    pub max_backend_conns: u32,
 }
 
 /// A validated configuration.
@@ -198,6 +202,7 @@ impl Config {
             ("--idle-timeout", cli.idle_timeout),
             ("--http-request-timeout", cli.http_request_timeout),
             ("--http-keepalive-timeout", cli.http_keepalive_timeout),
+            ("--http-stall-timeout", cli.http_stall_timeout),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::Invalid {
@@ -309,6 +314,7 @@ impl Config {
                 retry_after: cli.backend_retry_after,
                 http_request_timeout: cli.http_request_timeout,
                 http_keepalive_timeout: cli.http_keepalive_timeout,
+                http_stall_timeout: cli.http_stall_timeout,
                 h2: h2_limits(cli)?,
             },
             log_connections: cli.log_connections,
@@ -500,6 +506,12 @@ fn h2_limits(cli: &Cli) -> Result<H2Limits, ConfigError> {
             65_535,
         ),
         ("--h2-max-resets", cli.h2_max_resets, 1, 1_000_000),
+        (
+            "--http-max-backend-conns",
+            cli.http_max_backend_conns,
+            1,
+            65_535,
+        ),
         // RFC 9113 §6.5.2: at most 2^31-1; 16 times it must still fit the connection's.
         (
             "--h2-initial-window-size",
@@ -519,5 +531,6 @@ fn h2_limits(cli: &Cli) -> Result<H2Limits, ConfigError> {
         max_concurrent_streams: cli.h2_max_concurrent_streams,
         max_resets: cli.h2_max_resets,
         initial_window: cli.h2_initial_window_size,
+        max_backend_conns: cli.http_max_backend_conns,
     })
 }

@@ -167,6 +167,7 @@ pub async fn serve(
         let timeouts = http::Timeouts {
             request: limits.http_request_timeout,
             keepalive: limits.http_keepalive_timeout,
+            stall: limits.http_stall_timeout,
         };
         // HTTP/2 negotiated in HTTP mode: the gateway serves the connection.
         if let (Some(max_head), Some(b"h2")) = (state.http, tls.conn().alpn_protocol()) {
@@ -195,7 +196,7 @@ pub async fn serve(
         Some(h) => match first_request(&mut tls, h, limits.idle_timeout).await {
             Ok(bytes) => bytes,
             Err(end) => {
-                finish(&mut tls, &end, client).await;
+                finish(&mut tls, &end, client, None).await;
                 return;
             }
         },
@@ -259,7 +260,11 @@ pub async fn serve(
     if let Some(h) = &http {
         WorkerCounters::add(&counters.http.requests_h1, h.request.requests());
     }
-    finish(&mut tls, &out.end, client).await;
+    if matches!(out.end, RelayEnd::HttpTimeout(http::Expired::Stall)) {
+        WorkerCounters::bump(&counters.http.stalled_h1);
+    }
+    let stall_answer = http.as_ref().and_then(Http::stall_answer);
+    finish(&mut tls, &out.end, client, stall_answer).await;
     if state.log_connections {
         let conn = tls.conn();
         tracing::info!(
@@ -347,9 +352,14 @@ fn version_name(v: Option<rustls::ProtocolVersion>) -> Option<&'static str> {
     }
 }
 
-/// How a relay's end is told to the client: 400 or 408 in HTTP mode, then close.
-async fn finish<S>(tls: &mut S, end: &RelayEnd, client: SocketAddr)
-where
+/// How a relay's end is told to the client: 400 or 408 in HTTP mode, then close;
+/// `stall_answer` is what a stalled exchange's client is told ([`Http::stall_answer`]).
+async fn finish<S>(
+    tls: &mut S,
+    end: &RelayEnd,
+    client: SocketAddr,
+    stall_answer: Option<&'static [u8]>,
+) where
     S: tokio::io::AsyncWrite + Unpin,
 {
     let answer = match end {
@@ -365,7 +375,11 @@ where
         }
         RelayEnd::HttpTimeout(why) => {
             tracing::debug!(name: "conn_http_timeout", client = %client, ?why, "HTTP timeout");
-            (*why == http::Expired::Request).then_some(http::REQUEST_TIMEOUT)
+            match why {
+                http::Expired::Request => Some(http::REQUEST_TIMEOUT),
+                http::Expired::KeepAlive => None,
+                http::Expired::Stall => stall_answer,
+            }
         }
         RelayEnd::BadRequest(why) => {
             tracing::debug!(
@@ -402,7 +416,7 @@ where
     let start = tokio::time::Instant::now();
     let mut out = Vec::new();
     while http.exchange.pending.is_empty() {
-        let due = http.deadline(start);
+        let due = http.deadline(start, false, false);
         let deadline = due.map_or(start + idle, |(at, _)| at.min(start + idle));
         let read = std::future::poll_fn(|cx| {
             super::buffers::with_scratch(|buf| {

@@ -140,7 +140,10 @@ where
             }
             // HTTP mode's deadline, if it waits for a head or the next request; compared with
             // the clock only when the timer fires, like the idle deadline.
-            let http_due = http.as_deref().and_then(|h| h.deadline(last_active));
+            let (untaken, unsent) = (!down.pending.is_empty(), !up.pending.is_empty());
+            let http_due = http
+                .as_deref()
+                .and_then(|h| h.deadline(last_active, untaken, unsent));
             while sleep.as_mut().poll(cx).is_ready() {
                 let now = Instant::now();
                 if let Some((at, why)) = http_due {

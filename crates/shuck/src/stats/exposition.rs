@@ -91,6 +91,30 @@ fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Result {
             (&[("by", "shuck")], h.h2_resets_sent),
         ],
     )?;
+    counter(
+        enc,
+        "shuck_http_backend_dropped",
+        "HTTP mode: keep-alive backend connections dropped instead of reused, by why (stray_bytes: the backend wrote past a complete answer; closed_idle: it closed one while idle).",
+        &[
+            (&[("reason", "stray_bytes")], h.backend_stray),
+            (&[("reason", "closed_idle")], h.backend_closed_idle),
+        ],
+    )?;
+    counter(
+        enc,
+        "shuck_http_retries",
+        "HTTP mode: requests sent again on a new backend connection (idempotent, or not yet written, with nothing answered).",
+        &[(&[], h.retries)],
+    )?;
+    counter(
+        enc,
+        "shuck_http_stalled",
+        "HTTP mode: exchanges ended for no progress within --http-stall-timeout, by the client's protocol (h2: the stream reset; http/1.1: the connection closed).",
+        &[
+            (&[("protocol", "http/1.1")], h.stalled_h1),
+            (&[("protocol", "h2")], h.stalled_h2),
+        ],
+    )?;
     let labels: Vec<[(&str, &str); 1]> = H2_REASONS.iter().map(|r| [("reason", *r)]).collect();
     let rows: Vec<(&[(&str, &str)], u64)> = labels
         .iter()

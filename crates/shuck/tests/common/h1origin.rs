@@ -1,7 +1,9 @@
 //! A recording HTTP/1.1 backend for the HTTP/2 gateway's tests: it keeps every request it
 //! got (its connection, head, body length and digest, trailers), counts connections open at
 //! once, and answers by path with what a test needs (sizes, files, chunked bodies with
-//! trailers, interim answers, cut and malformed answers, slow answers, a WebSocket echo).
+//! trailers, interim answers, cut and malformed answers, slow answers, a WebSocket echo), and
+//! misbehaves on cue (bytes after an answer, a request taken and closed on, an idle
+//! connection closed after a keep-alive timeout of its own).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -57,31 +59,46 @@ pub struct H1Origin {
     pub conns: Arc<AtomicUsize>,
     /// Most connections open at once.
     pub max_open: Arc<AtomicUsize>,
+    /// Connections open now.
+    pub open: Arc<AtomicUsize>,
 }
 
 struct Shared {
     seen: Arc<Mutex<Vec<Seen>>>,
     preambles: Arc<Mutex<Vec<String>>>,
-    open: AtomicUsize,
+    open: Arc<AtomicUsize>,
     max_open: Arc<AtomicUsize>,
     file: Option<PathBuf>,
+    /// Closes a connection idle this long between requests.
+    keepalive: Option<Duration>,
+    /// `/flaky/...` paths already taken once (and closed on).
+    flaky: Mutex<std::collections::HashSet<String>>,
 }
 
 impl H1Origin {
     /// Starts the backend; `file` is served at `/file`.
     pub fn start(file: Option<PathBuf>) -> H1Origin {
+        Self::start_with(file, None)
+    }
+
+    /// As [`H1Origin::start`]; a connection idle for `keepalive` between two requests is
+    /// closed, as a backend's keep-alive timeout closes it.
+    pub fn start_with(file: Option<PathBuf>, keepalive: Option<Duration>) -> H1Origin {
         let l = super::fresh_listener();
         let port = l.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let preambles = Arc::new(Mutex::new(Vec::new()));
         let conns = Arc::new(AtomicUsize::new(0));
         let max_open = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(AtomicUsize::new(0));
         let shared = Arc::new(Shared {
             seen: seen.clone(),
             preambles: preambles.clone(),
-            open: AtomicUsize::new(0),
+            open: open.clone(),
             max_open: max_open.clone(),
             file,
+            keepalive,
+            flaky: Mutex::new(Default::default()),
         });
         let count = conns.clone();
         thread::spawn(move || {
@@ -104,6 +121,7 @@ impl H1Origin {
             preambles,
             conns,
             max_open,
+            open,
         }
     }
 
@@ -118,9 +136,11 @@ fn serve(s: TcpStream, id: usize, shared: &Shared) -> io::Result<()> {
     let mut first = true;
     loop {
         let mut line = String::new();
+        w.set_read_timeout(shared.keepalive)?;
         if r.read_line(&mut line)? == 0 {
             return Ok(());
         }
+        w.set_read_timeout(None)?;
         if first && line.starts_with("PROXY ") {
             shared
                 .preambles
@@ -245,6 +265,29 @@ fn serve(s: TcpStream, id: usize, shared: &Shared) -> io::Result<()> {
             "/chunked" => w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\ngrpc-status: 0\r\ngrpc-message: fine\r\n\r\n")?,
             "/hints" => w.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")?,
             "/204" => w.write_all(b"HTTP/1.1 204 No Content\r\n\r\n")?,
+            // A complete answer, and a moment later bytes nobody asked for: a body to HEAD
+            // after its head, a whole second answer after a GET's.
+            "/stray" => {
+                w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")?;
+                if !head {
+                    w.write_all(b"ok")?;
+                }
+                thread::sleep(Duration::from_millis(200));
+                w.write_all(if head {
+                    b"ok"
+                } else {
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstray"
+                })?;
+            }
+            // More body than its Content-Length, in the same write.
+            "/short" => w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA")?,
+            // Taken and closed on without an answer the first time, answered after.
+            p if p.starts_with("/flaky/") => {
+                if shared.flaky.lock().unwrap().insert(p.to_owned()) {
+                    return Ok(());
+                }
+                ok(&mut w, "flaky")?;
+            }
             "/304" => w.write_all(b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n")?,
             "/cut" => {
                 w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789")?;

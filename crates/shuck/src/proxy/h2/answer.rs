@@ -13,7 +13,7 @@ use http::{Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::backends::{Silence, Wait, READ_SIZE};
-use super::outcome::{client_reset, Done, End};
+use super::outcome::{client_reset, stalled, Done, End};
 use super::request::Kind;
 use super::response::{self, Answer, BadAnswer, Dechunk, Framing, Piece};
 use super::Gateway;
@@ -167,6 +167,11 @@ async fn send_all<R: AsyncRead + Unpin>(
             client_reset(gw);
             Done::Close
         }
+        Err(BodyEnd::Stalled) => {
+            tx.send_reset(Reason::CANCEL);
+            stalled(gw, tx.stream_id(), "the client's window stayed shut");
+            Done::Close
+        }
         Err(e) => {
             tracing::warn!(
                 name: "h2_backend_answer_cut",
@@ -193,9 +198,12 @@ pub(super) enum BodyEnd {
     /// The body's framing is broken.
     #[error(transparent)]
     Bad(BadAnswer),
-    /// No progress within `--idle-timeout` (backend silent or client window shut).
-    #[error("no progress within --idle-timeout")]
+    /// The client's window stayed shut for `--http-stall-timeout`.
+    #[error("the client took nothing within --http-stall-timeout")]
     Stalled,
+    /// No progress within `--idle-timeout` (the backend silent, a tunnel idle).
+    #[error("no progress within --idle-timeout")]
+    Silent,
     /// Reading the backend failed.
     #[error("backend connection: {0}")]
     Io(std::io::Error),
@@ -215,7 +223,7 @@ async fn more_body<R: AsyncRead + Unpin>(
             Ok(_) => Ok(()),
             Err(e) => Err(BodyEnd::Io(e)),
         },
-        () = poll_fn(|cx| silence.poll_over(cx)) => Err(BodyEnd::Stalled),
+        () = poll_fn(|cx| silence.poll_over(cx)) => Err(BodyEnd::Silent),
     }
 }
 
@@ -284,7 +292,7 @@ pub(super) async fn send(
             if c > 0 {
                 break c;
             }
-            match tokio::time::timeout(gw.idle, poll_fn(|cx| tx.poll_capacity(cx))).await {
+            match tokio::time::timeout(gw.stall, poll_fn(|cx| tx.poll_capacity(cx))).await {
                 Err(_) => return Err(BodyEnd::Stalled),
                 Ok(None) | Ok(Some(Err(_))) => return Err(BodyEnd::Client),
                 Ok(Some(Ok(_))) => {}

@@ -4,12 +4,18 @@
 //! (`--write-proxy-*`, `--proxy-proxy`, `--write-ip`) stays true for every request on it.
 //! Servers' maxconn, queues, weights and down-marking are the pool's, as for HTTP/1.1: a
 //! stream waiting for a slot also takes a connection another stream of this client frees.
+//! A client has at most `--http-max-backend-conns` open; its other streams wait in order.
+//! A connection goes back only when its answer ended exactly at a message boundary; while
+//! idle it is watched (readable means the backend closed it or wrote bytes nobody asked
+//! for: it is dropped), and looked at once more just before it is reused.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering::Relaxed;
-use std::task::{ready, Context, Poll};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -34,6 +40,8 @@ pub struct BackendConn {
     lease: Lease,
     /// Its `--idle-timeout` while an answer is awaited.
     pub silence: Silence,
+    /// Its place under `--http-max-backend-conns`; given back when it is dropped.
+    _slot: Slot,
 }
 
 /// How long a backend may keep an exchange waiting (`--idle-timeout`, and [`PATIENCE`]
@@ -127,18 +135,122 @@ impl BackendConn {
     }
 }
 
-/// The idle connections of one client connection.
+/// What an idle connection's socket says when asked without waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Idle {
+    /// Nothing to read: it may carry the next stream.
+    Quiet,
+    /// The backend closed it (or it failed).
+    Closed,
+    /// The backend wrote bytes no request asked for.
+    Stray,
+}
+
+/// Looks at an idle connection's socket; `cx` is woken once it becomes readable.
+///
+/// tokio clears a socket's readiness when a read fills less than its buffer, which is how
+/// an answer's last read ends: a connection given back is normally not ready, and asking
+/// costs no system call. A readiness left over is checked with one read.
+fn poll_idle(tcp: &BackendStream, cx: &mut Context<'_>) -> Idle {
+    let mut probe = [0u8; 64];
+    loop {
+        match tcp.poll_read_ready(cx) {
+            Poll::Pending => return Idle::Quiet,
+            Poll::Ready(Err(_)) => return Idle::Closed,
+            Poll::Ready(Ok(())) => match tcp.try_read(&mut probe) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {} // cleared: ask again
+                Ok(0) | Err(_) => return Idle::Closed,
+                Ok(_) => return Idle::Stray,
+            },
+        }
+    }
+}
+
+/// What a client connection's streams and its backend connections share.
 #[derive(Debug)]
-pub struct Backends {
+struct Shared {
+    /// Connections whose answer ended at a message boundary, ready for the next stream.
     idle: RefCell<Vec<BackendConn>>,
-    /// A connection became idle.
+    /// A connection became idle, or one closed while the cap was reached.
     freed: Notify,
     /// Streams of this client waiting for a connection.
     waiting: Cell<usize>,
+    /// Backend connections of this client open now (idle or carrying a stream).
+    open: Cell<usize>,
+    /// The keeper's waker: idle sockets are registered with it (see [`Backends::put`]).
+    keeper: RefCell<Option<Waker>>,
+    /// Where dropped connections are counted.
+    counters: Arc<WorkerCounters>,
+}
+
+impl Shared {
+    /// Drops what an idle socket said is closed or misbehaving, counted.
+    fn dropped(&self, why: Idle) {
+        let c = &self.counters.http;
+        match why {
+            Idle::Quiet => {}
+            Idle::Closed => WorkerCounters::bump(&c.backend_closed_idle),
+            Idle::Stray => WorkerCounters::bump(&c.backend_stray),
+        }
+    }
+
+    /// The keeper's turn: every idle connection looked at, those that became readable
+    /// dropped, the others registered with `cx`.
+    fn sweep(&self, cx: &mut Context<'_>) {
+        let mut idle = self.idle.borrow_mut();
+        idle.retain(|c| match poll_idle(&c.tcp, cx) {
+            Idle::Quiet => true,
+            why => {
+                self.dropped(why);
+                false
+            }
+        });
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The keeper ends at its next turn, finding nothing left to keep.
+        if let Some(w) = self.keeper.get_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+/// A backend connection's place among its client's (`--http-max-backend-conns`), given
+/// back when the connection is dropped.
+#[derive(Debug)]
+struct Slot(Rc<Shared>);
+
+impl Slot {
+    fn take(shared: &Rc<Shared>) -> Slot {
+        shared.open.set(shared.open.get() + 1);
+        Slot(shared.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let s = &self.0;
+        s.open.set(s.open.get().saturating_sub(1));
+        if s.waiting.get() > 0 {
+            s.freed.notify_one(); // a stream waiting at the cap may open one now
+        }
+    }
+}
+
+/// The backend connections of one client connection.
+#[derive(Debug)]
+pub struct Backends {
+    shared: Rc<Shared>,
     /// Written first on every new connection.
     preamble: Option<Box<[u8]>>,
     /// `--idle-timeout`, for each connection's [`Silence`].
     idle_timeout: Duration,
+    /// `--http-max-backend-conns`: most connections open at once for this client.
+    max_conns: usize,
+    /// The keeper task was started.
+    keeping: Cell<bool>,
 }
 
 /// Most idle connections kept per client connection.
@@ -148,83 +260,157 @@ const MAX_IDLE: usize = 16;
 pub const READ_SIZE: usize = 16 * 1024;
 
 impl Backends {
-    /// No connection yet; `preamble` opens every one, `idle` is `--idle-timeout`.
-    pub fn new(preamble: Option<Vec<u8>>, idle: Duration) -> Self {
+    /// No connection yet; `preamble` opens every one, `idle` is `--idle-timeout`,
+    /// `max_conns` `--http-max-backend-conns`.
+    pub fn new(
+        preamble: Option<Vec<u8>>,
+        idle: Duration,
+        max_conns: usize,
+        counters: Arc<WorkerCounters>,
+    ) -> Self {
         Backends {
-            idle: RefCell::new(Vec::new()),
-            freed: Notify::new(),
-            waiting: Cell::new(0),
+            shared: Rc::new(Shared {
+                idle: RefCell::new(Vec::new()),
+                freed: Notify::new(),
+                waiting: Cell::new(0),
+                open: Cell::new(0),
+                keeper: RefCell::new(None),
+                counters,
+            }),
             preamble: preamble.map(Vec::into_boxed_slice),
             idle_timeout: idle,
+            max_conns: max_conns.max(1),
+            keeping: Cell::new(false),
         }
     }
 
-    /// An idle connection of this client's, if there is one.
+    /// An idle connection of this client's that is still quiet, if there is one: one the
+    /// backend closed or wrote to since is dropped (and counted), never reused.
     pub fn idle(&self) -> Option<BackendConn> {
-        self.idle.borrow_mut().pop()
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut idle = self.shared.idle.borrow_mut();
+        while let Some(c) = idle.pop() {
+            match poll_idle(&c.tcp, &mut cx) {
+                Idle::Quiet => return Some(c),
+                why => self.shared.dropped(why),
+            }
+        }
+        None
     }
 
     /// An idle connection of this client, or a new one from the pool (waiting in its queue
-    /// when the server is at maxconn), whichever comes first.
+    /// when the server is at maxconn, or for one of this client's own once it has
+    /// `--http-max-backend-conns` open), whichever comes first. Waiters are served in order.
     pub async fn get(&self, worker: &Worker) -> Result<BackendConn, ConnectError> {
         if let Some(c) = self.idle() {
             return Ok(c);
         }
-        self.waiting.set(self.waiting.get() + 1);
-        let _done = Unwait(&self.waiting);
-        let connect = worker.state.pool.connect(&worker.picker);
-        tokio::pin!(connect);
+        let shared = &self.shared;
+        shared.waiting.set(shared.waiting.get() + 1);
+        let _done = Unwait(&shared.waiting);
         loop {
-            tokio::select! {
-                biased;
-                () = self.freed.notified() => {
-                    if let Some(c) = self.idle() {
-                        return Ok(c);
-                    }
+            if shared.open.get() >= self.max_conns {
+                shared.freed.notified().await;
+                if let Some(c) = self.idle() {
+                    return Ok(c);
                 }
-                r = &mut connect => {
-                    let (mut tcp, lease) = r.inspect_err(|_| {
-                        WorkerCounters::bump(&worker.counters.backend_failures);
-                    })?;
-                    if let Some(p) = &self.preamble {
-                        if let Err(source) = tcp.write_all(p).await {
-                            let to = lease.server().name().to_owned();
-                            return Err(ConnectError::Io { to, source });
+                continue;
+            }
+            let slot = Slot::take(shared);
+            let connect = worker.state.pool.connect(&worker.picker);
+            tokio::pin!(connect);
+            loop {
+                tokio::select! {
+                    biased;
+                    () = shared.freed.notified() => {
+                        if let Some(c) = self.idle() {
+                            return Ok(c);
                         }
                     }
-                    return Ok(BackendConn {
-                        tcp,
-                        buf: BytesMut::with_capacity(READ_SIZE),
-                        reused: false,
-                        lease,
-                        silence: Silence::new(self.idle_timeout),
-                    });
+                    r = &mut connect => {
+                        let (mut tcp, lease) = r.inspect_err(|_| {
+                            WorkerCounters::bump(&worker.counters.backend_failures);
+                        })?;
+                        if let Some(p) = &self.preamble {
+                            if let Err(source) = tcp.write_all(p).await {
+                                let to = lease.server().name().to_owned();
+                                return Err(ConnectError::Io { to, source });
+                            }
+                        }
+                        return Ok(BackendConn {
+                            tcp,
+                            buf: BytesMut::with_capacity(READ_SIZE),
+                            reused: false,
+                            lease,
+                            silence: Silence::new(self.idle_timeout),
+                            _slot: slot,
+                        });
+                    }
                 }
             }
         }
     }
 
-    /// Takes back a connection whose exchange is complete, for the next stream. One that
-    /// another client's connection is queued for is closed instead, so that keeping it
-    /// idle does not hold a maxconn slot they wait for.
+    /// Takes back a connection whose exchange is complete, for the next stream. One with
+    /// bytes past its answer is dropped (and counted); one that another client's
+    /// connection is queued for is closed instead, so that keeping it idle does not hold
+    /// a maxconn slot they wait for. Kept ones are watched by the keeper while idle.
     pub fn put(&self, mut c: BackendConn) {
-        let others_queued = c.lease.server().stats.queued.load(Relaxed) > self.waiting.get();
-        if others_queued && self.waiting.get() == 0 {
+        if !c.buf.is_empty() {
+            self.shared.dropped(Idle::Stray);
             return;
         }
-        let mut idle = self.idle.borrow_mut();
+        let waiting = self.shared.waiting.get();
+        let others_queued = c.lease.server().stats.queued.load(Relaxed) > waiting;
+        if others_queued && waiting == 0 {
+            return;
+        }
+        let mut idle = self.shared.idle.borrow_mut();
         if idle.len() >= MAX_IDLE {
             return;
+        }
+        // Registered with the keeper's waker: an idle socket that becomes readable (the
+        // backend closed it, or wrote what nobody asked for) wakes it, and it drops that one.
+        // Before the keeper's first turn there is no waker yet; that turn looks at all.
+        if let Some(w) = self.shared.keeper.borrow().as_ref() {
+            let why = poll_idle(&c.tcp, &mut Context::from_waker(w));
+            if why != Idle::Quiet {
+                self.shared.dropped(why);
+                return;
+            }
         }
         c.reused = true;
         idle.push(c);
         drop(idle);
+        if !self.keeping.replace(true) {
+            tokio::task::spawn_local(keep(Rc::downgrade(&self.shared)));
+        }
         // Only a stream in `get` waits on it; without one, the notice would be a mutex
         // taken for nothing at the end of every stream (and a permit left for later).
-        if self.waiting.get() > 0 {
-            self.freed.notify_one();
+        if waiting > 0 {
+            self.shared.freed.notify_one();
         }
     }
+}
+
+/// The keeper of a client connection's idle backend connections: woken only when one of
+/// them becomes readable, it drops that one. One task per client connection, started at
+/// its first idle connection, ending with the connection.
+async fn keep(shared: Weak<Shared>) {
+    std::future::poll_fn(|cx| {
+        let Some(s) = shared.upgrade() else {
+            return Poll::Ready(());
+        };
+        {
+            let mut w = s.keeper.borrow_mut();
+            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *w = Some(cx.waker().clone());
+            }
+        }
+        s.sweep(cx);
+        Poll::Pending
+    })
+    .await
 }
 
 /// Leaves the waiting count however the wait ends.

@@ -52,6 +52,8 @@ pub struct Gateway {
     max_head: usize,
     /// `--idle-timeout`: longest silence within an exchange.
     idle: Duration,
+    /// `--http-stall-timeout`: longest wait on the client within an exchange.
+    stall: Duration,
     /// Streams reset, against `--h2-max-resets`.
     resets: ResetMeter,
     /// Streams being served now.
@@ -174,10 +176,16 @@ where
     let gw = Rc::new(Gateway {
         worker,
         client: client.addr,
-        backends: Backends::new(client.preamble, limits.idle_timeout),
+        backends: Backends::new(
+            client.preamble,
+            limits.idle_timeout,
+            limits.h2.max_backend_conns as usize,
+            counters.clone(),
+        ),
         fwd: client.fwd,
         max_head,
         idle: limits.idle_timeout,
+        stall: limits.http_stall_timeout,
         resets: ResetMeter::new(limits.h2.max_resets),
         active: Cell::new(0),
         idle_since: Cell::new(Instant::now()),

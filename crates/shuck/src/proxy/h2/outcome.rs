@@ -14,9 +14,17 @@ pub(super) enum End {
     /// The client reset the stream (or the connection went).
     #[error("the client reset the stream")]
     ClientReset,
-    /// A reused connection that the backend had closed: nothing was answered.
+    /// The backend closed the connection after the request was written, answering none of
+    /// it (on a reused one: closed while idle, or on taking the request).
     #[error("the backend closed the connection without an answer")]
     Stale,
+    /// A reused connection that failed before any byte of the request was written.
+    #[error("the backend connection was closed before the request was written")]
+    Unsent,
+    /// The client sent nothing of its request body for `--http-stall-timeout` (the stream
+    /// is reset).
+    #[error("the request body stopped arriving")]
+    Stalled,
     /// The backend's answer cannot be passed on (`502`).
     #[error(transparent)]
     Bad(BadAnswer),
@@ -43,9 +51,32 @@ pub(super) fn client_reset(gw: &Gateway) {
     gw.resets.hit();
 }
 
-/// Writes the request head; a reused connection that fails here was closed while idle.
+/// A stream reset (`CANCEL`, by the caller) for making no progress for
+/// `--http-stall-timeout` while shuck waited on its client (`why`): logged and counted; its
+/// backend connection is closed.
+pub(super) fn stalled(gw: &Gateway, stream: h2::StreamId, why: &str) {
+    tracing::debug!(
+        name: "h2_stream_stalled",
+        client = %gw.client,
+        stream = %stream.as_u32(),
+        "{why} for --http-stall-timeout: stream reset",
+    );
+    let c = &gw.worker.counters.http;
+    WorkerCounters::bump(&c.h2_resets_sent);
+    WorkerCounters::bump(&c.stalled_h2);
+}
+
+/// Writes the request head. On a reused connection, a failure of the first write means
+/// nothing of the request reached the backend ([`End::Unsent`]: it may go again whatever its
+/// method); one later means the backend took part of it ([`End::Stale`]).
 pub(super) async fn write_head(conn: &mut BackendConn, head: &[u8]) -> Result<(), End> {
-    match conn.tcp.write_all(head).await {
+    let first = match conn.tcp.write(head).await {
+        Ok(0) | Err(_) if conn.reused => return Err(End::Unsent),
+        Ok(0) => return Err(End::Write(std::io::ErrorKind::WriteZero.into())),
+        Err(e) => return Err(End::Write(e)),
+        Ok(n) => n,
+    };
+    match conn.tcp.write_all(&head[first..]).await {
         Ok(()) => Ok(()),
         Err(_) if conn.reused => Err(End::Stale),
         Err(e) => Err(End::Write(e)),

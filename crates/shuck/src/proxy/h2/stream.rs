@@ -15,7 +15,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::answer::answer;
 use super::backends::BackendConn;
-use super::outcome::{client_reset, write_head, Done, End};
+use super::outcome::{client_reset, stalled, write_head, Done, End};
 use super::request::{self, Body, Kind, Refusal};
 use super::response;
 use super::tunnel::upgrade;
@@ -65,7 +65,42 @@ pub fn accept(
         }
     };
     WorkerCounters::bump(&counters.http.requests_h2);
-    Some(Box::pin(serve(active, head, framing, kind, body, respond)))
+    let again = Retry::of(&parts.method, framing);
+    Some(Box::pin(serve(
+        active, head, framing, kind, again, body, respond,
+    )))
+}
+
+/// Whether a request may be sent again on a new connection when its reused one turns out
+/// closed. One not yet written to the backend always may; one written and then closed on
+/// without a byte of answer only when it is idempotent (RFC 9110 §9.2.2) and has no body
+/// (which was streamed, not kept): a POST is never sent twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Only if nothing of it was written.
+    Unsent,
+    /// Also once written, if nothing was answered.
+    Unanswered,
+}
+
+impl Retry {
+    fn of(method: &http::Method, framing: Body) -> Retry {
+        use http::Method;
+        let idempotent = [
+            Method::GET,
+            Method::HEAD,
+            Method::OPTIONS,
+            Method::TRACE,
+            Method::PUT,
+            Method::DELETE,
+        ]
+        .contains(method);
+        if idempotent && framing == Body::None {
+            Retry::Unanswered
+        } else {
+            Retry::Unsent
+        }
+    }
 }
 
 /// Serves one stream whose request head is `head`.
@@ -74,6 +109,7 @@ async fn serve(
     head: Vec<u8>,
     framing: Body,
     kind: Kind,
+    again: Retry,
     mut body: RecvStream,
     mut respond: SendResponse<Bytes>,
 ) {
@@ -148,13 +184,22 @@ async fn serve(
             }
         };
         match result {
-            Ok(Done::Reusable) if conn.buf.is_empty() => return gw.backends.put(conn),
+            Ok(Done::Reusable) => return gw.backends.put(conn),
             Ok(_) => return,
-            Err(End::Stale) if conn.reused && !retried && framing == Body::None => {
-                // The backend closed it while idle: the request goes again, on a new one.
+            // The backend closed it while idle: the request goes again, on a new one.
+            Err(End::Unsent) if conn.reused && !retried => {
                 retried = true;
+                WorkerCounters::bump(&gw.worker.counters.http.retries);
+            }
+            Err(End::Stale) if conn.reused && !retried && again == Retry::Unanswered => {
+                retried = true;
+                WorkerCounters::bump(&gw.worker.counters.http.retries);
             }
             Err(End::ClientReset) => return client_reset(gw),
+            Err(End::Stalled) => {
+                respond.send_reset(Reason::CANCEL);
+                return stalled(gw, respond.stream_id(), "the request body stopped arriving");
+            }
             Err(e) => {
                 let status = match &e {
                     End::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -233,6 +278,7 @@ async fn exchange(
             r = &mut up, if !sent => match r {
                 Ok(()) => sent = true,
                 Err(Up::Client) => return Err(End::ClientReset),
+                Err(Up::Stalled) => return Err(End::Stalled),
                 // The backend stopped reading (it may be answering 413): its answer decides.
                 Err(Up::Backend(e)) => {
                     tracing::debug!(
@@ -257,6 +303,8 @@ async fn exchange(
 enum Up {
     /// The client reset the stream.
     Client,
+    /// The client sent nothing of its body for `--http-stall-timeout`.
+    Stalled,
     /// The backend could not take more.
     Backend(std::io::Error),
 }
@@ -274,8 +322,8 @@ async fn upload<W: AsyncWrite + Unpin>(
     }
     let chunked = framing == Body::Chunked;
     loop {
-        let data = match tokio::time::timeout(gw.idle, body.data()).await {
-            Err(_) => return Err(Up::Client), // a client that stalls its own body
+        let data = match tokio::time::timeout(gw.stall, body.data()).await {
+            Err(_) => return Err(Up::Stalled),
             Ok(None) => break,
             Ok(Some(Err(_))) => return Err(Up::Client),
             Ok(Some(Ok(d))) => d,
@@ -295,9 +343,10 @@ async fn upload<W: AsyncWrite + Unpin>(
         let _ = body.flow_control().release_capacity(n);
     }
     if chunked {
-        let trailers = match tokio::time::timeout(gw.idle, body.trailers()).await {
+        let trailers = match tokio::time::timeout(gw.stall, body.trailers()).await {
             Ok(Ok(t)) => t,
-            _ => return Err(Up::Client),
+            Ok(Err(_)) => return Err(Up::Client),
+            Err(_) => return Err(Up::Stalled),
         };
         let mut last = b"0\r\n".to_vec();
         for (name, value) in trailers.iter().flatten() {

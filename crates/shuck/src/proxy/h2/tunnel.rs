@@ -101,7 +101,7 @@ where
                 Ok(_) => send(gw, tx, buf.split().freeze(), false).await?,
                 Err(e) => return Err(BodyEnd::Io(e)),
             },
-            () = tokio::time::sleep(gw.idle) => return Err(BodyEnd::Stalled),
+            () = tokio::time::sleep(gw.idle) => return Err(BodyEnd::Silent),
         }
     }
     Ok(())

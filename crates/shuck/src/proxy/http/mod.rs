@@ -94,6 +94,9 @@ pub struct Timeouts {
     pub request: Duration,
     /// Longest wait for the next request once nothing is outstanding.
     pub keepalive: Duration,
+    /// Longest time without progress while the client owes bytes of a request body or
+    /// does not take the answer.
+    pub stall: Duration,
 }
 
 /// Which of HTTP mode's timeouts ran out.
@@ -103,6 +106,9 @@ pub enum Expired {
     Request,
     /// No next request came (closed without a word).
     KeepAlive,
+    /// Nothing moved for `--http-stall-timeout` while the client owed a request body or
+    /// left the answer untaken (408 when no answer had begun, else closed).
+    Stall,
 }
 
 impl Http {
@@ -122,15 +128,33 @@ impl Http {
         }
     }
 
-    /// When one of the timeouts runs out, given the last time a byte moved.
-    pub fn deadline(&self, last_active: Instant) -> Option<(Instant, Expired)> {
+    /// When one of the timeouts runs out, given the last time a byte moved. `untaken`:
+    /// answer bytes wait for the client to take them; `unsent`: request bytes wait for the
+    /// backend (then a body that does not move is the backend's doing, not a stall).
+    pub fn deadline(
+        &self,
+        last_active: Instant,
+        untaken: bool,
+        unsent: bool,
+    ) -> Option<(Instant, Expired)> {
+        let stall = (last_active + self.timeouts.stall, Expired::Stall);
         match self.request.waiting(&self.exchange) {
             Waiting::Head(started) => Some((started + self.timeouts.request, Expired::Request)),
+            // The answer's end is still on its way: not idle yet.
+            _ if untaken => Some(stall),
             Waiting::NextRequest => {
                 Some((last_active + self.timeouts.keepalive, Expired::KeepAlive))
             }
-            Waiting::Other => None,
+            Waiting::Body if !unsent => Some(stall),
+            Waiting::Body | Waiting::Other => None,
         }
+    }
+
+    /// What a stalled exchange's client is told: 408 when no answer is under way and one
+    /// is owed, else nothing (an answer cut in the middle is told by the close).
+    pub fn stall_answer(&self) -> Option<&'static [u8]> {
+        (!self.exchange.pending.is_empty() && self.response.between_messages())
+            .then_some(REQUEST_TIMEOUT)
     }
 }
 

@@ -46,6 +46,8 @@ pub enum Waiting {
     Head(tokio::time::Instant),
     /// The next request, with no response outstanding (keep-alive).
     NextRequest,
+    /// The rest of a request body (`--http-stall-timeout`).
+    Body,
     /// Neither (a body, a response, a tunnel).
     Other,
 }
@@ -96,6 +98,7 @@ impl RequestRewriter {
             (State::Head, None) if ex.pending.is_empty() && ex.upgrade == Upgrade::None => {
                 Waiting::NextRequest
             }
+            (State::Body(_) | State::Chunked(_), _) => Waiting::Body,
             _ => Waiting::Other,
         }
     }

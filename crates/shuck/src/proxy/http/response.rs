@@ -30,6 +30,11 @@ impl ResponseTracker {
         }
     }
 
+    /// True between two responses: nothing of one is on its way (a 408 may go out).
+    pub fn between_messages(&self) -> bool {
+        matches!(self.state, State::Head) && self.head.is_empty()
+    }
+
     /// Observes bytes on their way to the client.
     pub fn observe(&mut self, input: &[u8], ex: &mut Exchange) {
         let mut i = 0;
