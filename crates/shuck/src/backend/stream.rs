@@ -85,6 +85,16 @@ impl BackendStream {
         }
     }
 
+    /// Whether tokio has seen the socket readable (or closed) since a read last found it
+    /// empty: an atomic load, no system call and no registration.
+    pub fn seen_readable(&self) -> bool {
+        let probe = || Ok(());
+        match self {
+            BackendStream::Tcp(s) => s.try_io(tokio::io::Interest::READABLE, probe).is_ok(),
+            BackendStream::Unix(s) => s.try_io(tokio::io::Interest::READABLE, probe).is_ok(),
+        }
+    }
+
     /// Reads what is there without waiting (`WouldBlock` when nothing is).
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
