@@ -87,6 +87,9 @@ pub struct HttpCounters {
     pub stalled_h1: AtomicU64,
 }
 
+/// The local shortages (`backend::Shortage`, in its order), as metric labels.
+pub const SHORTAGES: [&str; 5] = ["emfile", "enfile", "enobufs", "enomem", "eaddrnotavail"];
+
 /// HTTP/2's error codes by value, as metric labels.
 pub const H2_REASONS: [&str; 14] = [
     "no_error",
@@ -174,8 +177,11 @@ pub struct WorkerCounters {
     alert_sent: Box<[AtomicU64; 256]>,
     /// Failed handshakes ended by this alert from the client.
     alert_received: Box<[AtomicU64; 256]>,
-    /// Backend connections that could not be made.
+    /// Backend connections that could not be made (the server's fault, or the network's).
     pub backend_failures: AtomicU64,
+    /// Accepts and backend connections that failed for shuck's own shortage, by
+    /// [`SHORTAGES`].
+    pub local_shortages: [AtomicU64; SHORTAGES.len()],
     /// Accept loops running now (a gauge): once none is, this worker accepts no more.
     pub accepting: AtomicU64,
     /// HTTP mode.
@@ -194,6 +200,13 @@ pub enum Failure {
 }
 
 impl WorkerCounters {
+    /// Counts a local shortage by its index in [`SHORTAGES`].
+    pub fn local_shortage(&self, index: usize) {
+        if let Some(c) = self.local_shortages.get(index) {
+            WorkerCounters::bump(c);
+        }
+    }
+
     /// Counters for a worker serving `frontends` frontends.
     pub fn new(frontends: usize) -> Self {
         WorkerCounters {
@@ -206,6 +219,7 @@ impl WorkerCounters {
             alert_sent: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
             alert_received: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
             backend_failures: AtomicU64::new(0),
+            local_shortages: Default::default(),
             accepting: AtomicU64::new(0),
             http: HttpCounters::default(),
         }
@@ -301,6 +315,8 @@ pub struct Totals {
     pub alerts: Vec<(u8, u64, u64)>,
     /// See [`WorkerCounters::backend_failures`].
     pub backend_failures: u64,
+    /// See [`WorkerCounters::local_shortages`].
+    pub local_shortages: [u64; SHORTAGES.len()],
     /// See [`WorkerCounters::accepting`].
     pub accepting: u64,
     /// HTTP mode.
@@ -339,6 +355,9 @@ impl Counters {
             t.handshakes_full += w.handshakes_full.load(Relaxed);
             t.handshakes_resumed += w.handshakes_resumed.load(Relaxed);
             t.backend_failures += w.backend_failures.load(Relaxed);
+            for (sum, c) in t.local_shortages.iter_mut().zip(&w.local_shortages) {
+                *sum += c.load(Relaxed);
+            }
             t.accepting += w.accepting.load(Relaxed);
             t.http.add(&w.http);
             for (slot, c) in failed.iter_mut().zip(w.failed.iter()) {

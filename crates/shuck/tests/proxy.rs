@@ -416,6 +416,87 @@ fn accept_errors_do_not_stop_the_worker_and_nofile_is_raised() {
     }
 }
 
+/// With the worker at its descriptor limit, a backend connection fails for shuck's own
+/// shortage: that client gets 503, the failure is counted as a local resource error, the
+/// backend is not marked down, and once descriptors are free again the next client is
+/// served at once (not after --backend-retry-after).
+#[test]
+fn descriptors_running_out_are_not_blamed_on_the_backend() {
+    if !require("prlimit", "util-linux") {
+        return;
+    }
+    let origin = Origin::http("hello");
+    let port = free_port();
+    let fe = format!("[127.0.0.1]:{port}");
+    let stats = free_port();
+    let stats_s = stats.to_string();
+    let shuck = Shuck::start_with(
+        &["prlimit", "--nofile=64:64"],
+        &[
+            "-f",
+            &fe,
+            "-n",
+            "1",
+            "-b",
+            &origin.addr(),
+            "--http",
+            "--backend-retry-after",
+            "60",
+            "--stats",
+            &stats_s,
+        ],
+        port,
+    );
+    let get = |c: &mut Client| -> std::io::Result<String> {
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")?;
+        let mut got = Vec::new();
+        let mut b = [0u8; 512];
+        while !got.ends_with(b"hello") && !got.ends_with(b"Service Unavailable\n") {
+            let n = c.read(&mut b)?;
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&b[..n]);
+        }
+        Ok(String::from_utf8_lossy(&got).into_owned())
+    };
+    // Clients that each hold a client and a backend descriptor, until one is refused.
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..64 {
+        let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+        let answer = get(&mut c).unwrap_or_default();
+        if answer.starts_with("HTTP/1.1 200") {
+            held.push(c);
+        } else {
+            refused = Some(answer);
+            break;
+        }
+    }
+    let refused = refused.expect("the worker never ran out of descriptors");
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(
+        shuck.wait_log("out of local resources", Duration::from_secs(5)),
+        "{}",
+        shuck.log()
+    );
+    drop(held);
+    // Served at once once the descriptors are free again.
+    thread::sleep(Duration::from_millis(200));
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    let answer = get(&mut c).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (_, body) = scrape(stats, "/metrics");
+    assert!(
+        sample(&body, "shuck_local_resource_errors_total{kind=\"emfile\"}") >= 1.0,
+        "{body}"
+    );
+    let up = format!("shuck_backend_up{{server=\"{}\"}}", origin.addr());
+    assert_eq!(sample(&body, &up), 1.0, "{body}");
+    assert_eq!(sample(&body, "shuck_backend_connect_failures_total"), 0.0);
+    assert!(!shuck.log().contains("marked down for"), "{}", shuck.log());
+}
+
 #[test]
 fn embedded_default_answers_curl_at_once() {
     let port = free_port();

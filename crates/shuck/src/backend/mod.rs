@@ -8,10 +8,12 @@
 mod server;
 mod stream;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 pub use server::{Address, Lease, Server};
 pub use stream::BackendStream;
@@ -43,6 +45,17 @@ pub enum ConnectError {
         /// The queue bound.
         size: usize,
     },
+    /// shuck itself is short of what a connection needs (descriptors, buffers, memory, local
+    /// ports): no fault of the server's, which is not marked down for it.
+    #[error("{to}: {source} (out of local resources)")]
+    Local {
+        /// The address (or socket path) being tried.
+        to: String,
+        /// Which resource.
+        kind: Shortage,
+        /// The system's reason.
+        source: io::Error,
+    },
     /// Waited in the server's queue past the queue timeout.
     #[error("{server}: waited {timeout:?} in the queue for a free slot (maxconn)")]
     QueueTimeout {
@@ -53,7 +66,51 @@ pub enum ConnectError {
     },
 }
 
+/// A resource of shuck's own that ran out (the errors `socket`, `connect` and `accept` give
+/// for it), as `shuck_local_resource_errors_total` labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shortage {
+    /// `EMFILE`: the process is at its `RLIMIT_NOFILE`.
+    Emfile = 0,
+    /// `ENFILE`: the system is at its file limit.
+    Enfile = 1,
+    /// `ENOBUFS`: no socket buffers.
+    Enobufs = 2,
+    /// `ENOMEM`: no memory.
+    Enomem = 3,
+    /// `EADDRNOTAVAIL`: no local port left for the backend's address.
+    Eaddrnotavail = 4,
+}
+
+impl Shortage {
+    /// The shortage an error reports, if it is one.
+    pub fn of(e: &io::Error) -> Option<Shortage> {
+        Some(match e.raw_os_error()? {
+            libc::EMFILE => Shortage::Emfile,
+            libc::ENFILE => Shortage::Enfile,
+            libc::ENOBUFS => Shortage::Enobufs,
+            libc::ENOMEM => Shortage::Enomem,
+            libc::EADDRNOTAVAIL => Shortage::Eaddrnotavail,
+            _ => return None,
+        })
+    }
+
+    /// Its index in [`crate::counters::SHORTAGES`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 impl ConnectError {
+    /// A failed attempt to reach `to`: [`ConnectError::Local`] when the failure is shuck's
+    /// own shortage, else [`ConnectError::Io`].
+    pub fn io(to: String, source: io::Error) -> Self {
+        match Shortage::of(&source) {
+            Some(kind) => ConnectError::Local { to, kind, source },
+            None => ConnectError::Io { to, source },
+        }
+    }
+
     /// True when the client waited in a queue and gave up or found it full, rather than
     /// a server failing.
     pub fn is_queue(&self) -> bool {
@@ -61,6 +118,12 @@ impl ConnectError {
             self,
             ConnectError::QueueFull { .. } | ConnectError::QueueTimeout { .. }
         )
+    }
+
+    /// True when shuck itself was short of what the connection needed (logged once an
+    /// episode by the pool, not once a client).
+    pub fn is_local(&self) -> bool {
+        matches!(self, ConnectError::Local { .. })
     }
 }
 
@@ -89,6 +152,24 @@ pub struct Pool {
 #[derive(Debug, Default)]
 pub struct Picker {
     current: RefCell<Vec<i64>>,
+    /// Until when this worker is short of local resources (its accept loop waits).
+    short_until: Cell<Option<Instant>>,
+    /// The last local shortage, for one warning an episode.
+    warned: Cell<Option<Instant>>,
+}
+
+/// How long without a local shortage ends an episode (the next one is warned of again).
+const SHORTAGE_QUIET: Duration = Duration::from_secs(10);
+
+/// How long a worker that ran short of local resources waits before accepting again (as
+/// its accept loop does after `EMFILE`).
+pub const SHORTAGE_BACKOFF: Duration = Duration::from_millis(20);
+
+impl Picker {
+    /// Until when this worker backs off for a local shortage, if it does now.
+    pub fn short_until(&self) -> Option<Instant> {
+        self.short_until.get().filter(|&t| t > Instant::now())
+    }
 }
 
 impl Pool {
@@ -127,6 +208,27 @@ impl Pool {
             };
             match server.connect(self.limits.connect_timeout).await {
                 Ok(stream) => return Ok((stream, lease)),
+                // Our own shortage: the next server would fail alike, and this one is not
+                // to blame. The worker backs off as its accept loop does.
+                Err(e @ ConnectError::Local { .. }) => {
+                    let now = Instant::now();
+                    // One warning an episode (none in the last ten seconds), as accept's.
+                    if picker
+                        .warned
+                        .get()
+                        .is_none_or(|t| now >= t + SHORTAGE_QUIET)
+                    {
+                        tracing::warn!(
+                            name: "backend_local_shortage",
+                            backend = %server.name(),
+                            error = %e,
+                            "cannot open a backend connection: out of local resources; the clients meanwhile are refused, no server is marked down",
+                        );
+                    }
+                    picker.warned.set(Some(now));
+                    picker.short_until.set(Some(now + SHORTAGE_BACKOFF));
+                    return Err(e);
+                }
                 Err(e) => {
                     server.mark_down(self.limits.retry_after);
                     tracing::warn!(
@@ -201,6 +303,26 @@ mod tests {
                 retry_after: Duration::from_secs(2),
             },
         )
+    }
+
+    #[test]
+    fn shortages_are_labelled_in_order() {
+        for (errno, kind) in [
+            (libc::EMFILE, Shortage::Emfile),
+            (libc::ENFILE, Shortage::Enfile),
+            (libc::ENOBUFS, Shortage::Enobufs),
+            (libc::ENOMEM, Shortage::Enomem),
+            (libc::EADDRNOTAVAIL, Shortage::Eaddrnotavail),
+        ] {
+            let e = io::Error::from_raw_os_error(errno);
+            assert_eq!(Shortage::of(&e), Some(kind));
+            let label = crate::counters::SHORTAGES[kind.index()];
+            assert_eq!(label, format!("{kind:?}").to_ascii_lowercase());
+            assert!(ConnectError::io("x".into(), e).is_local());
+        }
+        let refused = io::Error::from_raw_os_error(libc::ECONNREFUSED);
+        assert_eq!(Shortage::of(&refused), None);
+        assert!(!ConnectError::io("x".into(), refused).is_local());
     }
 
     #[test]

@@ -197,7 +197,7 @@ impl Server {
                 let to = || path.display().to_string();
                 match tokio::time::timeout(timeout, UnixStream::connect(path)).await {
                     Ok(Ok(stream)) => Ok(BackendStream::Unix(stream)),
-                    Ok(Err(source)) => Err(ConnectError::Io { to: to(), source }),
+                    Ok(Err(source)) => Err(ConnectError::io(to(), source)),
                     Err(_) => Err(ConnectError::Timeout { to: to(), timeout }),
                 }
             }
@@ -225,12 +225,11 @@ async fn connect_tcp(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStrea
                     })?;
                 return Ok(stream);
             }
-            Ok(Err(source)) => {
-                last = Some(ConnectError::Io {
-                    to: addr.to_string(),
-                    source,
-                })
-            }
+            Ok(Err(source)) => match ConnectError::io(addr.to_string(), source) {
+                // The next address would need the same descriptor or port.
+                e @ ConnectError::Local { .. } => return Err(e),
+                e => last = Some(e),
+            },
             Err(_) => {
                 return Err(ConnectError::Timeout {
                     to: addr.to_string(),

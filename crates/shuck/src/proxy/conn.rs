@@ -207,9 +207,9 @@ pub async fn serve(
     let (mut backend, lease) = match Box::pin(state.pool.connect(&worker.picker)).await {
         Ok(b) => b,
         Err(e) => {
-            WorkerCounters::bump(&counters.backend_failures);
+            worker.connect_failed(&e);
             WorkerCounters::bump(&fe_counters.refused);
-            if e.is_queue() {
+            if e.is_queue() || e.is_local() {
                 tracing::debug!(
                     name: "conn_no_backend_slot",
                     client = %client,

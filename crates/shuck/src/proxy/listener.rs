@@ -17,7 +17,7 @@ use crate::shutdown::Shutdown;
 
 /// How long a worker pauses accepting when the system is out of descriptors or buffers:
 /// short, because it keeps serving the connections it has meanwhile.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
+const ACCEPT_BACKOFF: Duration = crate::backend::SHORTAGE_BACKOFF;
 
 /// Checks that no other socket holds `addr`. SO_REUSEPORT would otherwise let shuck share a
 /// port with another process of the same user without a word.
@@ -158,6 +158,14 @@ pub async fn accept_loop(
                 },
             },
         };
+        // A backend connection just failed for want of descriptors (or memory, or ports):
+        // a client accepted now could not be served either.
+        if let Some(until) = worker.picker.short_until() {
+            tokio::select! {
+                _ = shutdown.recv() => return,
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        }
         let accepted = tokio::select! {
             biased;
             _ = shutdown.recv() => return,
@@ -188,37 +196,31 @@ pub async fn accept_loop(
                     permit,
                 ));
             }
-            Err(e) if is_exhaustion(&e) => {
-                if !exhausted_logged {
-                    tracing::error!(
-                        name: "accept_out_of_resources",
-                        listener = ?local,
-                        error = %e,
-                        "cannot accept: out of resources; backing off, live connections go on",
-                    );
-                    exhausted_logged = true;
+            Err(e) => match crate::backend::Shortage::of(&e) {
+                Some(kind) => {
+                    worker.counters.local_shortage(kind.index());
+                    if !exhausted_logged {
+                        tracing::error!(
+                            name: "accept_out_of_resources",
+                            listener = ?local,
+                            error = %e,
+                            "cannot accept: out of resources; backing off, live connections go on",
+                        );
+                        exhausted_logged = true;
+                    }
+                    tokio::select! {
+                        _ = shutdown.recv() => return,
+                        _ = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                    }
                 }
-                tokio::select! {
-                    _ = shutdown.recv() => return,
-                    _ = tokio::time::sleep(ACCEPT_BACKOFF) => {}
-                }
-            }
-            // ECONNABORTED and the like concern one client only.
-            Err(e) => {
-                tracing::debug!(
+                // ECONNABORTED and the like concern one client only.
+                None => tracing::debug!(
                     name: "accept_failed",
                     listener = ?local,
                     error = %e,
                     "accept failed",
-                )
-            }
+                ),
+            },
         }
     }
-}
-
-fn is_exhaustion(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    )
 }

@@ -125,6 +125,17 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// Counts a backend connection that could not be made: against the backends, or as
+    /// this worker's own shortage (`shuck_local_resource_errors_total`).
+    pub fn connect_failed(&self, e: &crate::backend::ConnectError) {
+        match e {
+            crate::backend::ConnectError::Local { kind, .. } => {
+                self.counters.local_shortage(kind.index())
+            }
+            _ => WorkerCounters::bump(&self.counters.backend_failures),
+        }
+    }
+
     /// A worker with no connection yet.
     pub fn new(
         id: usize,

@@ -10,7 +10,7 @@ use prometheus_client::metrics::MetricType;
 
 use super::Sources;
 use crate::backend::Server;
-use crate::counters::{FrontendTotals, HttpTotals, H2_REASONS};
+use crate::counters::{FrontendTotals, HttpTotals, H2_REASONS, SHORTAGES};
 use crate::session::store::stats::{Op, Outcome, StoreStats};
 use crate::session::sync::wire::Reject;
 
@@ -306,8 +306,20 @@ impl prometheus_client::collector::Collector for Exposition {
         counter(
             &mut enc,
             "shuck_backend_connect_failures",
-            "Connections for which no backend could be reached.",
+            "Connections for which no backend could be reached (shuck's own shortages are counted apart).",
             &[(&[], t.backend_failures)],
+        )?;
+        let labels: Vec<[(&str, &str); 1]> = SHORTAGES.iter().map(|k| [("kind", *k)]).collect();
+        let rows: Vec<(&[(&str, &str)], u64)> = labels
+            .iter()
+            .zip(t.local_shortages)
+            .map(|(l, n)| (&l[..], n))
+            .collect();
+        counter(
+            &mut enc,
+            "shuck_local_resource_errors",
+            "Accepts and backend connections that failed for shuck's own shortage (descriptors, buffers, memory, local ports), by errno; no server is marked down for them.",
+            &rows,
         )?;
         if sources.state.http.is_some() {
             http_metrics(&mut enc, &t.http)?;

@@ -134,7 +134,7 @@ async fn serve(
         let mut conn = match got {
             Ok(c) => c,
             Err(e) => {
-                if e.is_queue() {
+                if e.is_queue() || e.is_local() {
                     tracing::debug!(
                         name: "conn_no_backend_slot",
                         client = %gw.client,
