@@ -235,12 +235,13 @@ fn ocsp_resp_file_is_checked_before_stapling() {
             .collect();
         let der = std::fs::read(&good).unwrap();
         let now = std::time::SystemTime::now();
-        assert!(shuck::tls::ocsp::verify::verify(&der, &chain[0], &chain[1], now).is_ok());
+        assert!(shuck::tls::ocsp::verify::verify(&der, &chain[0], &chain[1], now, None).is_ok());
         let later = now + Duration::from_secs(36 * 3600);
-        let e = shuck::tls::ocsp::verify::verify(&der, &chain[0], &chain[1], later).unwrap_err();
+        let e =
+            shuck::tls::ocsp::verify::verify(&der, &chain[0], &chain[1], later, None).unwrap_err();
         assert!(e.to_string().starts_with("stale"), "{e}");
         // And about the wrong issuer: refused.
-        assert!(shuck::tls::ocsp::verify::verify(&der, &chain[0], &chain[0], now).is_err());
+        assert!(shuck::tls::ocsp::verify::verify(&der, &chain[0], &chain[0], now, None).is_err());
     }
 
     // A good response for this certificate is stapled.
@@ -335,6 +336,99 @@ fn ocsp_resp_file_is_checked_before_stapling() {
         err.contains("/nope.pem") && err.contains("not one of the certificates"),
         "{err}"
     );
+}
+
+/// hitch's test 14: a response signed by a responder the CA delegated to is checked, with
+/// ocsp-verify-staple on, against a trust store (the system's, SSL_CERT_FILE, or shuck's own
+/// --ocsp-verify-ca): without the CA there, --test fails; with it, it passes; off, the
+/// response is stapled as before.
+#[test]
+fn a_delegated_responder_must_chain_to_a_trusted_root() {
+    let pki = pki();
+    let origin = Origin::echo();
+    std::fs::write(
+        pki.dir.path("responder.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=OCSPSigning\n",
+    )
+    .unwrap();
+    openssl(
+        &pki.dir,
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout responder.key \
+         -out responder.csr -subj '/CN=OCSP test responder' && openssl x509 -req -in responder.csr \
+         -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile responder.ext -out responder.crt",
+    );
+    let r = Responder::start(&pki, "responder");
+    openssl(&pki.dir, &format!(
+        "openssl ocsp -issuer ca.crt -cert server.crt -url http://127.0.0.1:{}/ -respout delegated.der -noverify",
+        pki.ocsp_port
+    ));
+    drop(r);
+    let delegated = pki.dir.path("delegated.der");
+    assert!(
+        delegated.exists(),
+        "no response from the delegated responder"
+    );
+    let pem = pki.pem.to_str().unwrap();
+    let spec = format!("{pem}={}", delegated.display());
+    let ca = pki.dir.path("ca.crt");
+    let test = |extra: &[&str], env: Option<&PathBuf>| {
+        let mut cmd = Command::new(BIN);
+        cmd.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+        if let Some(f) = env {
+            cmd.env("SSL_CERT_FILE", f);
+        }
+        let out = cmd
+            .args(["-b", &origin.addr(), "--ocsp-resp-file", &spec, "--test"])
+            .args(extra)
+            .arg(pem)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The system's store does not hold the test CA.
+    let (code, err) = test(&["--ocsp-verify-staple"], None);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("OCSP test responder") && err.contains("does not chain to a trusted root"),
+        "{err}"
+    );
+    let (code, err) = test(&["--ocsp-verify-staple"], Some(&ca));
+    assert_eq!(code, Some(0), "SSL_CERT_FILE: {err}");
+    let ca_s = ca.to_str().unwrap();
+    let (code, err) = test(&["--ocsp-verify-staple", "--ocsp-verify-ca", ca_s], None);
+    assert_eq!(code, Some(0), "--ocsp-verify-ca: {err}");
+    // A CA file that is not one, and another CA: refused with the reason.
+    let rogue = pki.dir.path("rogue.crt");
+    let (code, err) = test(
+        &[
+            "--ocsp-verify-staple",
+            "--ocsp-verify-ca",
+            rogue.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("does not chain to a trusted root"), "{err}");
+    let (code, err) = test(
+        &[
+            "--ocsp-verify-staple",
+            "--ocsp-verify-ca",
+            pki.dir.path("index.txt").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--ocsp-verify-ca") && err.contains("holds no certificate"),
+        "{err}"
+    );
+    let (code, err) = test(&[], None);
+    assert_eq!(code, Some(0), "ocsp-verify-staple off: {err}");
+    let shuck = Shuck::start(&["-b", &origin.addr(), "--ocsp-resp-file", &spec, pem]);
+    assert!(stapled_good(shuck.port), "{}", status(shuck.port));
 }
 
 #[test]

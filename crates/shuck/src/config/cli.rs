@@ -310,11 +310,18 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
     pub ocsp_resp_tmo: Duration,
 
-    /// An OCSP response given by file that does not verify is an error (as hitch). Off,
+    /// An OCSP response given by file that does not verify is an error (as hitch), and a
+    /// responder the issuer delegated to must chain to a trusted root (--ocsp-verify-ca, else
+    /// the system's store: SSL_CERT_FILE, SSL_CERT_DIR, the distribution's bundle). Off,
     /// shuck still checks every response and staples none that fails, with a warning.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub ocsp_verify_staple: bool,
+
+    /// With --ocsp-verify-staple: the CA certificates (PEM) an OCSP responder's certificate
+    /// must chain to, instead of the system's trust store.
+    #[arg(long, value_name = "FILE")]
+    pub ocsp_verify_ca: Option<PathBuf>,
 
     /// Session cache size in sessions, shared by all workers (TLS 1.2 session IDs and TLS 1.3
     /// stateful tickets); 0 disables it.

@@ -41,6 +41,7 @@ pub(super) fn parse(
     spec: &str,
     global: &TlsSettings,
     verify_staple: bool,
+    ocsp_ca: Option<&std::path::Path>,
 ) -> Result<Frontend, ConfigError> {
     let bad = |reason: String| ConfigError::BadAddress {
         option: "--frontend",
@@ -59,7 +60,7 @@ pub(super) fn parse(
             }
             PemFile::parse(p)
                 .map_err(|reason| bad(format!("certificate {p:?}: {reason}")))?
-                .load(verify_staple)
+                .load(verify_staple, ocsp_ca)
         })
         .collect::<Result<Vec<_>, ConfigError>>()?;
     let mut tls: Option<TlsSettings> = None;

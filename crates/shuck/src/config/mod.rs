@@ -235,7 +235,14 @@ impl Config {
         let frontends = cli
             .frontends
             .iter()
-            .map(|s| frontend::parse(s, &tls, cli.ocsp_verify_staple))
+            .map(|s| {
+                frontend::parse(
+                    s,
+                    &tls,
+                    cli.ocsp_verify_staple,
+                    cli.ocsp_verify_ca.as_deref(),
+                )
+            })
             .collect::<Result<Vec<_>, ConfigError>>()?;
         frontend::check_unique(&frontends)?;
         let (mut certs, mut default_cert, self_signed) = tls::load_certs(cli)?;

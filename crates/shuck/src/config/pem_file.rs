@@ -105,19 +105,20 @@ impl PemFile {
     }
 
     /// Loads the certificate, its key, its staple and its client CAs. `verify_staple` is
-    /// the global `--ocsp-verify-staple`, which the block's own setting overrides.
-    pub fn load(&self, verify_staple: bool) -> Result<LoadedCert, ConfigError> {
+    /// the global `--ocsp-verify-staple`, which the block's own setting overrides;
+    /// `ocsp_ca` is `--ocsp-verify-ca`.
+    pub fn load(
+        &self,
+        verify_staple: bool,
+        ocsp_ca: Option<&Path>,
+    ) -> Result<LoadedCert, ConfigError> {
         let mut cert = match &self.private_key {
             Some(key) => LoadedCert::from_files(&self.cert, key)?,
             None => LoadedCert::from_file(&self.cert)?,
         };
         if let Some(der) = &self.ocsp_resp_file {
-            staple(
-                &mut cert,
-                der,
-                self.ocsp_verify_staple.unwrap_or(verify_staple),
-                "ocsp-resp-file",
-            )?;
+            let strict = self.ocsp_verify_staple.unwrap_or(verify_staple);
+            staple(&mut cert, der, strict.then_some(ocsp_ca), "ocsp-resp-file")?;
         }
         if let Some(mode) = self.client_verify {
             let roots = self
@@ -138,15 +139,29 @@ impl PemFile {
     }
 }
 
-/// Checks the OCSP response in `der_path` against `cert` and keeps it for stapling. One
-/// that does not verify is an error with `strict` (hitch's `ocsp-verify-staple`), else
-/// it is not stapled and the log says why.
+/// Checks the OCSP response in `der_path` against `cert` and keeps it for stapling. With
+/// `strict` (hitch's `ocsp-verify-staple`: `Some`, holding `--ocsp-verify-ca`), one that does
+/// not verify is an error, and a delegated responder must chain to a trusted root; else it
+/// is not stapled and the log says why.
 pub fn staple(
     cert: &mut LoadedCert,
     der_path: &Path,
-    strict: bool,
+    strict: Option<Option<&Path>>,
     option: &'static str,
 ) -> Result<(), ConfigError> {
+    let roots = match strict {
+        Some(ca) => Some(
+            crate::tls::ocsp::trust::roots(ca).map_err(|e| ConfigError::Invalid {
+                option,
+                reason: format!(
+                    "ocsp-verify-staple is on for {}, and its trust anchors cannot be read: {e}",
+                    der_path.display()
+                ),
+            })?,
+        ),
+        None => None,
+    };
+    let strict = strict.is_some();
     let pem = cert.source.clone();
     let what = format!("OCSP response {} for {pem}", der_path.display());
     let refuse = |reason: String| -> Result<(), ConfigError> {
@@ -178,7 +193,11 @@ pub fn staple(
             "the issuer is not in the PEM file, so the response cannot be checked".into(),
         );
     };
-    match crate::tls::ocsp::verify::verify(&der, leaf, issuer, SystemTime::now()) {
+    let trust = roots.as_ref().map(|roots| crate::tls::ocsp::verify::Trust {
+        roots,
+        chain: &chain[1..],
+    });
+    match crate::tls::ocsp::verify::verify(&der, leaf, issuer, SystemTime::now(), trust) {
         Ok(_) => {
             tracing::info!(
                 name: "ocsp_file_stapled",

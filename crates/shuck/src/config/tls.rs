@@ -108,12 +108,10 @@ pub(super) fn attach_ocsp_files(cli: &Cli, certs: &mut [LoadedCert]) -> Result<(
             .iter_mut()
             .find(|c| c.source == pem)
             .ok_or_else(|| bad(format!("{pem} is not one of the certificates given")))?;
-        pem_file::staple(
-            cert,
-            Path::new(der_path),
-            cli.ocsp_verify_staple,
-            "--ocsp-resp-file",
-        )?;
+        let strict = cli
+            .ocsp_verify_staple
+            .then_some(cli.ocsp_verify_ca.as_deref());
+        pem_file::staple(cert, Path::new(der_path), strict, "--ocsp-resp-file")?;
     }
     Ok(())
 }
@@ -225,7 +223,7 @@ pub(super) fn load_certs(cli: &Cli) -> Result<(Vec<LoadedCert>, usize, bool), Co
             option: "--pem-file",
             reason,
         })?;
-        certs.push(p.load(cli.ocsp_verify_staple)?);
+        certs.push(p.load(cli.ocsp_verify_staple, cli.ocsp_verify_ca.as_deref())?);
     }
     for p in &cli.pem_files {
         certs.push(LoadedCert::from_file(p)?);

@@ -171,7 +171,7 @@ pub fn ocsp_response(data: &[u8]) {
     let Some((leaf, issuer)) = pair else {
         panic!("the fixed OCSP certificates no longer parse");
     };
-    let _ = crate::tls::ocsp::verify::verify(data, leaf, issuer, SystemTime::now());
+    let _ = crate::tls::ocsp::verify::verify(data, leaf, issuer, SystemTime::now(), None);
 }
 
 /// A PEM file as `--pem-file` and `pem-file` give it: certificates and one key.
@@ -272,12 +272,18 @@ mod tests {
         let leaf = CertificateDer::from_pem_slice(include_bytes!("ocsp-leaf.pem")).unwrap();
         let issuer = CertificateDer::from_pem_slice(include_bytes!("ocsp-issuer.pem")).unwrap();
         let good = include_bytes!("../../../../fuzz/corpus/ocsp_response/seed-good");
-        let staple = crate::tls::ocsp::verify::verify(good, &leaf, &issuer, SystemTime::now());
+        let staple =
+            crate::tls::ocsp::verify::verify(good, &leaf, &issuer, SystemTime::now(), None);
         assert!(staple.is_ok(), "{staple:?}");
         let delegated = include_bytes!("../../../../fuzz/corpus/ocsp_response/seed-delegated");
-        assert!(
-            crate::tls::ocsp::verify::verify(delegated, &leaf, &issuer, SystemTime::now()).is_ok()
-        );
+        assert!(crate::tls::ocsp::verify::verify(
+            delegated,
+            &leaf,
+            &issuer,
+            SystemTime::now(),
+            None
+        )
+        .is_ok());
         let ring = ticket_ring().unwrap();
         let sealed = ring.encrypt(b"session").unwrap();
         assert_eq!(ring.decrypt(&sealed).as_deref(), Some(&b"session"[..]));

@@ -92,7 +92,7 @@ pub fn load_cached(settings: &Settings, targets: &[Target], store: &OcspStore) {
         let Ok(der) = std::fs::read(&path) else {
             continue;
         };
-        match verify::verify(&der, &t.leaf, &t.issuer, SystemTime::now()) {
+        match verify::verify(&der, &t.leaf, &t.issuer, SystemTime::now(), None) {
             Ok(s) => {
                 store.put(&t.leaf, s);
                 tracing::info!(
@@ -276,7 +276,7 @@ fn next_in(settings: &Settings, s: &verify::Staple) -> Duration {
 fn refresh(settings: &Settings, t: &Target) -> Result<verify::Staple, String> {
     let req = verify::request(&t.leaf, &t.issuer).map_err(|e| e.to_string())?;
     let der = fetch::post(&t.url, &req, settings.timeouts)?;
-    let staple = verify::verify(&der, &t.leaf, &t.issuer, SystemTime::now())
+    let staple = verify::verify(&der, &t.leaf, &t.issuer, SystemTime::now(), None)
         .map_err(|e| format!("response from {} refused: {e}", t.url))?;
     let path = cache_path(&settings.dir, &t.leaf);
     let tmp = path.with_extension("tmp");

@@ -9,6 +9,7 @@
 
 pub mod fetch;
 pub mod manager;
+pub mod trust;
 pub mod verify;
 
 use std::collections::HashMap;

@@ -1,7 +1,10 @@
 //! OCSP requests and responses (RFC 6960): the CertID of a certificate, the request that
 //! asks about it, and the checks a response must pass before it is stapled: a successful
 //! basic response, signed by the issuer (or by a responder the issuer delegated to with
-//! the OCSP-signing key usage), about this certificate, saying "good", and current.
+//! the OCSP-signing key usage), about this certificate, saying "good", and current. With
+//! a [`Trust`] (`ocsp-verify-staple`), a delegated responder's certificate must also chain to
+//! a trust anchor, as hitch's OpenSSL checks it (`OCSP_basic_verify` with the PEM's own chain
+//! trusted as signers: an issuer from the PEM file that signs itself needs no store).
 
 use std::time::{Duration, SystemTime};
 
@@ -47,6 +50,58 @@ pub enum OcspError {
     /// thisUpdate in the future or nextUpdate in the past.
     #[error("stale: {0}")]
     Stale(String),
+    /// A delegated responder's certificate reaches no trusted root.
+    #[error("the responder's certificate {0} does not chain to a trusted root: {1}")]
+    Untrusted(String, String),
+}
+
+/// What a delegated responder's certificate must chain to (`ocsp-verify-staple`).
+#[derive(Debug, Clone, Copy)]
+pub struct Trust<'a> {
+    /// The trust anchors: `--ocsp-verify-ca`, else the system's store.
+    pub roots: &'a rustls::RootCertStore,
+    /// The served chain after the leaf, as intermediates.
+    pub chain: &'a [rustls::pki_types::CertificateDer<'a>],
+}
+
+/// id-kp-OCSPSigning (1.3.6.1.5.5.7.3.9), as webpki takes an extended key usage.
+const OCSP_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x09];
+
+/// Checks that `signer` (a delegated responder) chains to `trust`'s anchors for OCSP
+/// signing at `now`, through the served chain and the response's own certificates.
+fn chained(
+    signer: &Certificate,
+    others: &[Certificate],
+    trust: Trust<'_>,
+    now: SystemTime,
+) -> Result<(), OcspError> {
+    use rustls::pki_types::{CertificateDer, UnixTime};
+    let name = signer.tbs_certificate.subject.to_string();
+    let untrusted = |why: String| OcspError::Untrusted(name.clone(), why);
+    let der = signer.to_der().map_err(malformed)?;
+    let der = CertificateDer::from(der);
+    let ee = webpki::EndEntityCert::try_from(&der).map_err(|e| untrusted(format!("{e:?}")))?;
+    let mut intermediates: Vec<CertificateDer<'_>> = trust.chain.to_vec();
+    for c in others {
+        intermediates.push(CertificateDer::from(c.to_der().map_err(malformed)?));
+    }
+    let since = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let algs = rustls::crypto::aws_lc_rs::default_provider()
+        .signature_verification_algorithms
+        .all;
+    ee.verify_for_usage(
+        algs,
+        &trust.roots.roots,
+        &intermediates,
+        UnixTime::since_unix_epoch(since),
+        webpki::KeyUsage::required(OCSP_SIGNING),
+        None,
+        None,
+    )
+    .map(|_| ())
+    .map_err(|e| untrusted(format!("{e:?}")))
 }
 
 fn malformed(e: impl std::fmt::Display) -> OcspError {
@@ -108,12 +163,14 @@ pub struct Staple {
     pub next_update: SystemTime,
 }
 
-/// Checks `der` as a response about `leaf` (issued by `issuer`) at time `now`.
+/// Checks `der` as a response about `leaf` (issued by `issuer`) at time `now`; with
+/// `trust`, a delegated responder must also chain to its anchors.
 pub fn verify(
     der: &[u8],
     leaf: &[u8],
     issuer: &[u8],
     now: SystemTime,
+    trust: Option<Trust<'_>>,
 ) -> Result<Staple, OcspError> {
     let resp = OcspResponse::from_der(der).map_err(malformed)?;
     if resp.response_status != OcspResponseStatus::Successful {
@@ -140,7 +197,8 @@ pub fn verify(
         basic.signature.raw_bytes(),
     );
     if by_issuer.is_err() {
-        let delegated = basic.certs.iter().flatten().any(|c| {
+        let certs = basic.certs.as_deref().unwrap_or_default();
+        let delegate = certs.iter().find(|c| {
             let signed_by_issuer = c.tbs_certificate.to_der().ok().is_some_and(|t| {
                 check_sig(
                     &issuer_cert,
@@ -160,11 +218,14 @@ pub fn verify(
                 )
                 .is_ok()
         });
-        if !delegated {
+        let Some(delegate) = delegate else {
             return Err(match by_issuer {
                 Err(e @ OcspError::Algorithm(_)) => e,
                 _ => OcspError::Signature,
             });
+        };
+        if let Some(trust) = trust {
+            chained(delegate, certs, trust, now)?;
         }
     }
 
