@@ -429,6 +429,42 @@ fn a_delegated_responder_must_chain_to_a_trusted_root() {
     assert_eq!(code, Some(0), "ocsp-verify-staple off: {err}");
     let shuck = Shuck::start(&["-b", &origin.addr(), "--ocsp-resp-file", &spec, pem]);
     assert!(stapled_good(shuck.port), "{}", status(shuck.port));
+    drop(shuck);
+
+    // Fetched by --ocsp-dir from the delegated responder: the same trust decides.
+    let _responder = Responder::start(&pki, "responder");
+    let cache = TempDir::new("ocsp-cache-delegated");
+    let cache = cache.0.to_str().unwrap().to_owned();
+    let base = [
+        "-b",
+        &origin.addr(),
+        "--ocsp-dir",
+        &cache,
+        "--ocsp-verify-staple",
+    ];
+    let shuck = Shuck::start(&[&base[..], &[pem]].concat());
+    assert!(
+        shuck.wait_log("does not chain to a trusted root", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    assert!(!stapled_good(shuck.port), "{}", status(shuck.port));
+    drop(shuck);
+    let shuck = Shuck::start(&[&base[..], &["--ocsp-verify-ca", ca_s, pem]].concat());
+    assert!(
+        shuck.wait_log("OCSP: fetched a good response", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !stapled_good(shuck.port) {
+        assert!(
+            Instant::now() < deadline,
+            "not stapled: {}",
+            status(shuck.port)
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]

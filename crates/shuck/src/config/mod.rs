@@ -339,14 +339,18 @@ impl Config {
             ocsp: cli
                 .ocsp_dir
                 .as_ref()
-                .map(|dir| crate::tls::ocsp::manager::Settings {
-                    dir: dir.clone(),
-                    refresh: cli.ocsp_refresh_interval,
-                    timeouts: crate::tls::ocsp::fetch::Timeouts {
-                        connect: cli.ocsp_connect_tmo,
-                        response: cli.ocsp_resp_tmo,
-                    },
-                }),
+                .map(|dir| {
+                    Ok::<_, ConfigError>(crate::tls::ocsp::manager::Settings {
+                        dir: dir.clone(),
+                        refresh: cli.ocsp_refresh_interval,
+                        timeouts: crate::tls::ocsp::fetch::Timeouts {
+                            connect: cli.ocsp_connect_tmo,
+                            response: cli.ocsp_resp_tmo,
+                        },
+                        trust: ocsp_trust(cli)?,
+                    })
+                })
+                .transpose()?,
             privileges: crate::system::privileges::Target::resolve(
                 cli.user.as_deref(),
                 cli.group.as_deref(),
@@ -501,6 +505,20 @@ fn stats_addr(cli: &Cli) -> Result<Option<SocketAddr>, ConfigError> {
     let ep = Endpoint::parse("--stats", spec)?;
     let addrs = ep.listen_addrs("--stats")?;
     Ok(addrs.first().copied())
+}
+
+/// `--ocsp-dir` with `--ocsp-verify-staple`: the anchors a fetched response's delegated
+/// responder must chain to, as for a response given by file.
+fn ocsp_trust(cli: &Cli) -> Result<Option<std::sync::Arc<rustls::RootCertStore>>, ConfigError> {
+    if !cli.ocsp_verify_staple {
+        return Ok(None);
+    }
+    crate::tls::ocsp::trust::roots(cli.ocsp_verify_ca.as_deref())
+        .map(|r| Some(std::sync::Arc::new(r)))
+        .map_err(|e| ConfigError::Invalid {
+            option: "--ocsp-verify-staple",
+            reason: format!("the trust anchors for --ocsp-dir's responses cannot be read: {e}"),
+        })
 }
 
 /// Checks the HTTP/2 limits: each within what RFC 9113 allows and a proxy can honour.

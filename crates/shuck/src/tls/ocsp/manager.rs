@@ -26,6 +26,18 @@ pub struct Settings {
     pub refresh: Duration,
     /// Talking to responders.
     pub timeouts: Timeouts,
+    /// With `--ocsp-verify-staple`: what a delegated responder must chain to.
+    pub trust: Option<Arc<rustls::RootCertStore>>,
+}
+
+impl Settings {
+    /// The trust a response about `t` is checked under.
+    fn trust<'a>(&'a self, t: &'a Target) -> Option<verify::Trust<'a>> {
+        self.trust.as_deref().map(|roots| verify::Trust {
+            roots,
+            chain: &t.chain,
+        })
+    }
 }
 
 /// A certificate to keep a staple for.
@@ -37,6 +49,8 @@ pub struct Target {
     pub leaf: Vec<u8>,
     /// Its issuer (the next certificate of the chain), DER.
     pub issuer: Vec<u8>,
+    /// The chain after the leaf (the issuer first), for a delegated responder's path.
+    pub chain: Vec<rustls::pki_types::CertificateDer<'static>>,
     /// The responder.
     pub url: String,
 }
@@ -71,6 +85,7 @@ pub fn targets<'a>(certs: impl IntoIterator<Item = &'a LoadedCert>) -> Vec<Targe
             name: c.source.clone(),
             leaf: leaf.to_vec(),
             issuer: issuer.to_vec(),
+            chain: chain[1..].to_vec(),
             url,
         });
     }
@@ -92,7 +107,13 @@ pub fn load_cached(settings: &Settings, targets: &[Target], store: &OcspStore) {
         let Ok(der) = std::fs::read(&path) else {
             continue;
         };
-        match verify::verify(&der, &t.leaf, &t.issuer, SystemTime::now(), None) {
+        match verify::verify(
+            &der,
+            &t.leaf,
+            &t.issuer,
+            SystemTime::now(),
+            settings.trust(t),
+        ) {
             Ok(s) => {
                 store.put(&t.leaf, s);
                 tracing::info!(
@@ -276,8 +297,14 @@ fn next_in(settings: &Settings, s: &verify::Staple) -> Duration {
 fn refresh(settings: &Settings, t: &Target) -> Result<verify::Staple, String> {
     let req = verify::request(&t.leaf, &t.issuer).map_err(|e| e.to_string())?;
     let der = fetch::post(&t.url, &req, settings.timeouts)?;
-    let staple = verify::verify(&der, &t.leaf, &t.issuer, SystemTime::now(), None)
-        .map_err(|e| format!("response from {} refused: {e}", t.url))?;
+    let staple = verify::verify(
+        &der,
+        &t.leaf,
+        &t.issuer,
+        SystemTime::now(),
+        settings.trust(t),
+    )
+    .map_err(|e| format!("response from {} refused: {e}", t.url))?;
     let path = cache_path(&settings.dir, &t.leaf);
     let tmp = path.with_extension("tmp");
     if let Err(e) = std::fs::write(&tmp, &der).and_then(|()| std::fs::rename(&tmp, &path)) {
