@@ -187,3 +187,26 @@ pub async fn answered(tls: &mut TlsStream<TcpStream>, id: u32, within: Duration)
         .await
         .unwrap_or_else(|_| panic!("stream {id} not answered within {within:?}"));
 }
+
+/// Reads frames until stream `id` is reset (the RST_STREAM's error code) or ends without one
+/// (`None`), at most `within`; a GOAWAY or the connection's end first fails the test.
+pub async fn reset(tls: &mut TlsStream<TcpStream>, id: u32, within: Duration) -> Option<u32> {
+    let read = async {
+        loop {
+            let (h, p) = read_frame(tls).await.expect("the connection ended");
+            assert_ne!(h[3], GOAWAY, "GOAWAY before stream {id} ended");
+            if h[5..9] != id.to_be_bytes() {
+                continue;
+            }
+            if h[3] == RST_STREAM && p.len() == 4 {
+                return Some(u32::from_be_bytes([p[0], p[1], p[2], p[3]]));
+            }
+            if h[4] & END_STREAM != 0 {
+                return None;
+            }
+        }
+    };
+    tokio::time::timeout(within, read)
+        .await
+        .unwrap_or_else(|_| panic!("stream {id} neither reset nor ended within {within:?}"))
+}
