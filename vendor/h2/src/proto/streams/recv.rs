@@ -429,7 +429,7 @@ impl Recv {
 
         // RFC 9113 §8.1: an endpoint that receives pseudo-header fields in trailers MUST
         // treat the message as malformed (they were dropped silently). Patched in by shuck.
-        let (pseudo, trailers) = frame.into_parts();
+        let pseudo = frame.pseudo();
         if pseudo.method.is_some()
             || pseudo.scheme.is_some()
             || pseudo.authority.is_some()
@@ -440,6 +440,7 @@ impl Recv {
             proto_err!(stream: "recv_trailers: pseudo-header field in trailers; stream={:?}", stream.id);
             return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
         }
+        let trailers = frame.into_fields();
 
         // Push the frame onto the stream's recv buffer
         stream
