@@ -207,23 +207,8 @@ pub async fn serve(
     let (mut backend, lease) = match Box::pin(state.pool.connect(&worker.picker)).await {
         Ok(b) => b,
         Err(e) => {
-            worker.connect_failed(&e);
+            worker.connect_failed(client, &e);
             WorkerCounters::bump(&fe_counters.refused);
-            if e.is_queue() || e.is_local() {
-                tracing::debug!(
-                    name: "conn_no_backend_slot",
-                    client = %client,
-                    error = %e,
-                    "no backend slot",
-                );
-            } else {
-                tracing::warn!(
-                    name: "conn_no_backend",
-                    client = %client,
-                    error = %e,
-                    "no backend could be reached",
-                );
-            }
             if state.http.is_some() {
                 let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(http::SERVICE_UNAVAILABLE))
                     .await;

@@ -125,14 +125,36 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Counts a backend connection that could not be made: against the backends, or as
-    /// this worker's own shortage (`shuck_local_resource_errors_total`).
-    pub fn connect_failed(&self, e: &crate::backend::ConnectError) {
+    /// A backend connection for `client` could not be made: counted against the backends
+    /// (or as this worker's own shortage, `shuck_local_resource_errors_total`) and logged.
+    pub fn connect_failed(&self, client: std::net::SocketAddr, e: &crate::backend::ConnectError) {
+        use crate::backend::ConnectError;
         match e {
-            crate::backend::ConnectError::Local { kind, .. } => {
-                self.counters.local_shortage(kind.index())
-            }
+            ConnectError::Local { kind, .. } => self.counters.local_shortage(kind.index()),
             _ => WorkerCounters::bump(&self.counters.backend_failures),
+        }
+        if e.is_local() {
+            // The pool warns once an episode; each client is a debug line.
+            tracing::debug!(
+                name: "conn_local_shortage",
+                client = %client,
+                error = %e,
+                "no backend connection: out of local resources",
+            );
+        } else if e.is_queue() {
+            tracing::debug!(
+                name: "conn_no_backend_slot",
+                client = %client,
+                error = %e,
+                "no backend slot",
+            );
+        } else {
+            tracing::warn!(
+                name: "conn_no_backend",
+                client = %client,
+                error = %e,
+                "no backend could be reached",
+            );
         }
     }
 

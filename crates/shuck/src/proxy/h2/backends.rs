@@ -332,7 +332,7 @@ impl Backends {
                         }
                     }
                     r = &mut connect => {
-                        let (mut tcp, lease) = r.inspect_err(|e| worker.connect_failed(e))?;
+                        let (mut tcp, lease) = r?;
                         if let Some(p) = &self.preamble {
                             if let Err(source) = tcp.write_all(p).await {
                                 let to = lease.server().name().to_owned();

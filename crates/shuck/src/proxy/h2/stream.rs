@@ -134,21 +134,7 @@ async fn serve(
         let mut conn = match got {
             Ok(c) => c,
             Err(e) => {
-                if e.is_queue() || e.is_local() {
-                    tracing::debug!(
-                        name: "conn_no_backend_slot",
-                        client = %gw.client,
-                        error = %e,
-                        "no backend slot",
-                    );
-                } else {
-                    tracing::warn!(
-                        name: "conn_no_backend",
-                        client = %gw.client,
-                        error = %e,
-                        "no backend could be reached",
-                    );
-                }
+                gw.worker.connect_failed(gw.client, &e);
                 return reply(&mut respond, StatusCode::SERVICE_UNAVAILABLE);
             }
         };
