@@ -265,6 +265,46 @@ fn a_stalled_body_gets_408_and_an_untaken_answer_closes() {
     assert!(got < 100_000_000, "the answer was cut ({got} bytes)");
 }
 
+/// Bytes a backend writes after every answer owed (a body after a HEAD's head, a second
+/// answer) never reach the client, who would take them for the answer to its next request:
+/// the connection is closed instead, and counted.
+#[test]
+fn bytes_past_every_answer_owed_close_the_connection() {
+    let origin = common::h1origin::H1Origin::start(None);
+    let stats = free_port();
+    let stats_s = stats.to_string();
+    let shuck = Shuck::start(&["-n", "1", "-b", &origin.spec, "--http", "--stats", &stats_s]);
+    for (method, want) in [
+        ("HEAD", "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"),
+        ("GET", "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"),
+    ] {
+        let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+        write!(c, "{method} /stray HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut got = vec![0u8; want.len()];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), want);
+        // The backend's extra bytes come 200 ms later; then the client asks again.
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = write!(c, "GET /one HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest);
+        assert!(
+            rest.is_empty(),
+            "{method}: {}",
+            String::from_utf8_lossy(&rest)
+        );
+    }
+    let n = sample(
+        &scrape(stats, "/metrics").1,
+        "shuck_http_backend_dropped_total{reason=\"stray_bytes\"}",
+    );
+    assert_eq!(n, 2.0);
+    assert!(
+        !origin.requests().iter().any(|s| s.path == "/one"),
+        "asked nothing more"
+    );
+}
+
 #[test]
 fn malformed_and_smuggling_prone_heads_get_400_and_a_close() {
     let (o, seen) = recording_http();

@@ -66,7 +66,9 @@ pub fn http_response(data: &[u8]) {
     for part in data.chunks(5) {
         // A request outstanding for each response, as when the client pipelines.
         ex.pending.push_back(crate::proxy::http::Pending::Normal);
-        t.observe(part, &mut ex);
+        if t.observe(part, &mut ex).is_err() {
+            break; // the relay ends there
+        }
     }
 }
 

@@ -245,8 +245,12 @@ pub async fn serve(
     if let Some(h) = &http {
         WorkerCounters::add(&counters.http.requests_h1, h.request.requests());
     }
-    if matches!(out.end, RelayEnd::HttpTimeout(http::Expired::Stall)) {
-        WorkerCounters::bump(&counters.http.stalled_h1);
+    match out.end {
+        RelayEnd::HttpTimeout(http::Expired::Stall) => {
+            WorkerCounters::bump(&counters.http.stalled_h1)
+        }
+        RelayEnd::Stray => WorkerCounters::bump(&counters.http.backend_stray),
+        _ => {}
     }
     let stall_answer = http.as_ref().and_then(Http::stall_answer);
     finish(&mut tls, &out.end, client, stall_answer).await;
@@ -374,6 +378,14 @@ async fn finish<S>(
                 "request refused",
             );
             Some(http::BAD_REQUEST)
+        }
+        RelayEnd::Stray => {
+            tracing::debug!(
+                name: "conn_backend_stray",
+                client = %client,
+                "the backend wrote an answer no request asked for: closed, those bytes withheld",
+            );
+            None
         }
         RelayEnd::Closed | RelayEnd::IdleTimeout => return,
     };

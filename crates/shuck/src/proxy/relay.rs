@@ -42,6 +42,8 @@ pub enum RelayEnd {
     BadRequest(Rejected),
     /// HTTP mode: a head too slow (answered 408) or no next request in time.
     HttpTimeout(Expired),
+    /// HTTP mode: the backend wrote past every answer owed (closed; those bytes withheld).
+    Stray,
 }
 
 /// What a relay moved and how it ended.
@@ -180,6 +182,8 @@ enum PumpError {
     Read(io::Error),
     Write(io::Error),
     Http(Rejected),
+    /// The backend wrote an answer no request asked for.
+    Stray,
 }
 
 /// What a direction does to the bytes it moves.
@@ -208,6 +212,9 @@ struct Pump {
     total: u64,
     /// Bytes were read since the relay last looked (for the idle timeout).
     moved: bool,
+    /// HTTP mode: the backend wrote an answer nobody asked for; the relay ends once what
+    /// came before it is written.
+    stray: bool,
 }
 
 impl Pump {
@@ -220,6 +227,7 @@ impl Pump {
             done: false,
             total: 0,
             moved: false,
+            stray: false,
         }
     }
 
@@ -252,6 +260,7 @@ impl Pump {
             Poll::Ready(Err(PumpError::Read(e))) => Some(RelayEnd::Error(sides.0, e)),
             Poll::Ready(Err(PumpError::Write(e))) => Some(RelayEnd::Error(sides.1, e)),
             Poll::Ready(Err(PumpError::Http(e))) => Some(RelayEnd::BadRequest(e)),
+            Poll::Ready(Err(PumpError::Stray)) => Some(RelayEnd::Stray),
             Poll::Pending => None,
         }
     }
@@ -286,6 +295,10 @@ impl Pump {
             if !self.pending.is_empty() {
                 self.pending = Vec::new();
                 self.pos = 0;
+            }
+            if self.stray {
+                ready!(w.as_mut().poll_flush(cx)).map_err(PumpError::Write)?;
+                return Poll::Ready(Err(PumpError::Stray));
             }
             if self.eof {
                 let closed = if last {
@@ -324,7 +337,17 @@ impl Pump {
             self.moved = true;
             match filter {
                 Filter::None => {}
-                Filter::Response(t, ex) => t.observe(&scratch[..n], ex),
+                Filter::Response(t, ex) => {
+                    if let Err(at) = t.observe(&scratch[..n], ex) {
+                        // What came before them goes out; they, and the connection, do not.
+                        if at > 0 {
+                            self.pending.extend_from_slice(&scratch[..at]);
+                            self.pos = 0;
+                        }
+                        self.stray = true;
+                        continue;
+                    }
+                }
                 Filter::Request(rw, ex) => {
                     // The rewritten bytes differ from those read: they go through `pending`.
                     rw.feed(&scratch[..n], &mut self.pending, ex)

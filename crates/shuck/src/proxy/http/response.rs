@@ -35,12 +35,17 @@ impl ResponseTracker {
         matches!(self.state, State::Head) && self.head.is_empty()
     }
 
-    /// Observes bytes on their way to the client.
-    pub fn observe(&mut self, input: &[u8], ex: &mut Exchange) {
+    /// Observes bytes on their way to the client. `Err(at)`: the bytes from `at` on begin
+    /// an answer no request asked for (every answer owed is complete): they must not reach
+    /// the client, who would take them for the answer to its next request.
+    pub fn observe(&mut self, input: &[u8], ex: &mut Exchange) -> Result<(), usize> {
         let mut i = 0;
         while i < input.len() {
             match &mut self.state {
-                State::Opaque => return,
+                State::Opaque => return Ok(()),
+                State::Head if self.head.is_empty() && ex.pending.is_empty() && !ex.lost => {
+                    return Err(i)
+                }
                 State::Body(left) => {
                     let take = (*left).min((input.len() - i) as u64) as usize;
                     i += take;
@@ -56,18 +61,25 @@ impl ResponseTracker {
                             self.state = State::Head;
                         }
                     }
-                    Err(_) => return self.lose(ex),
+                    Err(_) => {
+                        self.lose(ex);
+                        return Ok(());
+                    }
                 },
                 State::Head => match self.head.push(&input[i..]) {
                     Pushed::Complete { used, head } => {
                         i += used;
                         self.start_response(&head, ex);
                     }
-                    Pushed::TooLarge | Pushed::BareLineEnd => return self.lose(ex),
-                    Pushed::Partial => return,
+                    Pushed::TooLarge | Pushed::BareLineEnd => {
+                        self.lose(ex);
+                        return Ok(());
+                    }
+                    Pushed::Partial => return Ok(()),
                 },
             }
         }
+        Ok(())
     }
 
     fn lose(&mut self, ex: &mut Exchange) {
@@ -144,7 +156,7 @@ mod tests {
         ex.upgrade = Upgrade::Awaiting;
         let stream = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcHTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\nHTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x05hello";
         for part in stream.chunks(7) {
-            t.observe(part, &mut ex);
+            assert_eq!(t.observe(part, &mut ex), Ok(()));
         }
         assert_eq!(ex.upgrade, Upgrade::Tunnel);
         assert!(ex.pending.is_empty());
@@ -157,10 +169,27 @@ mod tests {
         let mut ex = Exchange::new();
         ex.pending.push_back(Pending::Upgrade);
         ex.upgrade = Upgrade::Awaiting;
-        t.observe(
+        let refused = t.observe(
             b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
             &mut ex,
         );
+        assert_eq!(refused, Ok(()));
         assert_eq!(ex.upgrade, Upgrade::None);
+    }
+
+    #[test]
+    fn bytes_past_every_answer_owed_are_stray() {
+        let mut t = ResponseTracker::new(16 * 1024);
+        let mut ex = Exchange::new();
+        ex.pending.push_back(Pending::Head);
+        // A HEAD's answer, then its body nonetheless: stray from the body's first byte.
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+        assert_eq!(t.observe(head, &mut ex), Ok(()));
+        assert_eq!(t.observe(b"hello", &mut ex), Err(0));
+        // In the same read as the answer: the offset where it begins.
+        let mut t = ResponseTracker::new(16 * 1024);
+        ex.pending.push_back(Pending::Normal);
+        let both = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n";
+        assert_eq!(t.observe(both, &mut ex), Err(40));
     }
 }
