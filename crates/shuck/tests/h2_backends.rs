@@ -97,6 +97,42 @@ async fn bytes_past_an_answer_never_answer_the_next_stream() {
     );
 }
 
+/// A client connection's idle backend connections close with it.
+#[tokio::test]
+async fn idle_backend_connections_close_with_their_client() {
+    let origin = H1Origin::start(None);
+    let (shuck, _stats) = gateway(&origin, &["--log-connections"]);
+    {
+        let (send, conn) = h2c::connect(shuck.addr()).await;
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let s = send.clone();
+            tasks.push(tokio::spawn(async move {
+                request(&s, "GET", "/slow/100", None).await
+            }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.unwrap().0, 200);
+        }
+        assert!(
+            origin.open.load(Ordering::SeqCst) >= 2,
+            "connections kept idle"
+        );
+        drop(send);
+        conn.abort();
+        let _ = conn.await; // the client's socket is closed as its task ends
+    }
+    assert!(
+        wait_until(Duration::from_secs(5), || origin
+            .open
+            .load(Ordering::SeqCst)
+            == 0),
+        "{} backend connections outlived their client: {}",
+        origin.open.load(Ordering::SeqCst),
+        shuck.log()
+    );
+}
+
 #[tokio::test]
 async fn a_connection_closed_while_idle_is_never_chosen() {
     // The backend closes connections idle for 1 s, as its keep-alive timeout.

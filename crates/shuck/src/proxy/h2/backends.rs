@@ -253,6 +253,15 @@ pub struct Backends {
     keeping: Cell<bool>,
 }
 
+impl Drop for Backends {
+    fn drop(&mut self) {
+        // Idle connections hold the shared state (their slots): closed here, with the client
+        // connection, or they and the keeper would outlive it.
+        let idle = std::mem::take(&mut *self.shared.idle.borrow_mut());
+        drop(idle);
+    }
+}
+
 /// Most idle connections kept per client connection.
 const MAX_IDLE: usize = 16;
 
