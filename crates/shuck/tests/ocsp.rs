@@ -357,12 +357,14 @@ fn a_delegated_responder_must_chain_to_a_trusted_root() {
          -out responder.csr -subj '/CN=OCSP test responder' && openssl x509 -req -in responder.csr \
          -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile responder.ext -out responder.crt",
     );
-    let r = Responder::start(&pki, "responder");
-    openssl(&pki.dir, &format!(
-        "openssl ocsp -issuer ca.crt -cert server.crt -url http://127.0.0.1:{}/ -respout delegated.der -noverify",
-        pki.ocsp_port
-    ));
-    drop(r);
+    for (signer, out) in [("responder", "delegated.der"), ("ca", "direct.der")] {
+        let r = Responder::start(&pki, signer);
+        openssl(&pki.dir, &format!(
+            "openssl ocsp -issuer ca.crt -cert server.crt -url http://127.0.0.1:{}/ -respout {out} -noverify",
+            pki.ocsp_port
+        ));
+        drop(r);
+    }
     let delegated = pki.dir.path("delegated.der");
     assert!(
         delegated.exists(),
@@ -371,14 +373,14 @@ fn a_delegated_responder_must_chain_to_a_trusted_root() {
     let pem = pki.pem.to_str().unwrap();
     let spec = format!("{pem}={}", delegated.display());
     let ca = pki.dir.path("ca.crt");
-    let test = |extra: &[&str], env: Option<&PathBuf>| {
+    let test_with = |spec: &str, extra: &[&str], env: Option<&PathBuf>| {
         let mut cmd = Command::new(BIN);
         cmd.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
         if let Some(f) = env {
             cmd.env("SSL_CERT_FILE", f);
         }
         let out = cmd
-            .args(["-b", &origin.addr(), "--ocsp-resp-file", &spec, "--test"])
+            .args(["-b", &origin.addr(), "--ocsp-resp-file", spec, "--test"])
             .args(extra)
             .arg(pem)
             .output()
@@ -388,6 +390,7 @@ fn a_delegated_responder_must_chain_to_a_trusted_root() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    let test = |extra: &[&str], env: Option<&PathBuf>| test_with(&spec, extra, env);
     // The system's store does not hold the test CA.
     let (code, err) = test(&["--ocsp-verify-staple"], None);
     assert_eq!(code, Some(1), "{err}");
@@ -427,6 +430,15 @@ fn a_delegated_responder_must_chain_to_a_trusted_root() {
     );
     let (code, err) = test(&[], None);
     assert_eq!(code, Some(0), "ocsp-verify-staple off: {err}");
+    // No readable store at all: a delegated responder cannot be trusted, but a response the
+    // issuer signed itself needs none (hitch staples it too).
+    let nowhere = pki.dir.path("no-such-bundle.pem");
+    let (code, err) = test(&["--ocsp-verify-staple"], Some(&nowhere));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no trust anchors"), "{err}");
+    let direct = format!("{pem}={}", pki.dir.path("direct.der").display());
+    let (code, err) = test_with(&direct, &["--ocsp-verify-staple"], Some(&nowhere));
+    assert_eq!(code, Some(0), "issuer-signed, no store: {err}");
     let shuck = Shuck::start(&["-b", &origin.addr(), "--ocsp-resp-file", &spec, pem]);
     assert!(stapled_good(shuck.port), "{}", status(shuck.port));
     drop(shuck);

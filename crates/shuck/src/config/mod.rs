@@ -508,13 +508,15 @@ fn stats_addr(cli: &Cli) -> Result<Option<SocketAddr>, ConfigError> {
 }
 
 /// `--ocsp-dir` with `--ocsp-verify-staple`: the anchors a fetched response's delegated
-/// responder must chain to, as for a response given by file.
-fn ocsp_trust(cli: &Cli) -> Result<Option<std::sync::Arc<rustls::RootCertStore>>, ConfigError> {
+/// responder must chain to, as for a response given by file (a system store that cannot be
+/// read is kept as the reason such a response is refused; a bad `--ocsp-verify-ca` is an
+/// error now).
+fn ocsp_trust(cli: &Cli) -> Result<Option<crate::tls::ocsp::manager::Anchors>, ConfigError> {
     if !cli.ocsp_verify_staple {
         return Ok(None);
     }
-    crate::tls::ocsp::trust::roots(cli.ocsp_verify_ca.as_deref())
-        .map(|r| Some(std::sync::Arc::new(r)))
+    crate::tls::ocsp::trust::anchors(cli.ocsp_verify_ca.as_deref())
+        .map(|a| Some(a.map(std::sync::Arc::new)))
         .map_err(|e| ConfigError::Invalid {
             option: "--ocsp-verify-staple",
             reason: format!("the trust anchors for --ocsp-dir's responses cannot be read: {e}"),

@@ -149,16 +149,18 @@ pub fn staple(
     strict: Option<Option<&Path>>,
     option: &'static str,
 ) -> Result<(), ConfigError> {
-    let roots = match strict {
-        Some(ca) => Some(
-            crate::tls::ocsp::trust::roots(ca).map_err(|e| ConfigError::Invalid {
-                option,
-                reason: format!(
+    let anchors = match strict {
+        Some(ca) => {
+            Some(
+                crate::tls::ocsp::trust::anchors(ca).map_err(|e| ConfigError::Invalid {
+                    option,
+                    reason: format!(
                     "ocsp-verify-staple is on for {}, and its trust anchors cannot be read: {e}",
                     der_path.display()
                 ),
-            })?,
-        ),
+                })?,
+            )
+        }
         None => None,
     };
     let strict = strict.is_some();
@@ -193,8 +195,8 @@ pub fn staple(
             "the issuer is not in the PEM file, so the response cannot be checked".into(),
         );
     };
-    let trust = roots.as_ref().map(|roots| crate::tls::ocsp::verify::Trust {
-        roots,
+    let trust = anchors.as_ref().map(|a| crate::tls::ocsp::verify::Trust {
+        roots: a.as_ref().map_err(String::as_str),
         chain: &chain[1..],
     });
     match crate::tls::ocsp::verify::verify(&der, leaf, issuer, SystemTime::now(), trust) {

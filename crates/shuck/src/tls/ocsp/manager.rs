@@ -27,14 +27,17 @@ pub struct Settings {
     /// Talking to responders.
     pub timeouts: Timeouts,
     /// With `--ocsp-verify-staple`: what a delegated responder must chain to.
-    pub trust: Option<Arc<rustls::RootCertStore>>,
+    pub trust: Option<Anchors>,
 }
+
+/// Trust anchors, or why the system's store could not be read.
+pub type Anchors = Result<Arc<rustls::RootCertStore>, String>;
 
 impl Settings {
     /// The trust a response about `t` is checked under.
     fn trust<'a>(&'a self, t: &'a Target) -> Option<verify::Trust<'a>> {
-        self.trust.as_deref().map(|roots| verify::Trust {
-            roots,
+        self.trust.as_ref().map(|a| verify::Trust {
+            roots: a.as_deref().map_err(String::as_str),
             chain: &t.chain,
         })
     }

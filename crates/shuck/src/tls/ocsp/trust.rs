@@ -22,6 +22,16 @@ pub struct TrustError {
     pub reason: String,
 }
 
+/// The anchors `ocsp-verify-staple` checks against: an error in `--ocsp-verify-ca` is the
+/// configuration's (`Err`); a system store that cannot be read is kept as the reason, for
+/// the delegated responders that would need it (`Ok(Err)`).
+pub fn anchors(ca_file: Option<&Path>) -> Result<Result<RootCertStore, String>, TrustError> {
+    match ca_file {
+        Some(_) => roots(ca_file).map(Ok),
+        None => Ok(roots(None).map_err(|e| e.to_string())),
+    }
+}
+
 /// The anchors of `ca_file`, or of the system's store when it is `None`.
 pub fn roots(ca_file: Option<&Path>) -> Result<RootCertStore, TrustError> {
     let mut store = RootCertStore::empty();

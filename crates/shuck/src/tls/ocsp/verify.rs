@@ -58,8 +58,10 @@ pub enum OcspError {
 /// What a delegated responder's certificate must chain to (`ocsp-verify-staple`).
 #[derive(Debug, Clone, Copy)]
 pub struct Trust<'a> {
-    /// The trust anchors: `--ocsp-verify-ca`, else the system's store.
-    pub roots: &'a rustls::RootCertStore,
+    /// The trust anchors (`--ocsp-verify-ca`, else the system's store), or why there are
+    /// none: only a delegated responder needs them, so a host without a store still
+    /// staples what issuers sign themselves, as hitch does.
+    pub roots: Result<&'a rustls::RootCertStore, &'a str>,
     /// The served chain after the leaf, as intermediates.
     pub chain: &'a [rustls::pki_types::CertificateDer<'a>],
 }
@@ -78,6 +80,9 @@ fn chained(
     use rustls::pki_types::{CertificateDer, UnixTime};
     let name = signer.tbs_certificate.subject.to_string();
     let untrusted = |why: String| OcspError::Untrusted(name.clone(), why);
+    let roots = trust
+        .roots
+        .map_err(|e| untrusted(format!("no trust anchors: {e}")))?;
     let der = signer.to_der().map_err(malformed)?;
     let der = CertificateDer::from(der);
     let ee = webpki::EndEntityCert::try_from(&der).map_err(|e| untrusted(format!("{e:?}")))?;
@@ -93,7 +98,7 @@ fn chained(
         .all;
     ee.verify_for_usage(
         algs,
-        &trust.roots.roots,
+        &roots.roots,
         &intermediates,
         UnixTime::since_unix_epoch(since),
         webpki::KeyUsage::required(OCSP_SIGNING),
