@@ -16,18 +16,9 @@ size=${3:-0}
 for tool in valgrind h2load; do
     command -v "$tool" >/dev/null || { echo "$tool is needed" >&2; exit 1; }
 done
-work=$(mktemp -d)
-origin_pid=
-cleanup() {
-    [ -n "$origin_pid" ] && kill "$origin_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
-start_origin
-make_cert "$work"
+origin_and_cert
 
 # Runs shuck under callgrind while h2load makes $1 requests; prints the instructions.
 count() {

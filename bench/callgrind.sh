@@ -18,18 +18,9 @@ cd "$(dirname "$0")/.."
 shuck=${1:-target/release/shuck}
 bench=${2:-target/release/shuck-bench}
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
-work=$(mktemp -d)
-origin_pid=
-cleanup() {
-    [ -n "$origin_pid" ] && kill "$origin_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
-start_origin
-make_cert "$work"
+origin_and_cert
 
 # Runs shuck under callgrind while shuck-bench does "$@"; prints the instructions counted,
 # the sessions completed and the requests answered.

@@ -33,3 +33,13 @@ make_cert() {
     chmod 600 "$1/shuck.pem"
     pem="$1/shuck.pem"
 }
+
+# A scratch directory removed at exit, "$bench" origin and a certificate in it, stopped at
+# exit: what the callgrind scripts start from. Sets work, oport, origin_pid and pem.
+origin_and_cert() {
+    work=$(mktemp -d)
+    origin_pid=
+    trap '{ [ -n "$origin_pid" ] && kill "$origin_pid" 2>/dev/null; rm -rf "$work"; }' EXIT
+    start_origin
+    make_cert "$work"
+}

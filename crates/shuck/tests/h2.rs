@@ -605,11 +605,19 @@ fn h2_settings_are_checked_and_read_from_the_file() {
         ("--h2-max-resets", "0"),
         ("--h2-initial-window-size", "100"),
         ("--h2-initial-window-size", "2147483647"),
+        ("--http-max-backend-conns", "0"),
+        ("--http-max-backend-conns", "65536"),
     ] {
         let (code, err) = run_to_exit(&["--http", flag, value, "--test"]);
         assert_eq!(code, Some(1), "{flag} {value}: {err}");
         assert!(err.contains(flag) && err.contains("out of range"), "{err}");
     }
+    let (code, err) = run_to_exit(&["--http", "--http-stall-timeout", "0", "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--http-stall-timeout") && err.contains("more than 0"),
+        "{err}"
+    );
     let (code, err) = run_to_exit(&["--http", "--h2-max-concurrent-streams", "many"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--h2-max-concurrent-streams"), "{err}");
@@ -617,16 +625,19 @@ fn h2_settings_are_checked_and_read_from_the_file() {
     let dir = TempDir::new("h2-conf");
     let conf = dir.path("shuck.conf");
     let (pem, _) = openssl_cert(&dir, "c", Key::EcP256, &["c.test"]);
-    std::fs::write(&conf, format!("http = on\nh2-max-concurrent-streams = 7\nh2-max-resets = 5\nh2-initial-window-size = 1048576\npem-file = \"{}\"\n", pem.display())).unwrap();
+    std::fs::write(&conf, format!("http = on\nh2-max-concurrent-streams = 7\nh2-max-resets = 5\nh2-initial-window-size = 1048576\nhttp-stall-timeout = 5\nhttp-max-backend-conns = 8\npem-file = \"{}\"\n", pem.display())).unwrap();
     let (code, err) = run_to_exit(&["--config", conf.to_str().unwrap(), "--test"]);
     assert_eq!(code, Some(0), "{err}");
-    std::fs::write(&conf, "http = on\nh2-max-resets = lots\n").unwrap();
-    let (code, err) = run_to_exit(&["--config", conf.to_str().unwrap(), "--test"]);
-    assert_ne!(code, Some(0));
-    assert!(
-        err.contains("line 2") && err.contains("h2-max-resets"),
-        "{err}"
-    );
+    for key in [
+        "h2-max-resets",
+        "http-max-backend-conns",
+        "http-stall-timeout",
+    ] {
+        std::fs::write(&conf, format!("http = on\n{key} = lots\n")).unwrap();
+        let (code, err) = run_to_exit(&["--config", conf.to_str().unwrap(), "--test"]);
+        assert_ne!(code, Some(0));
+        assert!(err.contains("line 2") && err.contains(key), "{err}");
+    }
 }
 
 #[tokio::test]

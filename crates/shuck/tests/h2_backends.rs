@@ -60,6 +60,30 @@ async fn request(
     (status, h2c::read_body(resp.into_body()).await.unwrap())
 }
 
+/// `n` GETs of `path` at once on one client connection; their statuses and bodies.
+async fn at_once(
+    send: &h2::client::SendRequest<Bytes>,
+    n: usize,
+    path: &'static str,
+) -> Vec<(u16, Vec<u8>)> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let s = send.clone();
+            tokio::spawn(async move { request(&s, "GET", path, None).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    answers
+}
+
+/// Waits up to `within` for the backend to have no connection open.
+fn all_closed(origin: &H1Origin, within: Duration) -> bool {
+    wait_until(within, || origin.open.load(Ordering::SeqCst) == 0)
+}
+
 #[tokio::test]
 async fn bytes_past_an_answer_never_answer_the_next_stream() {
     let origin = H1Origin::start(None);
@@ -104,15 +128,8 @@ async fn idle_backend_connections_close_with_their_client() {
     let (shuck, _stats) = gateway(&origin, &["--log-connections"]);
     {
         let (send, conn) = h2c::connect(shuck.addr()).await;
-        let mut tasks = Vec::new();
-        for _ in 0..4 {
-            let s = send.clone();
-            tasks.push(tokio::spawn(async move {
-                request(&s, "GET", "/slow/100", None).await
-            }));
-        }
-        for t in tasks {
-            assert_eq!(t.await.unwrap().0, 200);
+        for (status, _) in at_once(&send, 4, "/slow/100").await {
+            assert_eq!(status, 200);
         }
         assert!(
             origin.open.load(Ordering::SeqCst) >= 2,
@@ -123,10 +140,7 @@ async fn idle_backend_connections_close_with_their_client() {
         let _ = conn.await; // the client's socket is closed as its task ends
     }
     assert!(
-        wait_until(Duration::from_secs(5), || origin
-            .open
-            .load(Ordering::SeqCst)
-            == 0),
+        all_closed(&origin, Duration::from_secs(5)),
         "{} backend connections outlived their client: {}",
         origin.open.load(Ordering::SeqCst),
         shuck.log()
@@ -237,10 +251,7 @@ async fn stalled_streams_give_their_backend_connections_back() {
         "one connection each"
     );
     assert!(
-        wait_until(Duration::from_secs(3), || origin
-            .open
-            .load(Ordering::SeqCst)
-            == 0),
+        all_closed(&origin, Duration::from_secs(3)),
         "backend connections closed"
     );
     wait_metric(stats, "shuck_http_stalled_total{protocol=\"h2\"}", 10.0);
@@ -268,25 +279,15 @@ async fn stalled_streams_give_their_backend_connections_back() {
     assert_eq!(e.reason(), Some(h2::Reason::CANCEL), "{e}");
     wait_metric(stats, "shuck_http_stalled_total{protocol=\"h2\"}", 11.0);
     assert!(
-        wait_until(Duration::from_secs(3), || origin
-            .open
-            .load(Ordering::SeqCst)
-            == 0),
+        all_closed(&origin, Duration::from_secs(3)),
         "its backend connection closed"
     );
 
     // Within the cap, streams are served in order over the client's four connections.
     let (send, _conn) = h2c::connect(shuck.addr()).await;
     origin.max_open.store(0, Ordering::SeqCst);
-    let mut tasks = Vec::new();
-    for _ in 0..12 {
-        let s = send.clone();
-        tasks.push(tokio::spawn(async move {
-            request(&s, "GET", "/slow/200", None).await
-        }));
-    }
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), (200, b"slow".to_vec()));
+    for answer in at_once(&send, 12, "/slow/200").await {
+        assert_eq!(answer, (200, b"slow".to_vec()));
     }
     assert!(origin.max_open.load(Ordering::SeqCst) <= 4, "the cap held");
 }

@@ -144,6 +144,16 @@ fn status(port: u16) -> String {
     ))
 }
 
+/// Waits up to 5 s for a good staple (a restaple is applied by the main thread just after
+/// the fetch).
+fn wait_stapled(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !stapled_good(port) {
+        assert!(Instant::now() < deadline, "not stapled: {}", status(port));
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn stapled_good(port: u16) -> bool {
     let s = status(port);
     s.contains("OCSP Response Status: successful") && s.contains("Cert Status: good")
@@ -169,16 +179,7 @@ fn ocsp_dir_fetches_staples_caches_and_refreshes() {
         "{}",
         shuck.log()
     );
-    // The restaple is applied by the main thread just after the fetch.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !stapled_good(shuck.port) {
-        assert!(
-            Instant::now() < deadline,
-            "not stapled: {}",
-            status(shuck.port)
-        );
-        thread::sleep(Duration::from_millis(100));
-    }
+    wait_stapled(shuck.port);
     // Cached for the next start.
     let cached: Vec<_> = std::fs::read_dir(&cache.0).unwrap().collect();
     assert_eq!(cached.len(), 1, "{cached:?}");
@@ -403,6 +404,26 @@ fn a_delegated_responder_must_chain_to_a_trusted_root() {
     let ca_s = ca.to_str().unwrap();
     let (code, err) = test(&["--ocsp-verify-staple", "--ocsp-verify-ca", ca_s], None);
     assert_eq!(code, Some(0), "--ocsp-verify-ca: {err}");
+    // The same as configuration keys, with hitch's pem-file block.
+    let conf = pki.dir.path("verify-ca.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "backend = \"{}\"\nocsp-verify-ca = \"{}\"\npem-file = {{\n cert = \"{pem}\"\n ocsp-resp-file = \"{}\"\n ocsp-verify-staple = on\n}}\n",
+            origin.addr(),
+            ca.display(),
+            delegated.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR")
+        .args(["--config", conf.to_str().unwrap(), "--test"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "ocsp-verify-ca key: {err}");
     // A CA file that is not one, and another CA: refused with the reason.
     let rogue = pki.dir.path("rogue.crt");
     let (code, err) = test(
@@ -468,15 +489,7 @@ fn a_delegated_responder_must_chain_to_a_trusted_root() {
         "{}",
         shuck.log()
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !stapled_good(shuck.port) {
-        assert!(
-            Instant::now() < deadline,
-            "not stapled: {}",
-            status(shuck.port)
-        );
-        thread::sleep(Duration::from_millis(100));
-    }
+    wait_stapled(shuck.port);
 }
 
 #[test]

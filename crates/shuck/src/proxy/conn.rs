@@ -196,7 +196,7 @@ pub async fn serve(
         Some(h) => match first_request(&mut tls, h, limits.idle_timeout).await {
             Ok(bytes) => bytes,
             Err(end) => {
-                finish(&mut tls, &end, client, None).await;
+                finish(&mut tls, &end, client, Some(&*h)).await;
                 return;
             }
         },
@@ -252,8 +252,7 @@ pub async fn serve(
         RelayEnd::Stray => WorkerCounters::bump(&counters.http.backend_stray),
         _ => {}
     }
-    let stall_answer = http.as_ref().and_then(Http::stall_answer);
-    finish(&mut tls, &out.end, client, stall_answer).await;
+    finish(&mut tls, &out.end, client, http.as_ref()).await;
     if state.log_connections {
         let conn = tls.conn();
         tracing::info!(
@@ -341,14 +340,10 @@ fn version_name(v: Option<rustls::ProtocolVersion>) -> Option<&'static str> {
     }
 }
 
-/// How a relay's end is told to the client: 400 or 408 in HTTP mode, then close;
-/// `stall_answer` is what a stalled exchange's client is told ([`Http::stall_answer`]).
-async fn finish<S>(
-    tls: &mut S,
-    end: &RelayEnd,
-    client: SocketAddr,
-    stall_answer: Option<&'static [u8]>,
-) where
+/// How a relay's end is told to the client: 400 or 408 in HTTP mode, then close; `http`
+/// says what a stalled exchange's client is told ([`Http::stall_answer`]).
+async fn finish<S>(tls: &mut S, end: &RelayEnd, client: SocketAddr, http: Option<&Http>)
+where
     S: tokio::io::AsyncWrite + Unpin,
 {
     let answer = match end {
@@ -367,7 +362,7 @@ async fn finish<S>(
             match why {
                 http::Expired::Request => Some(http::REQUEST_TIMEOUT),
                 http::Expired::KeepAlive => None,
-                http::Expired::Stall => stall_answer,
+                http::Expired::Stall => http.and_then(Http::stall_answer),
             }
         }
         RelayEnd::BadRequest(why) => {

@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::answer::{pass_on, read_head, read_more, send, BodyEnd};
 use super::backends::BackendConn;
-use super::outcome::{write_head, Done, End};
+use super::outcome::{stalled, write_head, Done, End};
 use super::request::Kind;
 use super::response::BadAnswer;
 use super::Gateway;
@@ -50,13 +50,18 @@ pub(super) async fn upgrade(
         return Err(End::ClientReset);
     };
     if let Err(e) = tunnel(gw, &mut rd, &mut wr, buf, body, &mut tx).await {
-        tracing::debug!(
-            name: "h2_websocket_ended",
-            client = %gw.client,
-            error = %e,
-            "WebSocket over h2 ended",
-        );
         tx.send_reset(Reason::CANCEL);
+        if matches!(e, BodyEnd::Stalled) {
+            // Counted as every stream is whose client leaves its window shut.
+            stalled(gw, tx.stream_id(), "the client's window stayed shut");
+        } else {
+            tracing::debug!(
+                name: "h2_websocket_ended",
+                client = %gw.client,
+                error = %e,
+                "WebSocket over h2 ended",
+            );
+        }
     }
     Ok(Done::Close)
 }
