@@ -85,6 +85,10 @@ pub struct HttpCounters {
     pub stalled_h2: AtomicU64,
     /// HTTP/1.1 connections closed for no progress within `--http-stall-timeout`.
     pub stalled_h1: AtomicU64,
+    /// HTTP/1.1 connections moved to another backend by a request's route.
+    pub backend_switches: AtomicU64,
+    /// Requests answered 421: a name the connection's certificate does not cover.
+    pub misdirected: AtomicU64,
 }
 
 /// The local shortages (`backend::Shortage`, in its order), as metric labels.
@@ -142,6 +146,10 @@ pub struct HttpTotals {
     pub stalled_h2: u64,
     /// See [`HttpCounters::stalled_h1`].
     pub stalled_h1: u64,
+    /// See [`HttpCounters::backend_switches`].
+    pub backend_switches: u64,
+    /// See [`HttpCounters::misdirected`].
+    pub misdirected: u64,
 }
 
 impl HttpTotals {
@@ -156,6 +164,8 @@ impl HttpTotals {
         self.retries += c.retries.load(Relaxed);
         self.stalled_h2 += c.stalled_h2.load(Relaxed);
         self.stalled_h1 += c.stalled_h1.load(Relaxed);
+        self.backend_switches += c.backend_switches.load(Relaxed);
+        self.misdirected += c.misdirected.load(Relaxed);
         for (sum, c) in self.goaway.iter_mut().zip(c.goaway.iter()) {
             *sum += c.load(Relaxed);
         }

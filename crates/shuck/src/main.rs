@@ -54,6 +54,9 @@ fn main() -> ExitCode {
     };
     if cli.test {
         println!("shuck: configuration OK: {}", config.describe());
+        for line in shuck::config::route::describe(&config) {
+            println!("  {line}");
+        }
         return ExitCode::SUCCESS;
     }
     // SIGHUP reads the same command line and file again.

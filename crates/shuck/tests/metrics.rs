@@ -119,13 +119,16 @@ fn metrics_count_exactly_what_happened() {
     );
     let server = format!("[127.0.0.1]:{}", origin.port);
     assert_eq!(
-        sample(&body, &format!("shuck_backend_up{{server=\"{server}\"}}")),
+        sample(
+            &body,
+            &format!("shuck_backend_up{{backend=\"default\",server=\"{server}\"}}")
+        ),
         1.0
     );
     assert_eq!(
         sample(
             &body,
-            &format!("shuck_backend_active{{server=\"{server}\"}}")
+            &format!("shuck_backend_active{{backend=\"default\",server=\"{server}\"}}")
         ),
         0.0
     );

@@ -508,7 +508,10 @@ fn descriptors_running_out_are_not_blamed_on_the_backend() {
         sample(&body, "shuck_local_resource_errors_total{kind=\"emfile\"}") >= 1.0,
         "{body}"
     );
-    let up = format!("shuck_backend_up{{server=\"{}\"}}", origin.addr());
+    let up = format!(
+        "shuck_backend_up{{backend=\"default\",server=\"{}\"}}",
+        origin.addr()
+    );
     assert_eq!(sample(&body, &up), 1.0, "{body}");
     assert_eq!(sample(&body, "shuck_backend_connect_failures_total"), 0.0);
     assert!(!shuck.log().contains("marked down for"), "{}", shuck.log());

@@ -145,13 +145,16 @@ pub struct PoolLimits {
 pub struct Pool {
     servers: Vec<Arc<Server>>,
     limits: PoolLimits,
+    /// Its row in each worker's [`Picker`] (the backend's index where there are several).
+    slot: usize,
 }
 
 /// One worker's round-robin position (smooth weighted round robin, as nginx does it):
 /// per worker, so choosing a server takes no lock.
 #[derive(Debug, Default)]
 pub struct Picker {
-    current: RefCell<Vec<i64>>,
+    /// Each pool's position, by [`Pool::with_slot`]'s slot.
+    current: RefCell<Vec<Vec<i64>>>,
     /// Until when this worker is short of local resources (its accept loop waits).
     short_until: Cell<Option<Instant>>,
     /// The last local shortage, for one warning an episode.
@@ -178,7 +181,31 @@ impl Pool {
         Pool {
             servers: servers.into_iter().map(Arc::new).collect(),
             limits,
+            slot: 0,
         }
+    }
+
+    /// A pool of the same servers (their connections, queues and down-marking carried
+    /// on), with `limits` and row `slot`: a reload that left a backend's servers as they
+    /// were.
+    pub fn sharing(&self, limits: PoolLimits, slot: usize) -> Self {
+        Pool {
+            servers: self.servers.clone(),
+            limits,
+            slot,
+        }
+    }
+
+    /// The pool with its own row `slot` in each worker's [`Picker`], so that several
+    /// pools keep their own round robin.
+    pub fn with_slot(mut self, slot: usize) -> Self {
+        self.slot = slot;
+        self
+    }
+
+    /// Its timeouts and bounds.
+    pub fn limits(&self) -> PoolLimits {
+        self.limits
     }
 
     /// The servers, for counters and logs.
@@ -251,7 +278,11 @@ impl Pool {
 
     /// Smooth weighted round robin over servers that are up (all, if none is).
     fn pick(&self, picker: &Picker) -> usize {
-        let mut cur = picker.current.borrow_mut();
+        let mut rows = picker.current.borrow_mut();
+        if rows.len() <= self.slot {
+            rows.resize_with(self.slot + 1, Vec::new);
+        }
+        let cur = &mut rows[self.slot];
         if cur.len() != self.servers.len() {
             *cur = vec![0; self.servers.len()];
         }

@@ -94,6 +94,22 @@ pub struct Cli {
     )]
     pub backends: Vec<String>,
 
+    /// A named backend, repeatable: name=NAME;server=ADDRESS[,maxconn=N][,weight=W] (server
+    /// repeatable, as -b takes it), then [;write-proxy-v1|write-proxy-v2|write-ip|proxy-proxy=on]
+    /// [;connect-timeout=T] [;tls=on[;verify=required|none][;ca-file=F][;sni=NAME][;cert=F]
+    /// [;alpn=P,...]]. In the configuration file: a backend = { ... } block. Chosen by a
+    /// frontend's backend=NAME or by --route; -b stays the default backend ("default").
+    #[arg(long = "named-backend", value_name = "name=NAME;server=ADDRESS;...")]
+    pub named_backends: Vec<String>,
+
+    /// A route, repeatable: sni=NAME;backend=B (by the handshake's server name; *.NAME for
+    /// subdomains) or, with --http, host=NAME[;path-prefix=/P];backend=B (per request, by
+    /// Host or :authority). Exact names first, then the longest wildcard, then the longest
+    /// path prefix; else the frontend's backend, else the default. In the configuration
+    /// file: a route = { ... } block.
+    #[arg(long = "route", value_name = "sni=NAME;backend=B")]
+    pub routes: Vec<String>,
+
     /// Resolve backend names again every SECS (0: only at start); new connections go to
     /// the new addresses, live ones stay.
     #[arg(short = 'R', long, value_name = "SECS", default_value_t = 0)]

@@ -66,6 +66,17 @@ pub enum ConfigError {
     /// Certificates, keys or TLS parameters.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// The `index`-th (from 0) of a repeated option is wrong in a way seen only once the
+    /// whole configuration is read (a route naming a backend that does not exist).
+    #[error("{option}: {reason}")]
+    Nth {
+        /// The repeated flag.
+        option: &'static str,
+        /// Which of its values, from 0 (the file's come first).
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// Any of the above, about a key of the configuration file: where it stands.
     #[error("{} line {line}: {source}", path.display())]
     InFile {
@@ -94,9 +105,12 @@ impl ConfigError {
     /// from the configuration file (the command line's own flags are named as they are).
     pub fn located(self, places: Option<&super::places::KeyPlaces>) -> Self {
         let Some(places) = places else { return self };
-        let line = self
-            .option()
-            .and_then(|o| o.split('/').find_map(|flag| places.line_of(flag.trim())));
+        let line = match &self {
+            ConfigError::Nth { option, index, .. } => places.nth_line(option, *index),
+            _ => self
+                .option()
+                .and_then(|o| o.split('/').find_map(|flag| places.line_of(flag.trim()))),
+        };
         match line {
             Some(line) => ConfigError::InFile {
                 path: places.path.clone(),

@@ -32,6 +32,8 @@ pub struct Frontend {
     pub client_verify: Option<Mode>,
     /// Its own client CAs (`;client-verify-ca=...`).
     pub client_ca: Option<Arc<RootCertStore>>,
+    /// The backend its connections go to when no route chooses one (`;backend=NAME`).
+    pub backend: Option<String>,
 }
 
 /// `[HOST]:PORT[+PEM...][;key=value...]`: a frontend with, optionally, its own
@@ -66,6 +68,7 @@ pub(super) fn parse(
     let mut tls: Option<TlsSettings> = None;
     let mut match_global_certs = false;
     let (mut client_verify, mut client_ca) = (None, None);
+    let mut backend = None;
     for setting in sections.filter(|s| !s.trim().is_empty()) {
         let (k, v) = setting
             .split_once('=')
@@ -79,6 +82,10 @@ pub(super) fn parse(
             }
             "client-verify-ca" => {
                 client_ca = Some(client_auth::load_roots(std::path::Path::new(v))?);
+                continue;
+            }
+            "backend" => {
+                backend = Some(v.to_owned());
                 continue;
             }
             _ => {}
@@ -111,7 +118,7 @@ pub(super) fn parse(
             "match-global-certs" => match_global_certs = on_off(v)?,
             other => {
                 return Err(bad(format!(
-                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca)"
+                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend)"
                 )))
             }
         }
@@ -129,6 +136,7 @@ pub(super) fn parse(
         tls,
         client_verify,
         client_ca,
+        backend,
     })
 }
 

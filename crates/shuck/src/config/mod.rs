@@ -14,6 +14,7 @@ pub mod frontend;
 pub mod pem_file;
 pub mod places;
 pub mod replication;
+pub mod route;
 pub mod store;
 pub mod tls;
 
@@ -28,6 +29,7 @@ pub use cli::Cli;
 pub use endpoint::Endpoint;
 pub use error::ConfigError;
 pub use frontend::Frontend;
+pub use route::{NamedBackend, RouteMatch, RouteSpec, UpstreamTls};
 
 use crate::session::sync;
 use crate::tls::{LoadedCert, TlsSettings};
@@ -81,8 +83,12 @@ pub struct H2Limits {
 pub struct Config {
     /// Listening endpoints.
     pub frontends: Vec<Frontend>,
-    /// The backend.
+    /// The default backend (`-b`, `backend = "ADDRESS"`).
     pub backend: BackendTarget,
+    /// Named backends (`--named-backend`, `backend = { ... }` blocks).
+    pub named_backends: Vec<NamedBackend>,
+    /// Routes to them (`--route`, `route = { ... }` blocks), in the order given.
+    pub routes: Vec<RouteSpec>,
     /// Worker threads.
     pub workers: usize,
     /// Listen backlog.
@@ -273,6 +279,7 @@ impl Config {
             !self_signed || acme.is_some() || frontends.iter().any(|f| !f.certs.is_empty());
         let backend = backend::target(cli, certificate_given)?;
         backend::check_preamble(preamble, &backend)?;
+        let (named_backends, routes) = named(cli, &frontends, preamble)?;
         if !certificate_given && !cli.backends.is_empty() {
             // A real backend means real traffic: the self-signed default is for trying shuck
             // on its built-in origin only (hitch refuses a start without a certificate).
@@ -299,6 +306,8 @@ impl Config {
         let config = Config {
             frontends,
             backend,
+            named_backends,
+            routes,
             workers,
             backlog: cli.backlog,
             tcp_fastopen: cli.tcp_fastopen,
@@ -408,6 +417,62 @@ impl Config {
             }
         )
     }
+}
+
+/// The named backends and the routes, each checked (an error names which of them, so that
+/// the file's line can be found), and every name they use resolved.
+fn named(
+    cli: &Cli,
+    frontends: &[Frontend],
+    global: Preamble,
+) -> Result<(Vec<NamedBackend>, Vec<RouteSpec>), ConfigError> {
+    fn nth(option: &'static str, index: usize, e: ConfigError) -> ConfigError {
+        let reason = match e {
+            ConfigError::BadAddress {
+                reason, option: o, ..
+            } if o == option => reason,
+            other => other.to_string(),
+        };
+        ConfigError::Nth {
+            option,
+            index,
+            reason,
+        }
+    }
+    let backends = cli
+        .named_backends
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let b = route::parse_backend(s).map_err(|e| nth("--named-backend", i, e))?;
+            let p = b.preamble.unwrap_or(global);
+            let target = BackendTarget::Servers(b.servers.clone());
+            backend::check_preamble(p, &target).map_err(|e| nth("--named-backend", i, e))?;
+            if p == Preamble::PassThrough && !cli.proxy_proxy {
+                return Err(nth(
+                    "--named-backend",
+                    i,
+                    ConfigError::Invalid {
+                        option: "proxy-proxy",
+                        reason: format!("backend {}: passing the client's PROXY header on needs --proxy-proxy (the header is read from the client side)", b.name),
+                    },
+                ));
+            }
+            Ok(b)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let routes = cli
+        .routes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| route::parse_route(s).map_err(|e| nth("--route", i, e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let fronts: Vec<(String, Option<&str>)> = frontends
+        .iter()
+        .map(|f| (f.endpoint.to_string(), f.backend.as_deref()))
+        .collect();
+    route::check(&backends, &routes, &fronts, cli.http)?;
+    Ok((backends, routes))
 }
 
 /// The effective log level: `-q` wins over `-L`.

@@ -20,4 +20,13 @@ impl KeyPlaces {
     pub fn line_of(&self, flag: &str) -> Option<usize> {
         self.lines.iter().find(|(f, _)| f == flag).map(|&(_, l)| l)
     }
+
+    /// The line of the `index`-th key (from 0) that gave `flag`, when the file gave it.
+    pub fn nth_line(&self, flag: &str, index: usize) -> Option<usize> {
+        self.lines
+            .iter()
+            .filter(|(f, _)| f == flag)
+            .nth(index)
+            .map(|&(_, l)| l)
+    }
 }

@@ -13,9 +13,11 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::client_io::ClientIo;
 use super::h2;
 use super::handshake::handshake;
+use super::http::choose::{Chooser, MISDIRECTED};
 use super::http::{self, Http};
-use super::preamble::{self, Origin, Preamble, TlsFacts};
-use super::relay::{relay, RelayEnd};
+use super::preamble::{self, Origin, Preamble, Preambles, TlsFacts};
+use super::relay::{self, relay, RelayEnd};
+use super::route::{preamble_index, BackendId, Routing, PREAMBLES};
 use super::tls_stream::TlsStream;
 use super::{FrontendState, Worker};
 use crate::counters::{FailReason, Failure, FrontendCounters, WorkerCounters};
@@ -50,8 +52,14 @@ pub async fn serve(
     let limits = &state.limits;
     let started = Instant::now();
 
+    // The backends and routes of this moment: a reload does not move this connection.
+    let routing = state.routing.load_full();
+    let kinds = routing.preambles();
+    let v2 = preamble_index(Preamble::ProxyV2).is_some_and(|i| kinds[i]);
+    let v1 = preamble_index(Preamble::ProxyV1).is_some_and(|i| kinds[i]);
+
     // admit: no Nagle and the keepalive came with the socket (`listener::set_client_options`)
-    let wants_dst = matches!(state.preamble, Preamble::ProxyV1 | Preamble::ProxyV2);
+    let wants_dst = v1 || v2;
     let socket_dst = if wants_dst || state.proxy_proxy {
         tcp.local_addr().unwrap_or(peer)
     } else {
@@ -102,11 +110,11 @@ pub async fn serve(
     // The TLS state of this moment (a reload during the handshake does not touch it). No
     // named result here: a variable would keep a second TlsStream-sized slot in this task
     // for the connection's whole life.
-    let want_sni =
-        state.log_connections || (state.preamble == Preamble::ProxyV2 && state.proxy_authority);
+    let want_sni = state.log_connections || (v2 && state.proxy_authority) || routing.by_name();
+    let tls_state = frontend.tls.load_full();
     let mut tls = match Box::pin(handshake(
         io,
-        &frontend.tls.load_full(),
+        &tls_state,
         limits.handshake_timeout,
         want_sni,
     ))
@@ -133,17 +141,28 @@ pub async fn serve(
     let resumed = tls.conn().handshake_kind() == Some(HandshakeKind::Resumed);
     counters.handshake_done(resumed);
 
+    // The connection's own backend: its server name's route, its frontend's, the default.
+    let fallback = routing.for_connection(routing.for_frontend(&frontend.name), tls.sni());
+
     // What the backend is told first, and the HTTP rewriter; the client certificate's
     // subject is only needed to build them, so it does not stay in this task while the
     // connection idles.
-    let (preamble_bytes, mut http) = {
+    let (preambles, mut http) = {
         let client_cert = tls.conn().peer_certificates().and_then(|c| c.first());
         let subject = if state.proxy_client_cert || state.client_cert_header.is_some() {
             client_cert.and_then(|der| Subject::of(der))
         } else {
             None
         };
-        let bytes = (state.preamble != Preamble::None).then(|| {
+        // TCP mode writes the one backend's; HTTP mode may meet every backend's.
+        let mut wanted = kinds;
+        if state.http.is_none() {
+            wanted = [false; PREAMBLES];
+            if let Some(i) = preamble_index(routing.backend(fallback).preamble) {
+                wanted[i] = true;
+            }
+        }
+        let preambles = if wanted.iter().any(|&w| w) {
             let conn = tls.conn();
             let facts = TlsFacts {
                 alpn: conn.alpn_protocol(),
@@ -158,8 +177,10 @@ pub async fn serve(
                     .filter(|_| state.proxy_client_cert)
                     .map(|s| s.cn.as_deref().unwrap_or("")),
             };
-            preamble::build(state.preamble, &origin, &facts)
-        });
+            Preambles::build(wanted, &origin, &facts)
+        } else {
+            Preambles::default()
+        };
         let cert_header = state
             .client_cert_header
             .as_deref()
@@ -169,14 +190,23 @@ pub async fn serve(
             keepalive: limits.http_keepalive_timeout,
             stall: limits.http_stall_timeout,
         };
+        let chooser = || {
+            routing
+                .routes()
+                .then(|| Chooser::new(routing.clone(), fallback, &tls_state.resolver, tls.sni()))
+        };
         // HTTP/2 negotiated in HTTP mode: the gateway serves the connection.
         if let (Some(max_head), Some(b"h2")) = (state.http, tls.conn().alpn_protocol()) {
             let fwd = http::request::Forwarding::new(client.ip(), cert_header);
             let client = h2::Client {
                 addr: client,
-                preamble: bytes,
+                preambles,
                 fwd,
+                routing: routing.clone(),
+                fallback,
+                chooser: chooser(),
             };
+            drop(tls_state);
             // Boxed: the gateway's state would otherwise make every connection's future
             // (and its spawn's copy) larger, HTTP/2 or not.
             return Box::pin(serve_h2(
@@ -184,11 +214,16 @@ pub async fn serve(
             ))
             .await;
         }
-        let http = state
-            .http
-            .map(|max| Http::new(client.ip(), max, cert_header, timeouts));
-        (bytes, http)
+        let http = state.http.map(|max| {
+            let mut h = Http::new(client.ip(), max, cert_header, timeouts);
+            if let Some(c) = chooser() {
+                h.request.route(c);
+            }
+            h
+        });
+        (preambles, http)
     };
+    drop(tls_state);
 
     // HTTP mode: the first request head is read and accepted before a backend is chosen,
     // so that a request refused (400, 408) or never sent costs no backend connection.
@@ -204,40 +239,75 @@ pub async fn serve(
     };
 
     // choose and connect (boxed for the same reason as the handshake)
-    let (mut backend, lease) = match Box::pin(state.pool.connect(&worker.picker)).await {
-        Ok(b) => b,
-        Err(e) => {
-            worker.connect_failed(client, &e);
-            WorkerCounters::bump(&fe_counters.refused);
-            if state.http.is_some() {
-                let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(http::SERVICE_UNAVAILABLE))
-                    .await;
-            }
-            // close_notify, then FIN: the client learns at once that nothing will come.
-            let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
+    let mut id = http
+        .as_ref()
+        .and_then(|h| h.request.backend())
+        .unwrap_or(fallback);
+    let mut first = Some(first);
+    let (mut to_backend, mut to_client) = (0, 0);
+    let (out, lease) = loop {
+        let Some((mut backend, lease)) = open(
+            &worker,
+            &routing,
+            id,
+            client,
+            &mut tls,
+            fe_counters,
+            state.http.is_some(),
+        )
+        .await
+        else {
             return;
+        };
+        // preamble, and the first request (or the one that moved the connection here)
+        let b = routing.backend(id);
+        let mut opening = preambles
+            .get(b.preamble)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default();
+        match (first.take(), http.as_mut()) {
+            (Some(f), _) => opening.extend_from_slice(&f),
+            (None, Some(h)) => {
+                if let Err(e) = h.request.moved(&mut opening, &mut h.exchange) {
+                    finish(&mut tls, &RelayEnd::BadRequest(e), client, Some(&*h)).await;
+                    return;
+                }
+            }
+            (None, None) => {}
+        }
+        if !opening.is_empty() {
+            if let Err(e) = backend.write_all(&opening).await {
+                tracing::warn!(
+                    name: "conn_preamble_failed",
+                    client = %client,
+                    backend = %b.name,
+                    server = %lease.server().name(),
+                    error = %e,
+                    "cannot write the preamble",
+                );
+                return;
+            }
+        }
+        drop(opening);
+
+        // relay
+        let out = relay(&mut tls, &mut backend, limits.idle_timeout, http.as_mut()).await;
+        to_backend += out.client_to_backend;
+        to_client += out.backend_to_client;
+        match out.end {
+            // A request for another backend: this one has answered all it owed.
+            RelayEnd::Switch(next) => {
+                id = next;
+                WorkerCounters::bump(&counters.http.backend_switches);
+            }
+            _ => break (out, lease),
         }
     };
-
-    // preamble, and the first request
-    let mut opening = preamble_bytes.unwrap_or_default();
-    opening.extend_from_slice(&first);
-    if !opening.is_empty() {
-        if let Err(e) = backend.write_all(&opening).await {
-            tracing::warn!(
-                name: "conn_preamble_failed",
-                client = %client,
-                backend = %lease.server().name(),
-                error = %e,
-                "cannot write the preamble",
-            );
-            return;
-        }
-    }
-    drop(opening);
-
-    // relay
-    let out = relay(&mut tls, &mut backend, limits.idle_timeout, http.as_mut()).await;
+    let out = relay::RelayOutcome {
+        client_to_backend: to_backend,
+        backend_to_client: to_client,
+        end: out.end,
+    };
 
     // close
     WorkerCounters::add(&fe_counters.bytes_in, out.client_to_backend);
@@ -259,7 +329,8 @@ pub async fn serve(
             name: "connection_closed",
             worker = worker.id,
             client = %client,
-            backend = %lease.server().name(),
+            backend = %routing.backend(id).name,
+            server = %lease.server().name(),
             sni = tls.sni().unwrap_or("-"),
             version = version_name(conn.protocol_version()).unwrap_or("-"),
             protocol = if http.is_some() { "http/1.1" } else { "tcp" },
@@ -270,6 +341,36 @@ pub async fn serve(
             end = ?out.end,
             "connection closed",
         );
+    }
+}
+
+/// Connects to backend `id` for `client`; when no server can be had, the failure is
+/// counted and logged, an HTTP client is told 503, and the connection is closed (`None`).
+async fn open<S>(
+    worker: &Worker,
+    routing: &Routing,
+    id: BackendId,
+    client: SocketAddr,
+    tls: &mut S,
+    fe_counters: &FrontendCounters,
+    http: bool,
+) -> Option<(crate::backend::BackendStream, crate::backend::Lease)>
+where
+    S: tokio::io::AsyncWrite + Unpin,
+{
+    match Box::pin(routing.backend(id).pool.connect(&worker.picker)).await {
+        Ok(b) => Some(b),
+        Err(e) => {
+            worker.connect_failed(client, &e);
+            WorkerCounters::bump(&fe_counters.refused);
+            if http {
+                let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(http::SERVICE_UNAVAILABLE))
+                    .await;
+            }
+            // close_notify, then FIN: the client learns at once that nothing will come.
+            let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
+            None
+        }
     }
 }
 
@@ -382,7 +483,15 @@ where
             );
             None
         }
-        RelayEnd::Closed | RelayEnd::IdleTimeout => return,
+        RelayEnd::Misdirected => {
+            tracing::debug!(
+                name: "conn_request_misdirected",
+                client = %client,
+                "a request for a name the connection's certificate does not cover: 421",
+            );
+            Some(MISDIRECTED)
+        }
+        RelayEnd::Closed | RelayEnd::IdleTimeout | RelayEnd::Switch(_) => return,
     };
     let _ = tokio::time::timeout(CLOSE_GRACE, async {
         if let Some(a) = answer {
@@ -408,6 +517,9 @@ where
     let start = tokio::time::Instant::now();
     let mut out = Vec::new();
     while http.exchange.pending.is_empty() {
+        if http.request.held() == Some(super::http::request::Hold::Misdirected) {
+            return Err(RelayEnd::Misdirected);
+        }
         let due = http.deadline(start, false, false);
         let deadline = due.map_or(start + idle, |(at, _)| at.min(start + idle));
         let read = std::future::poll_fn(|cx| {

@@ -12,6 +12,7 @@ pub(crate) mod listener;
 pub(crate) mod preamble;
 pub mod record_guard;
 pub(crate) mod relay;
+pub mod route;
 pub(crate) mod timer_anchor;
 pub mod tls_stream;
 #[cfg(feature = "io-uring")]
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio::sync::{Notify, Semaphore};
 
-use crate::backend::{Picker, Pool};
+use crate::backend::Picker;
 use crate::config::Limits;
 use crate::counters::WorkerCounters;
 use crate::tls::TlsState;
@@ -31,10 +32,9 @@ use crate::tls::TlsState;
 /// What every connection of every worker reads: built once, shared read-only.
 #[derive(Debug)]
 pub struct ProxyState {
-    /// Where connections go.
-    pub pool: Pool,
-    /// What to write before the client's bytes.
-    pub preamble: preamble::Preamble,
+    /// Where connections and requests go: the backends and the routes to them, swapped
+    /// whole by a reload (what is under way keeps the one it started with).
+    pub routing: ArcSwap<route::Routing>,
     /// Read a PROXY header from the client side first.
     pub proxy_proxy: bool,
     /// HTTP mode, with the largest request head accepted.

@@ -13,6 +13,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 pub use crate::config::Preamble;
+use crate::proxy::route::{preamble_index, PREAMBLES};
 
 /// Who the client is: from the socket, or from a PROXY header received in front.
 #[derive(Debug, Clone)]
@@ -207,6 +208,37 @@ const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
 
 /// The bytes to write before the client's stream.
+/// What a connection may write before the client's bytes: one preamble per kind its
+/// backends use (most often one, or none), built once after the handshake.
+#[derive(Debug, Default, Clone)]
+pub struct Preambles([Option<Box<[u8]>>; PREAMBLES]);
+
+impl Preambles {
+    /// The preambles of the kinds marked in `kinds` ([`preamble_index`]).
+    pub fn build(kinds: [bool; PREAMBLES], origin: &Origin, tls: &TlsFacts<'_>) -> Self {
+        let all = [
+            Preamble::ProxyV1,
+            Preamble::ProxyV2,
+            Preamble::WriteIp,
+            Preamble::PassThrough,
+        ];
+        let mut p = Preambles::default();
+        for kind in all {
+            if let Some(i) = preamble_index(kind).filter(|&i| kinds[i]) {
+                p.0[i] = Some(build(kind, origin, tls).into_boxed_slice());
+            }
+        }
+        p
+    }
+
+    /// The preamble of `kind`, if built and not empty.
+    pub fn get(&self, kind: Preamble) -> Option<&[u8]> {
+        let bytes = self.0.get(preamble_index(kind)?)?.as_deref()?;
+        (!bytes.is_empty()).then_some(bytes)
+    }
+}
+
+/// One preamble of `kind`.
 pub fn build(kind: Preamble, origin: &Origin, tls: &TlsFacts<'_>) -> Vec<u8> {
     let (src, dst) = (canonical(origin.src), canonical(origin.dst));
     match kind {

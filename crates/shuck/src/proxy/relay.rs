@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::buffers;
-use super::http::request::Rejected;
+use super::http::request::{Hold, Rejected};
 use super::http::{Exchange, Expired, Http, RequestRewriter, ResponseTracker, Upgrade};
 use tokio::time::Instant;
 
@@ -44,6 +44,12 @@ pub enum RelayEnd {
     HttpTimeout(Expired),
     /// HTTP mode: the backend wrote past every answer owed (closed; those bytes withheld).
     Stray,
+    /// HTTP mode with routes: the next request goes to this other backend, and the one
+    /// connected has answered every request it was sent.
+    Switch(crate::proxy::route::BackendId),
+    /// HTTP mode with routes: the next request names a host the connection's certificate
+    /// does not cover (answered 421 once the answers owed are out).
+    Misdirected,
 }
 
 /// What a relay moved and how it ended.
@@ -134,6 +140,22 @@ where
             }
             if up.done && down.done {
                 return Poll::Ready(RelayEnd::Closed);
+            }
+            if let Some(h) = http.as_deref() {
+                // A request held for another backend (or for a 421) goes once every answer
+                // owed by this one is out.
+                if let Some(hold) = h.request.held() {
+                    if h.exchange.pending.is_empty()
+                        && h.response.between_messages()
+                        && down.pending.is_empty()
+                        && up.pending.is_empty()
+                    {
+                        return Poll::Ready(match hold {
+                            Hold::Switch(to) => RelayEnd::Switch(to),
+                            Hold::Misdirected => RelayEnd::Misdirected,
+                        });
+                    }
+                }
             }
             if std::mem::take(&mut up.moved) | std::mem::take(&mut down.moved) {
                 // Only note the time; the timer is re-armed lazily when it fires, so busy

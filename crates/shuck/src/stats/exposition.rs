@@ -102,6 +102,18 @@ fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Result {
     )?;
     counter(
         enc,
+        "shuck_http_backend_switches",
+        "HTTP mode with routes: HTTP/1.1 keep-alive connections moved to another backend by a request's Host or path.",
+        &[(&[], h.backend_switches)],
+    )?;
+    counter(
+        enc,
+        "shuck_http_misdirected",
+        "HTTP mode with routes: requests answered 421, their name not covered by the connection's certificate.",
+        &[(&[], h.misdirected)],
+    )?;
+    counter(
+        enc,
         "shuck_http_retries",
         "HTTP mode: requests sent again on a new backend connection (idempotent, or not yet written, with nothing answered).",
         &[(&[], h.retries)],
@@ -412,9 +424,18 @@ impl prometheus_client::collector::Collector for Exposition {
         if let Some(store) = &sources.resumption.store {
             store_metrics(&mut enc, &store.stats)?;
         }
-        let servers = sources.state.pool.servers();
-        let labels: Vec<[(&str, &str); 1]> =
-            servers.iter().map(|s| [("server", s.name())]).collect();
+        let routing = sources.state.routing.load();
+        let servers: Vec<(&str, &Arc<Server>)> = routing
+            .backends()
+            .iter()
+            .flat_map(|b| b.pool.servers().iter().map(|s| (&*b.name, s)))
+            .collect();
+        let labels: Vec<[(&str, &str); 2]> = servers
+            .iter()
+            .map(|(b, s)| [("backend", *b), ("server", s.name())])
+            .collect();
+        let servers: Vec<&Arc<Server>> = servers.into_iter().map(|(_, s)| s).collect();
+        let servers = &servers[..];
         let rows = |f: &dyn Fn(&Server) -> u64| -> Vec<(&[(&str, &str)], i64)> {
             labels
                 .iter()

@@ -53,11 +53,21 @@ pub fn summary(sources: &Sources) -> String {
             line.push_str(&format!(" {}={}", reason.name(), s.dropped(reason)));
         }
     }
-    for s in sources.state.pool.servers() {
+    let routing = sources.state.routing.load();
+    for (b, s) in routing
+        .backends()
+        .iter()
+        .flat_map(|b| b.pool.servers().iter().map(move |s| (b, s)))
+    {
         let st = &s.stats;
+        let name = if routing.backends().len() > 1 {
+            format!("{}/{}", b.name, s.name())
+        } else {
+            s.name().to_owned()
+        };
         line.push_str(&format!(
             "; backend {} active={} queued={} queue_timeouts={} connect_failures={} marked_down={}",
-            s.name(),
+            name,
             st.active.load(Relaxed),
             st.queued.load(Relaxed),
             st.queue_timeouts.load(Relaxed),

@@ -1,5 +1,6 @@
-//! The two block keys, `pem-file = { ... }` and `frontend = { ... }`, turned into the
-//! command-line specs of `--pem-file` and `--frontend`.
+//! The block keys, `pem-file = { ... }`, `frontend = { ... }`, `backend = { ... }` and
+//! `route = { ... }`, turned into the command-line specs of `--pem-file`, `--frontend`,
+//! `--named-backend` and `--route`.
 
 use std::path::Path;
 
@@ -113,7 +114,8 @@ pub(super) fn frontend_block(
                 | "sni-nomatch-abort"
                 | "match-global-certs"
                 | "client-verify"
-                | "client-verify-ca"),
+                | "client-verify-ca"
+                | "backend"),
                 Value::Scalar(v),
             ) => {
                 if v.contains(';') {
@@ -124,7 +126,7 @@ pub(super) fn frontend_block(
                     "ciphers" => crate::tls::params::parse_tls12_ciphers(v).map(|_| ()).map_err(|e| e.to_string()),
                     "ciphersuites" => crate::tls::params::parse_tls13_suites(v).map(|_| ()).map_err(|e| e.to_string()),
                     "client-verify" => crate::tls::client_auth::Mode::parse(v).map(drop),
-                    "client-verify-ca" => Ok(()),
+                    "client-verify-ca" | "backend" => Ok(()),
                     _ => parse_on_off(v).map(drop),
                 };
                 checked.map_err(|reason| err(e.line, format!("frontend {k}: {reason}")))?;
@@ -133,7 +135,7 @@ pub(super) fn frontend_block(
             (k, _) => {
                 return Err(err(
                     e.line,
-                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca)"),
+                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend)"),
                 ))
             }
         }
@@ -152,6 +154,49 @@ pub(super) fn frontend_block(
     }
     for s in settings {
         spec.push_str(&s);
+    }
+    Ok(spec)
+}
+
+/// A `backend = { ... }` or `route = { ... }` block as `key=value;key=value`, each value
+/// checked for the separator; `check` then parses the whole (an error names the block's
+/// first line, or the key's own when the key alone is at fault).
+pub(super) fn keyed_block(
+    what: &str,
+    b: &[Entry],
+    line: usize,
+    keys: &str,
+    err: &dyn Fn(usize, String) -> FileError,
+) -> Result<String, FileError> {
+    let mut spec = String::new();
+    for e in b {
+        let Value::Scalar(v) = &e.value else {
+            return Err(err(
+                e.line,
+                format!("{} takes a value, not a {{ }} block", e.key),
+            ));
+        };
+        if v.contains(';') || e.key.contains(['=', ';']) {
+            return Err(err(
+                e.line,
+                format!("{}: ';' is not allowed in the value", e.key),
+            ));
+        }
+        if !keys.split(", ").any(|k| k == e.key) {
+            return Err(err(
+                e.line,
+                format!("unknown key {:?} in a {what} block ({keys})", e.key),
+            ));
+        }
+        if !spec.is_empty() {
+            spec.push(';');
+        }
+        spec.push_str(&e.key);
+        spec.push('=');
+        spec.push_str(v);
+    }
+    if spec.is_empty() {
+        return Err(err(line, format!("an empty {what} block")));
     }
     Ok(spec)
 }

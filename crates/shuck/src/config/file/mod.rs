@@ -20,7 +20,7 @@ use super::backend::BackendEndpoint;
 use super::cli::{parse_on_off, Cli};
 use super::endpoint::Endpoint;
 pub use super::places::KeyPlaces;
-use blocks::{frontend_block, pem_value};
+use blocks::{frontend_block, keyed_block, pem_value};
 
 /// Bound on a configuration file, so that a wrong path cannot make shuck read a disk image.
 const MAX_FILE: u64 = 1 << 20;
@@ -160,6 +160,26 @@ pub fn to_args(
                 check_endpoint("frontend", &spec, e.line, &err)?;
                 args.push(format!("--frontend={spec}"));
             }
+            // A block is a named backend; `backend = "ADDRESS"` stays hitch's (-b).
+            "backend" if matches!(e.value, Value::Block(_)) => {
+                let Value::Block(b) = &e.value else { continue };
+                let keys = super::route::BACKEND_KEYS;
+                let spec = keyed_block("backend", b, e.line, keys, &err)?;
+                super::route::parse_backend(&spec)
+                    .map_err(|ce| err(e.line, format!("backend block: {}", unquoted(&ce))))?;
+                args.push(format!("--named-backend={spec}"));
+            }
+            "route" => {
+                let spec = match &e.value {
+                    Value::Scalar(s) => s.clone(),
+                    Value::Block(b) => {
+                        keyed_block("route", b, e.line, super::route::ROUTE_KEYS, &err)?
+                    }
+                };
+                super::route::parse_route(&spec)
+                    .map_err(|ce| err(e.line, format!("route: {}", unquoted(&ce))))?;
+                args.push(format!("--route={spec}"));
+            }
             "pem-file" => {
                 let pem = pem_value(&e.value, e.line, &err)?;
                 args.push(format!("--pem-file={}", pem.render()));
@@ -262,6 +282,19 @@ pub fn to_args(
             lines,
         },
     })
+}
+
+/// A spec's error without the spec itself (the file's line already says where): the
+/// reason of a `BadAddress`, else the whole message.
+fn unquoted(e: &super::ConfigError) -> String {
+    match e {
+        super::ConfigError::BadAddress { option, reason, .. }
+            if matches!(*option, "--named-backend" | "--route") =>
+        {
+            reason.clone()
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Values whose meaning is checked past their syntax (names of ciphers, protocols,

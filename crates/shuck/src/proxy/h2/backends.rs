@@ -25,6 +25,8 @@ use tokio::time::{Instant, Sleep};
 
 use crate::backend::{BackendStream, ConnectError, Lease};
 use crate::counters::WorkerCounters;
+use crate::proxy::preamble::Preambles;
+use crate::proxy::route::{BackendId, Routing};
 use crate::proxy::Worker;
 
 /// One backend connection and what was read from it ahead.
@@ -42,6 +44,8 @@ pub struct BackendConn {
     pub silence: Silence,
     /// Its place under `--http-max-backend-conns`; given back when it is dropped.
     _slot: Slot,
+    /// The backend it belongs to, in the client connection's routing.
+    pub backend: BackendId,
 }
 
 /// How long a backend may keep an exchange waiting (`--idle-timeout`, and [`PATIENCE`]
@@ -243,8 +247,10 @@ impl Drop for Slot {
 #[derive(Debug)]
 pub struct Backends {
     shared: Rc<Shared>,
-    /// Written first on every new connection.
-    preamble: Option<Box<[u8]>>,
+    /// The backends, as the client connection found them.
+    routing: Arc<Routing>,
+    /// Written first on every new connection, by its backend's preamble.
+    preambles: Preambles,
     /// `--idle-timeout`, for each connection's [`Silence`].
     idle_timeout: Duration,
     /// `--http-max-backend-conns`: most connections open at once for this client.
@@ -269,10 +275,11 @@ const MAX_IDLE: usize = 16;
 pub const READ_SIZE: usize = 16 * 1024;
 
 impl Backends {
-    /// No connection yet; `preamble` opens every one, `idle` is `--idle-timeout`,
-    /// `max_conns` `--http-max-backend-conns`.
+    /// No connection yet; `preambles` open them, `idle` is `--idle-timeout`, `max_conns`
+    /// `--http-max-backend-conns`.
     pub fn new(
-        preamble: Option<Vec<u8>>,
+        routing: Arc<Routing>,
+        preambles: Preambles,
         idle: Duration,
         max_conns: usize,
         counters: Arc<WorkerCounters>,
@@ -286,18 +293,26 @@ impl Backends {
                 keeper: RefCell::new(None),
                 counters,
             }),
-            preamble: preamble.map(Vec::into_boxed_slice),
+            routing,
+            preambles,
             idle_timeout: idle,
             max_conns: max_conns.max(1),
             keeping: Cell::new(false),
         }
     }
 
+    /// The name of backend `id`, for logs.
+    pub fn name(&self, id: BackendId) -> &str {
+        &self.routing.backend(id).name
+    }
+
     /// An idle connection of this client's that is still quiet, if there is one: one the
     /// backend closed or wrote to since is dropped (and counted), never reused.
-    pub fn idle(&self) -> Option<BackendConn> {
+    pub fn idle(&self, backend: BackendId) -> Option<BackendConn> {
         let mut idle = self.shared.idle.borrow_mut();
-        while let Some(c) = idle.pop() {
+        // Most often every idle connection is the one backend's: the last one is taken.
+        while let Some(at) = idle.iter().rposition(|c| c.backend == backend) {
+            let c = idle.remove(at);
             // Nothing seen since its last read: quiet, known without a registration. Else
             // one read says what came.
             if !c.tcp.seen_readable() {
@@ -314,8 +329,12 @@ impl Backends {
     /// An idle connection of this client, or a new one from the pool (waiting in its queue
     /// when the server is at maxconn, or for one of this client's own once it has
     /// `--http-max-backend-conns` open), whichever comes first. Waiters are served in order.
-    pub async fn get(&self, worker: &Worker) -> Result<BackendConn, ConnectError> {
-        if let Some(c) = self.idle() {
+    pub async fn get(
+        &self,
+        worker: &Worker,
+        backend: BackendId,
+    ) -> Result<BackendConn, ConnectError> {
+        if let Some(c) = self.idle(backend) {
             return Ok(c);
         }
         let shared = &self.shared;
@@ -323,26 +342,38 @@ impl Backends {
         let _done = Unwait(&shared.waiting);
         loop {
             if shared.open.get() >= self.max_conns {
+                // At the cap with idle connections to other backends: the oldest is closed
+                // to make room, or this stream would wait for one it cannot use.
+                let other = shared
+                    .idle
+                    .borrow()
+                    .iter()
+                    .position(|c| c.backend != backend);
+                if let Some(at) = other {
+                    drop(shared.idle.borrow_mut().remove(at));
+                    continue;
+                }
                 shared.freed.notified().await;
-                if let Some(c) = self.idle() {
+                if let Some(c) = self.idle(backend) {
                     return Ok(c);
                 }
                 continue;
             }
             let slot = Slot::take(shared);
-            let connect = worker.state.pool.connect(&worker.picker);
+            let b = self.routing.backend(backend);
+            let connect = b.pool.connect(&worker.picker);
             tokio::pin!(connect);
             loop {
                 tokio::select! {
                     biased;
                     () = shared.freed.notified() => {
-                        if let Some(c) = self.idle() {
+                        if let Some(c) = self.idle(backend) {
                             return Ok(c);
                         }
                     }
                     r = &mut connect => {
                         let (mut tcp, lease) = r?;
-                        if let Some(p) = &self.preamble {
+                        if let Some(p) = self.preambles.get(b.preamble) {
                             if let Err(source) = tcp.write_all(p).await {
                                 let to = lease.server().name().to_owned();
                                 return Err(ConnectError::Io { to, source });
@@ -355,6 +386,7 @@ impl Backends {
                             lease,
                             silence: Silence::new(self.idle_timeout),
                             _slot: slot,
+                            backend,
                         });
                     }
                 }

@@ -29,7 +29,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
+use super::http::choose::Chooser;
 use super::http::request::Forwarding;
+use super::preamble::Preambles;
+use super::route::{BackendId, Routing};
 use super::Worker;
 use crate::config::Limits;
 use crate::counters::WorkerCounters;
@@ -46,6 +51,10 @@ pub struct Gateway {
     client: SocketAddr,
     /// Its backend connections.
     backends: Backends,
+    /// The backend of a stream when no route chooses: the connection's.
+    fallback: BackendId,
+    /// With routes: each stream's backend, and the streams misdirected.
+    chooser: Option<Chooser>,
     /// Its forwarding headers.
     fwd: Forwarding,
     /// `--max-header-bytes`, for the backend's answer heads.
@@ -131,10 +140,16 @@ impl Drop for Active {
 pub struct Client {
     /// The client's address.
     pub addr: SocketAddr,
-    /// The preamble (`--write-proxy-*`, `--write-ip`, `--proxy-proxy`).
-    pub preamble: Option<Vec<u8>>,
+    /// The preambles (`--write-proxy-*`, `--write-ip`, `--proxy-proxy`, a backend's own).
+    pub preambles: Preambles,
     /// Its forwarding headers.
     pub fwd: Forwarding,
+    /// The backends and routes of the connection's start.
+    pub routing: Arc<Routing>,
+    /// The connection's own backend (its server name's route, its frontend's, the default).
+    pub fallback: BackendId,
+    /// With routes: each stream's backend by its `:authority` and path.
+    pub chooser: Option<Chooser>,
 }
 
 /// What an HTTP/2 connection did, for its log line and counters.
@@ -176,8 +191,11 @@ where
     let gw = Rc::new(Gateway {
         worker,
         client: client.addr,
+        fallback: client.fallback,
+        chooser: client.chooser,
         backends: Backends::new(
-            client.preamble,
+            client.routing,
+            client.preambles,
             limits.idle_timeout,
             limits.h2.max_backend_conns as usize,
             counters.clone(),

@@ -21,6 +21,8 @@ use super::response;
 use super::tunnel::upgrade;
 use super::{Active, Gateway};
 use crate::counters::WorkerCounters;
+use crate::proxy::http::choose::Choice;
+use crate::proxy::route::BackendId;
 
 /// Takes a stream in: its request refused at once, or the future that serves it
 /// (`respond` answers it). Done before the future is made, so that the request (its
@@ -37,6 +39,31 @@ pub fn accept(
     let gw: &Gateway = &active.0;
     let counters = &gw.worker.counters;
     let (parts, body) = req.into_parts();
+    let backend = match &gw.chooser {
+        None => gw.fallback,
+        Some(c) => {
+            let host = parts.uri.authority().map(|a| a.as_str()).or_else(|| {
+                parts
+                    .headers
+                    .get(http::header::HOST)
+                    .and_then(|v| v.to_str().ok())
+            });
+            match c.choose(host, parts.uri.path()) {
+                Choice::Backend(b) => b,
+                Choice::Misdirected => {
+                    tracing::debug!(
+                        name: "h2_request_misdirected",
+                        client = %gw.client,
+                        host = host.unwrap_or("-"),
+                        "a request for a name the connection's certificate does not cover: 421",
+                    );
+                    WorkerCounters::bump(&counters.http.misdirected);
+                    reply(&mut respond, StatusCode::MISDIRECTED_REQUEST);
+                    return None;
+                }
+            }
+        }
+    };
     let mut head = Vec::with_capacity(512);
     let (framing, kind) = match request::build(&parts, body.is_end_stream(), &gw.fwd, &mut head) {
         Ok(r) => r,
@@ -67,7 +94,7 @@ pub fn accept(
     WorkerCounters::bump(&counters.http.requests_h2);
     let again = Retry::of(&parts.method, framing);
     Some(Box::pin(serve(
-        active, head, framing, kind, again, body, respond,
+        active, backend, head, framing, kind, again, body, respond,
     )))
 }
 
@@ -102,8 +129,10 @@ impl Retry {
 }
 
 /// Serves one stream whose request head is `head`.
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     active: Active,
+    backend: BackendId,
     head: Vec<u8>,
     framing: Body,
     kind: Kind,
@@ -116,12 +145,12 @@ async fn serve(
     loop {
         // An idle connection of this client's, else (boxed, as it is large and rare once
         // the connections are warm) a new one or a wait for one.
-        let got = match gw.backends.idle() {
+        let got = match gw.backends.idle(backend) {
             Some(c) => Ok(c),
             None => {
                 let wait = async {
                     tokio::select! {
-                        got = gw.backends.get(&gw.worker) => Some(got),
+                        got = gw.backends.get(&gw.worker, backend) => Some(got),
                         _ = poll_fn(|cx| respond.poll_reset(cx)) => None,
                     }
                 };
@@ -193,7 +222,8 @@ async fn serve(
                     name: "h2_backend_error",
                     status = %status,
                     client = %gw.client,
-                    backend = %conn.server(),
+                    backend = %gw.backends.name(backend),
+                    server = %conn.server(),
                     error = %e,
                     "answered {status}",
                 );

@@ -137,12 +137,12 @@ pub(crate) fn host_refused(e: crate::http_host::HostError) -> Rejected {
 }
 
 /// RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host, a valid uri-host[:port]; no request has two; a target
-/// in absolute form names the same authority as Host.
-pub(super) fn check_host(
+/// in absolute form names the same authority as Host. Returns the Host's value, if any.
+pub(super) fn check_host<'h>(
     target: &str,
     version: u8,
-    headers: &[httparse::Header<'_>],
-) -> Result<(), Rejected> {
+    headers: &[httparse::Header<'h>],
+) -> Result<Option<&'h str>, Rejected> {
     let mut hosts = headers
         .iter()
         .filter(|h| h.name.eq_ignore_ascii_case("host"));
@@ -154,25 +154,28 @@ pub(super) fn check_host(
         return if version == 1 {
             Err(Rejected("no Host header in an HTTP/1.1 request"))
         } else {
-            Ok(())
+            Ok(None)
         };
     };
     crate::http_host::parse(host.value).map_err(host_refused)?;
+    // Every byte of a Host that parsed is ASCII.
+    let value = std::str::from_utf8(host.value)
+        .map_err(|_| Rejected("bad Host header"))?
+        .trim();
     if let Some((scheme, rest)) = target.split_once("://") {
         if scheme
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
         {
             let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-            let host = std::str::from_utf8(host.value).map_err(|_| Rejected("bad Host header"))?;
-            if !authority.eq_ignore_ascii_case(host.trim()) {
+            if !authority.eq_ignore_ascii_case(value) {
                 return Err(Rejected(
                     "the absolute-form target and Host name different authorities",
                 ));
             }
         }
     }
-    Ok(())
+    Ok(Some(value))
 }
 
 #[cfg(test)]

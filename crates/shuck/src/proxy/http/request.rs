@@ -3,11 +3,13 @@
 
 use std::net::IpAddr;
 
+use super::choose::{path_of, Choice, Chooser};
 use super::chunked::Chunked;
 use super::fields::{check_host, content_length, filter_trailer, is_forwarding};
 pub use super::fields::{Forwarding, Rejected};
 use super::head::{HeadBuf, Pushed};
 use super::{Exchange, Pending, Upgrade, MAX_PIPELINE};
+use crate::proxy::route::BackendId;
 
 #[derive(Debug)]
 enum State {
@@ -17,6 +19,19 @@ enum State {
     /// An upgrade request was sent; client bytes wait in `held` for the backend's answer.
     AwaitUpgrade,
     Tunnel,
+    /// A request for another backend than the one connected, or misdirected: its head
+    /// and what follows wait in `held` until the answers owed are out ([`Hold`]).
+    Held(Hold),
+}
+
+/// Why a request waits before it is passed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// It goes to this other backend: once the answers owed are out, the connection
+    /// moves there ([`RequestRewriter::moved`]).
+    Switch(BackendId),
+    /// Its name is not the connection's: answered 421 once the answers owed are out.
+    Misdirected,
 }
 
 /// The request side of HTTP mode.
@@ -37,6 +52,10 @@ pub struct RequestRewriter {
     trailer: Vec<u8>,
     /// Requests passed on.
     requests: u64,
+    /// With routes: each request's backend.
+    choose: Option<Chooser>,
+    /// The backend the requests passed on went to.
+    current: Option<BackendId>,
 }
 
 /// What the request side is waiting for, for HTTP mode's timeouts.
@@ -83,7 +102,39 @@ impl RequestRewriter {
             head_started: None,
             trailer: Vec::new(),
             requests: 0,
+            choose: None,
+            current: None,
         }
+    }
+
+    /// Routes each request by its `Host` and path (from the first on).
+    pub fn route(&mut self, chooser: Chooser) {
+        self.choose = Some(chooser);
+    }
+
+    /// The backend of the requests passed on, once routes chose one.
+    pub fn backend(&self) -> Option<BackendId> {
+        self.current
+    }
+
+    /// A request waiting for the answers owed before it, and why.
+    pub fn held(&self) -> Option<Hold> {
+        match self.state {
+            State::Held(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The connection now goes to the backend the held request chose: that request and
+    /// what followed it are rewritten into `out`.
+    pub fn moved(&mut self, out: &mut Vec<u8>, ex: &mut Exchange) -> Result<(), Rejected> {
+        if let State::Held(Hold::Switch(to)) = self.state {
+            self.current = Some(to);
+            self.state = State::Head;
+            let held = std::mem::take(&mut self.held);
+            self.feed(&held, out, ex)?;
+        }
+        Ok(())
     }
 
     /// Requests passed on so far.
@@ -122,6 +173,15 @@ impl RequestRewriter {
         out: &mut Vec<u8>,
         ex: &mut Exchange,
     ) -> Result<(), Rejected> {
+        if let State::Held(_) = self.state {
+            if self.held.len() + input.len() > MAX_HELD {
+                return Err(Rejected(
+                    "too much data sent ahead of a request for another backend",
+                ));
+            }
+            self.held.extend_from_slice(input);
+            return Ok(());
+        }
         if let State::AwaitUpgrade = self.state {
             if self.held.len() + input.len() > MAX_HELD {
                 return Err(Rejected("too much data before the upgrade was answered"));
@@ -145,7 +205,7 @@ impl RequestRewriter {
                     out.extend_from_slice(&input[i..]);
                     return Ok(());
                 }
-                State::AwaitUpgrade => {
+                State::AwaitUpgrade | State::Held(_) => {
                     return self.feed(&input[i..], out, ex);
                 }
                 State::Body(left) => {
@@ -235,6 +295,23 @@ impl RequestRewriter {
         if ex.pending.len() >= MAX_PIPELINE {
             return Err(Rejected("too many pipelined requests"));
         }
+        let host = check_host(path, version, req.headers)?;
+        if let Some(c) = &self.choose {
+            let hold = match c.choose(host, path_of(path)) {
+                Choice::Misdirected => Some(Hold::Misdirected),
+                Choice::Backend(b) if self.current.is_none_or(|c| c == b) => {
+                    self.current = Some(b);
+                    None
+                }
+                Choice::Backend(b) => Some(Hold::Switch(b)),
+            };
+            if let Some(h) = hold {
+                self.state = State::Held(h);
+                self.held.clear();
+                self.held.extend_from_slice(head);
+                return Ok(());
+            }
+        }
         let mut length: Option<u64> = None;
         let mut chunked = false;
         let mut te_seen = false;
@@ -250,7 +327,6 @@ impl RequestRewriter {
         } else {
             b" HTTP/1.1\r\n"
         });
-        check_host(path, version, req.headers)?;
         let strip = self.strip.as_deref();
         for h in req.headers.iter() {
             let name = h.name;

@@ -35,9 +35,14 @@ const LOOP: usize = (u64::MAX >> 8) as usize;
 /// Why the prototype cannot serve this configuration, or the backend it would serve.
 pub fn backend_for(state: &ProxyState, frontend: &FrontendState) -> Result<SocketAddr, String> {
     let tls = frontend.tls.load();
+    let routing = state.routing.load();
     let refused = [
         (state.proxy_proxy, "--proxy-proxy"),
-        (state.preamble != Preamble::None, "a backend preamble"),
+        (
+            routing.backends()[0].preamble != Preamble::None,
+            "a backend preamble",
+        ),
+        (routing.backends().len() > 1, "named backends"),
         (state.http.is_some(), "--http"),
         (state.conn_limit.is_some(), "--max-conns"),
         (tls.store.is_some(), "--shared-store"),
@@ -46,7 +51,7 @@ pub fn backend_for(state: &ProxyState, frontend: &FrontendState) -> Result<Socke
     if let Some((_, what)) = refused.iter().find(|(on, _)| *on) {
         return Err(format!("{what} is not in the prototype"));
     }
-    match state.pool.servers() {
+    match routing.backends()[0].pool.servers() {
         [one] if !one.has_maxconn() => match one.tcp_addrs() {
             Some(addrs) => addrs
                 .first()

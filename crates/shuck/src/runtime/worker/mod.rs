@@ -15,10 +15,11 @@ mod services;
 mod supervise;
 mod threads;
 
-use crate::backend::{Address, Pool, PoolLimits, Server};
+use crate::backend::{Address, Pool, Server};
 use crate::config::args::Source;
+use crate::config::BackendTarget;
 use crate::config::Config;
-use crate::config::{BackendEndpoint, BackendTarget};
+use crate::proxy::route::{self, Routing};
 use crate::proxy::ProxyState;
 use crate::runtime::channel::{Channel, Msg};
 use crate::runtime::error::StartError;
@@ -107,7 +108,7 @@ fn serve(start: Start) -> Result<(), StartError> {
             "no certificate given: serving a self-signed certificate generated at start",
         );
     }
-    let state = Arc::new(proxy_state(&config, pool));
+    let state = Arc::new(proxy_state(&config, Routing::new(&config, pool)));
     let supervisor = Supervisor::catch_signals()?;
 
     let (controls, control_rxs) = threads::channels(config.workers);
@@ -119,8 +120,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         }
     }
     let fronts = frontends.describe().join(", ");
-    let backends: Vec<&str> = state.pool.servers().iter().map(|s| s.name()).collect();
-    let backends = backends.join(", ");
+    let backends = describe_backends(&state.routing.load());
     tracing::info!(
         name: "listening",
         version = env!("CARGO_PKG_VERSION"),
@@ -158,6 +158,7 @@ fn serve(start: Start) -> Result<(), StartError> {
     let reloader = Reloader::new(
         config,
         source,
+        sources.state.clone(),
         resumption.clone(),
         services.ocsp_updates.take(),
     );
@@ -178,16 +179,7 @@ fn serve(start: Start) -> Result<(), StartError> {
 /// The backend servers, or the built-in origin started on a loopback port.
 fn backend_pool(config: &Config) -> Result<Pool, StartError> {
     let servers = match &config.backend {
-        BackendTarget::Servers(specs) => specs
-            .iter()
-            .map(|b| {
-                let address = match &b.endpoint {
-                    BackendEndpoint::Tcp(_) => Address::Tcp(b.addrs.clone()),
-                    BackendEndpoint::Unix(path) => Address::Unix(path.clone()),
-                };
-                Server::new(b.endpoint.to_string(), address, b.maxconn, b.weight)
-            })
-            .collect(),
+        BackendTarget::Servers(specs) => specs.iter().map(route::server).collect(),
         BackendTarget::BuiltinOrigin => {
             let addr = crate::origin::start().map_err(StartError::Origin)?;
             tracing::info!(
@@ -202,16 +194,24 @@ fn backend_pool(config: &Config) -> Result<Pool, StartError> {
             )]
         }
     };
-    let l = &config.limits;
-    Ok(Pool::new(
-        servers,
-        PoolLimits {
-            connect_timeout: l.connect_timeout,
-            queue_timeout: l.queue_timeout,
-            queue_size: l.queue_size,
-            retry_after: l.retry_after,
-        },
-    ))
+    Ok(Pool::new(servers, route::pool_limits(config)))
+}
+
+/// The servers of every backend, for the start's log line: the default's alone as before
+/// when there is no other, else each backend named.
+pub(super) fn describe_backends(routing: &Routing) -> String {
+    let list = |b: &route::Backend| {
+        let names: Vec<&str> = b.pool.servers().iter().map(|s| s.name()).collect();
+        names.join(", ")
+    };
+    match routing.backends() {
+        [one] => list(one),
+        all => all
+            .iter()
+            .map(|b| format!("{} ({})", b.name, list(b)))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
 }
 
 /// `--user`, `--group`, `--chroot`, and the log line that says who shuck now is.
@@ -253,10 +253,9 @@ fn drop_privileges(target: &crate::system::privileges::Target) -> Result<(), Sta
 }
 
 /// What every connection reads.
-fn proxy_state(config: &Config, pool: Pool) -> ProxyState {
+fn proxy_state(config: &Config, routing: Routing) -> ProxyState {
     ProxyState {
-        pool,
-        preamble: config.preamble,
+        routing: arc_swap::ArcSwap::from_pointee(routing),
         proxy_proxy: config.proxy_proxy,
         http: config.http,
         limits: config.limits.clone(),

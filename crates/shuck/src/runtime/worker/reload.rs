@@ -13,6 +13,7 @@ use std::sync::Arc;
 use super::frontends::Frontends;
 use crate::config::args::Source;
 use crate::config::Config;
+use crate::proxy::ProxyState;
 use crate::runtime::rebuild::{self, restart_only, FrontendDiff, Reread};
 use crate::session::Resumption;
 use crate::system::files::{self, Recording};
@@ -22,6 +23,8 @@ use crate::tls::ocsp::manager as ocsp;
 pub struct Reloader {
     current: Config,
     source: Source,
+    /// What connections read: its routing is swapped when backends or routes change.
+    state: Arc<ProxyState>,
     /// The session cache and ticket keys built at start: they live for the process.
     resumption: Resumption,
     /// Tells the OCSP thread which certificates to keep staples for.
@@ -33,12 +36,14 @@ impl Reloader {
     pub fn new(
         current: Config,
         source: Source,
+        state: Arc<ProxyState>,
         resumption: Resumption,
         ocsp_updates: Option<ocsp::Updates>,
     ) -> Self {
         Reloader {
             current,
             source,
+            state,
             resumption,
             ocsp_updates,
         }
@@ -98,6 +103,36 @@ impl Reloader {
             certificates = %(names.join(", ")),
             "ACME: serving {}",
             names.join(", "),
+        );
+    }
+
+    /// New connections and requests go by `new`'s backends and routes when they changed
+    /// (those under way keep the ones they started with; a backend whose servers stayed
+    /// keeps them, with their connections and state).
+    fn reroute(&self, new: &Config) {
+        let fronts = |c: &Config| -> Vec<(String, Option<String>)> {
+            c.frontends
+                .iter()
+                .map(|f| (f.endpoint.to_string(), f.backend.clone()))
+                .collect()
+        };
+        let old = &self.current;
+        if format!("{:?}", old.named_backends) == format!("{:?}", new.named_backends)
+            && old.routes == new.routes
+            && fronts(old) == fronts(new)
+        {
+            return;
+        }
+        let routing = self.state.routing.load().reloaded(new);
+        let names: Vec<&str> = routing.backends().iter().map(|b| &*b.name).collect();
+        let names = names.join(", ");
+        self.state.routing.store(Arc::new(routing));
+        tracing::info!(
+            name: "reload_routes",
+            backends = %names,
+            routes = new.routes.len(),
+            "SIGHUP: backends ({names}) and {} route(s) in place for new connections",
+            new.routes.len(),
         );
     }
 
@@ -175,6 +210,7 @@ impl Reloader {
         for name in &removed {
             frontends.close(name);
         }
+        self.reroute(&new);
         let closed = removed;
         let wanted = new.frontends.len();
         let changed: Vec<&str> = restart_only(&self.current)

@@ -1,0 +1,356 @@
+//! The choose stage: which backend a connection (TCP mode) or a request (`--http`) goes to.
+//! Named backends each have their own pool, preamble and connect timeout; routes choose
+//! them by the handshake's server name and, per request, by `Host` and path. Exact names
+//! first, then the longest wildcard (`*.example.com` covers every subdomain), then the
+//! longest path prefix; else the frontend's backend, else the default (`-b`). Every lookup
+//! is a hash probe per label of the name: 10 000 routes cost what one does, and nothing is
+//! allocated. A reload builds a new [`Routing`] and swaps it in; connections and HTTP/2
+//! streams already under way keep the one they started with.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::backend::{Address, Pool, PoolLimits, Server};
+use crate::config::{BackendEndpoint, BackendSpec, Config, NamedBackend, Preamble, RouteMatch};
+
+/// One backend: its servers and how they are reached.
+#[derive(Debug)]
+pub struct Backend {
+    /// As routes, logs and metrics name it (`default` for `-b`'s).
+    pub name: Box<str>,
+    /// Its servers, queues and down-marking.
+    pub pool: Pool,
+    /// What is written before the client's bytes.
+    pub preamble: Preamble,
+    /// Its servers as configured, to tell at a reload whether they changed.
+    spec: String,
+}
+
+/// The index of a backend in its [`Routing`].
+pub type BackendId = u32;
+
+/// The default backend's index.
+pub const DEFAULT: BackendId = 0;
+
+/// Names to backends: exact names, and wildcards keyed by the part after `*.`.
+#[derive(Debug, Default)]
+struct Names<T> {
+    exact: HashMap<Box<str>, T>,
+    wildcard: HashMap<Box<str>, T>,
+}
+
+impl<T> Names<T> {
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty()
+    }
+
+    /// The exact match, else the longest wildcard; `name` already lowercase.
+    fn find(&self, name: &str) -> Option<&T> {
+        let name = name.trim_end_matches('.');
+        if let Some(t) = self.exact.get(name) {
+            return Some(t);
+        }
+        let mut rest = name;
+        while let Some((_, parent)) = rest.split_once('.') {
+            if let Some(t) = self.wildcard.get(parent) {
+                return Some(t);
+            }
+            rest = parent;
+        }
+        None
+    }
+
+    fn entry(&mut self, pattern: &str) -> &mut T
+    where
+        T: Default,
+    {
+        match pattern.strip_prefix("*.") {
+            Some(base) => self.wildcard.entry(base.into()).or_default(),
+            None => self.exact.entry(pattern.into()).or_default(),
+        }
+    }
+}
+
+/// A host's path prefixes, longest first (the empty one, every path, last).
+#[derive(Debug, Default)]
+struct Paths(Vec<(Box<str>, BackendId)>);
+
+impl Paths {
+    fn find(&self, path: &str) -> Option<BackendId> {
+        self.0
+            .iter()
+            .find(|(p, _)| path.starts_with(&**p))
+            .map(|&(_, b)| b)
+    }
+}
+
+/// Every backend and every route of one configuration.
+#[derive(Debug)]
+pub struct Routing {
+    backends: Vec<Arc<Backend>>,
+    /// Each frontend's own backend (`backend = NAME` in its block), by endpoint.
+    frontends: HashMap<Box<str>, BackendId>,
+    sni: Names<BackendId>,
+    hosts: Names<Paths>,
+    /// Which preambles some backend writes, by [`preamble_index`].
+    preambles: [bool; PREAMBLES],
+}
+
+/// How many kinds of preamble there are besides none.
+pub const PREAMBLES: usize = 4;
+
+/// A preamble's slot in per-kind tables; `None` for no preamble.
+pub fn preamble_index(p: Preamble) -> Option<usize> {
+    match p {
+        Preamble::None => None,
+        Preamble::ProxyV1 => Some(0),
+        Preamble::ProxyV2 => Some(1),
+        Preamble::WriteIp => Some(2),
+        Preamble::PassThrough => Some(3),
+    }
+}
+
+/// Lowers `name` into `buf` when it has capitals (names from clients may), else returns it.
+fn lowercase<'a>(name: &'a str, buf: &'a mut [u8; 256]) -> Option<&'a str> {
+    if !name.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Some(name);
+    }
+    let out = buf.get_mut(..name.len())?;
+    out.copy_from_slice(name.as_bytes());
+    out.make_ascii_lowercase();
+    std::str::from_utf8(out).ok()
+}
+
+impl Routing {
+    /// The routing of `config`; `default` is the default backend's pool (`-b`, or the
+    /// built-in origin), the named ones are made here.
+    pub fn new(config: &Config, default: Pool) -> Self {
+        Self::build(config, default, None)
+    }
+
+    /// The routing of `config` after a reload: the default backend's servers stay (a
+    /// restart changes them), and a named backend whose servers did not change keeps
+    /// them, with their connections, queues and down-marking.
+    pub fn reloaded(&self, config: &Config) -> Self {
+        let default = self.backends[0].pool.sharing(pool_limits(config), 0);
+        Self::build(config, default, Some(self))
+    }
+
+    fn build(config: &Config, default: Pool, previous: Option<&Routing>) -> Self {
+        let limits = pool_limits(config);
+        let mut backends = vec![Arc::new(Backend {
+            name: crate::config::route::DEFAULT_BACKEND.into(),
+            pool: default,
+            preamble: config.preamble,
+            spec: String::new(),
+        })];
+        for (i, b) in config.named_backends.iter().enumerate() {
+            let mut new = named(b, config.preamble, limits, i + 1);
+            let old = previous.and_then(|p| p.backends.iter().find(|o| o.name == new.name));
+            if let Some(old) = old.filter(|o| o.spec == new.spec) {
+                new.pool = old.pool.sharing(new.pool.limits(), i + 1);
+            }
+            backends.push(Arc::new(new));
+        }
+        let id = |name: &str| -> BackendId {
+            backends.iter().position(|b| &*b.name == name).unwrap_or(0) as BackendId
+            // config::route::check saw every name exist
+        };
+        let frontends = config
+            .frontends
+            .iter()
+            .filter_map(|f| Some((f.endpoint.to_string().into(), id(f.backend.as_deref()?))))
+            .collect();
+        let (mut sni, mut hosts) = (Names::default(), Names::<Paths>::default());
+        for r in &config.routes {
+            let b = id(&r.backend);
+            match &r.matches {
+                RouteMatch::Sni(name) => *sni.entry(name) = b,
+                RouteMatch::Host { host, path_prefix } => {
+                    let paths = hosts.entry(host);
+                    paths.0.push((path_prefix.as_str().into(), b));
+                    paths.0.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+                }
+            }
+        }
+        let mut preambles = [false; PREAMBLES];
+        for b in &backends {
+            if let Some(i) = preamble_index(b.preamble) {
+                preambles[i] = true;
+            }
+        }
+        Routing {
+            backends,
+            frontends,
+            sni,
+            hosts,
+            preambles,
+        }
+    }
+
+    /// Every backend; the default first.
+    pub fn backends(&self) -> &[Arc<Backend>] {
+        &self.backends
+    }
+
+    /// The backend of `id`.
+    pub fn backend(&self, id: BackendId) -> &Arc<Backend> {
+        self.backends.get(id as usize).unwrap_or(&self.backends[0])
+    }
+
+    /// True when a route looks at the handshake's server name.
+    pub fn by_name(&self) -> bool {
+        !self.sni.is_empty() || !self.hosts.is_empty()
+    }
+
+    /// True when some route chooses per request (then a request for a name the
+    /// connection's certificate does not cover is misdirected).
+    pub fn routes(&self) -> bool {
+        self.by_name()
+    }
+
+    /// Which preambles some backend writes, by [`preamble_index`].
+    pub fn preambles(&self) -> [bool; PREAMBLES] {
+        self.preambles
+    }
+
+    /// The frontend's own backend, else the default.
+    pub fn for_frontend(&self, frontend: &str) -> BackendId {
+        if self.frontends.is_empty() {
+            return DEFAULT;
+        }
+        self.frontends.get(frontend).copied().unwrap_or(DEFAULT)
+    }
+
+    /// TCP mode: the backend for a connection to `fallback`'s frontend (see
+    /// [`Self::for_frontend`]) that asked for `sni`.
+    pub fn for_connection(&self, fallback: BackendId, sni: Option<&str>) -> BackendId {
+        let mut buf = [0u8; 256];
+        sni.and_then(|n| lowercase(n, &mut buf))
+            .and_then(|n| self.sni.find(n))
+            .copied()
+            .unwrap_or(fallback)
+    }
+
+    /// `--http`: the backend for a request to `host` (no port) and `path`, on a
+    /// connection whose own choice is `fallback` ([`Self::for_connection`]): host routes,
+    /// then server-name routes by the host, then the connection's.
+    pub fn for_request(&self, fallback: BackendId, host: &str, path: &str) -> BackendId {
+        let mut buf = [0u8; 256];
+        let Some(host) = lowercase(host, &mut buf) else {
+            return fallback;
+        };
+        if let Some(b) = self
+            .hosts
+            .exact
+            .get(host.trim_end_matches('.'))
+            .and_then(|p| p.find(path))
+        {
+            return b;
+        }
+        let mut rest = host.trim_end_matches('.');
+        while let Some((_, parent)) = rest.split_once('.') {
+            if let Some(b) = self.hosts.wildcard.get(parent).and_then(|p| p.find(path)) {
+                return b;
+            }
+            rest = parent;
+        }
+        self.sni.find(host).copied().unwrap_or(fallback)
+    }
+}
+
+/// The pool settings a backend takes from the global flags.
+pub fn pool_limits(config: &Config) -> PoolLimits {
+    let l = &config.limits;
+    PoolLimits {
+        connect_timeout: l.connect_timeout,
+        queue_timeout: l.queue_timeout,
+        queue_size: l.queue_size,
+        retry_after: l.retry_after,
+    }
+}
+
+/// A server of `spec`, named by its address.
+pub fn server(spec: &BackendSpec) -> Server {
+    let address = match &spec.endpoint {
+        BackendEndpoint::Tcp(_) => Address::Tcp(spec.addrs.clone()),
+        BackendEndpoint::Unix(path) => Address::Unix(path.clone()),
+    };
+    Server::new(
+        spec.endpoint.to_string(),
+        address,
+        spec.maxconn,
+        spec.weight,
+    )
+}
+
+fn named(b: &NamedBackend, global: Preamble, mut limits: PoolLimits, slot: usize) -> Backend {
+    if let Some(t) = b.connect_timeout {
+        limits.connect_timeout = t;
+    }
+    let spec: Vec<String> = b
+        .servers
+        .iter()
+        .map(|s| format!("{}/{:?}/{}/{:?}", s.endpoint, s.maxconn, s.weight, s.addrs))
+        .collect();
+    Backend {
+        name: b.name.as_str().into(),
+        pool: Pool::new(b.servers.iter().map(server).collect(), limits).with_slot(slot),
+        preamble: b.preamble.unwrap_or(global),
+        spec: spec.join(","),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(pairs: &[(&str, BackendId)]) -> Names<BackendId> {
+        let mut n = Names::default();
+        for &(p, b) in pairs {
+            *n.entry(p) = b;
+        }
+        n
+    }
+
+    #[test]
+    fn exact_names_then_the_longest_wildcard() {
+        let n = names(&[
+            ("api.example.com", 1),
+            ("*.example.com", 2),
+            ("*.eu.example.com", 3),
+        ]);
+        assert_eq!(n.find("api.example.com"), Some(&1));
+        assert_eq!(n.find("www.example.com"), Some(&2));
+        assert_eq!(n.find("a.b.example.com"), Some(&2));
+        assert_eq!(n.find("x.eu.example.com"), Some(&3));
+        assert_eq!(n.find("example.com"), None);
+        assert_eq!(n.find("api.example.com."), Some(&1));
+        assert_eq!(n.find("example.org"), None);
+    }
+
+    #[test]
+    fn paths_longest_prefix_first() {
+        let mut hosts = Names::<Paths>::default();
+        for (p, b) in [("", 1), ("/assets/", 2), ("/assets/big/", 3)] {
+            let paths = hosts.entry("static.example.com");
+            paths.0.push((p.into(), b));
+            paths.0.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+        }
+        let p = hosts.find("static.example.com").unwrap();
+        assert_eq!(p.find("/assets/big/x.png"), Some(3));
+        assert_eq!(p.find("/assets/x.png"), Some(2));
+        assert_eq!(p.find("/"), Some(1));
+    }
+
+    #[test]
+    fn capitals_are_lowered_without_allocating() {
+        let mut buf = [0u8; 256];
+        assert_eq!(
+            lowercase("API.Example.COM", &mut buf),
+            Some("api.example.com")
+        );
+        let long = "A".repeat(300);
+        assert_eq!(lowercase(&long, &mut buf), None);
+    }
+}
