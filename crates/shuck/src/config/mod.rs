@@ -445,6 +445,17 @@ fn named(
         .enumerate()
         .map(|(i, s)| {
             let b = route::parse_backend(s).map_err(|e| nth("--named-backend", i, e))?;
+            if b.tls.is_some() {
+                // Read and checked, but not served yet: never plain TCP where TLS was asked.
+                return Err(nth(
+                    "--named-backend",
+                    i,
+                    ConfigError::Invalid {
+                        option: "tls",
+                        reason: format!("backend {}: tls = on (TLS to the backend) is not in this version of shuck yet; remove it, or put a TLS client (stunnel client = yes) in front of the backend", b.name),
+                    },
+                ));
+            }
             let p = b.preamble.unwrap_or(global);
             let target = BackendTarget::Servers(b.servers.clone());
             backend::check_preamble(p, &target).map_err(|e| nth("--named-backend", i, e))?;
