@@ -170,9 +170,9 @@ fn a_route_to_a_backend_that_does_not_exist_names_its_line() {
             "needs --http",
         ),
         (
-            "pem-file = \"CERT\"\n\nbackend = { name = \"s\" server = \"[127.0.0.1]:1\" tls = on }\n",
+            "pem-file = \"CERT\"\n\nbackend = { name = \"s\" server = \"[127.0.0.1]:1\" tls = on ca-file = \"/nonexistent/ca.pem\" }\n",
             3,
-            "tls = on (TLS to the backend) is not in this version",
+            "/nonexistent/ca.pem",
         ),
         (
             "pem-file = \"CERT\"\nroute = {\n sni = \"a.test\"\n weight = 2\n}\n",

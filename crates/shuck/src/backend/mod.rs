@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use server::{Address, Lease, Server};
-pub use stream::BackendStream;
+pub use stream::{BackendStream, ReadHalf, WriteHalf};
 
 /// Why a backend connection could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +55,15 @@ pub enum ConnectError {
         kind: Shortage,
         /// The system's reason.
         source: io::Error,
+    },
+    /// The server's handshake failed (TLS to the backend: a certificate that does not
+    /// verify, a timeout); it was marked down.
+    #[error("{to}: {reason}")]
+    Handshake {
+        /// The server.
+        to: String,
+        /// What failed.
+        reason: String,
     },
     /// Waited in the server's queue past the queue timeout.
     #[error("{server}: waited {timeout:?} in the queue for a free slot (maxconn)")]

@@ -44,6 +44,8 @@ pub struct ServerStats {
     pub connect_failures: AtomicU64,
     /// Times it was marked down.
     pub marked_down: AtomicU64,
+    /// Handshakes with it that failed (TLS to the backend: its certificate refused).
+    pub handshake_failures: AtomicU64,
 }
 
 /// A backend server.

@@ -94,6 +94,19 @@ pub struct BackendSpec {
 }
 
 impl BackendSpec {
+    /// Its host as written (a name or an address; empty for a UNIX socket): what TLS to
+    /// the backend verifies unless the block names another (`sni`).
+    pub fn host(&self) -> String {
+        match &self.endpoint {
+            BackendEndpoint::Tcp(e) => match &e.host {
+                super::endpoint::Host::Name(n) => n.clone(),
+                super::endpoint::Host::Ip(ip) => ip.to_string(),
+                super::endpoint::Host::Any => String::new(),
+            },
+            BackendEndpoint::Unix(_) => String::new(),
+        }
+    }
+
     /// Parses `[HOST]:PORT[,maxconn=N][,weight=W]` or `/PATH[,maxconn=N][,weight=W]`.
     pub fn parse(spec: &str) -> Result<Self, ConfigError> {
         let mut parts = spec.split(',');

@@ -96,9 +96,10 @@ pub struct Cli {
 
     /// A named backend, repeatable: name=NAME;server=ADDRESS[,maxconn=N][,weight=W] (server
     /// repeatable, as -b takes it), then [;write-proxy-v1|write-proxy-v2|write-ip|proxy-proxy=on]
-    /// [;connect-timeout=T] (tls=on, TLS to the backend, is refused: not served yet). In the
-    /// configuration file: a backend = { ... } block. Chosen by a frontend's backend=NAME or
-    /// by routes (--route), and -b stays the default backend ("default").
+    /// [;connect-timeout=T] [;tls=on[;verify=required|none][;ca-file=F][;sni=NAME][;cert=F]
+    /// [;alpn=P,...]] (TLS to the backend). In the configuration file: a backend = { ... }
+    /// block. Chosen by a frontend's backend=NAME or by routes (--route), and -b stays the
+    /// default backend ("default").
     #[arg(long = "named-backend", value_name = "name=NAME;server=ADDRESS;...")]
     pub named_backends: Vec<String>,
 

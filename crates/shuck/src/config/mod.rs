@@ -445,16 +445,33 @@ fn named(
         .enumerate()
         .map(|(i, s)| {
             let b = route::parse_backend(s).map_err(|e| nth("--named-backend", i, e))?;
-            if b.tls.is_some() {
-                // Read and checked, but not served yet: never plain TCP where TLS was asked.
-                return Err(nth(
-                    "--named-backend",
-                    i,
-                    ConfigError::Invalid {
-                        option: "tls",
-                        reason: format!("backend {}: tls = on (TLS to the backend) is not in this version of shuck yet; remove it, or put a TLS client (stunnel client = yes) in front of the backend", b.name),
-                    },
-                ));
+            let mut b = b;
+            if let Some(t) = &b.tls {
+                let up = crate::tls::upstream::Upstream {
+                    verify: t.verify,
+                    ca_file: t.ca_file.as_deref(),
+                    cert: t.cert.as_deref(),
+                    alpn: &t.alpn,
+                };
+                let client = crate::tls::upstream::client_config(up)
+                    .map_err(|e| nth("--named-backend", i, e.into()))?;
+                for s in &b.servers {
+                    crate::tls::upstream::server_name(t.sni.as_deref(), &s.host()).map_err(|e| {
+                        nth("--named-backend", i, ConfigError::Invalid {
+                            option: "sni",
+                            reason: format!("backend {}: server {}: {e}; give sni = \"NAME\"", b.name, s.endpoint),
+                        })
+                    })?;
+                }
+                if !t.verify {
+                    tracing::warn!(
+                        name: "config_backend_unverified",
+                        backend = %b.name,
+                        "backend {}: verify = none: its servers' certificates are not checked (anyone on the path can stand in for them)",
+                        b.name,
+                    );
+                }
+                b.tls_client = Some(client);
             }
             let p = b.preamble.unwrap_or(global);
             let target = BackendTarget::Servers(b.servers.clone());

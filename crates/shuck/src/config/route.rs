@@ -33,6 +33,9 @@ pub struct NamedBackend {
     pub connect_timeout: Option<Duration>,
     /// TLS to its servers, when on.
     pub tls: Option<UpstreamTls>,
+    /// With `tls`: the client configuration its connections share (built once the whole
+    /// configuration is read, so that its files are read with the rest).
+    pub tls_client: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 /// `tls = on` in a backend block: how shuck speaks TLS to the servers.
@@ -204,6 +207,7 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
         preamble,
         connect_timeout,
         tls,
+        tls_client: None,
     })
 }
 

@@ -17,8 +17,9 @@ use super::http::choose::{Chooser, MISDIRECTED};
 use super::http::{self, Http};
 use super::preamble::{self, Origin, Preamble, Preambles, TlsFacts};
 use super::relay::{self, relay, RelayEnd};
-use super::route::{preamble_index, BackendId, Routing, PREAMBLES};
+use super::route::{preamble_index, Backend, PREAMBLES};
 use super::tls_stream::TlsStream;
+use super::upstream::{self, Upstream};
 use super::{FrontendState, Worker};
 use crate::counters::{FailReason, Failure, FrontendCounters, WorkerCounters};
 use crate::tls::client_auth::Subject;
@@ -246,25 +247,26 @@ pub async fn serve(
     let mut first = Some(first);
     let (mut to_backend, mut to_client) = (0, 0);
     let (out, lease) = loop {
-        let Some((mut backend, lease)) = open(
+        let b = routing.backend(id);
+        let pre = preambles.get(b.preamble);
+        let opened = open(
             &worker,
-            &routing,
-            id,
+            b,
+            pre,
             client,
             &mut tls,
             fe_counters,
             state.http.is_some(),
-        )
-        .await
-        else {
+        );
+        let Some((mut backend, lease)) = opened.await else {
             return;
         };
-        // preamble, and the first request (or the one that moved the connection here)
-        let b = routing.backend(id);
-        let mut opening = preambles
-            .get(b.preamble)
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default();
+        // preamble (unless TLS to the backend sent it before its handshake), and the first
+        // request (or the one that moved the connection here)
+        let mut opening = match pre {
+            Some(p) if backend.is_plain() => p.to_vec(),
+            _ => Vec::new(),
+        };
         match (first.take(), http.as_mut()) {
             (Some(f), _) => opening.extend_from_slice(&f),
             (None, Some(h)) => {
@@ -344,21 +346,22 @@ pub async fn serve(
     }
 }
 
-/// Connects to backend `id` for `client`; when no server can be had, the failure is
-/// counted and logged, an HTTP client is told 503, and the connection is closed (`None`).
+/// Connects to `backend` for `client` (with TLS, `preamble` goes before the handshake);
+/// when no server can be had, the failure is counted and logged, an HTTP client is told
+/// 503, and the connection is closed (`None`).
 async fn open<S>(
     worker: &Worker,
-    routing: &Routing,
-    id: BackendId,
+    backend: &Backend,
+    preamble: Option<&[u8]>,
     client: SocketAddr,
     tls: &mut S,
     fe_counters: &FrontendCounters,
     http: bool,
-) -> Option<(crate::backend::BackendStream, crate::backend::Lease)>
+) -> Option<(Upstream, crate::backend::Lease)>
 where
     S: tokio::io::AsyncWrite + Unpin,
 {
-    match Box::pin(routing.backend(id).pool.connect(&worker.picker)).await {
+    match Box::pin(upstream::open(backend, &worker.picker, preamble)).await {
         Ok(b) => Some(b),
         Err(e) => {
             worker.connect_failed(client, &e);

@@ -15,6 +15,7 @@ pub(crate) mod relay;
 pub mod route;
 pub(crate) mod timer_anchor;
 pub mod tls_stream;
+pub mod upstream;
 #[cfg(feature = "io-uring")]
 pub mod uring;
 

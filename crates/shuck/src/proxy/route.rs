@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use rustls::pki_types::ServerName;
+
 use crate::backend::{Address, Pool, PoolLimits, Server};
 use crate::config::{BackendEndpoint, BackendSpec, Config, NamedBackend, Preamble, RouteMatch};
 
@@ -22,8 +24,20 @@ pub struct Backend {
     pub pool: Pool,
     /// What is written before the client's bytes.
     pub preamble: Preamble,
+    /// TLS to its servers, when on.
+    pub tls: Option<BackendTls>,
     /// Its servers as configured, to tell at a reload whether they changed.
     spec: String,
+}
+
+/// TLS to a backend's servers: the connector (one client configuration, so sessions
+/// resume across connections) and the name each server is verified by.
+#[derive(Debug)]
+pub struct BackendTls {
+    /// Its client configuration (and so its session cache).
+    pub config: std::sync::Arc<rustls::ClientConfig>,
+    /// Each server's name (by the server's own name, as the pool gives it), in order.
+    pub names: Vec<(Box<str>, ServerName<'static>)>,
 }
 
 /// The index of a backend in its [`Routing`].
@@ -142,6 +156,7 @@ impl Routing {
             name: crate::config::route::DEFAULT_BACKEND.into(),
             pool: default,
             preamble: config.preamble,
+            tls: None,
             spec: String::new(),
         })];
         for (i, b) in config.named_backends.iter().enumerate() {
@@ -293,10 +308,24 @@ fn named(b: &NamedBackend, global: Preamble, mut limits: PoolLimits, slot: usize
         .iter()
         .map(|s| format!("{}/{:?}/{}/{:?}", s.endpoint, s.maxconn, s.weight, s.addrs))
         .collect();
+    let tls = b.tls_client.as_ref().map(|client| BackendTls {
+        config: client.clone(),
+        names: b
+            .servers
+            .iter()
+            .filter_map(|s| {
+                let sni = b.tls.as_ref().and_then(|t| t.sni.as_deref());
+                // Checked when the configuration was read (config::named).
+                let name = crate::tls::upstream::server_name(sni, &s.host()).ok()?;
+                Some((s.endpoint.to_string().into(), name))
+            })
+            .collect(),
+    });
     Backend {
         name: b.name.as_str().into(),
         pool: Pool::new(b.servers.iter().map(server).collect(), limits).with_slot(slot),
         preamble: b.preamble.unwrap_or(global),
+        tls,
         spec: spec.join(","),
     }
 }

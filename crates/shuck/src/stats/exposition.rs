@@ -480,6 +480,12 @@ impl prometheus_client::collector::Collector for Exposition {
             "Failed connection attempts to the server.",
             &crow(&|s| s.stats.connect_failures.load(Relaxed)),
         )?;
+        counter(
+            &mut enc,
+            "shuck_backend_tls_failures",
+            "TLS to the backend: handshakes with the server that failed (its certificate refused, or no handshake in time); each marks it down.",
+            &crow(&|s| s.stats.handshake_failures.load(Relaxed)),
+        )?;
         if let Some(acme) = &sources.acme {
             let st = acme.lock().map(|s| s.clone()).unwrap_or_default();
             counter(

@@ -9,6 +9,7 @@ pub mod params;
 pub mod pem;
 pub mod selfsigned;
 pub mod sni;
+pub mod upstream;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -23,17 +23,18 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
-use crate::backend::{BackendStream, ConnectError, Lease};
+use crate::backend::{ConnectError, Lease};
 use crate::counters::WorkerCounters;
 use crate::proxy::preamble::Preambles;
 use crate::proxy::route::{BackendId, Routing};
+use crate::proxy::upstream::{self, Upstream};
 use crate::proxy::Worker;
 
 /// One backend connection and what was read from it ahead.
 #[derive(Debug)]
 pub struct BackendConn {
     /// The socket.
-    pub tcp: BackendStream,
+    pub tcp: Upstream,
     /// Bytes read and not yet used.
     pub buf: BytesMut,
     /// True once it carried a stream before (it may have been closed by the backend since).
@@ -150,23 +151,15 @@ enum Idle {
     Stray,
 }
 
-/// Looks at an idle connection's socket; `cx` is woken once it becomes readable.
-///
-/// tokio clears a socket's readiness when a read fills less than its buffer, which is how
-/// an answer's last read ends: a connection given back is normally not ready, and asking
-/// costs no system call. A readiness left over is checked with one read.
-fn poll_idle(tcp: &BackendStream, cx: &mut Context<'_>) -> Idle {
-    let mut probe = [0u8; 64];
-    loop {
-        match tcp.poll_read_ready(cx) {
-            Poll::Pending => return Idle::Quiet,
-            Poll::Ready(Err(_)) => return Idle::Closed,
-            Poll::Ready(Ok(())) => match tcp.try_read(&mut probe) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {} // cleared: ask again
-                Ok(0) | Err(_) => return Idle::Closed,
-                Ok(_) => return Idle::Stray,
-            },
-        }
+/// Looks at an idle connection; `cx` is woken once it becomes readable. tokio clears a
+/// socket's readiness when a read fills less than its buffer, which is how an answer's
+/// last read ends: a connection given back is normally not ready, and asking costs no
+/// system call. A readiness left over is checked with one read.
+fn poll_idle(up: &mut Upstream, cx: &mut Context<'_>) -> Idle {
+    match up.poll_idle(cx) {
+        Poll::Pending => Idle::Quiet,
+        Poll::Ready(true) => Idle::Closed,
+        Poll::Ready(false) => Idle::Stray,
     }
 }
 
@@ -202,7 +195,7 @@ impl Shared {
     /// dropped, the others registered with `cx`.
     fn sweep(&self, cx: &mut Context<'_>) {
         let mut idle = self.idle.borrow_mut();
-        idle.retain(|c| match poll_idle(&c.tcp, cx) {
+        idle.retain_mut(|c| match poll_idle(&mut c.tcp, cx) {
             Idle::Quiet => true,
             why => {
                 self.dropped(why);
@@ -312,13 +305,13 @@ impl Backends {
         let mut idle = self.shared.idle.borrow_mut();
         // Most often every idle connection is the one backend's: the last one is taken.
         while let Some(at) = idle.iter().rposition(|c| c.backend == backend) {
-            let c = idle.remove(at);
+            let mut c = idle.remove(at);
             // Nothing seen since its last read: quiet, known without a registration. Else
             // one read says what came.
             if !c.tcp.seen_readable() {
                 return Some(c);
             }
-            match poll_idle(&c.tcp, &mut Context::from_waker(Waker::noop())) {
+            match poll_idle(&mut c.tcp, &mut Context::from_waker(Waker::noop())) {
                 Idle::Quiet => return Some(c),
                 why => self.shared.dropped(why),
             }
@@ -361,7 +354,8 @@ impl Backends {
             }
             let slot = Slot::take(shared);
             let b = self.routing.backend(backend);
-            let connect = b.pool.connect(&worker.picker);
+            let pre = self.preambles.get(b.preamble);
+            let connect = upstream::open(b, &worker.picker, pre);
             tokio::pin!(connect);
             loop {
                 tokio::select! {
@@ -373,7 +367,7 @@ impl Backends {
                     }
                     r = &mut connect => {
                         let (mut tcp, lease) = r?;
-                        if let Some(p) = self.preambles.get(b.preamble) {
+                        if let Some(p) = pre.filter(|_| tcp.is_plain()) {
                             if let Err(source) = tcp.write_all(p).await {
                                 let to = lease.server().name().to_owned();
                                 return Err(ConnectError::Io { to, source });
@@ -416,7 +410,7 @@ impl Backends {
         // backend closed it, or wrote what nobody asked for) wakes it, and it drops that one.
         // Before the keeper's first turn there is no waker yet; that turn looks at all.
         if let Some(w) = self.shared.keeper.borrow().as_ref() {
-            let why = poll_idle(&c.tcp, &mut Context::from_waker(w));
+            let why = poll_idle(&mut c.tcp, &mut Context::from_waker(w));
             if why != Idle::Quiet {
                 self.shared.dropped(why);
                 return;
