@@ -4,6 +4,9 @@
 #
 #   bench/callgrind.sh [SHUCK] [SHUCK_BENCH]     (defaults: target/release/...)
 #   SHUCK_ARGS="--http" bench/callgrind.sh       (the same, with more shuck flags)
+#   ROUTES=10000 bench/callgrind.sh              (N server-name routes to a named backend,
+#                                                 the origin; the client asks for one of them)
+#   ROUTES=0 bench/callgrind.sh                  (the same client, no route: the baseline)
 #
 # Each figure is a difference of two runs with fixed work, so start-up and shutdown cancel:
 #   keep-alive: one session of 4,500 requests minus one of 500, divided by 4,000;
@@ -21,6 +24,23 @@ command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install va
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 origin_and_cert
+# With ROUTES=N: every connection asks for www.example.com; a configuration file routes N
+# names (www.example.com among them) to a named backend that is the origin. N=0: no file.
+routes=()
+load_sni=()
+if [ -n "${ROUTES:-}" ]; then
+    load_sni=(--sni www.example.com)
+    if [ "$ROUTES" -gt 0 ]; then
+        {
+            echo "backend = { name = \"web\" server = \"[127.0.0.1]:$oport\" }"
+            for i in $(seq 2 "$ROUTES"); do
+                echo "route = { sni = \"h$i.example.com\" backend = \"web\" }"
+            done
+            echo "route = { sni = \"www.example.com\" backend = \"web\" }"
+        } >"$work/routes.conf"
+        routes=(--config "$work/routes.conf")
+    fi
+fi
 
 # Runs shuck under callgrind while shuck-bench does "$@"; prints the instructions counted,
 # the sessions completed and the requests answered.
@@ -32,10 +52,10 @@ count() {
     out="$work/cg.out"
     rm -f "$out".*
     valgrind --tool=callgrind --callgrind-out-file="$out.%p" \
-        "$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q ${SHUCK_ARGS:-} "$pem" 2>"$work/vg.log" &
+        "$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q ${SHUCK_ARGS:-} "${routes[@]}" "$pem" 2>"$work/vg.log" &
     pid=$!
     wait_port "$port"
-    "$bench" load --target "127.0.0.1:$port" --concurrency 1 --timeout 120 --json "$@" >"$work/load.json"
+    "$bench" load --target "127.0.0.1:$port" --concurrency 1 --timeout 120 --json "${load_sni[@]}" "$@" >"$work/load.json"
     kill -TERM "$pid"
     wait "$pid" || true
     local done

@@ -140,6 +140,51 @@ stats = "{stats}"
 }
 
 #[test]
+fn an_unknown_name_is_refused_with_sni_nomatch_abort_and_the_log_names_the_route() {
+    let (b, d) = (Origin::http("B"), Origin::http("D"));
+    let dir = TempDir::new("routes-abort");
+    let (cert, _) = rcgen_cert(&dir, "api", &["api.test"], false);
+    let named = format!("name=b;server={}", b.addr());
+    let shuck = Shuck::start(&[
+        "--sni-nomatch-abort",
+        "--log-connections",
+        "-b",
+        &d.addr(),
+        "--named-backend",
+        &named,
+        "--route",
+        "sni=api.test;backend=b",
+        cert.to_str().unwrap(),
+    ]);
+    assert_eq!(get_body(shuck.addr(), "api.test"), "B");
+    let refused = tls_connect(
+        shuck.addr(),
+        &ClientOpts {
+            sni: Some("unknown.test".into()),
+            ..ClientOpts::default()
+        },
+    );
+    assert_eq!(
+        alert_of(&refused),
+        Some(rustls::AlertDescription::UnrecognisedName)
+    );
+    assert!(
+        shuck.wait_log("route=\"sni\"", Duration::from_secs(5)),
+        "{}",
+        shuck.log()
+    );
+    let log = shuck.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("connection closed"))
+        .unwrap();
+    assert!(
+        line.contains("backend=b ") && line.contains("sni=\"api.test\""),
+        "{line}"
+    );
+}
+
+#[test]
 fn a_route_to_a_backend_that_does_not_exist_names_its_line() {
     let dir = TempDir::new("routes-bad");
     let conf = dir.path("bad.conf");

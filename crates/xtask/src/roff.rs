@@ -164,9 +164,11 @@ comments, quoted strings (with
 and
 .BR \e\e )
 or bare words, and
-.B frontend = { ... }
+.BR "frontend = { ... }" ,
+.BR "pem\-file = { ... }" ,
+.B "backend = { ... }"
 and
-.B pem\-file = { ... }
+.B "route = { ... }"
 blocks. Every key is the long flag of the same name, with the same meaning and values
 (see
 .BR shuck (8)),
@@ -189,9 +191,11 @@ block takes
 .BR prefer\-server\-ciphers ,
 .BR sni\-nomatch\-abort ,
 .BR match\-global\-certs ,
-.B client\-verify
+.BR client\-verify ,
+.B client\-verify\-ca
 and
-.BR client\-verify\-ca .
+.B backend
+(the name of a backend block: this frontend's backend when no route chooses).
 A
 .B pem\-file
 block takes
@@ -202,6 +206,72 @@ block takes
 .B client\-verify
 and
 .BR client\-verify\-ca .
+.PP
+A
+.B backend
+block (with a value instead,
+.B backend
+is hitch's default backend,
+.BR \-b )
+is a named backend: its
+.B name
+(letters, digits,
+.BR \- ,
+.BR _ ,
+.BR . ;
+not
+.BR default ,
+the name of
+.BR \-b 's),
+.B server
+(repeatable; an address as
+.B \-b
+takes it, with
+.B maxconn
+and
+.BR weight ),
+its own preamble
+.RB ( write\-proxy\-v1 ,
+.BR write\-proxy\-v2 ,
+.BR write\-ip ,
+.BR proxy\-proxy ;
+without one, the global choice),
+.BR connect\-timeout ,
+and TLS to it:
+.B tls = on
+with
+.B verify
+.RB ( required ,
+the default, or
+.BR none ),
+.B ca\-file
+(else the system's trust store),
+.B sni
+(the name verified and sent; default each server's host),
+.B cert
+(a client certificate and its key) and
+.B alpn
+(protocols, comma-separated). The PROXY header goes before the TLS handshake.
+.PP
+A
+.B route
+block chooses a backend: by the handshake's server name,
+.B sni = "NAME"
+.RB ( *.NAME
+for every subdomain), or with
+.BR \-\-http ,
+per request,
+.B host = "NAME"
+with an optional
+.BR path\-prefix ;
+and
+.B backend = "NAME"
+(or
+.BR default ).
+Exact names first, then the longest wildcard, then the longest path prefix; then the
+frontend's backend; then the default. With routes, a request for a name the connection's
+certificate does not cover is answered 421. A route or frontend naming a backend that does
+not exist is an error with its line. SIGHUP adds, changes and removes backends and routes.
 .PP
 Check a file with
 .B shuck \-\-config FILE \-\-test
@@ -223,6 +293,14 @@ frontend = {
     pem\-file = "/etc/ssl/private/admin.example.com.pem"
     tls\-protos = TLSv1.3
 }
+
+backend = {
+    name = "api"
+    server = "[10.0.0.5]:8443,maxconn=100"
+    tls = on
+    ca\-file = "/etc/shuck/api\-ca.pem"
+}
+route = { sni = "api.example.com" backend = "api" }
 .fi
 .SH SEE ALSO
 .BR shuck (8),

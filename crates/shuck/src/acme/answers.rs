@@ -18,7 +18,7 @@ use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use rustls::ServerConfig;
 
 /// The ALPN protocol of tls-alpn-01.
-pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+pub use crate::tls::hello::ACME_TLS_ALPN;
 
 /// Why an answer could not be made.
 #[derive(Debug, thiserror::Error)]

@@ -54,7 +54,7 @@ pub struct UpstreamTls {
 }
 
 /// What a route matches.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RouteMatch {
     /// The server name of the handshake (`sni = "..."`, `*.example.com` allowed); in
     /// `--http` mode also a request's `Host` when no host route took it.
@@ -337,6 +337,8 @@ pub fn check(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // Tens of thousands of routes are checked in one pass.
+    let mut seen = std::collections::HashMap::new();
     for (i, r) in routes.iter().enumerate() {
         if !exists(&r.backend) {
             return Err(ConfigError::Nth {
@@ -358,7 +360,7 @@ pub fn check(
                         .into(),
             });
         }
-        if let Some(j) = routes[..i].iter().position(|o| o.matches == r.matches) {
+        if let Some(j) = seen.insert(&r.matches, i) {
             return Err(ConfigError::Nth {
                 option: "--route",
                 index: i,

@@ -209,9 +209,11 @@ pub fn datagram(data: &[u8]) {
     }
 }
 
-/// A client's first bytes, read for the session ID and PSK identities to fetch from the
-/// shared store (`--shared-store`), under every way a server may resume.
+/// A client's first bytes, read for the server name and the ACME check (routes, SNI
+/// policies), and for the session ID and PSK identities to fetch from the shared store
+/// (`--shared-store`), under every way a server may resume.
 pub fn client_hello(data: &[u8]) {
+    let _ = crate::tls::hello::peek(data);
     for tls13 in [true, false] {
         for stateless in [true, false] {
             let server = crate::tls::hello::Server {

@@ -143,7 +143,7 @@ pub async fn serve(
     counters.handshake_done(resumed);
 
     // The connection's own backend: its server name's route, its frontend's, the default.
-    let fallback = routing.for_connection(routing.for_frontend(&frontend.name), tls.sni());
+    let (fallback, mut route) = routing.for_connection(&frontend.name, tls.sni());
 
     // What the backend is told first, and the HTTP rewriter; the client certificate's
     // subject is only needed to build them, so it does not stay in this task while the
@@ -244,6 +244,9 @@ pub async fn serve(
         .as_ref()
         .and_then(|h| h.request.backend())
         .unwrap_or(fallback);
+    if id != fallback {
+        route = "host";
+    }
     let mut first = Some(first);
     let (mut to_backend, mut to_client) = (0, 0);
     let (out, lease) = loop {
@@ -300,6 +303,7 @@ pub async fn serve(
             // A request for another backend: this one has answered all it owed.
             RelayEnd::Switch(next) => {
                 id = next;
+                route = "host";
                 WorkerCounters::bump(&counters.http.backend_switches);
             }
             _ => break (out, lease),
@@ -332,6 +336,7 @@ pub async fn serve(
             worker = worker.id,
             client = %client,
             backend = %routing.backend(id).name,
+            route,
             server = %lease.server().name(),
             sni = tls.sni().unwrap_or("-"),
             version = version_name(conn.protocol_version()).unwrap_or("-"),

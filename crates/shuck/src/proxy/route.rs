@@ -237,18 +237,25 @@ impl Routing {
         self.frontends.get(frontend).copied().unwrap_or(DEFAULT)
     }
 
-    /// TCP mode: the backend for a connection to `fallback`'s frontend (see
-    /// [`Self::for_frontend`]) that asked for `sni`.
-    pub fn for_connection(&self, fallback: BackendId, sni: Option<&str>) -> BackendId {
+    /// The backend of a connection to `frontend` that asked for `sni`, and what chose it
+    /// (for its log line): a server-name route (`sni`), the frontend's backend
+    /// (`frontend`), or the default (`default`).
+    pub fn for_connection(&self, frontend: &str, sni: Option<&str>) -> (BackendId, &'static str) {
         let mut buf = [0u8; 256];
-        sni.and_then(|n| lowercase(n, &mut buf))
+        if let Some(&b) = sni
+            .and_then(|n| lowercase(n, &mut buf))
             .and_then(|n| self.sni.find(n))
-            .copied()
-            .unwrap_or(fallback)
+        {
+            return (b, "sni");
+        }
+        match self.for_frontend(frontend) {
+            DEFAULT => (DEFAULT, "default"),
+            b => (b, "frontend"),
+        }
     }
 
     /// `--http`: the backend for a request to `host` (no port) and `path`, on a
-    /// connection whose own choice is `fallback` ([`Self::for_connection`]): host routes,
+    /// connection whose own choice is `fallback` (see [`Self::for_connection`]): host routes,
     /// then server-name routes by the host, then the connection's.
     pub fn for_request(&self, fallback: BackendId, host: &str, path: &str) -> BackendId {
         let mut buf = [0u8; 256];

@@ -1,11 +1,17 @@
-//! What a ClientHello offers to resume: its TLS 1.2 session ID and its TLS 1.3 PSK
-//! identities (stateful tickets), read with rusticata's `tls-parser` before rustls sees the
-//! hello, so that the shared store can be asked for a session rustls will then find in the
-//! local cache. rustls' own `Acceptor` exposes neither.
+//! What a ClientHello says before rustls sees it, read with rusticata's `tls-parser`: the
+//! server name it asks for and whether it is an ACME tls-alpn-01 check ([`peek`]: routes,
+//! certificates with their own client verification, `--sni-nomatch-abort`), and what it
+//! offers to resume, its TLS 1.2 session ID and its TLS 1.3 PSK identities (stateful
+//! tickets), so that the shared store can be asked for a session rustls will then find in
+//! the local cache ([`resumable`]; rustls' own `Acceptor` exposes neither, and costs a
+//! second full decoding of the hello).
 
 use tls_parser::nom::multi::length_data;
 use tls_parser::nom::number::complete::{be_u16, be_u32, be_u8};
 use tls_parser::{TlsMessage, TlsMessageHandshake, TlsRecordType};
+
+/// The ALPN protocol of ACME's tls-alpn-01 checks (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 
 /// Most PSK identities looked up (clients send one; each costs a round trip).
 const MAX_IDENTITIES: usize = 2;
@@ -79,6 +85,153 @@ pub fn resumable(records: &[u8], server: Server) -> Option<Resumable> {
         out.tickets = identities;
     }
     Some(out)
+}
+
+/// What [`peek`] found at the start of the bytes received.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Peek {
+    /// The ClientHello is not all there yet.
+    Incomplete,
+    /// Not a ClientHello that parses (rustls then answers it itself).
+    NotAHello,
+    /// A ClientHello.
+    Hello {
+        /// The DNS name it asks for (an address in SNI is no name, as for rustls).
+        server_name: Option<Box<str>>,
+        /// It offers ALPN `acme-tls/1` alone (RFC 8737).
+        acme_alpn: bool,
+    },
+}
+
+/// The server name and the ACME ALPN of the ClientHello at the start of `records`.
+pub fn peek(records: &[u8]) -> Peek {
+    let hello = match joined(records) {
+        Joined::One(h) => std::borrow::Cow::Borrowed(h),
+        Joined::Many(h) => std::borrow::Cow::Owned(h),
+        Joined::Incomplete => return Peek::Incomplete,
+        Joined::Bad => return Peek::NotAHello,
+    };
+    let Ok((_, msg)) = tls_parser::parse_tls_message_handshake(&hello) else {
+        return Peek::NotAHello;
+    };
+    let TlsMessage::Handshake(TlsMessageHandshake::ClientHello(ch)) = msg else {
+        return Peek::NotAHello;
+    };
+    let (mut server_name, mut acme_alpn) = (None, false);
+    let mut ext = ch.ext.unwrap_or_default();
+    while !ext.is_empty() {
+        let Ok((rest, kind)) = be_u16::<_, ()>(ext) else {
+            return Peek::NotAHello;
+        };
+        let Ok((rest, data)) = length_data(be_u16::<_, ()>)(rest) else {
+            return Peek::NotAHello;
+        };
+        ext = rest;
+        match kind {
+            0 => server_name = host_name(data),
+            16 => acme_alpn = only_acme(data),
+            _ => {}
+        }
+    }
+    Peek::Hello {
+        server_name,
+        acme_alpn,
+    }
+}
+
+/// server_name (RFC 6066 §3): the first host_name, when it is a DNS name.
+fn host_name(data: &[u8]) -> Option<Box<str>> {
+    let (_, mut list) = length_data(be_u16::<_, ()>)(data).ok()?;
+    while !list.is_empty() {
+        let (r, kind) = be_u8::<_, ()>(list).ok()?;
+        let (r, name) = length_data(be_u16::<_, ()>)(r).ok()?;
+        list = r;
+        if kind == 0 {
+            let name = std::str::from_utf8(name).ok()?;
+            rustls::pki_types::DnsName::try_from(name).ok()?;
+            return Some(name.into());
+        }
+    }
+    None
+}
+
+/// application_layer_protocol_negotiation: exactly one protocol, `acme-tls/1`.
+fn only_acme(data: &[u8]) -> bool {
+    let one = || -> Option<bool> {
+        let (_, list) = length_data(be_u16::<_, ()>)(data).ok()?;
+        let (rest, first) = length_data(be_u8::<_, ()>)(list).ok()?;
+        Some(rest.is_empty() && first == ACME_TLS_ALPN)
+    };
+    one().unwrap_or(false)
+}
+
+/// The first handshake message of some records: borrowed when one record holds it.
+enum Joined<'a> {
+    One(&'a [u8]),
+    Many(Vec<u8>),
+    Incomplete,
+    Bad,
+}
+
+fn joined(records: &[u8]) -> Joined<'_> {
+    use tls_parser::nom::Err;
+    // What cannot begin a ClientHello is known from its first bytes, not after waiting for
+    // a length it names: a handshake record (22) of version 3.x, at most 2^14 bytes long.
+    match records {
+        [t, ..] if *t != 22 => return Joined::Bad,
+        [_, major, ..] if *major != 3 => return Joined::Bad,
+        [_, _, _, hi, lo, ..] if usize::from(*hi) << 8 | usize::from(*lo) > 1 << 14 => {
+            return Joined::Bad
+        }
+        _ => {}
+    }
+    let record = match tls_parser::parse_tls_raw_record(records) {
+        Ok((_, r)) => r,
+        Err(Err::Incomplete(_)) => return Joined::Incomplete,
+        Err(_) => return Joined::Bad,
+    };
+    if record.hdr.record_type != TlsRecordType::Handshake {
+        return Joined::Bad;
+    }
+    let data = record.data;
+    if data.len() >= 4 {
+        let want =
+            4 + (usize::from(data[1]) << 16 | usize::from(data[2]) << 8 | usize::from(data[3]));
+        if data.len() >= want {
+            return Joined::One(&data[..want]);
+        }
+        if want > MAX_HELLO {
+            return Joined::Bad;
+        }
+    }
+    // Fragmented over several records: joined, or more to read.
+    let mut msg = Vec::new();
+    let mut rest = records;
+    loop {
+        let record = match tls_parser::parse_tls_raw_record(rest) {
+            Ok((r, record)) => {
+                rest = r;
+                record
+            }
+            Err(Err::Incomplete(_)) => return Joined::Incomplete,
+            Err(_) => return Joined::Bad,
+        };
+        if record.hdr.record_type != TlsRecordType::Handshake {
+            return Joined::Bad;
+        }
+        msg.extend_from_slice(record.data);
+        if msg.len() >= 4 {
+            let want =
+                4 + (usize::from(msg[1]) << 16 | usize::from(msg[2]) << 8 | usize::from(msg[3]));
+            if want > MAX_HELLO {
+                return Joined::Bad;
+            }
+            if msg.len() >= want {
+                msg.truncate(want);
+                return Joined::Many(msg);
+            }
+        }
+    }
 }
 
 /// The handshake message that starts `records`, its fragments joined.
@@ -251,5 +404,70 @@ mod tests {
         let mut bad_psk = psk(&[b"x"]);
         bad_psk.1.truncate(3);
         assert!(resumable(&hello(&[], &[tls13(), bad_psk]), ALL).is_none());
+    }
+
+    fn sni(name: &[u8]) -> (u16, Vec<u8>) {
+        let mut entry = vec![0];
+        entry.extend_from_slice(&(name.len() as u16).to_be_bytes());
+        entry.extend_from_slice(name);
+        let mut data = (entry.len() as u16).to_be_bytes().to_vec();
+        data.extend_from_slice(&entry);
+        (0, data)
+    }
+
+    fn alpn(protos: &[&[u8]]) -> (u16, Vec<u8>) {
+        let mut list = Vec::new();
+        for p in protos {
+            list.push(p.len() as u8);
+            list.extend_from_slice(p);
+        }
+        let mut data = (list.len() as u16).to_be_bytes().to_vec();
+        data.extend_from_slice(&list);
+        (16, data)
+    }
+
+    #[test]
+    fn peek_finds_the_name_and_the_acme_check() {
+        let h = hello(&[], &[sni(b"API.example.com"), alpn(&[b"acme-tls/1"])]);
+        assert_eq!(
+            peek(&h),
+            Peek::Hello {
+                server_name: Some("API.example.com".into()),
+                acme_alpn: true
+            }
+        );
+        // An address is no name (as rustls reads it); ACME with another protocol is not a check.
+        let h = hello(&[], &[sni(b"10.0.0.1"), alpn(&[b"acme-tls/1", b"h2"])]);
+        assert_eq!(
+            peek(&h),
+            Peek::Hello {
+                server_name: None,
+                acme_alpn: false
+            }
+        );
+        // Every prefix is incomplete; fragmented over records, it is joined.
+        let h = hello(&[], &[sni(b"a.example.com")]);
+        for n in 0..h.len() {
+            assert_eq!(peek(&h[..n]), Peek::Incomplete, "{n}");
+        }
+        let msg = &h[5..];
+        let mut split = Vec::new();
+        for part in msg.chunks(7) {
+            split.extend_from_slice(&[22, 3, 1, 0, part.len() as u8]);
+            split.extend_from_slice(part);
+        }
+        assert!(
+            matches!(peek(&split), Peek::Hello { server_name: Some(n), .. } if &*n == "a.example.com")
+        );
+        assert_eq!(peek(&split[..split.len() - 1]), Peek::Incomplete);
+        // Not a handshake record, or a hello that does not parse: known at once.
+        assert_eq!(peek(&[23, 3, 3, 0, 1, 0]), Peek::NotAHello);
+        assert_eq!(peek(b"GET / HTTP/1.0\r\n"), Peek::NotAHello);
+        assert_eq!(peek(b"G"), Peek::NotAHello);
+        assert_eq!(peek(&[22, 3, 1, 0x40, 1]), Peek::NotAHello);
+        let mut bad = h.clone();
+        bad[9] = 9; // not a ClientHello body's version
+        bad[5] = 2; // a ServerHello
+        assert_eq!(peek(&bad), Peek::NotAHello);
     }
 }

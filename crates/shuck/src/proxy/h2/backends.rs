@@ -304,8 +304,13 @@ impl Backends {
     pub fn idle(&self, backend: BackendId) -> Option<BackendConn> {
         let mut idle = self.shared.idle.borrow_mut();
         // Most often every idle connection is the one backend's: the last one is taken.
-        while let Some(at) = idle.iter().rposition(|c| c.backend == backend) {
-            let mut c = idle.remove(at);
+        loop {
+            let mut c = if idle.last().is_some_and(|c| c.backend == backend) {
+                idle.pop()?
+            } else {
+                let at = idle.iter().rposition(|c| c.backend == backend)?;
+                idle.remove(at)
+            };
             // Nothing seen since its last read: quiet, known without a registration. Else
             // one read says what came.
             if !c.tcp.seen_readable() {
@@ -316,7 +321,6 @@ impl Backends {
                 why => self.shared.dropped(why),
             }
         }
-        None
     }
 
     /// An idle connection of this client, or a new one from the pool (waiting in its queue

@@ -137,12 +137,13 @@ pub(crate) fn host_refused(e: crate::http_host::HostError) -> Rejected {
 }
 
 /// RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host, a valid uri-host[:port]; no request has two; a target
-/// in absolute form names the same authority as Host. Returns the Host's value, if any.
+/// in absolute form names the same authority as Host. Returns the Host's value, if any
+/// (checked: ASCII, `uri-host[:port]`).
 pub(super) fn check_host<'h>(
     target: &str,
     version: u8,
     headers: &[httparse::Header<'h>],
-) -> Result<Option<&'h str>, Rejected> {
+) -> Result<Option<&'h [u8]>, Rejected> {
     let mut hosts = headers
         .iter()
         .filter(|h| h.name.eq_ignore_ascii_case("host"));
@@ -158,17 +159,14 @@ pub(super) fn check_host<'h>(
         };
     };
     crate::http_host::parse(host.value).map_err(host_refused)?;
-    // Every byte of a Host that parsed is ASCII.
-    let value = std::str::from_utf8(host.value)
-        .map_err(|_| Rejected("bad Host header"))?
-        .trim();
+    let value = host.value.trim_ascii();
     if let Some((scheme, rest)) = target.split_once("://") {
         if scheme
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
         {
             let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-            if !authority.eq_ignore_ascii_case(value) {
+            if !authority.as_bytes().eq_ignore_ascii_case(value) {
                 return Err(Rejected(
                     "the absolute-form target and Host name different authorities",
                 ));

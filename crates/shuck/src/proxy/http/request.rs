@@ -297,6 +297,8 @@ impl RequestRewriter {
         }
         let host = check_host(path, version, req.headers)?;
         if let Some(c) = &self.choose {
+            // A Host that passed check_host is ASCII.
+            let host = host.and_then(|h| std::str::from_utf8(h).ok());
             let hold = match c.choose(host, path_of(path)) {
                 Choice::Misdirected => Some(Hold::Misdirected),
                 Choice::Backend(b) if self.current.is_none_or(|c| c == b) => {

@@ -6,12 +6,13 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use rustls::server::{Acceptor, UnbufferedServerConnection};
+use rustls::server::UnbufferedServerConnection;
 use rustls::{AlertDescription, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{tls_error, Pumped, TlsStream, Want};
 use crate::proxy::record_guard::Refused;
+use crate::tls::hello::Peek;
 
 impl TlsStream {
     /// Reads the ClientHello far enough to know the server name the client asks for, and
@@ -123,26 +124,18 @@ impl TlsStream {
     /// in place for the handshake proper. A ClientHello that does not parse gives `None`:
     /// the handshake then meets the same error and answers it with its alert.
     async fn read_server_name(&mut self) -> Result<Option<Box<str>>, io::Error> {
-        let mut acceptor = Acceptor::default();
-        let mut fed = 0;
         loop {
-            while fed < self.filled {
-                match acceptor.read_tls(&mut &self.incoming[fed..self.filled]) {
-                    Ok(0) | Err(_) => return Ok(None),
-                    Ok(n) => fed += n,
+            match crate::tls::hello::peek(&self.incoming[..self.filled]) {
+                Peek::Hello {
+                    server_name,
+                    acme_alpn,
+                } => {
+                    self.acme_alpn = acme_alpn;
+                    return Ok(server_name);
                 }
-            }
-            match acceptor.accept() {
-                Ok(Some(hello)) => {
-                    let hello = hello.client_hello();
-                    self.acme_alpn = hello.alpn().is_some_and(|mut offered| {
-                        offered.next() == Some(crate::acme::answers::ACME_TLS_ALPN)
-                            && offered.next().is_none()
-                    });
-                    return Ok(hello.server_name().map(Box::from));
-                }
-                Ok(None) => {}
-                Err(_) => return Ok(None),
+                // rustls answers what is not a ClientHello.
+                Peek::NotAHello => return Ok(None),
+                Peek::Incomplete => {}
             }
             match poll_fn(|cx| self.read_more(cx)).await {
                 Ok(0) => return Err(closed_early()),
