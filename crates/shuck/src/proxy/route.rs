@@ -150,6 +150,11 @@ impl Routing {
         Self::build(config, default, Some(self))
     }
 
+    /// As [`Self::reloaded`], with `default` as the default backend's new servers.
+    pub fn reloaded_with(&self, config: &Config, default: Pool) -> Self {
+        Self::build(config, default, Some(self))
+    }
+
     fn build(config: &Config, default: Pool, previous: Option<&Routing>) -> Self {
         let limits = pool_limits(config);
         let mut backends = vec![Arc::new(Backend {

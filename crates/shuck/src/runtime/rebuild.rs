@@ -144,20 +144,28 @@ pub fn build(
         .collect()
 }
 
+/// The default backend's servers as configured, to tell whether a reload changed them.
+pub fn default_backend_spec(servers: &[crate::config::BackendSpec]) -> String {
+    servers
+        .iter()
+        .map(|b| format!("{}/{:?}/{}/{:?}", b.endpoint, b.maxconn, b.weight, b.addrs))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Settings a reload cannot change, by name, as comparable text.
 pub fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
     vec![
         ("workers", c.workers.to_string()),
         // The ACME client runs with the settings it started with.
         ("acme-*", format!("{:?}", c.acme)),
+        // The default backend's servers follow a reload, unless --backend-refresh's
+        // thread keeps resolving the ones of the start (or they are the built-in origin).
         (
-            "backends",
+            "backends (with --backend-refresh)",
             match &c.backend {
-                BackendTarget::Servers(s) => s
-                    .iter()
-                    .map(|b| format!("{}/{:?}/{}", b.endpoint, b.maxconn, b.weight))
-                    .collect::<Vec<_>>()
-                    .join(","),
+                BackendTarget::Servers(_) if c.backend_refresh.is_none() => String::new(),
+                BackendTarget::Servers(s) => default_backend_spec(s),
                 BackendTarget::BuiltinOrigin => "built-in".into(),
             },
         ),
@@ -167,7 +175,6 @@ pub fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
         ("defer-accept", format!("{:?}", c.defer_accept)),
         ("backend-refresh", format!("{:?}", c.backend_refresh)),
         ("proxy-authority", c.proxy_authority.to_string()),
-        ("write-proxy/write-ip", format!("{:?}", c.preamble)),
         ("proxy-proxy", c.proxy_proxy.to_string()),
         ("http", format!("{:?}", c.http)),
         ("session-cache", c.tls.session_cache.to_string()),

@@ -11,8 +11,9 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
 use super::frontends::Frontends;
+use crate::backend::Pool;
 use crate::config::args::Source;
-use crate::config::Config;
+use crate::config::{BackendTarget, Config};
 use crate::proxy::ProxyState;
 use crate::runtime::rebuild::{self, restart_only, FrontendDiff, Reread};
 use crate::session::Resumption;
@@ -117,13 +118,31 @@ impl Reloader {
                 .collect()
         };
         let old = &self.current;
-        if format!("{:?}", old.named_backends) == format!("{:?}", new.named_backends)
+        // The default backend's servers, when they changed and may follow (without
+        // --backend-refresh, whose thread resolves the start's; restart_only says so).
+        let default = match (&old.backend, &new.backend) {
+            (BackendTarget::Servers(a), BackendTarget::Servers(b))
+                if new.backend_refresh.is_none()
+                    && rebuild::default_backend_spec(a) != rebuild::default_backend_spec(b) =>
+            {
+                let servers = b.iter().map(crate::proxy::route::server).collect();
+                Some(Pool::new(servers, crate::proxy::route::pool_limits(new)))
+            }
+            _ => None,
+        };
+        if default.is_none()
+            && old.preamble == new.preamble
+            && format!("{:?}", old.named_backends) == format!("{:?}", new.named_backends)
             && old.routes == new.routes
             && fronts(old) == fronts(new)
         {
             return;
         }
-        let routing = self.state.routing.load().reloaded(new);
+        let live = self.state.routing.load();
+        let routing = match default {
+            Some(pool) => live.reloaded_with(new, pool),
+            None => live.reloaded(new),
+        };
         let names: Vec<&str> = routing.backends().iter().map(|b| &*b.name).collect();
         let names = names.join(", ");
         self.state.routing.store(Arc::new(routing));
