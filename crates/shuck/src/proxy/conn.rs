@@ -232,6 +232,9 @@ pub async fn serve(
         Some(h) => match first_request(&mut tls, h, limits.idle_timeout).await {
             Ok(bytes) => bytes,
             Err(end) => {
+                if matches!(end, RelayEnd::Misdirected) {
+                    WorkerCounters::bump(&counters.http.misdirected);
+                }
                 finish(&mut tls, &end, client, Some(&*h)).await;
                 return;
             }
@@ -326,6 +329,7 @@ pub async fn serve(
             WorkerCounters::bump(&counters.http.stalled_h1)
         }
         RelayEnd::Stray => WorkerCounters::bump(&counters.http.backend_stray),
+        RelayEnd::Misdirected => WorkerCounters::bump(&counters.http.misdirected),
         _ => {}
     }
     finish(&mut tls, &out.end, client, http.as_ref()).await;

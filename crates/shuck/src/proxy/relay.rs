@@ -138,12 +138,10 @@ where
                     cx.waker().wake_by_ref();
                 }
             }
-            if up.done && down.done {
-                return Poll::Ready(RelayEnd::Closed);
-            }
             if let Some(h) = http.as_deref() {
                 // A request held for another backend (or for a 421) goes once every answer
-                // owed by this one is out.
+                // owed by this one is out (before a close: the client may have half-closed
+                // after it).
                 if let Some(hold) = h.request.held() {
                     if h.exchange.pending.is_empty()
                         && h.response.between_messages()
@@ -156,6 +154,9 @@ where
                         });
                     }
                 }
+            }
+            if up.done && down.done {
+                return Poll::Ready(RelayEnd::Closed);
             }
             if std::mem::take(&mut up.moved) | std::mem::take(&mut down.moved) {
                 // Only note the time; the timer is re-armed lazily when it fires, so busy

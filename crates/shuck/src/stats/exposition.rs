@@ -109,7 +109,7 @@ fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Result {
     counter(
         enc,
         "shuck_http_misdirected",
-        "HTTP mode with routes: requests answered 421, their name not covered by the connection's certificate.",
+        "HTTP mode with routes: requests answered 421, their name not covered by the connection's certificate (an HTTP/1.1 connection ends with it).",
         &[(&[], h.misdirected)],
     )?;
     counter(
