@@ -5,6 +5,7 @@
 //! (bounded in length and time) instead of being refused, as HAProxy does. A server that
 //! refuses or times out is marked down for a while and the connection tries the next.
 
+pub mod check;
 mod server;
 mod stream;
 
@@ -65,6 +66,9 @@ pub enum ConnectError {
         /// What failed.
         reason: String,
     },
+    /// Every server of the backend is out of rotation by its health checks.
+    #[error("no server is up: every one fails its health checks")]
+    NoneUp,
     /// Waited in the server's queue past the queue timeout.
     #[error("{server}: waited {timeout:?} in the queue for a free slot (maxconn)")]
     QueueTimeout {
@@ -228,11 +232,16 @@ impl Pool {
     pub async fn connect(&self, picker: &Picker) -> Result<(BackendStream, Lease), ConnectError> {
         let n = self.servers.len();
         let first = self.pick(picker);
-        let all_down = self.servers.iter().all(|s| s.is_down());
+        // Servers out by their health checks take nothing; of the others, those marked
+        // down by a failure are tried only when all are.
+        let all_down = self
+            .servers
+            .iter()
+            .all(|s| s.is_down() || s.is_check_down());
         let mut last = None;
         for k in 0..n {
             let server = &self.servers[(first + k) % n];
-            if server.is_down() && !all_down {
+            if server.is_check_down() || (server.is_down() && !all_down) {
                 continue;
             }
             let lease = match server
@@ -279,10 +288,7 @@ impl Pool {
                 }
             }
         }
-        Err(last.unwrap_or_else(|| ConnectError::Io {
-            to: "-".into(),
-            source: io::Error::new(io::ErrorKind::NotFound, "no backend server"),
-        }))
+        Err(last.unwrap_or(ConnectError::NoneUp))
     }
 
     /// Smooth weighted round robin over servers that are up (all, if none is).
@@ -295,11 +301,14 @@ impl Pool {
         if cur.len() != self.servers.len() {
             *cur = vec![0; self.servers.len()];
         }
-        let all_down = self.servers.iter().all(|s| s.is_down());
+        let all_down = self
+            .servers
+            .iter()
+            .all(|s| s.is_down() || s.is_check_down());
         let mut total = 0i64;
         let mut best: Option<usize> = None;
         for (i, s) in self.servers.iter().enumerate() {
-            if s.is_down() && !all_down {
+            if s.is_check_down() || (s.is_down() && !all_down) {
                 continue;
             }
             let w = i64::from(s.weight());

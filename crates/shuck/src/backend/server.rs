@@ -11,6 +11,7 @@ use arc_swap::ArcSwap;
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::check::{CheckSpec, CheckState};
 use super::{BackendStream, ConnectError};
 
 /// Where a server listens.
@@ -61,6 +62,8 @@ pub struct Server {
     epoch: Instant,
     /// Counters.
     pub stats: ServerStats,
+    /// Its active health check and the state it gives, when it has one.
+    pub check: Option<(CheckSpec, CheckState)>,
 }
 
 /// A connection's hold on a server: its maxconn slot and its place in `active`.
@@ -97,6 +100,26 @@ impl Server {
             down_until_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             stats: ServerStats::default(),
+            check: None,
+        }
+    }
+
+    /// The server with an active health check.
+    pub fn with_check(mut self, spec: CheckSpec) -> Self {
+        self.check = Some((spec, CheckState::default()));
+        self
+    }
+
+    /// True while its health checks keep it out of rotation: it takes nothing new.
+    pub fn is_check_down(&self) -> bool {
+        self.check.as_ref().is_some_and(|(_, s)| s.is_down())
+    }
+
+    /// Its address, for a check to connect to (as connections do).
+    pub fn address(&self) -> Address {
+        match &self.target {
+            Target::Tcp(addrs) => Address::Tcp(addrs.load().to_vec()),
+            Target::Unix(path) => Address::Unix(path.clone()),
         }
     }
 
@@ -139,6 +162,11 @@ impl Server {
     /// True while marked down.
     pub fn is_down(&self) -> bool {
         self.down_until_ms.load(Relaxed) > crate::clock::ms_since(self.epoch)
+    }
+
+    /// Ends a mark-down: its health checks say it is back.
+    pub fn mark_up(&self) {
+        self.down_until_ms.store(0, Relaxed);
     }
 
     /// Marks the server down for `d`.

@@ -5,7 +5,10 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use std::time::Duration;
+
 use super::{Cli, ConfigError, Endpoint};
+use crate::backend::check::{CheckSpec, Probe};
 
 /// What to write before the client's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +94,10 @@ pub struct BackendSpec {
     pub maxconn: Option<usize>,
     /// Round-robin weight.
     pub weight: u32,
+    /// Its name in logs and metrics (`name=`); else its address.
+    pub name: Option<String>,
+    /// Its active health check, when on.
+    pub check: Option<CheckSpec>,
 }
 
 impl BackendSpec {
@@ -107,37 +114,117 @@ impl BackendSpec {
         }
     }
 
-    /// Parses `[HOST]:PORT[,maxconn=N][,weight=W]` or `/PATH[,maxconn=N][,weight=W]`.
+    /// Parses `[HOST]:PORT` or `/PATH`, then its options: `maxconn=N`, `weight=W`,
+    /// `name=NAME` (its name in logs and metrics), and its health check as HAProxy names
+    /// it: `check` (a connection), `check-tls` (a TLS handshake), `check-http=/PATH`,
+    /// `check-status=200|2xx|300-399`, `check-interval=T`, `rise=N`, `fall=N`,
+    /// `check-send-proxy`.
     pub fn parse(spec: &str) -> Result<Self, ConfigError> {
         let mut parts = spec.split(',');
         let endpoint = BackendEndpoint::parse(parts.next().unwrap_or(""))?;
         let mut maxconn = None;
         let mut weight = 1;
+        let mut name = None;
+        let bad = |reason: String| ConfigError::BadAddress {
+            option: "--backend",
+            value: spec.to_owned(),
+            reason,
+        };
+        let (mut probe, mut tls, mut http) = (false, false, None);
+        let mut check = CheckSpec {
+            probe: Probe::Connect,
+            statuses: vec![(200, 399)],
+            interval: Duration::from_secs(2),
+            rise: 2,
+            fall: 3,
+            send_proxy: false,
+        };
+        let mut check_options = Vec::new();
         for p in parts {
-            let bad = |reason: String| ConfigError::BadAddress {
-                option: "--backend",
-                value: spec.to_owned(),
-                reason,
+            let (k, v) = match p.split_once('=') {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None => (p.trim(), None),
             };
-            let (k, v) = p
-                .split_once('=')
-                .ok_or_else(|| bad(format!("{p:?}: expected maxconn=N or weight=W")))?;
-            let n: u32 = v
-                .trim()
-                .parse()
-                .map_err(|_| bad(format!("{k}={v}: expected a number")))?;
-            match k.trim() {
-                "maxconn" if n >= 1 => maxconn = Some(n as usize),
-                "weight" if (1..=1000).contains(&n) => weight = n,
-                "maxconn" => return Err(bad("maxconn must be at least 1".into())),
-                "weight" => return Err(bad("weight must be from 1 to 1000".into())),
-                other => {
+            let number = |lo: u32, hi: u32| -> Result<u32, ConfigError> {
+                let v = v.ok_or_else(|| bad(format!("{k}: expected {k}=N")))?;
+                match v.parse::<u32>() {
+                    Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+                    Ok(_) if hi == u32::MAX => Err(bad(format!("{k} must be at least {lo}"))),
+                    Ok(_) => Err(bad(format!("{k} must be from {lo} to {hi}"))),
+                    Err(_) => Err(bad(format!("{k}={v}: expected a number"))),
+                }
+            };
+            match (k, v) {
+                ("maxconn", _) => maxconn = Some(number(1, u32::MAX)? as usize),
+                ("weight", _) => weight = number(1, 1000)?,
+                ("name", Some(v)) => {
+                    if v.is_empty()
+                        || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                    {
+                        return Err(bad(format!("name={v}: letters, digits, '-', '_' or '.'")));
+                    }
+                    name = Some(v.to_owned());
+                }
+                ("check", None) => probe = true,
+                ("check-tls", None) => tls = true,
+                ("check-http", Some(path)) => {
+                    if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                        return Err(bad(format!(
+                            "check-http={path}: a path starting with /, without spaces"
+                        )));
+                    }
+                    http = Some(path.to_owned());
+                }
+                ("check-status", Some(v)) => {
+                    check.statuses = crate::backend::check::parse_statuses(v).map_err(&bad)?;
+                    check_options.push(k);
+                }
+                ("check-interval", Some(v)) => {
+                    let d = super::duration::parse_duration(v)
+                        .map_err(|r| bad(format!("check-interval: {r}")))?;
+                    if d < Duration::from_millis(10) || d > Duration::from_secs(3600) {
+                        return Err(bad(format!("check-interval={v}: from 10ms to 1h")));
+                    }
+                    check.interval = d;
+                    check_options.push(k);
+                }
+                ("rise", _) => {
+                    check.rise = number(1, 1000)?;
+                    check_options.push(k);
+                }
+                ("fall", _) => {
+                    check.fall = number(1, 1000)?;
+                    check_options.push(k);
+                }
+                ("check-send-proxy", None) => {
+                    check.send_proxy = true;
+                    check_options.push(k);
+                }
+                (other, _) => {
                     return Err(bad(format!(
-                        "unknown parameter {other:?} (maxconn, weight)"
+                        "unknown or malformed parameter {other:?} (maxconn=N, weight=W, name=NAME, check, check-tls, check-http=/PATH, check-status=LIST, check-interval=T, rise=N, fall=N, check-send-proxy)"
                     )))
                 }
             }
         }
+        let check = if probe || tls || http.is_some() {
+            check.probe = match http {
+                Some(path) => Probe::Http { path, tls },
+                None if tls => Probe::Tls,
+                None => Probe::Connect,
+            };
+            if check.statuses != [(200, 399)] && !matches!(check.probe, Probe::Http { .. }) {
+                return Err(bad("check-status needs check-http".into()));
+            }
+            Some(check)
+        } else {
+            if let Some(k) = check_options.first() {
+                return Err(bad(format!(
+                    "{k} needs check, check-tls or check-http (no health check is on)"
+                )));
+            }
+            None
+        };
         let addrs = match &endpoint {
             BackendEndpoint::Tcp(e) => e.resolve("--backend")?,
             BackendEndpoint::Unix(_) => Vec::new(),
@@ -147,6 +234,8 @@ impl BackendSpec {
             addrs,
             maxconn,
             weight,
+            name,
+            check,
         })
     }
 }

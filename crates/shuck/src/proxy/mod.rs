@@ -3,6 +3,7 @@
 //! glues the stages in that order.
 
 pub(crate) mod buffers;
+pub mod check;
 pub mod client_io;
 pub(crate) mod conn;
 pub mod h2;

@@ -297,29 +297,33 @@ pub fn pool_limits(config: &Config) -> PoolLimits {
     }
 }
 
-/// A server of `spec`, named by its address.
+/// A server's name in logs and metrics: its `name=`, else its address.
+pub fn server_label(spec: &BackendSpec) -> String {
+    spec.name
+        .clone()
+        .unwrap_or_else(|| spec.endpoint.to_string())
+}
+
+/// A server of `spec`, with its health check.
 pub fn server(spec: &BackendSpec) -> Server {
     let address = match &spec.endpoint {
         BackendEndpoint::Tcp(_) => Address::Tcp(spec.addrs.clone()),
         BackendEndpoint::Unix(path) => Address::Unix(path.clone()),
     };
-    Server::new(
-        spec.endpoint.to_string(),
-        address,
-        spec.maxconn,
-        spec.weight,
-    )
+    let server = Server::new(server_label(spec), address, spec.maxconn, spec.weight);
+    match &spec.check {
+        Some(c) => server.with_check(c.clone()),
+        None => server,
+    }
 }
 
 fn named(b: &NamedBackend, global: Preamble, mut limits: PoolLimits, slot: usize) -> Backend {
     if let Some(t) = b.connect_timeout {
         limits.connect_timeout = t;
     }
-    let spec: Vec<String> = b
-        .servers
-        .iter()
-        .map(|s| format!("{}/{:?}/{}/{:?}", s.endpoint, s.maxconn, s.weight, s.addrs))
-        .collect();
+    // Everything that makes its servers what they are (addresses, maxconn, weight, name,
+    // check): a reload that changes none of it keeps them.
+    let spec = format!("{:?}", b.servers);
     let tls = b.tls_client.as_ref().map(|client| BackendTls {
         config: client.clone(),
         names: b
@@ -329,7 +333,7 @@ fn named(b: &NamedBackend, global: Preamble, mut limits: PoolLimits, slot: usize
                 let sni = b.tls.as_ref().and_then(|t| t.sni.as_deref());
                 // Checked when the configuration was read (config::named).
                 let name = crate::tls::upstream::server_name(sni, &s.host()).ok()?;
-                Some((s.endpoint.to_string().into(), name))
+                Some((server_label(s).into(), name))
             })
             .collect(),
     });
@@ -338,7 +342,7 @@ fn named(b: &NamedBackend, global: Preamble, mut limits: PoolLimits, slot: usize
         pool: Pool::new(b.servers.iter().map(server).collect(), limits).with_slot(slot),
         preamble: b.preamble.unwrap_or(global),
         tls,
-        spec: spec.join(","),
+        spec,
     }
 }
 

@@ -146,11 +146,7 @@ pub fn build(
 
 /// The default backend's servers as configured, to tell whether a reload changed them.
 pub fn default_backend_spec(servers: &[crate::config::BackendSpec]) -> String {
-    servers
-        .iter()
-        .map(|b| format!("{}/{:?}/{}/{:?}", b.endpoint, b.maxconn, b.weight, b.addrs))
-        .collect::<Vec<_>>()
-        .join(",")
+    format!("{servers:?}")
 }
 
 /// Settings a reload cannot change, by name, as comparable text.

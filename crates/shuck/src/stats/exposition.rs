@@ -480,6 +480,48 @@ impl prometheus_client::collector::Collector for Exposition {
             "Failed connection attempts to the server.",
             &crow(&|s| s.stats.connect_failures.load(Relaxed)),
         )?;
+        // Servers with an active health check: their state by it, and its results.
+        let checked: Vec<(&[(&str, &str)], &Server)> = labels
+            .iter()
+            .zip(servers)
+            .filter(|(_, s)| s.check.is_some())
+            .map(|(l, s)| (&l[..], &***s))
+            .collect();
+        if !checked.is_empty() {
+            let up: Vec<(&[(&str, &str)], i64)> = checked
+                .iter()
+                .map(|(l, s)| (*l, i64::from(!s.is_check_down())))
+                .collect();
+            gauge(
+                &mut enc,
+                "shuck_backend_check_up",
+                "1 while the server passes its health checks (rise), 0 once it failed fall in a row.",
+                &up,
+            )?;
+            let mut results: Vec<Vec<(&str, &str)>> = Vec::new();
+            let mut values = Vec::new();
+            for (l, s) in &checked {
+                if let Some((_, st)) = &s.check {
+                    for (result, n) in [("passed", &st.passed), ("failed", &st.failed)] {
+                        let mut labels = l.to_vec();
+                        labels.push(("result", result));
+                        results.push(labels);
+                        values.push(n.load(Relaxed));
+                    }
+                }
+            }
+            let rows: Vec<(&[(&str, &str)], u64)> = results
+                .iter()
+                .zip(values)
+                .map(|(l, n)| (&l[..], n))
+                .collect();
+            counter(
+                &mut enc,
+                "shuck_backend_checks",
+                "Health checks of the server, by result.",
+                &rows,
+            )?;
+        }
         counter(
             &mut enc,
             "shuck_backend_tls_failures",

@@ -6,6 +6,7 @@
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
+mod checks;
 mod frontends;
 mod refresh;
 mod reload;

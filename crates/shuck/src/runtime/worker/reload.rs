@@ -26,6 +26,8 @@ pub struct Reloader {
     source: Source,
     /// What connections read: its routing is swapped when backends or routes change.
     state: Arc<ProxyState>,
+    /// The health checks' thread, once some server has a check.
+    checks: Option<super::checks::Checks>,
     /// The session cache and ticket keys built at start: they live for the process.
     resumption: Resumption,
     /// Tells the OCSP thread which certificates to keep staples for.
@@ -44,6 +46,7 @@ impl Reloader {
         Reloader {
             current,
             source,
+            checks: super::checks::start(&state),
             state,
             resumption,
             ocsp_updates,
@@ -110,7 +113,7 @@ impl Reloader {
     /// New connections and requests go by `new`'s backends and routes when they changed
     /// (those under way keep the ones they started with; a backend whose servers stayed
     /// keeps them, with their connections and state).
-    fn reroute(&self, new: &Config) {
+    fn reroute(&mut self, new: &Config) {
         let fronts = |c: &Config| -> Vec<(String, Option<String>)> {
             c.frontends
                 .iter()
@@ -146,6 +149,9 @@ impl Reloader {
         let names: Vec<&str> = routing.backends().iter().map(|b| &*b.name).collect();
         let names = names.join(", ");
         self.state.routing.store(Arc::new(routing));
+        if self.checks.is_none() {
+            self.checks = super::checks::start(&self.state);
+        }
         tracing::info!(
             name: "reload_routes",
             backends = %names,
