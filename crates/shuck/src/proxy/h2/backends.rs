@@ -311,6 +311,10 @@ impl Backends {
                 let at = idle.iter().rposition(|c| c.backend == backend)?;
                 idle.remove(at)
             };
+            // A server out by its health checks takes no new stream: its connection goes.
+            if c.lease.server().is_check_down() {
+                continue;
+            }
             // Nothing seen since its last read: quiet, known without a registration. Else
             // one read says what came.
             if !c.tcp.seen_readable() {
