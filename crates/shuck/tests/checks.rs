@@ -93,6 +93,9 @@ fn answer(s: TcpStream, status: &AtomicU16, body: &str, lines: &Mutex<Vec<String
     while r.read_line(&mut line).is_ok_and(|n| n > 2) {
         line.clear();
     }
+    if first.starts_with("GET /slow ") {
+        thread::sleep(Duration::from_millis(1500));
+    }
     let (code, text) = if first.starts_with("GET /health ") {
         (status.load(Ordering::SeqCst), "health")
     } else {
@@ -107,9 +110,16 @@ fn answer(s: TcpStream, status: &AtomicU16, body: &str, lines: &Mutex<Vec<String
 
 /// One GET through shuck on a new connection: its status and body.
 fn get(shuck: &Shuck) -> Option<(u16, String)> {
+    get_path(shuck, "/")
+}
+
+fn get_path(shuck: &Shuck, path: &str) -> Option<(u16, String)> {
     let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).ok()?;
-    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .ok()?;
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let all = String::from_utf8_lossy(&read_all(&mut c).ok()?).into_owned();
     let status = all.split(' ').nth(1)?.parse().ok()?;
     Some((status, all.split_once("\r\n\r\n")?.1.to_owned()))
@@ -218,6 +228,54 @@ fn a_server_that_stops_is_taken_out_and_brought_back_without_failing_a_client() 
     assert!(shuck.log().contains("status 503"), "{}", shuck.log());
     b.status.store(200, Ordering::SeqCst);
     assert!(wait_until(Duration::from_secs(3), || metric(stats, up_b) == 1.0));
+}
+
+#[test]
+fn a_connection_waiting_for_a_server_taken_out_goes_to_one_that_is_up() {
+    let a = Toggle::new("A");
+    let b = Toggle::new("B");
+    // a is nearly always chosen, and takes one connection at a time.
+    let sa = format!(
+        "{},name=a,weight=1000,maxconn=1,check-http=/health,check-interval=100ms,fall=1,rise=1",
+        a.spec()
+    );
+    let sb = format!("{},name=b,weight=1", b.spec());
+    let shuck = Shuck::start(&["-b", &sa, "-b", &sb, "-n", "1", "--queue-timeout", "10"]);
+    thread::sleep(Duration::from_millis(300));
+    let slow = {
+        let addr = shuck.addr();
+        thread::spawn(move || {
+            let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
+            c.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            String::from_utf8_lossy(&read_all(&mut c).unwrap()).into_owned()
+        })
+    };
+    thread::sleep(Duration::from_millis(200));
+    // This one waits in a's queue; a is taken out meanwhile: it goes to b at once.
+    let waiting = {
+        let addr = shuck.addr();
+        thread::spawn(move || {
+            let started = Instant::now();
+            let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let body = String::from_utf8_lossy(&read_all(&mut c).unwrap()).into_owned();
+            (body, started.elapsed())
+        })
+    };
+    thread::sleep(Duration::from_millis(200));
+    a.status.store(503, Ordering::SeqCst);
+    let (body, took) = waiting.join().unwrap();
+    assert!(body.ends_with("B"), "{body}\n{}", shuck.log());
+    assert!(
+        took < Duration::from_millis(1200),
+        "waited {took:?}: it stayed in a's queue"
+    );
+    assert!(
+        slow.join().unwrap().ends_with("A"),
+        "the connection under way finishes"
+    );
 }
 
 #[test]

@@ -66,6 +66,13 @@ pub enum ConnectError {
         /// What failed.
         reason: String,
     },
+    /// The server was taken out by its health checks while the connection waited in its
+    /// queue: another server is tried.
+    #[error("{server}: taken out by its health checks while waiting")]
+    TakenOut {
+        /// The server.
+        server: String,
+    },
     /// Every server of the backend is out of rotation by its health checks.
     #[error("no server is up: every one fails its health checks")]
     NoneUp,
@@ -249,6 +256,11 @@ impl Pool {
                 .await
             {
                 Ok(l) => l,
+                // Its checks took it out while we waited: the next server that is up.
+                Err(e @ ConnectError::TakenOut { .. }) => {
+                    last = Some(e);
+                    continue;
+                }
                 Err(e) => return Err(e), // queueing is the answer to overload, not a reason to spill
             };
             match server.connect(self.limits.connect_timeout).await {

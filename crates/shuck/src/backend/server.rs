@@ -64,6 +64,8 @@ pub struct Server {
     pub stats: ServerStats,
     /// Its active health check and the state it gives, when it has one.
     pub check: Option<(CheckSpec, CheckState)>,
+    /// Wakes the connections waiting in its queue when its checks take it out.
+    check_down: tokio::sync::Notify,
 }
 
 /// A connection's hold on a server: its maxconn slot and its place in `active`.
@@ -101,6 +103,7 @@ impl Server {
             epoch: Instant::now(),
             stats: ServerStats::default(),
             check: None,
+            check_down: tokio::sync::Notify::new(),
         }
     }
 
@@ -164,6 +167,11 @@ impl Server {
         self.down_until_ms.load(Relaxed) > crate::clock::ms_since(self.epoch)
     }
 
+    /// Its health checks took it out: the connections waiting in its queue go elsewhere.
+    pub fn taken_out(&self) {
+        self.check_down.notify_waiters();
+    }
+
     /// Ends a mark-down: its health checks say it is back.
     pub fn mark_up(&self) {
         self.down_until_ms.store(0, Relaxed);
@@ -199,7 +207,24 @@ impl Server {
                             size: queue_size,
                         });
                     }
-                    match tokio::time::timeout(timeout, sem.clone().acquire_owned()).await {
+                    // A server taken out by its health checks sends its waiters on.
+                    let out = self.check_down.notified();
+                    tokio::pin!(out);
+                    out.as_mut().enable();
+                    if self.is_check_down() {
+                        return Err(ConnectError::TakenOut {
+                            server: self.name.clone(),
+                        });
+                    }
+                    let waited = tokio::select! {
+                        r = tokio::time::timeout(timeout, sem.clone().acquire_owned()) => r,
+                        () = out => {
+                            return Err(ConnectError::TakenOut {
+                                server: self.name.clone(),
+                            })
+                        }
+                    };
+                    match waited {
                         Ok(Ok(p)) => Some(p),
                         _ => {
                             self.stats.queue_timeouts.fetch_add(1, Relaxed);

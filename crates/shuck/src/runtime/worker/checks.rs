@@ -99,9 +99,11 @@ fn run(state: &Arc<ProxyState>, mut stopped: tokio::sync::oneshot::Receiver<()>)
                         let result = crate::proxy::check::probe(&server, &backend, spec).await;
                         let change = st.record(result.is_ok(), spec, now_ms());
                         st.in_flight.store(false, Relaxed);
-                        if change == Transition::Up {
+                        match change {
                             // A failure's mark-down ends too: the checks speak for it now.
-                            server.mark_up();
+                            Transition::Up => server.mark_up(),
+                            Transition::Down => server.taken_out(),
+                            Transition::None => {}
                         }
                         match (change, &result) {
                             (Transition::Down, Err(why)) => tracing::warn!(
