@@ -116,6 +116,9 @@ where
             if let Some(end) = up_step {
                 return Poll::Ready(end);
             }
+            // A request held for another backend: the backend's close ends its direction
+            // without closing the client, whose connection moves on.
+            down.keep_open = http.as_deref().is_some_and(|h| h.request.held().is_some());
             let mut filter = match http.as_deref_mut() {
                 Some(h) => Filter::Response(&mut h.response, &mut h.exchange),
                 None => Filter::None,
@@ -238,6 +241,9 @@ struct Pump {
     /// HTTP mode: the backend wrote an answer nobody asked for; the relay ends once what
     /// came before it is written.
     stray: bool,
+    /// At end of stream, the writer is flushed but not closed (a request waits to go to
+    /// another backend over the same client connection).
+    keep_open: bool,
 }
 
 impl Pump {
@@ -251,6 +257,7 @@ impl Pump {
             total: 0,
             moved: false,
             stray: false,
+            keep_open: false,
         }
     }
 
@@ -324,6 +331,10 @@ impl Pump {
                 return Poll::Ready(Err(PumpError::Stray));
             }
             if self.eof {
+                if self.keep_open {
+                    ready!(w.as_mut().poll_flush(cx)).map_err(PumpError::Write)?;
+                    return Poll::Ready(Ok(()));
+                }
                 let closed = if last {
                     w.as_mut().poll_close_last(cx)
                 } else {
