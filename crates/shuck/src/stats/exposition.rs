@@ -4,10 +4,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
+use super::families::{as_i64, counter, gauge, gauge_by_name, Enc};
 use super::Sources;
 use crate::backend::Server;
 use crate::counters::{FrontendTotals, HttpTotals, H2_REASONS, SHORTAGES};
@@ -29,40 +28,6 @@ pub fn alert_name(code: u8) -> String {
         }
     }
     out
-}
-
-type Enc<'a> = DescriptorEncoder<'a>;
-
-fn counter(
-    enc: &mut Enc<'_>,
-    name: &str,
-    help: &str,
-    rows: &[(&[(&str, &str)], u64)],
-) -> std::fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-    if let [(&[], v)] = rows {
-        return ConstCounter::new(*v).encode(m);
-    }
-    for (labels, v) in rows {
-        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
-    }
-    Ok(())
-}
-
-fn gauge(
-    enc: &mut Enc<'_>,
-    name: &str,
-    help: &str,
-    rows: &[(&[(&str, &str)], i64)],
-) -> std::fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    if let [(&[], v)] = rows {
-        return ConstGauge::new(*v).encode(m);
-    }
-    for (labels, v) in rows {
-        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
-    }
-    Ok(())
 }
 
 /// `--http`: requests by protocol, HTTP/2 connections, resets and GOAWAYs.
@@ -203,10 +168,6 @@ impl EncodeMetric for Latency {
     fn metric_type(&self) -> MetricType {
         MetricType::Histogram
     }
-}
-
-fn as_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// The `--stats` collector: reads every counter at scrape time.
@@ -556,22 +517,6 @@ impl prometheus_client::collector::Collector for Exposition {
         )?;
         Ok(())
     }
-}
-
-/// A gauge with one sample per certificate name (label `name`).
-fn gauge_by_name(
-    enc: &mut Enc<'_>,
-    metric: &str,
-    help: &str,
-    rows: &[(String, i64)],
-) -> std::fmt::Result {
-    let labels: Vec<[(&str, &str); 1]> = rows.iter().map(|(n, _)| [("name", n.as_str())]).collect();
-    let rows: Vec<(&[(&str, &str)], i64)> = labels
-        .iter()
-        .zip(rows)
-        .map(|(l, (_, t))| (&l[..], *t))
-        .collect();
-    gauge(enc, metric, help, &rows)
 }
 
 /// Every certificate the live frontends serve, by its first name (its first DNS

@@ -6,6 +6,7 @@
 
 pub mod endpoint;
 pub mod exposition;
+mod families;
 pub mod summary;
 
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,91 @@
+//! The services of a configuration read as a whole: each named backend and route parsed
+//! (an error names which one, so that the file's line is found), TLS to a backend built,
+//! and every name they use resolved against the backends and frontends.
+
+use super::backend::{self, BackendTarget, Preamble};
+use super::route::{self, NamedBackend, RouteSpec};
+use super::{Cli, ConfigError, Frontend};
+
+/// The named backends and the routes, each checked (an error names which of them, so that
+/// the file's line can be found), and every name they use resolved.
+pub(super) fn resolve(
+    cli: &Cli,
+    frontends: &[Frontend],
+    global: Preamble,
+) -> Result<(Vec<NamedBackend>, Vec<RouteSpec>), ConfigError> {
+    fn nth(option: &'static str, index: usize, e: ConfigError) -> ConfigError {
+        let reason = match e {
+            ConfigError::BadAddress {
+                reason, option: o, ..
+            } if o == option => reason,
+            other => other.to_string(),
+        };
+        ConfigError::Nth {
+            option,
+            index,
+            reason,
+        }
+    }
+    let backends = cli
+        .named_backends
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let b = route::parse_backend(s).map_err(|e| nth("--named-backend", i, e))?;
+            let mut b = b;
+            if let Some(t) = &b.tls {
+                let up = crate::tls::upstream::Upstream {
+                    verify: t.verify,
+                    ca_file: t.ca_file.as_deref(),
+                    cert: t.cert.as_deref(),
+                    alpn: &t.alpn,
+                };
+                let client = crate::tls::upstream::client_config(up)
+                    .map_err(|e| nth("--named-backend", i, e.into()))?;
+                for s in &b.servers {
+                    crate::tls::upstream::server_name(t.sni.as_deref(), &s.host()).map_err(|e| {
+                        nth("--named-backend", i, ConfigError::Invalid {
+                            option: "sni",
+                            reason: format!("backend {}: server {}: {e}; give sni = \"NAME\"", b.name, s.endpoint),
+                        })
+                    })?;
+                }
+                if !t.verify {
+                    tracing::warn!(
+                        name: "config_backend_unverified",
+                        backend = %b.name,
+                        "backend {}: verify = none: its servers' certificates are not checked (anyone on the path can stand in for them)",
+                        b.name,
+                    );
+                }
+                b.tls_client = Some(client);
+            }
+            let p = b.preamble.unwrap_or(global);
+            let target = BackendTarget::Servers(b.servers.clone());
+            backend::check_preamble(p, &target).map_err(|e| nth("--named-backend", i, e))?;
+            if p == Preamble::PassThrough && !cli.proxy_proxy {
+                return Err(nth(
+                    "--named-backend",
+                    i,
+                    ConfigError::Invalid {
+                        option: "proxy-proxy",
+                        reason: format!("backend {}: passing the client's PROXY header on needs --proxy-proxy (the header is read from the client side)", b.name),
+                    },
+                ));
+            }
+            Ok(b)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let routes = cli
+        .routes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| route::parse_route(s).map_err(|e| nth("--route", i, e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let fronts: Vec<(String, Option<&str>)> = frontends
+        .iter()
+        .map(|f| (f.endpoint.to_string(), f.backend.as_deref()))
+        .collect();
+    route::check(&backends, &routes, &fronts, cli.http)?;
+    Ok((backends, routes))
+}
