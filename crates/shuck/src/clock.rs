@@ -16,3 +16,17 @@ pub fn unix_ms() -> u64 {
 pub fn ms_since(epoch: Instant) -> u64 {
     epoch.elapsed().as_millis() as u64 + 1
 }
+
+/// A time as RFC 3339, UTC, to the second (the admin API's answers).
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    time::OffsetDateTime::from_unix_timestamp(secs)
+        .ok()
+        .and_then(|d| {
+            d.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}

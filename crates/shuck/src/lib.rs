@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod acme;
+pub mod admin;
 pub(crate) mod backend;
 pub(crate) mod clock;
 pub mod codec;

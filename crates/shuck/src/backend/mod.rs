@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use server::{Address, Lease, Server};
+pub use server::{Address, Admin, Lease, Server};
 pub use stream::{BackendStream, ReadHalf, WriteHalf};
 
 /// Why a backend connection could not be made.
@@ -158,6 +158,8 @@ pub struct PoolLimits {
     pub queue_size: usize,
     /// How long a failed server stays down.
     pub retry_after: Duration,
+    /// Other servers tried after a failed connect (`--retries`).
+    pub retries: usize,
 }
 
 /// The servers connections are spread over; shared by every worker.
@@ -241,14 +243,15 @@ impl Pool {
         let first = self.pick(picker);
         // Servers out by their health checks take nothing; of the others, those marked
         // down by a failure are tried only when all are.
-        let all_down = self
-            .servers
-            .iter()
-            .all(|s| s.is_down() || s.is_check_down());
+        let all_down = self.servers.iter().all(|s| s.is_down() || s.is_out());
         let mut last = None;
+        let mut tries = 0usize;
         for k in 0..n {
+            if tries > self.limits.retries {
+                break;
+            }
             let server = &self.servers[(first + k) % n];
-            if server.is_check_down() || (server.is_down() && !all_down) {
+            if server.is_out() || (server.is_down() && !all_down) {
                 continue;
             }
             let lease = match server
@@ -263,6 +266,7 @@ impl Pool {
                 }
                 Err(e) => return Err(e), // queueing is the answer to overload, not a reason to spill
             };
+            tries += 1;
             match server.connect(self.limits.connect_timeout).await {
                 Ok(stream) => return Ok((stream, lease)),
                 // Our own shortage: the next server would fail alike, and this one is not
@@ -313,14 +317,11 @@ impl Pool {
         if cur.len() != self.servers.len() {
             *cur = vec![0; self.servers.len()];
         }
-        let all_down = self
-            .servers
-            .iter()
-            .all(|s| s.is_down() || s.is_check_down());
+        let all_down = self.servers.iter().all(|s| s.is_down() || s.is_out());
         let mut total = 0i64;
         let mut best: Option<usize> = None;
         for (i, s) in self.servers.iter().enumerate() {
-            if s.is_check_down() || (s.is_down() && !all_down) {
+            if s.is_out() || (s.is_down() && !all_down) {
                 continue;
             }
             let w = i64::from(s.weight());
@@ -362,6 +363,7 @@ mod tests {
                 queue_timeout: Duration::from_secs(1),
                 queue_size: 10,
                 retry_after: Duration::from_secs(2),
+                retries: 3,
             },
         )
     }

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,10 @@ pub struct ServerStats {
 pub struct Server {
     name: String,
     target: Target,
-    weight: u32,
+    /// Its weight (the admin API may change it).
+    weight: AtomicU32,
+    /// The operator's state ([`Admin`]), set through the admin API.
+    admin: AtomicU8,
     /// `maxconn` slots; `None` for no limit.
     slots: Option<Arc<Semaphore>>,
     /// Down until this many ms after `epoch`; 0 when up.
@@ -68,6 +71,17 @@ pub struct Server {
     check_down: tokio::sync::Notify,
 }
 
+/// A server's state as the operator sets it (the admin API's `ready`, `drain`, `maint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admin {
+    /// In rotation.
+    Ready = 0,
+    /// Takes no new connection, stream or request; those under way finish.
+    Drain = 1,
+    /// As drain, and its idle keep-alive connections are closed.
+    Maint = 2,
+}
+
 /// A connection's hold on a server: its maxconn slot and its place in `active`.
 #[derive(Debug)]
 pub struct Lease {
@@ -79,6 +93,11 @@ impl Lease {
     /// The server this lease is on.
     pub fn server(&self) -> &Server {
         &self.server
+    }
+
+    /// The server this lease is on, to keep.
+    pub fn server_arc(&self) -> Arc<Server> {
+        self.server.clone()
     }
 }
 
@@ -97,7 +116,8 @@ impl Server {
                 Address::Tcp(addrs) => Target::Tcp(ArcSwap::from_pointee(addrs)),
                 Address::Unix(path) => Target::Unix(path),
             },
-            weight: weight.max(1),
+            weight: AtomicU32::new(weight.max(1)),
+            admin: AtomicU8::new(Admin::Ready as u8),
             slots: maxconn.map(|n| Arc::new(Semaphore::new(n))),
             down_until_ms: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -159,7 +179,35 @@ impl Server {
 
     /// Its weight.
     pub fn weight(&self) -> u32 {
-        self.weight
+        self.weight.load(Relaxed)
+    }
+
+    /// Sets its weight (the admin API): new choices follow at once.
+    pub fn set_weight(&self, w: u32) {
+        self.weight.store(w.max(1), Relaxed);
+    }
+
+    /// The operator's state.
+    pub fn admin(&self) -> Admin {
+        match self.admin.load(Relaxed) {
+            1 => Admin::Drain,
+            2 => Admin::Maint,
+            _ => Admin::Ready,
+        }
+    }
+
+    /// Sets the operator's state. Out of rotation, the connections waiting in its queue
+    /// go to a server that is up, as when its checks take it out.
+    pub fn set_admin(&self, state: Admin) {
+        self.admin.store(state as u8, Relaxed);
+        if state != Admin::Ready {
+            self.check_down.notify_waiters();
+        }
+    }
+
+    /// True when it takes nothing new: out by its checks, drained or in maintenance.
+    pub fn is_out(&self) -> bool {
+        self.admin.load(Relaxed) != Admin::Ready as u8 || self.is_check_down()
     }
 
     /// True while marked down.
@@ -211,7 +259,7 @@ impl Server {
                     let out = self.check_down.notified();
                     tokio::pin!(out);
                     out.as_mut().enable();
-                    if self.is_check_down() {
+                    if self.is_out() {
                         return Err(ConnectError::TakenOut {
                             server: self.name.clone(),
                         });

@@ -64,6 +64,15 @@ impl Source {
         Source { args }
     }
 
+    /// The command line, as one line (the admin API's status).
+    pub fn describe(&self) -> String {
+        self.args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// Parses the command line and its file again and builds the configuration.
     pub fn read(&self) -> Result<Config, String> {
         match parse(&self.args) {

@@ -130,6 +130,11 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_duration)]
     pub backend_retry_after: Duration,
 
+    /// Other servers a connection (or an HTTP request not yet sent) tries after a connect
+    /// to one fails or is refused, before it is answered 503 or closed.
+    #[arg(long, value_name = "NUM", default_value_t = 3)]
+    pub retries: usize,
+
     /// Write a PROXY protocol v1 line (text) before the client's bytes.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
@@ -480,6 +485,27 @@ pub struct Cli {
     /// 127.0.0.1 only.
     #[arg(long, value_name = "[ADDR]:PORT")]
     pub stats: Option<String>,
+
+    /// Serve the admin API (HTTP/1.1 with JSON: status, reload, backends, certificates,
+    /// tickets, sessions) on the UNIX socket PATH, mode 0600, answered by the master
+    /// process; `shuck ctl` speaks to it.
+    #[arg(long, value_name = "PATH")]
+    pub admin_socket: Option<PathBuf>,
+
+    /// Serve the admin API on TCP too, at [ADDR]:PORT (a bare PORT listens on 127.0.0.1
+    /// only), to clients that send the bearer token of --admin-token-file.
+    #[arg(long, value_name = "[ADDR]:PORT")]
+    pub admin_listen: Option<String>,
+
+    /// The bearer token the TCP admin API asks for: the first line of FILE, which only its
+    /// owner may read (0600).
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// Keep the certificates added through the admin API in DIR (NAME.pem each, 0600),
+    /// served at every start and reload after the configuration's own.
+    #[arg(long, value_name = "DIR")]
+    pub admin_certs: Option<PathBuf>,
 
     /// Most client connections open at once over all workers (0: no limit). Beyond it new
     /// connections wait in the kernel's backlog instead of being accepted.

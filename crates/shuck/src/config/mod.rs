@@ -3,6 +3,7 @@
 //! here so that every bad file is reported before anything listens.
 
 pub mod acme;
+pub mod admin;
 pub mod args;
 pub mod backend;
 pub mod cli;
@@ -56,6 +57,8 @@ pub struct Limits {
     pub queue_timeout: Duration,
     /// How long a failed server stays down.
     pub retry_after: Duration,
+    /// `--retries`: other servers tried after a failed connect.
+    pub retries: usize,
     /// `--http`: time for a whole request head from its first byte.
     pub http_request_timeout: Duration,
     /// `--http`: longest wait for the next request of a keep-alive connection.
@@ -125,6 +128,12 @@ pub struct Config {
     pub acme: Option<crate::acme::Settings>,
     /// How many of `certs`, at their start, come from the ACME state directory.
     pub acme_certs: usize,
+    /// `--admin-certs`: where certificates added through the admin API are kept.
+    pub admin_certs_dir: Option<PathBuf>,
+    /// How many of `certs`, after the ACME ones, come from `admin_certs_dir`.
+    pub admin_certs: usize,
+    /// The admin API (`--admin-socket`, `--admin-listen`), when on.
+    pub admin: Option<admin::AdminSettings>,
     /// Sessions and ticket keys in a shared store (`--shared-store`), when on.
     pub store: Option<crate::session::store::Settings>,
     /// Where to serve `/metrics`, when asked.
@@ -158,6 +167,18 @@ impl Config {
         new.certs.splice(0..self.acme_certs, certs);
         new.default_cert = self.default_cert - self.acme_certs + n;
         new.acme_certs = n;
+        new
+    }
+
+    /// This configuration with `certs` as the admin API's certificates (`--admin-certs`
+    /// read again after a change), the rest unchanged.
+    pub fn with_admin_certs(&self, certs: Vec<LoadedCert>) -> Config {
+        let mut new = self.clone();
+        let n = certs.len();
+        let at = self.acme_certs;
+        new.certs.splice(at..at + self.admin_certs, certs);
+        new.default_cert = self.default_cert - self.admin_certs + n;
+        new.admin_certs = n;
         new
     }
 
@@ -267,6 +288,14 @@ impl Config {
         let acme_certs = acme_loaded.len();
         default_cert += acme_certs;
         certs.splice(0..0, acme_loaded);
+        // The admin API's come next: never the default one either.
+        let admin_loaded = match &cli.admin_certs {
+            Some(dir) => crate::tls::cert_store::load_all(dir)?,
+            None => Vec::new(),
+        };
+        let admin_certs = admin_loaded.len();
+        default_cert += admin_certs;
+        certs.splice(acme_certs..acme_certs, admin_loaded);
         if self_signed && acme.is_none() && cli.config.is_some() {
             // A configuration file that gives no certificate is a mistake, not a wish for
             // the self-signed default: each frontend needs one (hitch's rule).
@@ -329,6 +358,7 @@ impl Config {
                 queue_size: cli.queue_size,
                 queue_timeout: cli.queue_timeout,
                 retry_after: cli.backend_retry_after,
+                retries: cli.retries,
                 http_request_timeout: cli.http_request_timeout,
                 http_keepalive_timeout: cli.http_keepalive_timeout,
                 http_stall_timeout: cli.http_stall_timeout,
@@ -341,6 +371,9 @@ impl Config {
             replication,
             acme,
             acme_certs,
+            admin_certs_dir: cli.admin_certs.clone(),
+            admin_certs,
+            admin: admin::settings(cli)?,
             store,
             stats: stats_addr(cli)?,
             proxy_client_cert: cli.proxy_client_cert,

@@ -267,6 +267,9 @@ pub async fn serve(
         let Some((mut backend, lease)) = opened.await else {
             return;
         };
+        if let Some(h) = http.as_mut() {
+            h.request.serving(lease.server_arc(), id);
+        }
         // preamble (unless TLS to the backend sent it before its handshake), and the first
         // request (or the one that moved the connection here)
         let mut opening = match pre {

@@ -54,6 +54,9 @@ pub struct ProxyState {
     pub proxy_authority: bool,
     /// In HTTP mode, the header that carries the client certificate's subject.
     pub client_cert_header: Option<String>,
+    /// Told when the admin API puts a server in maintenance: each worker thread wakes
+    /// the keepers of its idle backend connections, which close those to that server.
+    pub maint: tokio::sync::Notify,
 }
 
 /// A frontend as the workers see it. A reload swaps its TLS state: connections accepted

@@ -294,6 +294,7 @@ pub fn pool_limits(config: &Config) -> PoolLimits {
         queue_timeout: l.queue_timeout,
         queue_size: l.queue_size,
         retry_after: l.retry_after,
+        retries: l.retries,
     }
 }
 

@@ -112,7 +112,7 @@ pub async fn open(
     };
     let limits = backend.pool.limits();
     let mut last = None;
-    for _ in 0..backend.pool.servers().len() {
+    for _ in 0..backend.pool.servers().len().min(limits.retries + 1) {
         let (mut s, lease) = backend.pool.connect(picker).await?;
         let server = lease.server();
         let to = || server.name().to_owned();

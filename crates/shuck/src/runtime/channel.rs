@@ -90,6 +90,26 @@ pub enum Msg {
     /// Master → worker: the ACME certificates, read while recording this; the running
     /// configuration is rebuilt with them.
     Certificates(Recording),
+    /// Master → worker: the admin API's certificates (`--admin-certs`), read while
+    /// recording this; the running configuration is rebuilt with them.
+    AdminCertificates(Recording),
+    /// Master → worker: an admin API call the worker answers (JSON: what it asks; `id`
+    /// 0 wants no answer).
+    AdminCall {
+        /// The call's number, given back in the answer.
+        id: u64,
+        /// The call, as JSON.
+        call: Vec<u8>,
+    },
+    /// Worker → master: the answer to [`Msg::AdminCall`] `id`.
+    AdminReply {
+        /// The call's number.
+        id: u64,
+        /// The HTTP status.
+        status: u16,
+        /// The answer's body, JSON.
+        body: Vec<u8>,
+    },
 }
 
 /// Why a message could not be read or sent.
@@ -322,6 +342,21 @@ fn encode(msg: &Msg) -> (u8, Vec<u8>) {
             put_bytes_u32(&mut w, body);
             17
         }
+        Msg::AdminCertificates(rec) => {
+            put_recording(&mut w, rec);
+            18
+        }
+        Msg::AdminCall { id, call } => {
+            put_u64(&mut w, *id);
+            put_bytes_u32(&mut w, call);
+            19
+        }
+        Msg::AdminReply { id, status, body } => {
+            put_u64(&mut w, *id);
+            put_u32(&mut w, u32::from(*status));
+            put_bytes_u32(&mut w, body);
+            20
+        }
     };
     (tag, w)
 }
@@ -498,6 +533,19 @@ fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, ChannelErro
         15 => Msg::Certificates(get_recording(r)?),
         16 => Msg::Farm(r.bytes_u32("farm message")?.to_vec()),
         17 => Msg::Acme(Event::Farm(r.bytes_u32("farm message")?.to_vec())),
+        18 => Msg::AdminCertificates(get_recording(r)?),
+        19 => Msg::AdminCall {
+            id: r.u64("admin call id")?,
+            call: r.bytes_u32("admin call")?.to_vec(),
+        },
+        20 => Msg::AdminReply {
+            id: r.u64("admin call id")?,
+            status: u16::try_from(r.u32("admin status")?).map_err(|_| CodecError::Invalid {
+                what: "admin status",
+                value: 0,
+            })?,
+            body: r.bytes_u32("admin answer")?.to_vec(),
+        },
         t => return Err(ChannelError::Unknown(t)),
     };
     if !fds.is_empty() {

@@ -32,6 +32,9 @@ pub enum StartError {
     /// A frontend's TLS state.
     #[error(transparent)]
     FrontendTls(#[from] super::rebuild::FrontendTlsError),
+    /// The admin API's socket could not be bound.
+    #[error(transparent)]
+    Admin(#[from] crate::admin::server::BindError),
     /// The built-in origin could not start.
     #[error("cannot start the built-in origin: {0}")]
     Origin(io::Error),

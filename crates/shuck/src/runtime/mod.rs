@@ -90,6 +90,10 @@ pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
     if config.daemon && !upgrading {
         crate::system::daemon::detach()?;
     }
+    let admin = match &config.admin {
+        Some(a) => Some(crate::admin::AdminServer::bind(a, upgrading)?),
+        None => None,
+    };
     let pidfile = match &config.pidfile {
         Some(p) => Some(PidFile::write(p)?),
         None => None,
@@ -104,6 +108,7 @@ pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
         source,
         pidfile,
         predecessor: inherited.predecessor.take(),
+        admin,
     })
 }
 

@@ -167,6 +167,16 @@ pub fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
         ),
         ("timeouts and limits", format!("{:?}", c.limits)),
         ("backlog", c.backlog.to_string()),
+        // The master binds the admin API once (the token is never written out).
+        (
+            "admin-socket, admin-listen",
+            format!(
+                "{:?}",
+                c.admin
+                    .as_ref()
+                    .map(|a| (a.socket.clone(), a.listen.as_ref().map(|(l, _)| *l)))
+            ),
+        ),
         ("tcp-fastopen", c.tcp_fastopen.to_string()),
         ("defer-accept", format!("{:?}", c.defer_accept)),
         ("backend-refresh", format!("{:?}", c.backend_refresh)),

@@ -2,6 +2,7 @@
 //!
 //! This module knows nothing of sockets; the handshake itself is driven by `proxy`.
 
+pub mod cert_store;
 pub mod client_auth;
 pub mod hello;
 pub mod ocsp;

@@ -195,6 +195,8 @@ impl Shared {
     /// dropped, the others registered with `cx`.
     fn sweep(&self, cx: &mut Context<'_>) {
         let mut idle = self.idle.borrow_mut();
+        // A server put in maintenance keeps no idle connection.
+        idle.retain(|c| c.lease.server().admin() != crate::backend::Admin::Maint);
         idle.retain_mut(|c| match poll_idle(&mut c.tcp, cx) {
             Idle::Quiet => true,
             why => {
@@ -312,7 +314,7 @@ impl Backends {
                 idle.remove(at)
             };
             // A server out by its health checks takes no new stream: its connection goes.
-            if c.lease.server().is_check_down() {
+            if c.lease.server().is_out() {
                 continue;
             }
             // Nothing seen since its last read: quiet, known without a registration. Else
@@ -428,7 +430,16 @@ impl Backends {
         idle.push(c);
         drop(idle);
         if !self.keeping.replace(true) {
-            tokio::task::spawn_local(keep(Rc::downgrade(&self.shared)));
+            let weak = Rc::downgrade(&self.shared);
+            KEEPERS.with(|k| {
+                let mut k = k.borrow_mut();
+                // Pruned when full, so it stays within twice the keepers alive.
+                if k.len() == k.capacity() {
+                    k.retain(|w| w.strong_count() > 0);
+                }
+                k.push(weak.clone());
+            });
+            tokio::task::spawn_local(keep(weak));
         }
         // Only a stream in `get` waits on it; without one, the notice would be a mutex
         // taken for nothing at the end of every stream (and a permit left for later).
@@ -436,6 +447,27 @@ impl Backends {
             self.shared.freed.notify_one();
         }
     }
+}
+
+thread_local! {
+    /// This worker thread's keepers, for [`wake_keepers`].
+    static KEEPERS: RefCell<Vec<Weak<Shared>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Wakes every keeper of this worker thread: a server was put in maintenance, and they
+/// close their idle connections to it.
+pub fn wake_keepers() {
+    KEEPERS.with(|k| {
+        k.borrow_mut().retain(|w| match w.upgrade() {
+            Some(s) => {
+                if let Some(waker) = s.keeper.borrow().as_ref() {
+                    waker.wake_by_ref();
+                }
+                true
+            }
+            None => false,
+        })
+    });
 }
 
 /// The keeper of a client connection's idle backend connections: woken only when one of

@@ -10,6 +10,7 @@
 
 mod answer;
 mod backends;
+pub use backends::wake_keepers;
 mod outcome;
 pub mod request;
 pub mod response;

@@ -27,6 +27,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 mod acme;
+mod admin;
 pub(super) mod inherit;
 mod listeners;
 mod reload;
@@ -101,6 +102,8 @@ pub struct Master {
     pub pidfile: Option<PidFile>,
     /// The previous master, when this one was started by an upgrade.
     pub predecessor: Option<Channel>,
+    /// The admin API's sockets, when asked for.
+    pub admin: Option<crate::admin::AdminServer>,
 }
 
 /// The master's running state.
@@ -123,6 +126,10 @@ struct Run {
     acme_respawn_at: Option<Instant>,
     /// The ACME client's last counters, for a worker started later.
     acme_status: Option<crate::acme::Status>,
+    /// The admin API's calls under way, the operator's settings, the last reload.
+    admin: admin::AdminState,
+    /// When this master started.
+    started: std::time::SystemTime,
 }
 
 /// Reads what a child that ended still left in its channel, to its end (at most a second
@@ -185,6 +192,7 @@ enum Woke {
     Upgrade,
     Predecessor,
     Acme,
+    Admin,
 }
 
 /// Runs the master until the service stops (Ok) or gives up.
@@ -220,6 +228,8 @@ pub fn run(m: Master) -> Result<(), StartError> {
         acme: None,
         acme_respawn_at: None,
         acme_status: None,
+        admin: admin::AdminState::default(),
+        started: std::time::SystemTime::now(),
     };
     run.spawn_acme()?;
     run.spawn_worker()?;
@@ -249,6 +259,7 @@ impl Run {
                     Woke::Upgrade => self.on_upgrade_message(),
                     Woke::Predecessor => self.on_predecessor_message(),
                     Woke::Acme => self.on_acme_message(),
+                    Woke::Admin => self.on_admin(),
                 }
             }
             self.on_tick()?;
@@ -281,6 +292,17 @@ impl Run {
             fds.push(PollFd::new(c.socket().as_fd(), PollFlags::POLLIN));
             who.push(Woke::Acme);
         }
+        if let Some(a) = &self.m.admin {
+            for (fd, write) in a.fds() {
+                let flags = if write {
+                    PollFlags::POLLOUT
+                } else {
+                    PollFlags::POLLIN
+                };
+                fds.push(PollFd::new(fd, flags));
+                who.push(Woke::Admin);
+            }
+        }
         let timeout = PollTimeout::try_from(TICK).unwrap_or(PollTimeout::NONE);
         match poll(&mut fds, timeout) {
             Ok(_) => {}
@@ -291,19 +313,25 @@ impl Run {
             .iter()
             .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
             .collect();
-        Ok(who
+        let mut woke: Vec<Woke> = who
             .into_iter()
             .zip(ready)
             .filter(|(_, r)| *r)
             .map(|(w, _)| w)
-            .collect())
+            .collect();
+        // The admin sockets are served together, once a wake-up.
+        let mut admin_seen = false;
+        woke.retain(|w| !matches!(w, Woke::Admin) || !std::mem::replace(&mut admin_seen, true));
+        Ok(woke)
     }
 
     fn on_signals(&mut self) -> Result<(), StartError> {
         while let Ok(Some(info)) = self.signals.read_signal() {
             match Signal::try_from(info.ssi_signo as i32) {
                 Ok(Signal::SIGCHLD) => self.reap()?,
-                Ok(Signal::SIGHUP) => self.reload(),
+                Ok(Signal::SIGHUP) => {
+                    let _ = self.reload();
+                }
                 Ok(Signal::SIGUSR2) => self.start_upgrade(),
                 Ok(Signal::SIGTERM | Signal::SIGINT) => self.stop(),
                 _ => {}
@@ -472,6 +500,7 @@ impl Run {
     }
 
     fn on_tick(&mut self) -> Result<(), StartError> {
+        self.admin_tick();
         if self.acme_respawn_at.is_some_and(|t| Instant::now() >= t) {
             self.acme_respawn_at = None;
             self.spawn_acme()?;

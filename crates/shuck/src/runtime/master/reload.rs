@@ -12,15 +12,24 @@ use crate::runtime::rebuild::{self, FrontendDiff, Reread};
 use crate::system::{files, notify};
 
 impl super::Run {
-    /// SIGHUP: reads everything again as root; when good, binds new frontends and sends
-    /// the worker what was read.
-    pub(super) fn reload(&mut self) {
+    /// SIGHUP (or the admin API's `POST /reload`): reads everything again as root; when
+    /// good, binds new frontends and sends the worker what was read. The error says why
+    /// nothing changed.
+    pub(super) fn reload(&mut self) -> Result<(), String> {
+        let r = self.reload_once();
+        self.admin.last_reload = Some((std::time::SystemTime::now(), r.clone()));
+        r
+    }
+
+    fn reload_once(&mut self) -> Result<(), String> {
         if self.phase.handed_over() {
             tracing::warn!(
                 name: "reload_during_upgrade",
                 "SIGHUP: this process is handing over to a new binary; send SIGHUP to the new master",
             );
-            return;
+            return Err(
+                "this process is handing over to a new binary: reload the new master".into(),
+            );
         }
         notify::reloading();
         let m = &self.m;
@@ -34,7 +43,7 @@ impl super::Run {
             Err(e) => {
                 tracing::error!(name: "reload_refused", error = %e, "SIGHUP: {e}");
                 notify::notify("READY=1");
-                return;
+                return Err(e.to_string());
             }
         };
         // New frontends are bound here, as root; removed ones are closed.
@@ -82,6 +91,8 @@ impl super::Run {
         self.to_worker(&Msg::Apply(rec));
         self.m.config = new;
         self.m.tls = built;
+        self.restore_server_settings();
         notify::notify("READY=1");
+        Ok(())
     }
 }

@@ -33,7 +33,10 @@ impl super::Run {
         let Some(c) = &w.chan else { return };
         match c.recv() {
             Ok(Msg::Ready) => self.worker_ready(),
-            Ok(Msg::Reload) => self.reload(),
+            Ok(Msg::Reload) => {
+                let _ = self.reload();
+            }
+            Ok(Msg::AdminReply { id, status, body }) => self.on_admin_reply(id, status, &body),
             Ok(Msg::Upgrade) => self.start_upgrade(),
             Ok(m @ (Msg::Sessions(_) | Msg::SessionsEnd)) => self.to_successor(&m),
             Ok(m @ (Msg::AcmeAnswered(_) | Msg::Farm(_))) => self.to_acme(&m),
@@ -121,6 +124,7 @@ impl super::Run {
                 if let Some(st) = self.acme_status.clone() {
                     self.to_worker(&Msg::Acme(crate::acme::Event::Status(st)));
                 }
+                self.restore_server_settings();
                 Ok(())
             }
         }
@@ -134,6 +138,9 @@ impl super::Run {
         self.m.services = Sockets::none();
         std::mem::forget(self.m.pidfile.take());
         self.m.predecessor = None;
+        if let Some(a) = self.m.admin.take() {
+            a.close_in_child();
+        }
         self.worker = None;
         self.retiring.clear();
         self.upgrade = None;

@@ -6,6 +6,7 @@
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
+mod admin;
 mod checks;
 mod frontends;
 mod refresh;
@@ -266,5 +267,6 @@ fn proxy_state(config: &Config, routing: Routing) -> ProxyState {
         proxy_client_cert: config.proxy_client_cert,
         proxy_authority: config.proxy_authority,
         client_cert_header: config.client_cert_header.clone(),
+        maint: tokio::sync::Notify::new(),
     }
 }

@@ -22,14 +22,14 @@ use crate::tls::ocsp::manager as ocsp;
 
 /// Holds what a reload compares against and builds from.
 pub struct Reloader {
-    current: Config,
+    pub(super) current: Config,
     source: Source,
     /// What connections read: its routing is swapped when backends or routes change.
-    state: Arc<ProxyState>,
+    pub(super) state: Arc<ProxyState>,
     /// The health checks' thread, once some server has a check.
     checks: Option<super::checks::Checks>,
     /// The session cache and ticket keys built at start: they live for the process.
-    resumption: Resumption,
+    pub(super) resumption: Resumption,
     /// Tells the OCSP thread which certificates to keep staples for.
     ocsp_updates: Option<ocsp::Updates>,
 }
@@ -74,6 +74,39 @@ impl Reloader {
         }
     }
 
+    /// The admin API's certificates changed: the master read `--admin-certs` while
+    /// recording `rec`; every frontend's TLS state is rebuilt with them.
+    pub fn admin_certificates(&mut self, frontends: &Frontends, rec: Recording) {
+        let Some(dir) = self.current.admin_certs_dir.clone() else {
+            return;
+        };
+        let certs = match files::replay(rec, || crate::tls::cert_store::load_all(&dir)) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(name: "admin_certificates_refused", error = %e, "admin API: {e}; the certificates in place stay");
+                return;
+            }
+        };
+        let new = self.current.with_admin_certs(certs);
+        if let Err(e) = self.swap_in(frontends, new) {
+            tracing::error!(name: "admin_certificates_refused", error = %e, "admin API: the certificates cannot be served: {e}; the ones in place stay");
+        }
+    }
+
+    /// Serves `new` (the running configuration with other certificates): every
+    /// frontend's TLS state rebuilt and swapped; nothing changes when it does not build.
+    fn swap_in(&mut self, frontends: &Frontends, new: Config) -> Result<(), String> {
+        let built = self.build(&new)?;
+        for (fe, tls) in new.frontends.iter().zip(built) {
+            if let Some(live) = frontends.get(&fe.endpoint.to_string()) {
+                live.tls.store(tls);
+            }
+        }
+        self.follow_ocsp(&new);
+        self.current = new;
+        Ok(())
+    }
+
     /// New ACME certificates: the master read the state directory while recording `rec`;
     /// every frontend's TLS state is rebuilt with them (new handshakes get them, live
     /// connections keep theirs).
@@ -84,24 +117,14 @@ impl Reloader {
         let certs = files::replay(rec, || crate::acme::state::load_all(&settings));
         let names: Vec<String> = certs.iter().map(|c| c.source.clone()).collect();
         let new = self.current.with_acme_certs(certs);
-        let built = match self.build(&new) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::error!(
-                    name: "acme_certificates_refused",
-                    error = %e,
-                    "ACME: the new certificates cannot be served: {e}; the ones in place stay",
-                );
-                return;
-            }
-        };
-        for (fe, tls) in new.frontends.iter().zip(built) {
-            if let Some(live) = frontends.get(&fe.endpoint.to_string()) {
-                live.tls.store(tls);
-            }
+        if let Err(e) = self.swap_in(frontends, new) {
+            tracing::error!(
+                name: "acme_certificates_refused",
+                error = %e,
+                "ACME: the new certificates cannot be served: {e}; the ones in place stay",
+            );
+            return;
         }
-        self.follow_ocsp(&new);
-        self.current = new;
         tracing::info!(
             name: "acme_serving",
             certificates = %(names.join(", ")),

@@ -256,6 +256,16 @@ impl Supervisor {
                             }
                         }
                         Some(Msg::Certificates(rec)) => reloader.certificates(&frontends, rec),
+                        Some(Msg::AdminCertificates(rec)) => reloader.admin_certificates(&frontends, rec),
+                        Some(Msg::AdminCall { id, call }) => {
+                            let (status, body) = match crate::admin::WorkerCall::decode(&call) {
+                                Some(c) => reloader.admin(c),
+                                None => (500, serde_json::json!({ "error": "the worker does not know this call" })),
+                            };
+                            if id != 0 {
+                                master.send(&Msg::AdminReply { id, status, body: serde_json::to_vec(&body).unwrap_or_default() });
+                            }
+                        }
                         Some(m) => tracing::warn!(
                             name: "master_message_unexpected",
                             content = ?m,

@@ -106,6 +106,15 @@ async fn worker_main(
     let worker = Rc::new(worker);
     let anchored = worker.clone();
     tokio::task::spawn_local(async move { anchored.keep_timers_anchored().await });
+    // The admin API's maintenance: this thread's idle HTTP/2 backend connections to the
+    // server close.
+    let state = worker.state.clone();
+    tokio::task::spawn_local(async move {
+        loop {
+            state.maint.notified().await;
+            crate::proxy::h2::wake_keepers();
+        }
+    });
     // Sockets sent meanwhile wait in the channel; connections, in their backlog.
     tokio::select! {
         _ = start.recv() => {}

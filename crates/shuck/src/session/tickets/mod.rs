@@ -238,6 +238,34 @@ impl TicketKeys {
         !std::ptr::eq(before, Arc::as_ptr(&self.ring.load_full()))
     }
 
+    /// Rotates the timer ring now (the admin API's `POST /tickets/rotate`): the key
+    /// announced for the next period encrypts from now on, tickets under the others still
+    /// resume. False when keys come from a file, which only the file changes.
+    pub fn rotate_now(&self) -> bool {
+        let Source::Timer { period } = self.source else {
+            return false;
+        };
+        let now = unix_ms();
+        self.ring
+            .rcu(|r| Ring::fresh(now, period, Some(r)).map_or_else(|_| Arc::clone(r), Arc::new));
+        if let Some(f) = self.on_change.get() {
+            f();
+        }
+        true
+    }
+
+    /// The name of the key that encrypts now, in hex.
+    pub fn current_name(&self) -> Option<String> {
+        let ring = self.ring.load();
+        let k = ring.keys.get(ring.current)?;
+        Some(k.name.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// Keys that decrypt now.
+    pub fn key_count(&self) -> usize {
+        self.ring.load().keys.len()
+    }
+
     /// The timer ring's own keys and roles, for a worker or a new master; none when keys
     /// come from a file (each process reads it).
     pub fn state(&self) -> Option<RingState> {

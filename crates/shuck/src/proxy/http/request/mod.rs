@@ -56,6 +56,9 @@ pub struct RequestRewriter {
     choose: Option<Chooser>,
     /// The backend the requests passed on went to.
     current: Option<BackendId>,
+    /// The server they went to, and its backend: a request that finds it out of
+    /// rotation (drained, in maintenance, down by its checks) moves to another.
+    server: Option<(std::sync::Arc<crate::backend::Server>, BackendId)>,
 }
 
 /// What the request side is waiting for, for HTTP mode's timeouts.
@@ -104,7 +107,13 @@ impl RequestRewriter {
             requests: 0,
             choose: None,
             current: None,
+            server: None,
         }
+    }
+
+    /// The requests now go to `server` of backend `id`.
+    pub fn serving(&mut self, server: std::sync::Arc<crate::backend::Server>, id: BackendId) {
+        self.server = Some((server, id));
     }
 
     /// Routes each request by its `Host` and path (from the first on).
@@ -296,6 +305,14 @@ impl RequestRewriter {
             return Err(Rejected("too many pipelined requests"));
         }
         let host = check_host(path, version, req.headers)?;
+        // Its server was taken out of rotation since the last request: the next one that
+        // is up takes this request (HAProxy's drain: no new request, the last answers end).
+        if let Some((_, id)) = self.server.as_ref().filter(|(s, _)| s.is_out()) {
+            self.state = State::Held(Hold::Switch(*id));
+            self.held.clear();
+            self.held.extend_from_slice(head);
+            return Ok(());
+        }
         if let Some(c) = &self.choose {
             // A Host that passed check_host is ASCII.
             let host = host.and_then(|h| std::str::from_utf8(h).ok());

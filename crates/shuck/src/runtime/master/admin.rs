@@ -1,0 +1,343 @@
+//! The admin API as the master answers it: status, reload, ticket rotation and the
+//! certificates kept in `--admin-certs` here (as root, as a reload reads); servers,
+//! certificates in use and sessions asked of the worker over the channel. The operator's
+//! server settings are kept here, so that a reload or a new worker gets them again.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{json, Value};
+
+use crate::admin::server::{error_body, log_request, Incoming};
+use crate::admin::{Call, ServerSetting, WorkerCall};
+use crate::runtime::channel::Msg;
+use crate::runtime::rebuild;
+use crate::system::files;
+use crate::tls::cert_store::{self, StoreError};
+
+/// How long the worker has to answer a call.
+const WORKER_DEADLINE: Duration = Duration::from_secs(5);
+
+/// A call handed to the worker, waiting for its answer.
+#[derive(Debug)]
+pub(super) struct Pending {
+    id: u64,
+    inc: Incoming,
+    until: Instant,
+}
+
+/// The admin API's state in the master.
+#[derive(Debug, Default)]
+pub(super) struct AdminState {
+    pending: Vec<Pending>,
+    next_id: u64,
+    /// The operator's settings, in the order given (a later one for the same server
+    /// wins when replayed).
+    settings: Vec<ServerSetting>,
+    /// The last reload: when, and its result.
+    pub(super) last_reload: Option<(SystemTime, Result<(), String>)>,
+}
+
+impl super::Run {
+    /// The admin sockets are ready: serve what came.
+    pub(super) fn on_admin(&mut self) {
+        let Some(server) = &mut self.m.admin else {
+            return;
+        };
+        for inc in server.service() {
+            self.admin_call(inc);
+        }
+    }
+
+    /// Calls the worker did not answer in time.
+    pub(super) fn admin_tick(&mut self) {
+        let now = Instant::now();
+        let late: Vec<Pending> = {
+            let (late, kept) = std::mem::take(&mut self.admin.pending)
+                .into_iter()
+                .partition(|p| now >= p.until);
+            self.admin.pending = kept;
+            late
+        };
+        for p in late {
+            self.admin_answer(
+                &p.inc,
+                504,
+                error_body("the worker process did not answer in time"),
+            );
+        }
+        if let Some(server) = &mut self.m.admin {
+            for inc in server.service() {
+                self.admin_call(inc);
+            }
+        }
+    }
+
+    fn admin_answer(&mut self, inc: &Incoming, status: u16, body: Value) {
+        let detail = if status >= 400 {
+            body.get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        } else {
+            String::new()
+        };
+        log_request(&inc.peer, &inc.req, status, &detail);
+        if let Some(server) = &mut self.m.admin {
+            server.answer(inc.conn, status, &body);
+        }
+    }
+
+    fn admin_call(&mut self, inc: Incoming) {
+        let call = match Call::of(&inc.req) {
+            Ok(c) => c,
+            Err(r) => return self.admin_answer(&inc, r.status, error_body(&r.reason)),
+        };
+        match call {
+            Call::Status => {
+                let body = self.status_json();
+                self.admin_answer(&inc, 200, body);
+            }
+            Call::Reload => {
+                let (status, body) = match self.reload() {
+                    Ok(()) => (
+                        200,
+                        json!({ "result": "reloaded", "config": self.status_json()["config"] }),
+                    ),
+                    Err(e) => (
+                        400,
+                        json!({
+                            "error": e,
+                            "errors": [crate::admin::config_error_json(&e)],
+                        }),
+                    ),
+                };
+                self.admin_answer(&inc, status, body);
+            }
+            Call::RotateTickets => {
+                let (status, body) = self.rotate_tickets();
+                self.admin_answer(&inc, status, body);
+            }
+            Call::PutCertificate { name, pem } => {
+                let (status, body) = self.put_certificate(&name, &pem);
+                self.admin_answer(&inc, status, body);
+            }
+            Call::DeleteCertificate { name } => {
+                let (status, body) = self.delete_certificate(&name);
+                self.admin_answer(&inc, status, body);
+            }
+            Call::SetServer {
+                backend,
+                server,
+                change,
+            } => {
+                let s = ServerSetting {
+                    backend,
+                    server,
+                    change,
+                };
+                self.ask_worker(inc, WorkerCall::SetServer(s));
+            }
+            Call::Backends => self.ask_worker(inc, WorkerCall::Backends),
+            Call::Certificates => self.ask_worker(inc, WorkerCall::Certificates),
+            Call::Sessions => self.ask_worker(inc, WorkerCall::Sessions),
+        }
+    }
+
+    fn ask_worker(&mut self, inc: Incoming, call: WorkerCall) {
+        let chan = self.worker.as_ref().and_then(|w| w.chan.as_ref());
+        let Some(chan) = chan else {
+            return self.admin_answer(
+                &inc,
+                503,
+                error_body("no worker process serves right now (it is starting again); try again"),
+            );
+        };
+        self.admin.next_id += 1;
+        let id = self.admin.next_id;
+        if let Err(e) = chan.send(&Msg::AdminCall {
+            id,
+            call: call.encode(),
+        }) {
+            return self.admin_answer(
+                &inc,
+                503,
+                error_body(&format!("cannot reach the worker process: {e}")),
+            );
+        }
+        self.admin.pending.push(Pending {
+            id,
+            inc,
+            until: Instant::now() + WORKER_DEADLINE,
+        });
+    }
+
+    /// The worker answered call `id`.
+    pub(super) fn on_admin_reply(&mut self, id: u64, status: u16, body: &[u8]) {
+        let Some(at) = self.admin.pending.iter().position(|p| p.id == id) else {
+            return;
+        };
+        let p = self.admin.pending.remove(at);
+        let body: Value = serde_json::from_slice(body)
+            .unwrap_or_else(|_| error_body("the worker's answer is not JSON"));
+        if status == 200 {
+            if let Ok(Call::SetServer {
+                backend,
+                server,
+                change,
+            }) = Call::of(&p.inc.req)
+            {
+                // Kept for the next reload and the next worker: one entry a server.
+                let all = &mut self.admin.settings;
+                match all
+                    .iter_mut()
+                    .find(|s| s.backend == backend && s.server == server)
+                {
+                    Some(s) => {
+                        s.change.state = change.state.or(s.change.state);
+                        s.change.weight = change.weight.or(s.change.weight);
+                    }
+                    None => all.push(ServerSetting {
+                        backend,
+                        server,
+                        change,
+                    }),
+                }
+            }
+        }
+        self.admin_answer(&p.inc, status, body);
+    }
+
+    /// The operator's settings again: after a reload (new pools) and for a new worker.
+    pub(super) fn restore_server_settings(&self) {
+        if !self.admin.settings.is_empty() {
+            self.to_worker(&Msg::AdminCall {
+                id: 0,
+                call: WorkerCall::Restore(self.admin.settings.clone()).encode(),
+            });
+        }
+    }
+
+    fn status_json(&self) -> Value {
+        let started = self.started;
+        let uptime = started.elapsed().map_or(0, |d| d.as_secs());
+        let reload = self.admin.last_reload.as_ref().map(|(t, r)| {
+            json!({
+                "at": crate::clock::rfc3339(*t),
+                "result": if r.is_ok() { "ok" } else { "refused" },
+                "error": r.as_ref().err(),
+            })
+        });
+        let c = &self.m.config;
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "commit": env!("SHUCK_GIT_COMMIT"),
+            "started": crate::clock::rfc3339(started),
+            "uptime_s": uptime,
+            "master_pid": std::process::id(),
+            "worker_pid": self.worker.as_ref().map(|w| w.pid.as_raw()),
+            "workers": c.workers,
+            "phase": format!("{:?}", self.phase),
+            "config": {
+                "command_line": self.m.source.describe(),
+                "frontends": c.frontends.iter().map(|f| f.endpoint.to_string()).collect::<Vec<_>>(),
+                "certificates": c.certs.len(),
+                "named_backends": c.named_backends.iter().map(|b| b.name.clone()).collect::<Vec<_>>(),
+                "routes": c.routes.len(),
+            },
+            "last_reload": reload,
+        })
+    }
+
+    fn rotate_tickets(&mut self) -> (u16, Value) {
+        if self.m.resumption.store.is_some() {
+            return (409, error_body("with --shared-store the farm's ticket ring rotates in the store, on its own schedule"));
+        }
+        let Some(t) = self.m.resumption.tickets.clone() else {
+            return (409, error_body("session tickets are off"));
+        };
+        if !t.rotate_now() {
+            return (409, error_body("ticket keys come from --ticket-keys: rotate them by changing the file and reloading"));
+        }
+        if let Some(state) = t.state() {
+            self.to_worker(&Msg::Tickets(state));
+        }
+        tracing::info!(name: "tickets_rotated", key = ?t.current_name(), "admin API: the ticket key ring was rotated");
+        (
+            200,
+            json!({ "result": "rotated", "current_key": t.current_name(), "keys": t.key_count() }),
+        )
+    }
+
+    fn put_certificate(&mut self, name: &str, pem: &[u8]) -> (u16, Value) {
+        let Some(dir) = self.m.config.admin_certs_dir.clone() else {
+            return (
+                409,
+                error_body("no --admin-certs directory: certificates cannot be added at run time"),
+            );
+        };
+        let cert = match cert_store::check(name, pem) {
+            Ok(c) => c,
+            Err(e) => return (400, error_body(&e.to_string())),
+        };
+        let before = match cert_store::write(&dir, name, pem) {
+            Ok(b) => b,
+            Err(e) => return (500, error_body(&e.to_string())),
+        };
+        let replaced = before.is_some();
+        match self.rebuild_admin_certs(&dir) {
+            Ok(()) => {
+                tracing::info!(name: "admin_certificate_added", certificate = %name, names = %cert.names.join(","), "admin API: certificate {name} ({}) serving", cert.names.join(", "));
+                (
+                    200,
+                    json!({
+                        "result": if replaced { "replaced" } else { "added" },
+                        "name": name,
+                        "names": cert.names,
+                        "file": cert_store::path_of(&dir, name),
+                        "not_after": cert.not_after.map(crate::clock::rfc3339),
+                    }),
+                )
+            }
+            Err(e) => {
+                cert_store::restore(&dir, name, before);
+                (400, error_body(&e))
+            }
+        }
+    }
+
+    fn delete_certificate(&mut self, name: &str) -> (u16, Value) {
+        let Some(dir) = self.m.config.admin_certs_dir.clone() else {
+            return (409, error_body("no --admin-certs directory: only certificates added through the admin API can be removed"));
+        };
+        let before = match cert_store::remove(&dir, name) {
+            Ok(b) => b,
+            Err(e @ StoreError::NotFound(_)) => {
+                return (404, error_body(&format!("{e}; the configuration's own certificates are removed by editing it and reloading")))
+            }
+            Err(e) => return (400, error_body(&e.to_string())),
+        };
+        match self.rebuild_admin_certs(&dir) {
+            Ok(()) => {
+                tracing::info!(name: "admin_certificate_removed", certificate = %name, "admin API: certificate {name} removed");
+                (200, json!({ "result": "removed", "name": name }))
+            }
+            Err(e) => {
+                cert_store::restore(&dir, name, Some(before));
+                (400, error_body(&e))
+            }
+        }
+    }
+
+    /// Reads `--admin-certs` again (recording it), rebuilds every frontend's TLS state
+    /// with it, and sends the worker what was read.
+    fn rebuild_admin_certs(&mut self, dir: &std::path::Path) -> Result<(), String> {
+        let (loaded, rec) = files::record(|| cert_store::load_all(dir));
+        let certs = loaded.map_err(|e| e.to_string())?;
+        let new = self.m.config.with_admin_certs(certs);
+        let built = rebuild::build(&new, &self.m.resumption).map_err(|e| e.to_string())?;
+        self.m.config = new;
+        self.m.tls = built;
+        self.to_worker(&Msg::AdminCertificates(rec));
+        Ok(())
+    }
+}
