@@ -19,6 +19,7 @@ pub(crate) mod clock;
 pub mod codec;
 pub mod config;
 pub(crate) mod counters;
+pub mod ctl;
 pub mod fuzzing;
 pub mod http_host;
 pub mod origin;

@@ -15,6 +15,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let raw: Vec<OsString> = std::env::args_os().collect();
+    // `shuck ctl …` asks a running shuck; everything else is hitch's command line.
+    if raw.get(1).is_some_and(|a| a == "ctl") {
+        return shuck::ctl::main(&raw[1..]);
+    }
     let cli = match args::parse(&raw) {
         Ok(cli) => cli,
         Err(ArgsError::Printed(help)) => {

@@ -6,7 +6,15 @@ use crate::{command, default_of, help_of, keys, value_form, version};
 
 /// Keys the sample sets (or shows first), and hitch's deprecated no-ops: not among the others.
 const SET: &[&str] = &[
-    "frontend", "backend", "pem-file", "user", "group", "tls", "ssl",
+    "frontend",
+    "backend",
+    "pem-file",
+    "user",
+    "group",
+    "tls",
+    "ssl",
+    "admin-socket",
+    "admin-certs",
 ];
 
 /// `text` as `# ` comment lines of at most 78 columns.
@@ -54,6 +62,11 @@ pub fn sample() -> String {
          # serves connections runs as this user, created by the package.\n\
          user = \"_shuck\"\n\
          group = \"_shuck\"\n\
+         \n\
+         # The admin API (`shuck ctl`, curl --unix-socket), for root only; and where the\n\
+         # certificates it adds are kept for the next start.\n\
+         admin-socket = \"/run/shuck/admin.sock\"\n\
+         admin-certs = \"/var/lib/shuck/certs\"\n\
          \n\
          # ---- Every other key, with its default ----\n"
     );

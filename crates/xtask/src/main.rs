@@ -50,6 +50,7 @@ fn dist(dir: &Path) -> Result<(), String> {
     write("shuck.8", &roff::shuck_8()?)?;
     write("shuck.conf.5", roff::shuck_conf_5().as_bytes())?;
     write("shuck-bench.1", &roff::shuck_bench_1()?)?;
+    write("shuck-ctl.8", &roff::shuck_ctl_8()?)?;
     write("shuck.conf", conf::sample().as_bytes())?;
     for (shell, name) in [
         (Shell::Bash, "shuck.bash"),
@@ -57,7 +58,13 @@ fn dist(dir: &Path) -> Result<(), String> {
         (Shell::Fish, "shuck.fish"),
     ] {
         let mut out = Vec::new();
-        clap_complete::generate(shell, &mut Cli::command(), "shuck", &mut out);
+        // `shuck ctl …` completes too: its commands as a subcommand of shuck's table.
+        let mut cmd = Cli::command().subcommand(
+            shuck::ctl::CtlCli::command()
+                .name("ctl")
+                .about("Ask a running shuck through its admin API (shuck-ctl(8))"),
+        );
+        clap_complete::generate(shell, &mut cmd, "shuck", &mut out);
         write(name, &out)?;
     }
     println!("{}", dir.display());
@@ -81,7 +88,7 @@ fn deb(root: &Path) -> Result<(), String> {
     let dir = target_dir(root).join("release/dist");
     dist(&dir)?;
     // Debian installs man pages compressed; -n keeps the package reproducible.
-    for page in ["shuck.8", "shuck.conf.5", "shuck-bench.1"] {
+    for page in ["shuck.8", "shuck.conf.5", "shuck-bench.1", "shuck-ctl.8"] {
         let st = Command::new("gzip")
             .args(["-9nkf", page])
             .current_dir(&dir)

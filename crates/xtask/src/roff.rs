@@ -81,11 +81,39 @@ State kept across restarts.
 /// one page: its options are the point of the tool).
 pub fn shuck_bench_1() -> Result<Vec<u8>, String> {
     use clap::CommandFactory;
-    let mut cmd = shuck_bench::Cli::command();
+    with_subcommands(
+        shuck_bench::Cli::command(),
+        "shuck-bench",
+        "1",
+        "User Commands",
+        EXTRA_BENCH_1,
+    )
+}
+
+/// `shuck-ctl(8)`: `shuck ctl`'s commands.
+pub fn shuck_ctl_8() -> Result<Vec<u8>, String> {
+    use clap::CommandFactory;
+    with_subcommands(
+        shuck::ctl::CtlCli::command().name("shuck-ctl"),
+        "shuck ctl",
+        "8",
+        "System Manager's Manual",
+        EXTRA_CTL_8,
+    )
+}
+
+/// A page for a command and, on the same page, each of its subcommands.
+fn with_subcommands(
+    mut cmd: clap::Command,
+    name: &str,
+    section: &'static str,
+    manual: &'static str,
+    extra: &str,
+) -> Result<Vec<u8>, String> {
     cmd.build();
     let man = clap_mangen::Man::new(cmd.clone())
-        .section("1")
-        .manual("User Commands");
+        .section(section)
+        .manual(manual);
     let mut out = Vec::new();
     let io = |e: std::io::Error| e.to_string();
     prologue(&man, &mut out).map_err(io)?;
@@ -97,20 +125,45 @@ pub fn shuck_bench_1() -> Result<Vec<u8>, String> {
         out.extend_from_slice(entry.as_bytes());
     }
     for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
-        let name = format!("shuck-bench {}", sub.get_name());
-        let page = clap_mangen::Man::new(sub.clone().bin_name(&name));
+        let full = format!("{name} {}", sub.get_name());
+        let page = clap_mangen::Man::new(sub.clone().bin_name(&full));
         let mut part = Vec::new();
         page.render_synopsis_section(&mut part).map_err(io)?;
         page.render_options_section(&mut part).map_err(io)?;
         let part = String::from_utf8_lossy(&part)
-            .replace(".SH SYNOPSIS", &format!(".SH \"{}\"", name.to_uppercase()))
+            .replace(".SH SYNOPSIS", &format!(".SH \"{}\"", full.to_uppercase()))
             .replace(".SH OPTIONS", ".SS Options");
         out.extend_from_slice(part.as_bytes());
     }
-    out.extend_from_slice(EXTRA_BENCH_1.as_bytes());
+    out.extend_from_slice(extra.as_bytes());
     man.render_version_section(&mut out).map_err(io)?;
     Ok(out)
 }
+
+const EXTRA_CTL_8: &str = r#".SH EXAMPLES
+.TP
+.B shuck ctl backends
+Every backend's servers with their state (up, down (check), down (failure), drain, maint).
+.TP
+.B shuck ctl drain default/api1
+Take api1 out of rotation; its open connections finish. \fBshuck ctl ready default/api1\fR puts it back.
+.TP
+.B shuck ctl cert add shop /etc/ssl/private/shop.pem
+Serve a new certificate in every worker at once, kept for the next start.
+.TP
+.B shuck ctl reload
+Read the configuration again; a refusal lists each error with its file and line.
+.SH EXIT STATUS
+0 when the action was done, 1 when shuck refused it (the reason on standard error), 2 when
+shuck could not be asked (no socket, no permission).
+.SH FILES
+.TP
+.I /run/shuck/admin.sock
+The admin socket of the Debian package's configuration (\fB\-\-admin\-socket\fR).
+.SH SEE ALSO
+.BR shuck (8),
+.BR shuck.conf (5)
+"#;
 
 const EXTRA_BENCH_1: &str = r#".SH EXAMPLES
 .TP

@@ -104,6 +104,7 @@ fn the_debian_package_installs_what_an_operator_expects() {
         "./usr/share/man/man8/shuck.8.gz",
         "./usr/share/man/man5/shuck.conf.5.gz",
         "./usr/share/man/man1/shuck-bench.1.gz",
+        "./usr/share/man/man8/shuck-ctl.8.gz",
         "./usr/share/bash-completion/completions/shuck",
         "./usr/share/zsh/vendor-completions/_shuck",
         "./usr/share/fish/vendor_completions.d/shuck.fish",
@@ -222,6 +223,7 @@ fn the_debian_package_installs_what_an_operator_expects() {
         "usr/share/man/man8/shuck.8.gz",
         "usr/share/man/man5/shuck.conf.5.gz",
         "usr/share/man/man1/shuck-bench.1.gz",
+        "usr/share/man/man8/shuck-ctl.8.gz",
     ] {
         let out = run(Command::new("man")
             .args(["--warnings=w", "-l"])
@@ -238,6 +240,8 @@ fn the_debian_package_installs_what_an_operator_expects() {
     run(Command::new("bash").arg("-n").arg(&bash));
     let b = std::fs::read_to_string(&bash).unwrap();
     assert!(b.contains("--log-format") && b.contains("--pem-file"));
+    // `shuck ctl`'s commands complete too.
+    assert!(b.contains("ctl") && b.contains("drain") && b.contains("--socket"), "{b}");
 
     // lintian: no error.
     let lint = Command::new("lintian").arg(&deb).output().unwrap();
