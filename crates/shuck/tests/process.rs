@@ -8,8 +8,8 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,51 +17,6 @@ use std::time::{Duration, Instant};
 use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_shuck");
-
-/// shuck-bench, next to shuck; built when this test runs alone.
-fn bench_bin() -> PathBuf {
-    let p = PathBuf::from(BIN).with_file_name("shuck-bench");
-    if !p.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo)
-            .args(["build", "-p", "shuck-bench"])
-            .status()
-            .unwrap();
-        assert!(st.success(), "cannot build shuck-bench");
-    }
-    p
-}
-
-fn sh_status(cmd: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", cmd])
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A process killed (and reaped) when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// shuck-bench's HTTP origin on a free port.
-fn bench_origin() -> (Proc, u16) {
-    let port = free_port();
-    let child = Command::new(bench_bin())
-        .args(["origin", "--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let p = Proc(child);
-    wait_listening(port, "the origin");
-    (p, port)
-}
 
 /// A shuck-bench load run in the background; its JSON report when joined.
 fn bench_load(args: Vec<String>) -> thread::JoinHandle<serde_json::Value> {

@@ -241,7 +241,10 @@ fn the_debian_package_installs_what_an_operator_expects() {
     let b = std::fs::read_to_string(&bash).unwrap();
     assert!(b.contains("--log-format") && b.contains("--pem-file"));
     // `shuck ctl`'s commands complete too.
-    assert!(b.contains("ctl") && b.contains("drain") && b.contains("--socket"), "{b}");
+    assert!(
+        b.contains("ctl") && b.contains("drain") && b.contains("--socket"),
+        "{b}"
+    );
 
     // lintian: no error.
     let lint = Command::new("lintian").arg(&deb).output().unwrap();

@@ -36,6 +36,8 @@ pub enum WorkerCall {
     Certificates,
     /// The session cache's and the shared store's figures.
     Sessions,
+    /// Nothing: answered once what was sent before it is done.
+    Barrier,
 }
 
 fn setting_json(s: &ServerSetting) -> Value {
@@ -76,6 +78,7 @@ impl WorkerCall {
             }),
             WorkerCall::Certificates => json!({ "call": "certificates" }),
             WorkerCall::Sessions => json!({ "call": "sessions" }),
+            WorkerCall::Barrier => json!({ "call": "barrier" }),
         };
         serde_json::to_vec(&v).unwrap_or_default()
     }
@@ -95,6 +98,7 @@ impl WorkerCall {
             ),
             "certificates" => WorkerCall::Certificates,
             "sessions" => WorkerCall::Sessions,
+            "barrier" => WorkerCall::Barrier,
             _ => return None,
         })
     }
@@ -138,6 +142,7 @@ mod tests {
             WorkerCall::Restore(vec![s]),
             WorkerCall::Certificates,
             WorkerCall::Sessions,
+            WorkerCall::Barrier,
         ] {
             assert_eq!(WorkerCall::decode(&c.encode()), Some(c));
         }

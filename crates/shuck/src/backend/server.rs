@@ -37,6 +37,9 @@ enum Target {
 pub struct ServerStats {
     /// Connections open to it now.
     pub active: AtomicUsize,
+    /// Connections given to it since it was made (the admin API shows that a drained
+    /// server takes no new one).
+    pub opened: AtomicU64,
     /// Connections waiting in its queue now.
     pub queued: AtomicUsize,
     /// Waits that ended at the queue timeout or found the queue full.
@@ -286,6 +289,7 @@ impl Server {
             },
         };
         self.stats.active.fetch_add(1, Relaxed);
+        self.stats.opened.fetch_add(1, Relaxed);
         Ok(Lease {
             server: self.clone(),
             _slot: slot,

@@ -1186,3 +1186,52 @@ pub fn check_megabyte_each_way_client_closing_first(serve: impl FnOnce(&Origin) 
         );
     }
 }
+/// shuck-bench, next to shuck; built when this test runs alone.
+pub fn bench_bin() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_BIN_EXE_shuck")).with_file_name("shuck-bench");
+    if !p.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo)
+            .args(["build", "-p", "shuck-bench"])
+            .status()
+            .unwrap();
+        assert!(st.success(), "cannot build shuck-bench");
+    }
+    p
+}
+
+pub fn sh_status(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", cmd])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A process killed (and reaped) when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// shuck-bench's HTTP origin on a free port.
+pub fn bench_origin() -> (Proc, u16) {
+    let port = free_port();
+    (bench_origin_at(port), port)
+}
+
+/// shuck-bench's HTTP origin on `port` (again, after it was stopped).
+pub fn bench_origin_at(port: u16) -> Proc {
+    let child = Command::new(bench_bin())
+        .args(["origin", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let p = Proc(child);
+    wait_listening(port, "the origin");
+    p
+}

@@ -407,6 +407,10 @@ impl Backends {
             self.shared.dropped(Idle::Stray);
             return;
         }
+        // Drained or in maintenance: it takes no new stream, so it is not kept.
+        if c.lease.server().is_out() {
+            return;
+        }
         let waiting = self.shared.waiting.get();
         let others_queued = c.lease.server().stats.queued.load(Relaxed) > waiting;
         if others_queued && waiting == 0 {

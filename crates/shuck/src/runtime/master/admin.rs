@@ -23,6 +23,9 @@ pub(super) struct Pending {
     id: u64,
     inc: Incoming,
     until: Instant,
+    /// The answer to give once the worker replied (a reload's result, given when the
+    /// worker has applied it), instead of the worker's own.
+    then: Option<Value>,
 }
 
 /// The admin API's state in the master.
@@ -97,33 +100,32 @@ impl super::Run {
                 let body = self.status_json();
                 self.admin_answer(&inc, 200, body);
             }
-            Call::Reload => {
-                let (status, body) = match self.reload() {
-                    Ok(()) => (
-                        200,
-                        json!({ "result": "reloaded", "config": self.status_json()["config"] }),
-                    ),
-                    Err(e) => (
-                        400,
-                        json!({
-                            "error": e,
-                            "errors": [crate::admin::config_error_json(&e)],
-                        }),
-                    ),
-                };
-                self.admin_answer(&inc, status, body);
-            }
+            Call::Reload => match self.reload() {
+                // Answered once the worker has applied it: the channel keeps the order.
+                Ok(()) => {
+                    let done =
+                        json!({ "result": "reloaded", "config": self.status_json()["config"] });
+                    self.ask_worker_then(inc, WorkerCall::Barrier, Some(done));
+                }
+                Err(e) => {
+                    let body = json!({
+                        "error": e,
+                        "errors": [crate::admin::config_error_json(&e)],
+                    });
+                    self.admin_answer(&inc, 400, body);
+                }
+            },
             Call::RotateTickets => {
                 let (status, body) = self.rotate_tickets();
-                self.admin_answer(&inc, status, body);
+                self.answer_once_applied(inc, status, body);
             }
             Call::PutCertificate { name, pem } => {
                 let (status, body) = self.put_certificate(&name, &pem);
-                self.admin_answer(&inc, status, body);
+                self.answer_once_applied(inc, status, body);
             }
             Call::DeleteCertificate { name } => {
                 let (status, body) = self.delete_certificate(&name);
-                self.admin_answer(&inc, status, body);
+                self.answer_once_applied(inc, status, body);
             }
             Call::SetServer {
                 backend,
@@ -143,7 +145,21 @@ impl super::Run {
         }
     }
 
+    /// A change the master sent the worker: answered once the worker has it (the next
+    /// handshake sees it); a refusal at once.
+    fn answer_once_applied(&mut self, inc: Incoming, status: u16, body: Value) {
+        if status == 200 {
+            self.ask_worker_then(inc, WorkerCall::Barrier, Some(body));
+        } else {
+            self.admin_answer(&inc, status, body);
+        }
+    }
+
     fn ask_worker(&mut self, inc: Incoming, call: WorkerCall) {
+        self.ask_worker_then(inc, call, None);
+    }
+
+    fn ask_worker_then(&mut self, inc: Incoming, call: WorkerCall, then: Option<Value>) {
         let chan = self.worker.as_ref().and_then(|w| w.chan.as_ref());
         let Some(chan) = chan else {
             return self.admin_answer(
@@ -168,6 +184,7 @@ impl super::Run {
             id,
             inc,
             until: Instant::now() + WORKER_DEADLINE,
+            then,
         });
     }
 
@@ -177,6 +194,9 @@ impl super::Run {
             return;
         };
         let p = self.admin.pending.remove(at);
+        if let (200, Some(then)) = (status, p.then.clone()) {
+            return self.admin_answer(&p.inc, 200, then);
+        }
         let body: Value = serde_json::from_slice(body)
             .unwrap_or_else(|_| error_body("the worker's answer is not JSON"));
         if status == 200 {

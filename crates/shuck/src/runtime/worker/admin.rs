@@ -24,6 +24,7 @@ impl Reloader {
             }
             WorkerCall::Certificates => (200, self.certificates_json()),
             WorkerCall::Sessions => (200, self.sessions_json()),
+            WorkerCall::Barrier => (200, json!({})),
         }
     }
 
@@ -189,6 +190,7 @@ fn server_json(s: &Server) -> Value {
         "admin": match s.admin() { Admin::Ready => "ready", Admin::Drain => "drain", Admin::Maint => "maint" },
         "weight": s.weight(),
         "active": s.stats.active.load(Relaxed),
+        "connections": s.stats.opened.load(Relaxed),
         "queued": s.stats.queued.load(Relaxed),
         "connect_failures": s.stats.connect_failures.load(Relaxed),
         "check": check,
