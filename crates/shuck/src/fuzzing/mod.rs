@@ -34,6 +34,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("client_hello", client_hello),
     ("store_value", store_value),
     ("acme", acme),
+    ("admin_request", admin_request),
 ];
 
 /// A PROXY v1/v2 header from the client side (`--proxy-proxy`).
@@ -263,6 +264,35 @@ pub fn acme(data: &[u8]) {
             "a response head split by the request: {r:?}"
         );
     }
+}
+
+/// An admin API request (`--admin-socket`, `--admin-listen`): read whole and in every
+/// prefix, then the call it names; a call that crosses to the worker must decode back to
+/// itself, and a configuration error always becomes `{file, line, message}`.
+pub fn admin_request(data: &[u8]) {
+    use crate::admin::{request, Call, WorkerCall};
+    for cut in [data.len() / 3, data.len() / 2, data.len()] {
+        let _ = request::parse(&data[..cut]);
+    }
+    if let Ok(Some(req)) = request::parse(data) {
+        assert!(req.body.len() <= request::MAX_BODY);
+        if let Ok(Call::SetServer {
+            backend,
+            server,
+            change,
+        }) = Call::of(&req)
+        {
+            let call = WorkerCall::SetServer(crate::admin::ServerSetting {
+                backend,
+                server,
+                change,
+            });
+            assert_eq!(WorkerCall::decode(&call.encode()), Some(call));
+        }
+    }
+    let text = String::from_utf8_lossy(data);
+    let v = crate::admin::config_error_json(&text);
+    assert!(v.get("message").is_some());
 }
 
 #[cfg(test)]
