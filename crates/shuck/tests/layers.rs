@@ -25,6 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &["proxy"],
     &["stats"],
+    &["admin", "ctl"],
     &["runtime"],
     &["fuzzing"],
 ];

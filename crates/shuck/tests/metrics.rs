@@ -256,6 +256,10 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         "shuck_http_requests_total",
         "shuck_h2_streams_reset_total",
         "shuck_h2_goaway_total",
+        "shuck_backend_check_up",
+        "shuck_backend_checks_total",
+        "shuck_backend_admin_state",
+        "shuck_backend_connections_total",
     ] {
         assert!(
             queried.iter().any(|q| q == m),
@@ -273,7 +277,12 @@ fn every_metric_the_dashboard_queries_is_exposed() {
     std::fs::write(&key, "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n").unwrap();
     sh(&format!("chmod 600 {}", key.display()));
     let (udp, peer) = (free_port(), free_port());
+    // A server with a health check: its families too.
+    let checked_origin = Origin::echo();
+    let checked = format!("{},name=checked,check", checked_origin.addr());
     let (_shuck, stats, _origin) = with_stats(&[
+        "-b",
+        &checked,
         // HTTP mode: its families too.
         "--http",
         "-U",

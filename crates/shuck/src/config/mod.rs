@@ -290,7 +290,12 @@ impl Config {
         certs.splice(0..0, acme_loaded);
         // The admin API's come next: never the default one either.
         let admin_loaded = match &cli.admin_certs {
-            Some(dir) => crate::tls::cert_store::load_all(dir)?,
+            Some(dir) => {
+                crate::tls::cert_store::load_all(dir).map_err(|e| ConfigError::Invalid {
+                    option: "--admin-certs",
+                    reason: e.to_string(),
+                })?
+            }
             None => Vec::new(),
         };
         let admin_certs = admin_loaded.len();

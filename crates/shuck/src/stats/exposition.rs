@@ -418,6 +418,18 @@ impl prometheus_client::collector::Collector for Exposition {
         )?;
         gauge(
             &mut enc,
+            "shuck_backend_admin_state",
+            "The operator's state of the server (admin API): 0 ready, 1 drain, 2 maint.",
+            &rows(&|s| s.admin() as u64),
+        )?;
+        gauge(
+            &mut enc,
+            "shuck_backend_weight",
+            "The server's weight (the admin API may change it).",
+            &rows(&|s| u64::from(s.weight())),
+        )?;
+        gauge(
+            &mut enc,
             "shuck_backend_queued",
             "Connections waiting in the server's queue.",
             &rows(&|s| s.stats.queued.load(Relaxed) as u64),
@@ -429,6 +441,12 @@ impl prometheus_client::collector::Collector for Exposition {
                 .map(|(l, s)| (&l[..], f(s)))
                 .collect()
         };
+        counter(
+            &mut enc,
+            "shuck_backend_connections",
+            "Connections given to the server.",
+            &crow(&|s| s.stats.opened.load(Relaxed)),
+        )?;
         counter(
             &mut enc,
             "shuck_backend_queue_timeouts",

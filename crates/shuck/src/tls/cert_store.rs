@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::{LoadedCert, TlsError};
-use crate::config::ConfigError;
 use crate::system::files;
 
 /// The largest PEM text accepted for one certificate (chain and key).
@@ -34,6 +33,17 @@ pub enum StoreError {
     /// No such certificate in the directory.
     #[error("no certificate {0:?} was added through the admin API")]
     NotFound(String),
+    /// The directory cannot be listed.
+    #[error("{}: {source}", path.display())]
+    List {
+        /// The directory.
+        path: PathBuf,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+    /// A file of the directory does not load.
+    #[error(transparent)]
+    Load(#[from] TlsError),
 }
 
 /// True for a name that is one plain file name.
@@ -58,15 +68,16 @@ pub fn name_of(path: &Path) -> Option<&str> {
 
 /// Every certificate of `dir`, by name; a directory that does not exist holds none, one
 /// that cannot be read or a file that does not load is an error naming it.
-pub fn load_all(dir: &Path) -> Result<Vec<LoadedCert>, ConfigError> {
-    let bad = |reason: String| ConfigError::Invalid {
-        option: "--admin-certs",
-        reason: format!("{}: {reason}", dir.display()),
-    };
+pub fn load_all(dir: &Path) -> Result<Vec<LoadedCert>, StoreError> {
     let listed = match files::list_files(dir) {
         Ok(l) => l,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(bad(e.to_string())),
+        Err(source) => {
+            return Err(StoreError::List {
+                path: dir.to_owned(),
+                source,
+            })
+        }
     };
     let mut out = Vec::new();
     for (_, path) in listed {

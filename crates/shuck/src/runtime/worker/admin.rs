@@ -60,6 +60,7 @@ impl Reloader {
                 json!({ "error": format!("backend {}: no server {:?}; there are: {}", s.backend, s.server, names.join(", ")) }),
             );
         };
+        let (was, weight_was) = (server.admin(), server.weight());
         if let Some(w) = s.change.weight {
             server.set_weight(w);
         }
@@ -75,6 +76,22 @@ impl Reloader {
                 // Idle keep-alive connections to it close at their keeper's next turn.
                 self.state.maint.notify_waiters();
             }
+        }
+        if (was, weight_was) != (server.admin(), server.weight()) {
+            tracing::info!(
+                name: "backend_server_state",
+                backend = %s.backend,
+                server = %s.server,
+                from = %admin_name(was),
+                to = %admin_name(server.admin()),
+                weight = server.weight(),
+                "server {}/{}: {} -> {} (weight {})",
+                s.backend,
+                s.server,
+                admin_name(was),
+                admin_name(server.admin()),
+                server.weight(),
+            );
         }
         (200, server_json(server))
     }
@@ -187,7 +204,7 @@ fn server_json(s: &Server) -> Value {
             Address::Unix(p) => p.display().to_string(),
         },
         "state": state,
-        "admin": match s.admin() { Admin::Ready => "ready", Admin::Drain => "drain", Admin::Maint => "maint" },
+        "admin": admin_name(s.admin()),
         "weight": s.weight(),
         "active": s.stats.active.load(Relaxed),
         "connections": s.stats.opened.load(Relaxed),
@@ -195,4 +212,12 @@ fn server_json(s: &Server) -> Value {
         "connect_failures": s.stats.connect_failures.load(Relaxed),
         "check": check,
     })
+}
+
+fn admin_name(a: Admin) -> &'static str {
+    match a {
+        Admin::Ready => "ready",
+        Admin::Drain => "drain",
+        Admin::Maint => "maint",
+    }
 }
