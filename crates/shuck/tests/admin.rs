@@ -119,9 +119,17 @@ fn drain_maint_and_a_killed_server_fail_no_request() {
         assert!(wait_state(&sock, s, "up", Duration::from_secs(5)).is_some());
     }
     let url = format!("https://127.0.0.1:{}/0", shuck.port);
+    let h1_url = url.clone();
     let load = thread::spawn(move || {
         Command::new("h2load")
             .args(["-D", "9", "-c", "8", "-m", "4", &url])
+            .output()
+            .unwrap()
+    });
+    // HTTP/1.1 keep-alive clients beside them, through all of it.
+    let h1_load = thread::spawn(move || {
+        Command::new("h2load")
+            .args(["--h1", "-D", "9", "-c", "4", &h1_url])
             .output()
             .unwrap()
     });
@@ -176,6 +184,23 @@ fn drain_maint_and_a_killed_server_fail_no_request() {
     assert!(
         up.is_some_and(|d| d < Duration::from_millis(1500)),
         "{up:?}"
+    );
+
+    let h1 = h1_load.join().unwrap();
+    let h1_text = String::from_utf8_lossy(&h1.stdout);
+    let h1_requests = h1_text
+        .lines()
+        .find(|l| l.starts_with("requests:"))
+        .unwrap_or_else(|| panic!("{h1_text}"));
+    assert!(
+        h1_requests.contains(" 0 failed, 0 errored"),
+        "HTTP/1.1: {h1_requests}"
+    );
+    assert!(
+        h1_text
+            .lines()
+            .any(|l| l.starts_with("status codes:") && l.contains(" 0 3xx, 0 4xx, 0 5xx")),
+        "{h1_text}"
     );
 
     let out = load.join().unwrap();

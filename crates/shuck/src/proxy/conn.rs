@@ -312,6 +312,37 @@ pub async fn serve(
                 route = "host";
                 WorkerCounters::bump(&counters.http.backend_switches);
             }
+            // The backend ended before answering a request that may go again: a new
+            // connection (the pool's next choice) gets it.
+            RelayEnd::SendAgain => {
+                drop(backend);
+                let again = http.as_mut().and_then(|h| h.request.send_again());
+                let Some(head) = again else {
+                    break (out, lease);
+                };
+                WorkerCounters::bump(&counters.http.retries);
+                first = Some(head);
+            }
+            // The backend closed between requests: the client's next request (read before
+            // any backend is chosen, as the first) goes to a new connection.
+            RelayEnd::BackendClosed => {
+                drop(backend);
+                let Some(h) = http.as_mut() else {
+                    break (out, lease);
+                };
+                match first_request(&mut tls, h, limits.idle_timeout).await {
+                    Ok(bytes) => {
+                        first = Some(bytes);
+                        if let Some(b) = h.request.backend() {
+                            id = b;
+                        }
+                    }
+                    Err(end) => {
+                        let out = relay::RelayOutcome { end, ..out };
+                        break (out, lease);
+                    }
+                }
+            }
             _ => break (out, lease),
         }
     };
@@ -506,7 +537,11 @@ where
             );
             Some(MISDIRECTED)
         }
-        RelayEnd::Closed | RelayEnd::IdleTimeout | RelayEnd::Switch(_) => return,
+        RelayEnd::Closed
+        | RelayEnd::IdleTimeout
+        | RelayEnd::Switch(_)
+        | RelayEnd::BackendClosed
+        | RelayEnd::SendAgain => return,
     };
     let _ = tokio::time::timeout(CLOSE_GRACE, async {
         if let Some(a) = answer {

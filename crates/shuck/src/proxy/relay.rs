@@ -50,6 +50,12 @@ pub enum RelayEnd {
     /// HTTP mode with routes: the next request names a host the connection's certificate
     /// does not cover (answered 421 once the answers owed are out).
     Misdirected,
+    /// HTTP mode: the backend closed its keep-alive connection between requests; the
+    /// client's stays open and its next request gets a new backend connection.
+    BackendClosed,
+    /// HTTP mode: the backend closed or reset its connection without a byte of the answer
+    /// to a request that may go again (idempotent, no body): it goes to a new connection.
+    SendAgain,
 }
 
 /// What a relay moved and how it ended.
@@ -114,11 +120,22 @@ where
                 down.done,
             );
             if let Some(end) = up_step {
+                // The request could not be written to a server that died: it goes again
+                // when it may (its head is kept whole), else the relay ends.
+                let dead = matches!(end, RelayEnd::Error(Side::Backend, _));
+                if dead && http.as_deref().is_some_and(|h| h.may_send_again()) {
+                    return Poll::Ready(RelayEnd::SendAgain);
+                }
                 return Poll::Ready(end);
             }
-            // A request held for another backend: the backend's close ends its direction
-            // without closing the client, whose connection moves on.
+            // A request held for another backend, or none under way: the backend's close
+            // ends its direction without closing the client, whose connection moves on.
             down.keep_open = http.as_deref().is_some_and(|h| h.request.held().is_some());
+            // Known only once this step has read the answer: whether it was the last owed.
+            down.keep_open_at_rest = http.as_deref().is_some_and(|h| {
+                h.request.between_requests() && h.exchange.upgrade == Upgrade::None
+            });
+            down.keep_open_unanswered = http.as_deref().is_some_and(|h| h.request.may_send_again());
             let mut filter = match http.as_deref_mut() {
                 Some(h) => Filter::Response(&mut h.response, &mut h.exchange),
                 None => Filter::None,
@@ -132,8 +149,26 @@ where
                 &mut filter,
                 up.done,
             );
+            if let Some(h) = http.as_deref() {
+                // A server that died (or closed) before answering a request that may go
+                // again: another connection gets it, the client sees nothing.
+                let failed = matches!(down_step, Some(RelayEnd::Error(Side::Backend, _)));
+                if (failed || (down.done && !up.done)) && h.may_send_again() {
+                    return Poll::Ready(RelayEnd::SendAgain);
+                }
+            }
             if let Some(end) = down_step {
                 return Poll::Ready(end);
+            }
+            if down.done && !up.done && up.pending.is_empty() && down.pending.is_empty() {
+                // The backend closed between requests (a keep-alive timeout, a restart):
+                // the next request goes to a new connection, as HAProxy's do.
+                if http
+                    .as_deref()
+                    .is_some_and(|h| h.at_rest() && h.request.held().is_none())
+                {
+                    return Poll::Ready(RelayEnd::BackendClosed);
+                }
             }
             if let Some(h) = http.as_deref() {
                 // The backend answered an upgrade: let the request side release what it holds.
@@ -222,6 +257,24 @@ enum Filter<'a> {
     Response(&'a mut ResponseTracker, &'a mut Exchange),
 }
 
+impl Filter<'_> {
+    /// Backend → client in HTTP mode: one answer owed, not a byte of it seen.
+    fn owes_one_unbegun(&self) -> bool {
+        match self {
+            Filter::Response(r, ex) => ex.pending.len() == 1 && r.between_messages(),
+            _ => false,
+        }
+    }
+
+    /// Backend → client in HTTP mode: every answer owed is complete.
+    fn answered_all(&self) -> bool {
+        match self {
+            Filter::Response(r, ex) => ex.pending.is_empty() && r.between_messages(),
+            _ => false,
+        }
+    }
+}
+
 /// One direction of the relay.
 struct Pump {
     /// Bytes read but not yet taken by the writer; unallocated while none are waiting.
@@ -244,6 +297,12 @@ struct Pump {
     /// At end of stream, the writer is flushed but not closed (a request waits to go to
     /// another backend over the same client connection).
     keep_open: bool,
+    /// As `keep_open`, when the stream ends with every answer owed complete (the request
+    /// side being between requests): the client's next request gets a new backend.
+    keep_open_at_rest: bool,
+    /// As `keep_open`, when the stream ends with the one answer owed not begun, to a
+    /// request that may go again.
+    keep_open_unanswered: bool,
 }
 
 impl Pump {
@@ -258,6 +317,8 @@ impl Pump {
             moved: false,
             stray: false,
             keep_open: false,
+            keep_open_at_rest: false,
+            keep_open_unanswered: false,
         }
     }
 
@@ -331,7 +392,10 @@ impl Pump {
                 return Poll::Ready(Err(PumpError::Stray));
             }
             if self.eof {
-                if self.keep_open {
+                if self.keep_open
+                    || (self.keep_open_at_rest && filter.answered_all())
+                    || (self.keep_open_unanswered && filter.owes_one_unbegun())
+                {
                     ready!(w.as_mut().poll_flush(cx)).map_err(PumpError::Write)?;
                     return Poll::Ready(Ok(()));
                 }

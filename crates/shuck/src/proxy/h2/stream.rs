@@ -98,8 +98,8 @@ pub fn accept(
     )))
 }
 
-/// Whether a request may be sent again on a new connection when its reused one turns out
-/// closed. One not yet written to the backend always may; one written and then closed on
+/// Whether a request may be sent again on a new connection when its own turns out closed
+/// (a reused one the backend had closed, or a server that died). One not yet written to the backend always may; one written and then closed on
 /// without a byte of answer only when it is idempotent (RFC 9110 §9.2.2) and has no body
 /// (which was streamed, not kept): a POST is never sent twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,7 +204,10 @@ async fn serve(
                 retried = true;
                 WorkerCounters::bump(&gw.worker.counters.http.retries);
             }
-            Err(End::Stale) if conn.reused && !retried && again == Retry::Unanswered => {
+            // Closed or reset without a byte of answer (reused, or a server that died under
+            // load): an idempotent request without a body goes once to another connection
+            // (the dead server is marked down by its next connect or its check).
+            Err(End::Stale) if !retried && again == Retry::Unanswered => {
                 retried = true;
                 WorkerCounters::bump(&gw.worker.counters.http.retries);
             }

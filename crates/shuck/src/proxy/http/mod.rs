@@ -129,6 +129,23 @@ impl Http {
         }
     }
 
+    /// Between requests: nothing owed either way, no head begun, no upgrade. A backend
+    /// that closes now can be replaced at the client's next request.
+    pub fn at_rest(&self) -> bool {
+        self.request.waiting(&self.exchange) == request::Waiting::NextRequest
+            && self.response.between_messages()
+            && !self.request.closing()
+    }
+
+    /// The backend ended without a byte of the one answer owed, to a request that may go
+    /// again: it goes to a new connection instead of failing the client.
+    pub fn may_send_again(&self) -> bool {
+        self.request.may_send_again()
+            && self.exchange.pending.len() == 1
+            && self.exchange.upgrade == Upgrade::None
+            && self.response.between_messages()
+    }
+
     /// When one of the timeouts runs out, given the last time a byte moved. `untaken`:
     /// answer bytes wait for the client to take them; `unsent`: request bytes wait for the
     /// backend (then a body that does not move is the backend's doing, not a stall).

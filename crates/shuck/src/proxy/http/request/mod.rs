@@ -59,6 +59,14 @@ pub struct RequestRewriter {
     /// The server they went to, and its backend: a request that finds it out of
     /// rotation (drained, in maintenance, down by its checks) moves to another.
     server: Option<(std::sync::Arc<crate::backend::Server>, BackendId)>,
+    /// The last request asked for the connection to end after its answer
+    /// (`Connection: close`, or HTTP/1.0 without `keep-alive`).
+    closing: bool,
+    /// The last request's head as sent, while it may go again: idempotent, without a
+    /// body (RFC 9110 §9.2.2). Its buffer is the connection's, kept between requests.
+    retry_head: Vec<u8>,
+    /// `retry_head` holds the last request and it was not sent again yet.
+    retryable: bool,
 }
 
 /// What the request side is waiting for, for HTTP mode's timeouts.
@@ -108,6 +116,9 @@ impl RequestRewriter {
             choose: None,
             current: None,
             server: None,
+            closing: false,
+            retry_head: Vec::new(),
+            retryable: false,
         }
     }
 
@@ -144,6 +155,28 @@ impl RequestRewriter {
             self.feed(&held, out, ex)?;
         }
         Ok(())
+    }
+
+    /// The last request asked for the connection to end after its answer.
+    pub fn closing(&self) -> bool {
+        self.closing
+    }
+
+    /// The last request was sent whole and may go again (idempotent, no body, not sent
+    /// again already), nothing of the next one begun.
+    pub fn may_send_again(&self) -> bool {
+        self.retryable && matches!(self.state, State::Head) && self.head_started.is_none()
+    }
+
+    /// The last request's head, to send again on a new backend connection (once).
+    pub fn send_again(&mut self) -> Option<Vec<u8>> {
+        std::mem::take(&mut self.retryable).then(|| self.retry_head.clone())
+    }
+
+    /// No request under way on the client's side (none begun, none held) and the last
+    /// one did not ask to close.
+    pub fn between_requests(&self) -> bool {
+        matches!(self.state, State::Head) && self.head_started.is_none() && !self.closing
     }
 
     /// Requests passed on so far.
@@ -336,8 +369,10 @@ impl RequestRewriter {
         let mut te_seen = false;
         let mut upgrade_header = false;
         let mut connection_upgrade = false;
+        let mut close = version == 0;
         let mut h2c_dropped = false;
         out.reserve(head.len() + self.forwarded.len() + 16);
+        let head_at = out.len();
         out.extend_from_slice(method.as_bytes());
         out.push(b' ');
         out.extend_from_slice(path.as_bytes());
@@ -361,6 +396,13 @@ impl RequestRewriter {
                     .filter(|t| !t.is_empty() && !is_forwarding(t, strip))
                     .collect();
                 connection_upgrade |= kept.iter().any(|t| t.eq_ignore_ascii_case(b"upgrade"));
+                for t in &kept {
+                    if t.eq_ignore_ascii_case(b"close") {
+                        close = true;
+                    } else if t.eq_ignore_ascii_case(b"keep-alive") && version == 0 {
+                        close = false;
+                    }
+                }
                 if kept.is_empty() {
                     continue;
                 }
@@ -426,6 +468,7 @@ impl RequestRewriter {
         out.extend_from_slice(self.forwarded.as_bytes());
 
         self.requests += 1;
+        self.closing = close;
         let upgrade = upgrade_header && connection_upgrade && version == 1;
         ex.pending.push_back(if upgrade {
             Pending::Upgrade
@@ -436,6 +479,12 @@ impl RequestRewriter {
         });
         if upgrade {
             ex.upgrade = Upgrade::Awaiting;
+        }
+        let bodiless = !chunked && length.unwrap_or(0) == 0;
+        self.retryable = bodiless && !upgrade && idempotent(method);
+        if self.retryable {
+            self.retry_head.clear();
+            self.retry_head.extend_from_slice(&out[head_at..]);
         }
         self.state = if chunked {
             State::Chunked(Chunked::new())
@@ -458,3 +507,10 @@ fn is_h2c(token: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+/// Methods a request may be sent again with (RFC 9110 §9.2.2), GET first.
+fn idempotent(method: &str) -> bool {
+    ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
+        .iter()
+        .any(|m| method.eq_ignore_ascii_case(m))
+}
