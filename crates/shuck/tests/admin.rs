@@ -602,7 +602,7 @@ fn shuck_ctl_prints_tables_json_and_exit_statuses() {
         format!("{},name=api1", a.addr()),
         format!("{},name=api2", b.addr()),
     );
-    let _shuck = Shuck::start(&[
+    let shuck = Shuck::start(&[
         "--admin-socket",
         sock.to_str().unwrap(),
         "-b",
@@ -637,6 +637,23 @@ fn shuck_ctl_prints_tables_json_and_exit_statuses() {
     assert_eq!(code, Some(0));
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["backends"][0]["servers"][0]["state"], "drain");
+    // The operator's state survives a reload and a worker that dies.
+    let (code, v) = api(&sock, "POST", "/reload", None);
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(server(&sock, "api1")["state"], "drain");
+    let worker = shuck.worker();
+    sh(&format!("kill -9 {worker}"));
+    assert!(wait_until(Duration::from_secs(10), || {
+        let (code, v) = api(&sock, "GET", "/status", None);
+        code == 200
+            && v["worker_pid"]
+                .as_u64()
+                .is_some_and(|p| p != u64::from(worker))
+    }));
+    assert!(wait_until(Duration::from_secs(5), || server(&sock, "api1")
+        ["state"]
+        == "drain"));
+    assert_eq!(server(&sock, "api2")["state"], "up");
     let (code, _, err) = ctl(&["drain", "default/nope"]);
     assert_eq!(code, Some(1));
     assert!(
