@@ -131,13 +131,8 @@ where
             // A request held for another backend, or none under way: the backend's close
             // ends its direction without closing the client, whose connection moves on.
             down.keep_open = http.as_deref().is_some_and(|h| h.request.held().is_some());
-            // Known only once this step has read the answer: whether it was the last owed.
-            down.keep_open_at_rest = http.as_deref().is_some_and(|h| {
-                h.request.between_requests() && h.exchange.upgrade == Upgrade::None
-            });
-            down.keep_open_unanswered = http.as_deref().is_some_and(|h| h.request.may_send_again());
             let mut filter = match http.as_deref_mut() {
-                Some(h) => Filter::Response(&mut h.response, &mut h.exchange),
+                Some(h) => Filter::Response(&mut h.response, &mut h.exchange, &h.request),
                 None => Filter::None,
             };
             let down_step = down.step(
@@ -253,25 +248,25 @@ enum Filter<'a> {
     None,
     /// HTTP mode, client → backend: rewrite request heads.
     Request(&'a mut RequestRewriter, &'a mut Exchange),
-    /// HTTP mode, backend → client: watch response framing.
-    Response(&'a mut ResponseTracker, &'a mut Exchange),
+    /// HTTP mode, backend → client: watch response framing (the request side read at the
+    /// backend's end of stream: whether the client's connection outlives it).
+    Response(&'a mut ResponseTracker, &'a mut Exchange, &'a RequestRewriter),
 }
 
 impl Filter<'_> {
-    /// Backend → client in HTTP mode: one answer owed, not a byte of it seen.
-    fn owes_one_unbegun(&self) -> bool {
-        match self {
-            Filter::Response(r, ex) => ex.pending.len() == 1 && r.between_messages(),
-            _ => false,
+    /// Backend → client in HTTP mode, at the backend's end of stream: the client's
+    /// connection stays open when every answer owed is complete and no request is under
+    /// way (the next one gets a new backend connection), or when the one answer owed has
+    /// not begun and its request may go again.
+    fn outlives_backend(&self) -> bool {
+        let Filter::Response(r, ex, req) = self else {
+            return false;
+        };
+        if !r.between_messages() || ex.upgrade != Upgrade::None {
+            return false;
         }
-    }
-
-    /// Backend → client in HTTP mode: every answer owed is complete.
-    fn answered_all(&self) -> bool {
-        match self {
-            Filter::Response(r, ex) => ex.pending.is_empty() && r.between_messages(),
-            _ => false,
-        }
+        (ex.pending.is_empty() && req.between_requests())
+            || (ex.pending.len() == 1 && req.may_send_again())
     }
 }
 
@@ -297,12 +292,6 @@ struct Pump {
     /// At end of stream, the writer is flushed but not closed (a request waits to go to
     /// another backend over the same client connection).
     keep_open: bool,
-    /// As `keep_open`, when the stream ends with every answer owed complete (the request
-    /// side being between requests): the client's next request gets a new backend.
-    keep_open_at_rest: bool,
-    /// As `keep_open`, when the stream ends with the one answer owed not begun, to a
-    /// request that may go again.
-    keep_open_unanswered: bool,
 }
 
 impl Pump {
@@ -317,8 +306,6 @@ impl Pump {
             moved: false,
             stray: false,
             keep_open: false,
-            keep_open_at_rest: false,
-            keep_open_unanswered: false,
         }
     }
 
@@ -392,10 +379,7 @@ impl Pump {
                 return Poll::Ready(Err(PumpError::Stray));
             }
             if self.eof {
-                if self.keep_open
-                    || (self.keep_open_at_rest && filter.answered_all())
-                    || (self.keep_open_unanswered && filter.owes_one_unbegun())
-                {
+                if self.keep_open || filter.outlives_backend() {
                     ready!(w.as_mut().poll_flush(cx)).map_err(PumpError::Write)?;
                     return Poll::Ready(Ok(()));
                 }
@@ -435,7 +419,7 @@ impl Pump {
             self.moved = true;
             match filter {
                 Filter::None => {}
-                Filter::Response(t, ex) => {
+                Filter::Response(t, ex, _) => {
                     if let Err(at) = t.observe(&scratch[..n], ex) {
                         // What came before them goes out; they, and the connection, do not.
                         if at > 0 {

@@ -508,9 +508,7 @@ fn is_h2c(token: &[u8]) -> bool {
 #[cfg(test)]
 mod tests;
 
-/// Methods a request may be sent again with (RFC 9110 §9.2.2), GET first.
+/// Methods a request may be sent again with (RFC 9110 §9.2.2; methods are case-sensitive).
 fn idempotent(method: &str) -> bool {
-    ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
-        .iter()
-        .any(|m| method.eq_ignore_ascii_case(m))
+    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
 }
