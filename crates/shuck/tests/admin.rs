@@ -471,8 +471,29 @@ fn only_the_owner_may_ask_and_tcp_needs_the_token() {
         "{err}"
     );
     sh(&format!("chmod 600 {}", token.display()));
+    // The TCP API without a token is refused at start.
+    let (code, err) = run_to_exit(&with_cert(&[
+        "--admin-listen",
+        &tcp_spec,
+        "-b",
+        &origin.addr(),
+    ]));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("needs --admin-token-file"), "{err}");
     let shuck = Shuck::start(&args);
     let meta = std::fs::metadata(&sock).unwrap();
+    // A second shuck on the same socket is refused; the first one's stays.
+    let (code, err) = run_to_exit(&with_cert(&[
+        "-f",
+        &format!("[127.0.0.1]:{}", free_port()),
+        "--admin-socket",
+        sock.to_str().unwrap(),
+        "-b",
+        &origin.addr(),
+    ]));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("another process is listening on it"), "{err}");
+    assert!(sock.exists());
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
 

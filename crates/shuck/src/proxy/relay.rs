@@ -250,7 +250,11 @@ enum Filter<'a> {
     Request(&'a mut RequestRewriter, &'a mut Exchange),
     /// HTTP mode, backend → client: watch response framing (the request side read at the
     /// backend's end of stream: whether the client's connection outlives it).
-    Response(&'a mut ResponseTracker, &'a mut Exchange, &'a RequestRewriter),
+    Response(
+        &'a mut ResponseTracker,
+        &'a mut Exchange,
+        &'a RequestRewriter,
+    ),
 }
 
 impl Filter<'_> {

@@ -510,5 +510,8 @@ mod tests;
 
 /// Methods a request may be sent again with (RFC 9110 §9.2.2; methods are case-sensitive).
 fn idempotent(method: &str) -> bool {
-    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
+    matches!(
+        method,
+        "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+    )
 }
