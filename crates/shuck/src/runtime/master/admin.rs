@@ -53,6 +53,9 @@ impl super::Run {
 
     /// Calls the worker did not answer in time.
     pub(super) fn admin_tick(&mut self) {
+        if self.m.admin.is_none() {
+            return;
+        }
         let now = Instant::now();
         let late: Vec<Pending> = {
             let (late, kept) = std::mem::take(&mut self.admin.pending)
