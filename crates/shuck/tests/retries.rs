@@ -101,7 +101,15 @@ fn a_backend_closing_between_requests_keeps_the_client_connection() {
         }
         let _ = w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
     });
-    let shuck = Shuck::start(&["--http", "-b", &origin.addr()]);
+    let dir = TempDir::new("retries-idle");
+    let sock = dir.path("admin.sock");
+    let shuck = Shuck::start(&[
+        "--http",
+        "--admin-socket",
+        sock.to_str().unwrap(),
+        "-b",
+        &origin.addr(),
+    ]);
     let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
     for i in 0..5 {
         c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
@@ -118,6 +126,15 @@ fn a_backend_closing_between_requests_keeps_the_client_connection() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(origin.accepted.load(std::sync::atomic::Ordering::SeqCst), 5);
+    // While the client thinks, it holds nothing on the server (no slot, not active).
+    let backends = sh_out(&format!(
+        "curl -s --unix-socket {} http://shuck/backends",
+        sock.display()
+    ));
+    let v: serde_json::Value = serde_json::from_str(&backends).unwrap();
+    assert_eq!(v["backends"][0]["servers"][0]["active"], 0, "{v}");
+    assert_eq!(v["backends"][0]["servers"][0]["connections"], 5, "{v}");
+    drop(c);
 
     // A client that asked to close gets its close.
     let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();

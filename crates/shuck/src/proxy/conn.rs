@@ -318,7 +318,7 @@ pub async fn serve(
                 drop(backend);
                 let again = http.as_mut().and_then(|h| h.request.send_again());
                 let Some(head) = again else {
-                    break (out, lease);
+                    break (out, Served::Lease(lease));
                 };
                 WorkerCounters::bump(&counters.http.retries);
                 first = Some(head);
@@ -328,8 +328,11 @@ pub async fn serve(
             RelayEnd::BackendClosed => {
                 drop(backend);
                 let Some(h) = http.as_mut() else {
-                    break (out, lease);
+                    break (out, Served::Lease(lease));
                 };
+                // No slot or active count held on that server while the client thinks.
+                let server = lease.server_arc();
+                drop(lease);
                 match first_request(&mut tls, h, limits.idle_timeout).await {
                     Ok(bytes) => {
                         first = Some(bytes);
@@ -339,11 +342,11 @@ pub async fn serve(
                     }
                     Err(end) => {
                         let out = relay::RelayOutcome { end, ..out };
-                        break (out, lease);
+                        break (out, Served::Gone(server));
                     }
                 }
             }
-            _ => break (out, lease),
+            _ => break (out, Served::Lease(lease)),
         }
     };
     let out = relay::RelayOutcome {
@@ -375,7 +378,7 @@ pub async fn serve(
             client = %client,
             backend = %routing.backend(id).name,
             route,
-            server = %lease.server().name(),
+            server = %lease.name(),
             sni = tls.sni().unwrap_or("-"),
             version = version_name(conn.protocol_version()).unwrap_or("-"),
             protocol = if http.is_some() { "http/1.1" } else { "tcp" },
@@ -386,6 +389,22 @@ pub async fn serve(
             end = ?out.end,
             "connection closed",
         );
+    }
+}
+
+/// The server a connection was last served by, for its log line: still held, or let go
+/// while the client's next request was awaited (and none came).
+enum Served {
+    Lease(crate::backend::Lease),
+    Gone(std::sync::Arc<crate::backend::Server>),
+}
+
+impl Served {
+    fn name(&self) -> &str {
+        match self {
+            Served::Lease(l) => l.server().name(),
+            Served::Gone(s) => s.name(),
+        }
     }
 }
 
