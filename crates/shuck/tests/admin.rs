@@ -701,3 +701,73 @@ fn shuck_ctl_prints_tables_json_and_exit_statuses() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--admin-socket"));
 }
+
+#[test]
+fn operator_states_survive_a_restart_with_admin_state() {
+    let dir = TempDir::new("admin-state");
+    let sock = dir.path("admin.sock");
+    let state = dir.path("server-state.json");
+    let (a, b) = (Origin::echo(), Origin::echo());
+    let (sa, sb) = (
+        format!("{},name=api1", a.addr()),
+        format!("{},name=api2", b.addr()),
+    );
+    let args = [
+        "--admin-socket",
+        sock.to_str().unwrap(),
+        "--admin-state",
+        state.to_str().unwrap(),
+        "-b",
+        &sa,
+        "-b",
+        &sb,
+    ];
+    let shuck = Shuck::start(&args);
+    set_state(&sock, "api1", "maint");
+    let (code, v) = api(
+        &sock,
+        "PUT",
+        "/backends/default/servers/api2",
+        Some(b"{\"weight\": 7}"),
+    );
+    assert_eq!(code, 200, "{v}");
+    let saved = std::fs::read_to_string(&state).unwrap();
+    assert!(
+        saved.contains("\"maint\"") && saved.contains("7"),
+        "{saved}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&state).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    drop(shuck);
+    // A restart reads them back.
+    let shuck = Shuck::start(&args);
+    assert!(wait_until(Duration::from_secs(5), || server(&sock, "api1")
+        ["state"]
+        == "maint"));
+    assert_eq!(server(&sock, "api2")["weight"], 7);
+    assert!(shuck.log().contains("server setting(s) from"));
+    // The one server in rotation takes every client.
+    for _ in 0..4 {
+        let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+        echo_roundtrip(&mut c);
+    }
+    assert_eq!(a.accepted.load(Ordering::SeqCst), 0);
+    drop(shuck);
+    // A file that is not one is named, and shuck starts with every server ready.
+    std::fs::write(&state, "not json").unwrap();
+    let shuck = Shuck::start(&args);
+    assert!(shuck.wait_log("not a shuck server-state file", Duration::from_secs(5)));
+    assert_eq!(server(&sock, "api1")["state"], "up");
+    // Without the admin API the flag is refused.
+    let (code, err) = run_to_exit(&with_cert(&[
+        "--admin-state",
+        "/tmp/x.json",
+        "-b",
+        &a.addr(),
+    ]));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--admin-state: needs the admin API"), "{err}");
+}

@@ -63,10 +63,11 @@ pub fn sample() -> String {
          user = \"_shuck\"\n\
          group = \"_shuck\"\n\
          \n\
-         # The admin API (`shuck ctl`, curl --unix-socket), for root only; and where the\n\
-         # certificates it adds are kept for the next start.\n\
+         # The admin API (`shuck ctl`, curl --unix-socket), for root only; where the\n\
+         # certificates it adds and the server states it sets are kept for the next start.\n\
          admin-socket = \"/run/shuck/admin.sock\"\n\
          admin-certs = \"/var/lib/shuck/certs\"\n\
+         admin-state = \"/var/lib/shuck/server-state.json\"\n\
          \n\
          # ---- Every other key, with its default ----\n"
     );

@@ -6,6 +6,7 @@
 
 pub mod request;
 pub mod server;
+pub mod state_file;
 
 pub use request::{AdminState, Call, Request, ServerChange};
 pub use server::AdminServer;
@@ -40,7 +41,8 @@ pub enum WorkerCall {
     Barrier,
 }
 
-fn setting_json(s: &ServerSetting) -> Value {
+/// One setting as JSON (the channel's and the state file's form).
+pub fn setting_json(s: &ServerSetting) -> Value {
     json!({
         "backend": s.backend,
         "server": s.server,
@@ -49,7 +51,8 @@ fn setting_json(s: &ServerSetting) -> Value {
     })
 }
 
-fn setting_of(v: &Value) -> Option<ServerSetting> {
+/// A setting from its JSON form; `None` when a field is missing or wrong.
+pub fn setting_of(v: &Value) -> Option<ServerSetting> {
     Some(ServerSetting {
         backend: v.get("backend")?.as_str()?.to_owned(),
         server: v.get("server")?.as_str()?.to_owned(),

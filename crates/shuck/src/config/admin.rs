@@ -14,6 +14,8 @@ pub struct AdminSettings {
     pub socket: Option<PathBuf>,
     /// The TCP address it answers on, with the token every request must carry.
     pub listen: Option<(SocketAddr, String)>,
+    /// Where the operator's server settings are kept (`--admin-state`).
+    pub state: Option<PathBuf>,
 }
 
 /// `--admin-socket`, `--admin-listen` and `--admin-token-file`, checked.
@@ -32,6 +34,12 @@ pub fn settings(cli: &Cli) -> Result<Option<AdminSettings>, ConfigError> {
         }
     };
     if cli.admin_socket.is_none() && listen.is_none() {
+        if cli.admin_state.is_some() {
+            return Err(ConfigError::Invalid {
+                option: "--admin-state",
+                reason: "needs the admin API (--admin-socket or --admin-listen), through which servers are set".into(),
+            });
+        }
         return Ok(None);
     }
     if let Some(p) = &cli.admin_socket {
@@ -45,6 +53,7 @@ pub fn settings(cli: &Cli) -> Result<Option<AdminSettings>, ConfigError> {
     Ok(Some(AdminSettings {
         socket: cli.admin_socket.clone(),
         listen,
+        state: cli.admin_state.clone(),
     }))
 }
 

@@ -502,6 +502,12 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
 
+    /// Keep the operator's server states (drain, maint, weight, set through the admin API)
+    /// in FILE (0600), read at start: a restart or a binary upgrade keeps them, as
+    /// HAProxy's server-state-file.
+    #[arg(long, value_name = "FILE")]
+    pub admin_state: Option<PathBuf>,
+
     /// Keep the certificates added through the admin API in DIR (NAME.pem each, 0600),
     /// served at every start and reload after the configuration's own.
     #[arg(long, value_name = "DIR")]

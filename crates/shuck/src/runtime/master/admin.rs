@@ -225,9 +225,42 @@ impl super::Run {
                         change,
                     }),
                 }
+                self.save_server_settings();
             }
         }
         self.admin_answer(&p.inc, status, body);
+    }
+
+    /// `--admin-state`: the settings read at start (a restart, a binary upgrade).
+    pub(super) fn load_server_settings(&mut self) {
+        let Some(path) = self.admin_state_path() else {
+            return;
+        };
+        match crate::admin::state_file::load(&path) {
+            Ok(all) => {
+                if !all.is_empty() {
+                    tracing::info!(name: "admin_state_loaded", file = %path.display(), servers = all.len(), "admin API: {} server setting(s) from {}", all.len(), path.display());
+                }
+                self.admin.settings = all;
+            }
+            Err(e) => {
+                tracing::warn!(name: "admin_state_unreadable", error = %e, "admin API: {e}; every server starts ready")
+            }
+        }
+    }
+
+    /// `--admin-state`: the settings written after a change.
+    fn save_server_settings(&self) {
+        let Some(path) = self.admin_state_path() else {
+            return;
+        };
+        if let Err(e) = crate::admin::state_file::save(&path, &self.admin.settings) {
+            tracing::warn!(name: "admin_state_not_saved", file = %path.display(), error = %e, "admin API: cannot write {}: {e}; the settings hold until shuck stops", path.display());
+        }
+    }
+
+    fn admin_state_path(&self) -> Option<std::path::PathBuf> {
+        self.m.config.admin.as_ref().and_then(|a| a.state.clone())
     }
 
     /// The operator's settings again: after a reload (new pools) and for a new worker.

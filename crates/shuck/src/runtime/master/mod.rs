@@ -231,6 +231,7 @@ pub fn run(m: Master) -> Result<(), StartError> {
         admin: admin::AdminState::default(),
         started: std::time::SystemTime::now(),
     };
+    run.load_server_settings();
     run.spawn_acme()?;
     run.spawn_worker()?;
     run.serve()

@@ -1,0 +1,120 @@
+//! `--admin-state FILE`: the operator's server settings (drain, maint, weight set through
+//! the admin API) kept on disk, so that a restart or a binary upgrade keeps them, as
+//! HAProxy's server-state-file. Written whole (a new file renamed over the old, 0600) after
+//! every change; read once at start.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::{setting_json, setting_of, ServerSetting};
+
+/// Why the file could not be read; the settings start empty then.
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    /// It cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+    /// It is not a state file.
+    #[error("{}: not a shuck server-state file ({reason})", path.display())]
+    Malformed {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The settings in `path`; none when it does not exist yet.
+pub fn load(path: &Path) -> Result<Vec<ServerSetting>, StateFileError> {
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(StateFileError::Read {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    };
+    let bad = |reason: String| StateFileError::Malformed {
+        path: path.to_owned(),
+        reason,
+    };
+    let v: Value = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+    let servers = v
+        .get("servers")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("no \"servers\" list".into()))?;
+    servers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            setting_of(s).ok_or_else(|| bad(format!("entry {i} is not a server setting")))
+        })
+        .collect()
+}
+
+/// Writes `settings` to `path` whole.
+pub fn save(path: &Path, settings: &[ServerSetting]) -> std::io::Result<()> {
+    let body = json!({
+        "version": 1,
+        "servers": settings.iter().map(setting_json).collect::<Vec<_>>(),
+    });
+    let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
+    text.push(b'\n');
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let tmp = path.with_extension("new");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&text)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::{AdminState, ServerChange};
+
+    #[test]
+    fn settings_come_back_as_saved_and_garbage_is_named() {
+        let dir = std::env::temp_dir().join(format!("shuck-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.json");
+        assert!(load(&path).unwrap().is_empty());
+        let all = vec![ServerSetting {
+            backend: "default".into(),
+            server: "api1".into(),
+            change: ServerChange {
+                state: Some(AdminState::Drain),
+                weight: Some(3),
+            },
+        }];
+        save(&path, &all).unwrap();
+        assert_eq!(load(&path).unwrap(), all);
+        std::fs::write(&path, "{\"servers\": [1]}").unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.contains("entry 0"), "{e}");
+        std::fs::write(&path, "garbage").unwrap();
+        assert!(load(&path).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
