@@ -3,8 +3,8 @@
 //! as a hitch `pem-file`). Directories are 0700 and files 0600; files are replaced whole
 //! (written aside, then renamed), so a reader never sees half a certificate.
 
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -96,17 +96,7 @@ impl StateDir {
 
     /// Writes `data` to `path` readable by its owner only: aside first, then renamed over.
     pub fn write_secret(&self, path: &Path, data: &[u8]) -> io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
+        crate::system::files::write_private(path, &path.with_extension("tmp"), data)
     }
 }
 

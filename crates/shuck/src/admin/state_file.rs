@@ -3,8 +3,6 @@
 //! HAProxy's server-state-file. Written whole (a new file renamed over the old, 0600) after
 //! every change; read once at start.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use serde_json::{json, Value};
@@ -70,23 +68,17 @@ pub fn save(path: &Path, settings: &[ServerSetting]) -> std::io::Result<()> {
     });
     let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
     text.push(b'\n');
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)?;
     }
-    let tmp = path.with_extension("new");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(&text)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    crate::system::files::write_private(path, &path.with_extension("new"), &text)
 }
 
 #[cfg(test)]

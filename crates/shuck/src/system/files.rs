@@ -210,6 +210,23 @@ pub fn list_files(dir: &Path) -> io::Result<Vec<(OsString, PathBuf)>> {
     got
 }
 
+/// Writes `data` to `path` readable by its owner only (0600): into `aside` first, synced,
+/// then renamed over `path`, so that a reader finds the old file or the new one whole.
+pub fn write_private(path: &Path, aside: &Path, data: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(aside)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(aside, path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

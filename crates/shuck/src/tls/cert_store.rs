@@ -2,8 +2,7 @@
 //! (`--admin-certs`): one `NAME.pem` each (chain and key, mode 0600), read at every start
 //! and reload, and written only after the certificate was checked whole.
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -137,17 +136,7 @@ pub fn write(dir: &Path, name: &str, pem: &[u8]) -> Result<Option<Vec<u8>>, Stor
     let path = path_of(dir, name);
     let before = std::fs::read(&path).ok();
     let tmp = dir.join(format!(".{name}.pem.new"));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io(&tmp))?;
-    f.write_all(pem)
-        .and_then(|()| f.sync_all())
-        .map_err(io(&tmp))?;
-    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    files::write_private(&path, &tmp, pem).map_err(io(&path))?;
     Ok(before)
 }
 
