@@ -142,7 +142,7 @@ pub(super) fn settings(cli: &Cli) -> Result<Option<acme::Settings>, ConfigError>
             )
         })?;
     if let Some(path) = &cli.acme_ca_file {
-        super::read_ca_file("--acme-ca-file", path)?;
+        super::values::read_ca_file("--acme-ca-file", path)?;
     }
     let eab = match (&cli.acme_eab_kid, &cli.acme_eab_hmac_key) {
         (None, None) => None,

@@ -19,12 +19,11 @@ pub mod route;
 mod services;
 pub mod store;
 pub mod tls;
+mod values;
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
-
-use tracing::level_filters::LevelFilter;
 
 pub use backend::{BackendEndpoint, BackendSpec, BackendTarget, Preamble};
 pub use cli::Cli;
@@ -32,6 +31,8 @@ pub use endpoint::Endpoint;
 pub use error::ConfigError;
 pub use frontend::Frontend;
 pub use route::{NamedBackend, RouteMatch, RouteSpec, UpstreamTls};
+pub use values::log_level;
+use values::{client_cert_header, h2_limits, ocsp_trust, stats_addr};
 
 use crate::session::sync;
 use crate::tls::{LoadedCert, TlsSettings};
@@ -456,156 +457,4 @@ impl Config {
             }
         )
     }
-}
-
-/// The effective log level: `-q` wins over `-L`.
-pub fn log_level(cli: &Cli) -> LevelFilter {
-    if cli.quiet {
-        LevelFilter::ERROR
-    } else {
-        cli.log_level
-    }
-}
-
-fn client_cert_header(cli: &Cli) -> Result<Option<String>, ConfigError> {
-    let Some(name) = &cli.client_cert_header else {
-        return Ok(None);
-    };
-    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-    if name.is_empty() || !name.chars().all(token) {
-        return Err(ConfigError::Invalid {
-            option: "--client-cert-header",
-            reason: format!("{name:?} is not an HTTP header name"),
-        });
-    }
-    let lower = name.to_ascii_lowercase();
-    if [
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "x-forwarded-for",
-        "x-forwarded-proto",
-        "forwarded",
-    ]
-    .contains(&lower.as_str())
-    {
-        return Err(ConfigError::Invalid {
-            option: "--client-cert-header",
-            reason: format!("{name} is a header shuck or HTTP already uses; choose another (e.g. X-SSL-Client-Subject)"),
-        });
-    }
-    if !cli.http {
-        tracing::warn!(
-            name: "config_client_cert_header_ignored",
-            "--client-cert-header needs --http; it is ignored",
-        );
-    }
-    if cli.client_verify == crate::tls::client_auth::Mode::None
-        && (cli.proxy_client_cert || cli.client_cert_header.is_some())
-    {
-        tracing::warn!(
-            name: "config_client_cert_never_asked",
-            "--proxy-client-cert/--client-cert-header: --client-verify is none, so no client certificate is ever asked for",
-        );
-    }
-    Ok(Some(name.clone()))
-}
-
-/// A PEM file of CA certificates for a TLS client of shuck's (`--shared-store-ca`,
-/// `--acme-ca-file`), checked here, where the error can name the option and the file (the
-/// client parses it again).
-fn read_ca_file(option: &'static str, path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
-    use rustls::pki_types::pem::PemObject;
-    let bad = |reason: String| ConfigError::Invalid {
-        option,
-        reason: format!("{}: {reason}", path.display()),
-    };
-    let pem =
-        crate::system::files::read(path, 1 << 20, "a CA file").map_err(|e| bad(e.to_string()))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| bad(format!("malformed PEM: {e}")))?;
-        roots
-            .add(cert)
-            .map_err(|e| bad(format!("a certificate unusable as a CA: {e}")))?;
-    }
-    if roots.is_empty() {
-        return Err(bad("holds no certificate".into()));
-    }
-    Ok(pem)
-}
-
-fn stats_addr(cli: &Cli) -> Result<Option<SocketAddr>, ConfigError> {
-    let Some(spec) = &cli.stats else {
-        return Ok(None);
-    };
-    if let Ok(port) = spec.trim().parse::<u16>() {
-        if port == 0 {
-            return Err(ConfigError::BadAddress {
-                option: "--stats",
-                value: spec.clone(),
-                reason: "the port must be a number from 1 to 65535".into(),
-            });
-        }
-        return Ok(Some(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)));
-    }
-    let ep = Endpoint::parse("--stats", spec)?;
-    let addrs = ep.listen_addrs("--stats")?;
-    Ok(addrs.first().copied())
-}
-
-/// `--ocsp-dir` with `--ocsp-verify-staple`: the anchors a fetched response's delegated
-/// responder must chain to, as for a response given by file (a system store that cannot be
-/// read is kept as the reason such a response is refused; a bad `--ocsp-verify-ca` is an
-/// error now).
-fn ocsp_trust(cli: &Cli) -> Result<Option<crate::tls::ocsp::manager::Anchors>, ConfigError> {
-    if !cli.ocsp_verify_staple {
-        return Ok(None);
-    }
-    crate::tls::ocsp::trust::anchors(cli.ocsp_verify_ca.as_deref())
-        .map(|a| Some(a.map(std::sync::Arc::new)))
-        .map_err(|e| ConfigError::Invalid {
-            option: "--ocsp-verify-staple",
-            reason: format!("the trust anchors for --ocsp-dir's responses cannot be read: {e}"),
-        })
-}
-
-/// Checks the HTTP/2 limits: each within what RFC 9113 allows and a proxy can honour.
-fn h2_limits(cli: &Cli) -> Result<H2Limits, ConfigError> {
-    for (option, value, lo, hi) in [
-        (
-            "--h2-max-concurrent-streams",
-            cli.h2_max_concurrent_streams,
-            1,
-            65_535,
-        ),
-        ("--h2-max-resets", cli.h2_max_resets, 1, 1_000_000),
-        (
-            "--http-max-backend-conns",
-            cli.http_max_backend_conns,
-            1,
-            65_535,
-        ),
-        // RFC 9113 §6.5.2: at most 2^31-1; 16 times it must still fit the connection's.
-        (
-            "--h2-initial-window-size",
-            cli.h2_initial_window_size,
-            1024,
-            (1 << 27) - 1,
-        ),
-    ] {
-        if !(lo..=hi).contains(&value) {
-            return Err(ConfigError::Invalid {
-                option,
-                reason: format!("{value} is out of range: {lo} to {hi}"),
-            });
-        }
-    }
-    Ok(H2Limits {
-        max_concurrent_streams: cli.h2_max_concurrent_streams,
-        max_resets: cli.h2_max_resets,
-        initial_window: cli.h2_initial_window_size,
-        max_backend_conns: cli.http_max_backend_conns,
-    })
 }

@@ -84,7 +84,7 @@ pub(super) fn settings(cli: &Cli) -> Result<Option<store::Settings>, ConfigError
                 "is for a rediss:// (TLS) store; the URL is redis://".into(),
             ))
         }
-        Some(path) => Some(super::read_ca_file("--shared-store-ca", path)?),
+        Some(path) => Some(super::values::read_ca_file("--shared-store-ca", path)?),
         None => None,
     };
     let prefix = &cli.shared_store_prefix;

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::backend::check::Transition;
 use crate::proxy::ProxyState;
@@ -50,12 +50,6 @@ pub fn start(state: &Arc<ProxyState>) -> Option<Checks> {
     }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 fn run(state: &Arc<ProxyState>, mut stopped: tokio::sync::oneshot::Receiver<()>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -81,7 +75,7 @@ fn run(state: &Arc<ProxyState>, mut stopped: tokio::sync::oneshot::Receiver<()>)
                 _ = tick.tick() => {}
             }
             let routing = state.routing.load_full();
-            let now = now_ms();
+            let now = crate::clock::unix_ms();
             for backend in routing.backends() {
                 for server in backend.pool.servers() {
                     let Some((spec, st)) = &server.check else {
@@ -97,7 +91,7 @@ fn run(state: &Arc<ProxyState>, mut stopped: tokio::sync::oneshot::Receiver<()>)
                             return;
                         };
                         let result = crate::proxy::check::probe(&server, &backend, spec).await;
-                        let change = st.record(result.is_ok(), spec, now_ms());
+                        let change = st.record(result.is_ok(), spec, crate::clock::unix_ms());
                         st.in_flight.store(false, Relaxed);
                         match change {
                             // A failure's mark-down ends too: the checks speak for it now.

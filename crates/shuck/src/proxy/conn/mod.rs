@@ -10,10 +10,12 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
+mod client;
+
 use super::client_io::ClientIo;
 use super::h2;
 use super::handshake::handshake;
-use super::http::choose::{Chooser, MISDIRECTED};
+use super::http::choose::Chooser;
 use super::http::{self, Http};
 use super::preamble::{self, Origin, Preamble, Preambles, TlsFacts};
 use super::relay::{self, relay, RelayEnd};
@@ -23,6 +25,7 @@ use super::upstream::{self, Upstream};
 use super::{FrontendState, Worker};
 use crate::counters::{FailReason, Failure, FrontendCounters, WorkerCounters};
 use crate::tls::client_auth::Subject;
+use client::{finish, first_request, CLOSE_GRACE};
 use rustls::HandshakeKind;
 
 /// Keeps the worker's live count right however the connection ends (including a task
@@ -486,9 +489,6 @@ async fn serve_h2(
     }
 }
 
-/// How long a closing message (400, 503, close_notify) may take to go out.
-const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// Counts the connection closed however `serve` returns.
 struct ClosedGuard<'a>(&'a FrontendCounters);
 
@@ -504,121 +504,4 @@ fn version_name(v: Option<rustls::ProtocolVersion>) -> Option<&'static str> {
         Some(rustls::ProtocolVersion::TLSv1_2) => Some("TLSv1.2"),
         _ => None,
     }
-}
-
-/// How a relay's end is told to the client: 400 or 408 in HTTP mode, then close; `http`
-/// says what a stalled exchange's client is told ([`Http::stall_answer`]).
-async fn finish<S>(tls: &mut S, end: &RelayEnd, client: SocketAddr, http: Option<&Http>)
-where
-    S: tokio::io::AsyncWrite + Unpin,
-{
-    let answer = match end {
-        RelayEnd::Error(side, e) => {
-            tracing::debug!(
-                name: "conn_error",
-                client = %client,
-                ?side,
-                error = %e,
-                "connection ended by an error",
-            );
-            return;
-        }
-        RelayEnd::HttpTimeout(why) => {
-            tracing::debug!(name: "conn_http_timeout", client = %client, ?why, "HTTP timeout");
-            match why {
-                http::Expired::Request => Some(http::REQUEST_TIMEOUT),
-                http::Expired::KeepAlive => None,
-                http::Expired::Stall => http.and_then(Http::stall_answer),
-            }
-        }
-        RelayEnd::BadRequest(why) => {
-            tracing::debug!(
-                name: "conn_request_refused",
-                client = %client,
-                error = %why,
-                "request refused",
-            );
-            Some(http::BAD_REQUEST)
-        }
-        RelayEnd::Stray => {
-            tracing::debug!(
-                name: "conn_backend_stray",
-                client = %client,
-                "the backend wrote an answer no request asked for: closed, those bytes withheld",
-            );
-            None
-        }
-        RelayEnd::Misdirected => {
-            tracing::debug!(
-                name: "conn_request_misdirected",
-                client = %client,
-                "a request for a name the connection's certificate does not cover: 421",
-            );
-            Some(MISDIRECTED)
-        }
-        RelayEnd::Closed
-        | RelayEnd::IdleTimeout
-        | RelayEnd::Switch(_)
-        | RelayEnd::BackendClosed
-        | RelayEnd::SendAgain => return,
-    };
-    let _ = tokio::time::timeout(CLOSE_GRACE, async {
-        if let Some(a) = answer {
-            tls.write_all(a).await?;
-        }
-        tls.shutdown().await
-    })
-    .await;
-}
-
-/// HTTP mode: reads the client until its first request head is accepted, and returns it
-/// rewritten (with any body bytes that came with it); the end to report otherwise. Reads
-/// land in the worker's scratch buffer, as the relay's do.
-async fn first_request<S>(
-    tls: &mut S,
-    http: &mut Http,
-    idle: std::time::Duration,
-) -> Result<Vec<u8>, RelayEnd>
-where
-    S: tokio::io::AsyncRead + Unpin,
-{
-    use std::task::Poll;
-    let start = tokio::time::Instant::now();
-    let mut out = Vec::new();
-    while http.exchange.pending.is_empty() {
-        if http.request.held() == Some(super::http::request::Hold::Misdirected) {
-            return Err(RelayEnd::Misdirected);
-        }
-        let due = http.deadline(start, false, false);
-        let deadline = due.map_or(start + idle, |(at, _)| at.min(start + idle));
-        let read = std::future::poll_fn(|cx| {
-            super::buffers::with_scratch(|buf| {
-                let mut rb = tokio::io::ReadBuf::new(buf);
-                match std::pin::Pin::new(&mut *tls).poll_read(cx, &mut rb) {
-                    Poll::Pending => Poll::Pending,
-                    Poll::Ready(Err(e)) => {
-                        Poll::Ready(Err(RelayEnd::Error(super::relay::Side::Client, e)))
-                    }
-                    Poll::Ready(Ok(())) if rb.filled().is_empty() => {
-                        Poll::Ready(Err(RelayEnd::Closed))
-                    }
-                    Poll::Ready(Ok(())) => Poll::Ready(
-                        http.request
-                            .feed(rb.filled(), &mut out, &mut http.exchange)
-                            .map_err(RelayEnd::BadRequest),
-                    ),
-                }
-            })
-        });
-        match tokio::time::timeout_at(deadline, read).await {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(match due {
-                    Some((at, why)) if at <= deadline => RelayEnd::HttpTimeout(why),
-                    _ => RelayEnd::IdleTimeout,
-                })
-            }
-        }
-    }
-    Ok(out)
 }
