@@ -8,7 +8,7 @@ pub mod request;
 pub mod server;
 pub mod state_file;
 
-pub use request::{AdminState, Call, Request, ServerChange};
+pub use request::{Admin, Call, Request, ServerChange};
 pub use server::AdminServer;
 
 use serde_json::{json, Value};
@@ -46,7 +46,7 @@ pub fn setting_json(s: &ServerSetting) -> Value {
     json!({
         "backend": s.backend,
         "server": s.server,
-        "state": s.change.state.map(AdminState::as_str),
+        "state": s.change.state.map(Admin::as_str),
         "weight": s.change.weight,
     })
 }
@@ -60,7 +60,7 @@ pub fn setting_of(v: &Value) -> Option<ServerSetting> {
             state: v
                 .get("state")
                 .and_then(Value::as_str)
-                .and_then(AdminState::parse),
+                .and_then(Admin::parse),
             weight: v
                 .get("weight")
                 .and_then(Value::as_u64)
@@ -135,7 +135,7 @@ mod tests {
             backend: "api".into(),
             server: "a".into(),
             change: ServerChange {
-                state: Some(AdminState::Maint),
+                state: Some(Admin::Maint),
                 weight: Some(7),
             },
         };

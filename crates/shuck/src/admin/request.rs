@@ -1,6 +1,8 @@
 //! One admin API request: its head read with httparse, its body by `Content-Length`
 //! (no chunked bodies: `curl` and `shuck ctl` send a length), and what it asks for.
 
+pub use crate::backend::Admin;
+
 /// The largest request head.
 pub const MAX_HEAD: usize = 16 * 1024;
 /// The largest body: a certificate chain and its key.
@@ -155,43 +157,11 @@ pub enum Call {
     Sessions,
 }
 
-/// An operator's state for a server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AdminState {
-    /// In rotation.
-    Ready,
-    /// No new connection or request; those under way finish.
-    Drain,
-    /// As drain, and its idle keep-alive connections are closed.
-    Maint,
-}
-
-impl AdminState {
-    /// As the API spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AdminState::Ready => "ready",
-            AdminState::Drain => "drain",
-            AdminState::Maint => "maint",
-        }
-    }
-
-    /// From the API's spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "ready" => Some(AdminState::Ready),
-            "drain" => Some(AdminState::Drain),
-            "maint" => Some(AdminState::Maint),
-            _ => None,
-        }
-    }
-}
-
 /// A `PUT /backends/…/servers/…` body: a state, a weight, or both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ServerChange {
     /// The state to set.
-    pub state: Option<AdminState>,
+    pub state: Option<Admin>,
     /// The weight to set (1 to 1000).
     pub weight: Option<u32>,
 }
@@ -305,7 +275,7 @@ fn server_change(body: &[u8]) -> Result<ServerChange, Refused> {
     for (k, v) in obj {
         match k.as_str() {
             "state" => {
-                let s = v.as_str().and_then(AdminState::parse).ok_or_else(|| {
+                let s = v.as_str().and_then(Admin::parse).ok_or_else(|| {
                     refused(400, "state must be \"ready\", \"drain\" or \"maint\"")
                 })?;
                 change.state = Some(s);
@@ -345,7 +315,7 @@ mod tests {
                 backend: "api".into(),
                 server: "a:1".into(),
                 change: ServerChange {
-                    state: Some(AdminState::Drain),
+                    state: Some(Admin::Drain),
                     weight: None
                 }
             })

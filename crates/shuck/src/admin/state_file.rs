@@ -84,7 +84,7 @@ pub fn save(path: &Path, settings: &[ServerSetting]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::{AdminState, ServerChange};
+    use crate::admin::{Admin, ServerChange};
 
     #[test]
     fn settings_come_back_as_saved_and_garbage_is_named() {
@@ -96,7 +96,7 @@ mod tests {
             backend: "default".into(),
             server: "api1".into(),
             change: ServerChange {
-                state: Some(AdminState::Drain),
+                state: Some(Admin::Drain),
                 weight: Some(3),
             },
         }];

@@ -85,6 +85,27 @@ pub enum Admin {
     Maint = 2,
 }
 
+impl Admin {
+    /// As the admin API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Admin::Ready => "ready",
+            Admin::Drain => "drain",
+            Admin::Maint => "maint",
+        }
+    }
+
+    /// From the admin API's spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "ready" => Some(Admin::Ready),
+            "drain" => Some(Admin::Drain),
+            "maint" => Some(Admin::Maint),
+            _ => None,
+        }
+    }
+}
+
 /// A connection's hold on a server: its maxconn slot and its place in `active`.
 #[derive(Debug)]
 pub struct Lease {

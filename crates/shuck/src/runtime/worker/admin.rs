@@ -7,7 +7,7 @@ use std::time::UNIX_EPOCH;
 use serde_json::{json, Value};
 
 use super::reload::Reloader;
-use crate::admin::{AdminState, ServerSetting, WorkerCall};
+use crate::admin::{ServerSetting, WorkerCall};
 use crate::backend::{Address, Admin, Server};
 
 impl Reloader {
@@ -64,15 +64,9 @@ impl Reloader {
         if let Some(w) = s.change.weight {
             server.set_weight(w);
         }
-        if let Some(state) = s.change.state {
-            let before = server.admin();
-            let now = match state {
-                AdminState::Ready => Admin::Ready,
-                AdminState::Drain => Admin::Drain,
-                AdminState::Maint => Admin::Maint,
-            };
+        if let Some(now) = s.change.state {
             server.set_admin(now);
-            if now == Admin::Maint && before != Admin::Maint {
+            if now == Admin::Maint && was != Admin::Maint {
                 // Idle keep-alive connections to it close at their keeper's next turn.
                 self.state.maint.notify_waiters();
             }
@@ -82,14 +76,14 @@ impl Reloader {
                 name: "backend_server_state",
                 backend = %s.backend,
                 server = %s.server,
-                from = %admin_name(was),
-                to = %admin_name(server.admin()),
+                from = %was.as_str(),
+                to = %server.admin().as_str(),
                 weight = server.weight(),
                 "server {}/{}: {} -> {} (weight {})",
                 s.backend,
                 s.server,
-                admin_name(was),
-                admin_name(server.admin()),
+                was.as_str(),
+                server.admin().as_str(),
                 server.weight(),
             );
         }
@@ -204,7 +198,7 @@ fn server_json(s: &Server) -> Value {
             Address::Unix(p) => p.display().to_string(),
         },
         "state": state,
-        "admin": admin_name(s.admin()),
+        "admin": s.admin().as_str(),
         "weight": s.weight(),
         "active": s.stats.active.load(Relaxed),
         "connections": s.stats.opened.load(Relaxed),
@@ -212,12 +206,4 @@ fn server_json(s: &Server) -> Value {
         "connect_failures": s.stats.connect_failures.load(Relaxed),
         "check": check,
     })
-}
-
-fn admin_name(a: Admin) -> &'static str {
-    match a {
-        Admin::Ready => "ready",
-        Admin::Drain => "drain",
-        Admin::Maint => "maint",
-    }
 }
