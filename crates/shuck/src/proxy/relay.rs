@@ -158,10 +158,7 @@ where
             if down.done && !up.done && up.pending.is_empty() && down.pending.is_empty() {
                 // The backend closed between requests (a keep-alive timeout, a restart):
                 // the next request goes to a new connection, as HAProxy's do.
-                if http
-                    .as_deref()
-                    .is_some_and(|h| h.at_rest() && h.request.held().is_none())
-                {
+                if http.as_deref().is_some_and(Http::at_rest) {
                     return Poll::Ready(RelayEnd::BackendClosed);
                 }
             }
@@ -266,11 +263,7 @@ impl Filter<'_> {
         let Filter::Response(r, ex, req) = self else {
             return false;
         };
-        if !r.between_messages() || ex.upgrade != Upgrade::None {
-            return false;
-        }
-        (ex.pending.is_empty() && req.between_requests())
-            || (ex.pending.len() == 1 && req.may_send_again())
+        super::http::at_rest(req, r, ex) || super::http::may_send_again(req, r, ex)
     }
 }
 

@@ -112,6 +112,22 @@ pub enum Expired {
     Stall,
 }
 
+/// [`Http::at_rest`], from its parts (the relay's filters hold them apart).
+pub fn at_rest(req: &RequestRewriter, resp: &ResponseTracker, ex: &Exchange) -> bool {
+    req.between_requests()
+        && ex.pending.is_empty()
+        && ex.upgrade == Upgrade::None
+        && resp.between_messages()
+}
+
+/// [`Http::may_send_again`], from its parts.
+pub fn may_send_again(req: &RequestRewriter, resp: &ResponseTracker, ex: &Exchange) -> bool {
+    req.may_send_again()
+        && ex.pending.len() == 1
+        && ex.upgrade == Upgrade::None
+        && resp.between_messages()
+}
+
 impl Http {
     /// HTTP mode for a client at `client_ip`, refusing heads over `max_head` bytes; with
     /// `cert_header`, that header carries the client certificate's subject.
@@ -132,18 +148,13 @@ impl Http {
     /// Between requests: nothing owed either way, no head begun, no upgrade. A backend
     /// that closes now can be replaced at the client's next request.
     pub fn at_rest(&self) -> bool {
-        self.request.waiting(&self.exchange) == request::Waiting::NextRequest
-            && self.response.between_messages()
-            && !self.request.closing()
+        at_rest(&self.request, &self.response, &self.exchange)
     }
 
     /// The backend ended without a byte of the one answer owed, to a request that may go
     /// again: it goes to a new connection instead of failing the client.
     pub fn may_send_again(&self) -> bool {
-        self.request.may_send_again()
-            && self.exchange.pending.len() == 1
-            && self.exchange.upgrade == Upgrade::None
-            && self.response.between_messages()
+        may_send_again(&self.request, &self.response, &self.exchange)
     }
 
     /// When one of the timeouts runs out, given the last time a byte moved. `untaken`:

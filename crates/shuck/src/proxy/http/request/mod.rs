@@ -157,11 +157,6 @@ impl RequestRewriter {
         Ok(())
     }
 
-    /// The last request asked for the connection to end after its answer.
-    pub fn closing(&self) -> bool {
-        self.closing
-    }
-
     /// The last request was sent whole and may go again (idempotent, no body, not sent
     /// again already), nothing of the next one begun.
     pub fn may_send_again(&self) -> bool {
