@@ -41,17 +41,9 @@ pub(super) struct AdminState {
 }
 
 impl super::Run {
-    /// The admin sockets are ready: serve what came.
-    pub(super) fn on_admin(&mut self) {
-        let Some(server) = &mut self.m.admin else {
-            return;
-        };
-        for inc in server.service() {
-            self.admin_call(inc);
-        }
-    }
-
-    /// Calls the worker did not answer in time.
+    /// After every wake-up of the master's loop (its tick included): the admin sockets'
+    /// requests served, connections past their deadline closed, calls the worker did not
+    /// answer in time answered 504.
     pub(super) fn admin_tick(&mut self) {
         if self.m.admin.is_none() {
             return;

@@ -260,7 +260,8 @@ impl Run {
                     Woke::Upgrade => self.on_upgrade_message(),
                     Woke::Predecessor => self.on_predecessor_message(),
                     Woke::Acme => self.on_acme_message(),
-                    Woke::Admin => self.on_admin(),
+                    // Served by on_tick, which runs after every wake-up.
+                    Woke::Admin => {}
                 }
             }
             self.on_tick()?;
@@ -314,16 +315,12 @@ impl Run {
             .iter()
             .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
             .collect();
-        let mut woke: Vec<Woke> = who
+        Ok(who
             .into_iter()
             .zip(ready)
             .filter(|(_, r)| *r)
             .map(|(w, _)| w)
-            .collect();
-        // The admin sockets are served together, once a wake-up.
-        let mut admin_seen = false;
-        woke.retain(|w| !matches!(w, Woke::Admin) || !std::mem::replace(&mut admin_seen, true));
-        Ok(woke)
+            .collect())
     }
 
     fn on_signals(&mut self) -> Result<(), StartError> {
