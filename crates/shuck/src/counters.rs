@@ -89,6 +89,21 @@ pub struct HttpCounters {
     pub backend_switches: AtomicU64,
     /// Requests answered 421: a name the connection's certificate does not cover.
     pub misdirected: AtomicU64,
+    /// HTTP/3 over QUIC.
+    pub h3: QuicCounters,
+}
+
+/// HTTP/3's and QUIC's counters of one worker.
+#[derive(Debug, Default)]
+pub struct QuicCounters {
+    /// Requests passed to backends.
+    pub requests: AtomicU64,
+    /// Streams the client reset before their answer was complete.
+    pub resets_received: AtomicU64,
+    /// Streams shuck reset (a malformed request, a backend answer cut short).
+    pub resets_sent: AtomicU64,
+    /// Streams reset for no progress within `--http-stall-timeout`.
+    pub stalled: AtomicU64,
 }
 
 /// The local shortages (`backend::Shortage`, in its order), as metric labels.

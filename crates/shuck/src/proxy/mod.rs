@@ -6,6 +6,7 @@ pub(crate) mod buffers;
 pub mod check;
 pub mod client_io;
 pub(crate) mod conn;
+pub mod gateway;
 pub mod h2;
 pub mod handshake;
 pub(crate) mod http;

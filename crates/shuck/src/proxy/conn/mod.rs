@@ -202,7 +202,7 @@ pub async fn serve(
         // HTTP/2 negotiated in HTTP mode: the gateway serves the connection.
         if let (Some(max_head), Some(b"h2")) = (state.http, tls.conn().alpn_protocol()) {
             let fwd = http::request::Forwarding::new(client.ip(), cert_header);
-            let client = h2::Client {
+            let client = crate::proxy::gateway::Client {
                 addr: client,
                 preambles,
                 fwd,
@@ -448,7 +448,7 @@ async fn serve_h2(
     worker: &Rc<Worker>,
     frontend: &FrontendState,
     mut tls: TlsStream,
-    client: h2::Client,
+    client: crate::proxy::gateway::Client,
     max_head: usize,
     resumed: bool,
     started: Instant,

@@ -1,24 +1,15 @@
 //! HTTP/2 in `--http` mode: a gateway, as HAProxy's `mode http` with h2 clients and
 //! HTTP/1.1 servers. hyperium's `h2` speaks HTTP/2 to the client (framing, HPACK, flow
 //! control, and its limits on CONTINUATION, empty-frame and reset floods); each stream
-//! becomes one HTTP/1.1 exchange on a keep-alive backend connection of this client's
-//! (`backends.rs`, `stream.rs`, `answer.rs`, `tunnel.rs`), with the HTTP/1.1 path's header
-//! hygiene (`request.rs`).
+//! goes to the gateway core (`proxy/gateway/`) as one HTTP/1.1 exchange on a keep-alive
+//! backend connection of this client's (`stream.rs` hands h2's stream halves to it).
 //! This driver owns the connection: its settings, the limits h2 leaves to its user (the
 //! rate of streams a client resets, a header block's time, an idle connection), and the
 //! `GOAWAY` that drains it at a reload, a stop or a binary upgrade.
 
-mod answer;
-mod backends;
-pub use backends::wake_keepers;
-mod outcome;
-pub mod request;
-pub mod response;
 mod stream;
-mod tunnel;
 mod watch;
 
-use std::cell::Cell;
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -27,131 +18,14 @@ use std::time::Duration;
 
 use h2::Reason;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use std::sync::Arc;
-
-use super::http::choose::Chooser;
-use super::http::request::Forwarding;
-use super::preamble::Preambles;
-use super::route::{BackendId, Routing};
+use super::gateway::{self, Client, Gateway, Version};
 use super::Worker;
 use crate::config::Limits;
 use crate::counters::WorkerCounters;
 use crate::shutdown::Shutdown;
-use backends::Backends;
 use watch::{Seen, Watched};
-
-/// What one client connection's streams share.
-#[derive(Debug)]
-pub struct Gateway {
-    /// The worker serving it.
-    worker: Rc<Worker>,
-    /// The client, as the backend is told (after `--proxy-proxy`).
-    client: SocketAddr,
-    /// Its backend connections.
-    backends: Backends,
-    /// The backend of a stream when no route chooses: the connection's.
-    fallback: BackendId,
-    /// With routes: each stream's backend, and the streams misdirected.
-    chooser: Option<Chooser>,
-    /// Its forwarding headers.
-    fwd: Forwarding,
-    /// `--max-header-bytes`, for the backend's answer heads.
-    max_head: usize,
-    /// `--idle-timeout`: longest silence within an exchange.
-    idle: Duration,
-    /// `--http-stall-timeout`: longest wait on the client within an exchange.
-    stall: Duration,
-    /// Streams reset, against `--h2-max-resets`.
-    resets: ResetMeter,
-    /// Streams being served now.
-    active: Cell<usize>,
-    /// When the last stream ended (keep-alive).
-    idle_since: Cell<Instant>,
-    /// Streams served.
-    streams: Cell<u64>,
-}
-
-/// Streams reset by the client (or refused as malformed) in the current second.
-#[derive(Debug)]
-struct ResetMeter {
-    limit: u32,
-    window: Cell<Instant>,
-    count: Cell<u32>,
-    /// Wakes the driver, to send `GOAWAY ENHANCE_YOUR_CALM`, when the limit is passed.
-    passed: Notify,
-}
-
-impl ResetMeter {
-    fn new(limit: u32) -> Self {
-        ResetMeter {
-            limit,
-            window: Cell::new(Instant::now()),
-            count: Cell::new(0),
-            passed: Notify::new(),
-        }
-    }
-
-    /// Counts one; the driver is woken as the limit is passed.
-    fn hit(&self) {
-        let now = Instant::now();
-        if now.duration_since(self.window.get()) >= Duration::from_secs(1) {
-            self.window.set(now);
-            self.count.set(0);
-        }
-        self.count.set(self.count.get() + 1);
-        if self.count.get() == self.limit.saturating_add(1) {
-            self.passed.notify_one();
-        }
-    }
-
-    fn over(&self) -> bool {
-        self.count.get() > self.limit
-    }
-}
-
-impl Gateway {
-    /// Counts a stream in until the guard drops.
-    fn stream_opened(self: &Rc<Self>) -> Active {
-        self.active.set(self.active.get() + 1);
-        self.streams.set(self.streams.get() + 1);
-        Active(self.clone())
-    }
-}
-
-/// A stream being served; its end may leave the connection idle.
-pub struct Active(Rc<Gateway>);
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        let gw = &self.0;
-        gw.active.set(gw.active.get().saturating_sub(1));
-        // Recorded only: the driver looks at it when its keep-alive check comes due, so
-        // that a connection going idle between every burst of streams wakes nobody.
-        if gw.active.get() == 0 {
-            gw.idle_since.set(Instant::now());
-        }
-    }
-}
-
-/// Who the client is and what each backend connection opens with.
-#[derive(Debug)]
-pub struct Client {
-    /// The client's address.
-    pub addr: SocketAddr,
-    /// The preambles (`--write-proxy-*`, `--write-ip`, `--proxy-proxy`, a backend's own).
-    pub preambles: Preambles,
-    /// Its forwarding headers.
-    pub fwd: Forwarding,
-    /// The backends and routes of the connection's start.
-    pub routing: Arc<Routing>,
-    /// The connection's own backend (its server name's route, its frontend's, the default).
-    pub fallback: BackendId,
-    /// With routes: each stream's backend by its `:authority` and path.
-    pub chooser: Option<Chooser>,
-}
 
 /// What an HTTP/2 connection did, for its log line and counters.
 #[derive(Debug)]
@@ -189,27 +63,7 @@ where
 {
     let counters = worker.counters.clone();
     WorkerCounters::bump(&counters.http.h2_connections);
-    let gw = Rc::new(Gateway {
-        worker,
-        client: client.addr,
-        fallback: client.fallback,
-        chooser: client.chooser,
-        backends: Backends::new(
-            client.routing,
-            client.preambles,
-            limits.idle_timeout,
-            limits.h2.max_backend_conns as usize,
-            counters.clone(),
-        ),
-        fwd: client.fwd,
-        max_head,
-        idle: limits.idle_timeout,
-        stall: limits.http_stall_timeout,
-        resets: ResetMeter::new(limits.h2.max_resets),
-        active: Cell::new(0),
-        idle_since: Cell::new(Instant::now()),
-        streams: Cell::new(0),
-    });
+    let gw = Rc::new(Gateway::new(worker, Version::H2, client, limits, max_head));
     let seen = Rc::new(Seen::default());
     let window = limits.h2.initial_window;
     let mut builder = h2::server::Builder::new();
@@ -350,7 +204,7 @@ where
                 } else if !draining {
                     let now = Instant::now();
                     let idle_end = gw.idle_since.get() + keepalive;
-                    if gw.active.get() > 0 {
+                    if gw.active() > 0 {
                         idle_check = now + keepalive; // nothing can come due sooner
                     } else if idle_end > now {
                         idle_check = idle_end;
@@ -379,7 +233,13 @@ where
                             // Counted in now, not when its task first runs, so that
                             // the connection is never idle in between.
                             let active = gw.stream_opened();
-                            if let Some(serving) = stream::accept(active, req, respond) {
+                            let (parts, body) = req.into_parts();
+                            let end_stream = body.is_end_stream();
+                            let body = stream::Body(body);
+                            let respond = stream::Answer::new(respond);
+                            if let Some(serving) =
+                                gateway::accept(active, parts, end_stream, body, respond)
+                            {
                                 tokio::task::spawn_local(serving);
                             }
                             taken += 1;

@@ -1,382 +1,131 @@
-//! One HTTP/2 stream carried as one HTTP/1.1 exchange on a backend connection of its
-//! client's: the head written, the request body streamed up under h2's flow control (never
-//! a whole body in memory, trailers passed), the answer passed down (`answer.rs`), a
-//! WebSocket carried as an `Upgrade` (`tunnel.rs`). A backend answer that is malformed or
-//! cut short ends this stream only: `502` before its head went out, a reset after.
+//! An HTTP/2 stream as the gateway core sees it: h2's receiving half as the request's body
+//! ([`Inbound`]), its responding half as the answer ([`Outbound`]).
 
-use std::future::{poll_fn, Future};
-use std::pin::Pin;
+use std::future::poll_fn;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use h2::server::SendResponse;
-use h2::{Reason, RecvStream};
-use http::{Request, Response, StatusCode};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderMap, Response};
 
-use super::answer::answer;
-use super::backends::BackendConn;
-use super::outcome::{client_reset, stalled, write_head, Done, End};
-use super::request::{self, Body, Kind, Refusal};
-use super::response;
-use super::tunnel::upgrade;
-use super::{Active, Gateway};
-use crate::counters::WorkerCounters;
-use crate::proxy::http::choose::Choice;
-use crate::proxy::route::BackendId;
+use crate::proxy::gateway::front::{Gone, Inbound, Outbound, Reset, SendError};
 
-/// Takes a stream in: its request refused at once, or the future that serves it
-/// (`respond` answers it). Done before the future is made, so that the request (its
-/// fields, a quarter of a kilobyte) is not carried in it.
-///
-/// The future is boxed here, where it is made: a task's future is moved whole at its
-/// spawn and twice more as it ends (tokio's task stages), and 1.5 KB moved four times a
-/// stream cost more than the allocation (callgrind: 8 % fewer instructions boxed).
-pub fn accept(
-    active: Active,
-    req: Request<RecvStream>,
-    mut respond: SendResponse<Bytes>,
-) -> Option<Pin<Box<impl Future<Output = ()>>>> {
-    let gw: &Gateway = &active.0;
-    let counters = &gw.worker.counters;
-    let (parts, body) = req.into_parts();
-    let backend = match &gw.chooser {
-        None => gw.fallback,
-        Some(c) => {
-            let host = parts.uri.authority().map(|a| a.as_str()).or_else(|| {
-                parts
-                    .headers
-                    .get(http::header::HOST)
-                    .and_then(|v| v.to_str().ok())
-            });
-            match c.choose(host, parts.uri.path()) {
-                Choice::Backend(b) => b,
-                Choice::Misdirected => {
-                    tracing::debug!(
-                        name: "h2_request_misdirected",
-                        client = %gw.client,
-                        host = host.unwrap_or("-"),
-                        "a request for a name the connection's certificate does not cover: 421",
-                    );
-                    WorkerCounters::bump(&counters.http.misdirected);
-                    reply(&mut respond, StatusCode::MISDIRECTED_REQUEST);
-                    return None;
+/// The request body: h2's receiving half.
+pub struct Body(pub RecvStream);
+
+impl Inbound for Body {
+    async fn data(&mut self) -> Option<Result<Bytes, Gone>> {
+        self.0.data().await.map(|r| r.map_err(|_| Gone))
+    }
+
+    fn release(&mut self, n: usize) {
+        let _ = self.0.flow_control().release_capacity(n);
+    }
+
+    async fn trailers(&mut self) -> Result<Option<HeaderMap>, Gone> {
+        self.0.trailers().await.map_err(|_| Gone)
+    }
+}
+
+/// The answer: h2's responding half, then the stream it opens.
+pub struct Answer {
+    respond: SendResponse<Bytes>,
+    tx: Option<SendStream<Bytes>>,
+}
+
+impl Answer {
+    /// The stream's responding half.
+    pub fn new(respond: SendResponse<Bytes>) -> Self {
+        Answer { respond, tx: None }
+    }
+}
+
+fn reason(why: Reset) -> Reason {
+    match why {
+        Reset::Malformed => Reason::PROTOCOL_ERROR,
+        Reset::Cancel => Reason::CANCEL,
+        Reset::Internal => Reason::INTERNAL_ERROR,
+    }
+}
+
+impl Outbound for Answer {
+    fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let r = match &mut self.tx {
+            Some(tx) => tx.poll_reset(cx),
+            None => self.respond.poll_reset(cx),
+        };
+        r.map(|_| ())
+    }
+
+    fn informational(&mut self, resp: Response<()>) {
+        // A client gone is noticed at the next step.
+        let _ = self.respond.send_informational(resp);
+    }
+
+    fn respond(&mut self, resp: Response<()>, end: bool) -> Result<(), Gone> {
+        let tx = self.respond.send_response(resp, end).map_err(|_| Gone)?;
+        self.tx = Some(tx);
+        Ok(())
+    }
+
+    async fn flush_head(&mut self) -> Result<(), Gone> {
+        Ok(()) // h2 queued it with the connection's frames
+    }
+
+    async fn send(
+        &mut self,
+        mut data: Bytes,
+        last: bool,
+        stall: Duration,
+    ) -> Result<(), SendError> {
+        let tx = self.tx.as_mut().ok_or(SendError::Client)?;
+        if data.is_empty() {
+            return match last {
+                true => tx.send_data(data, true).map_err(|_| SendError::Client),
+                false => Ok(()),
+            };
+        }
+        while !data.is_empty() {
+            tx.reserve_capacity(data.len());
+            let granted = loop {
+                let c = tx.capacity();
+                if c > 0 {
+                    break c;
                 }
-            }
-        }
-    };
-    let mut head = Vec::with_capacity(512);
-    let (framing, kind) = match request::build(&parts, body.is_end_stream(), &gw.fwd, &mut head) {
-        Ok(r) => r,
-        Err(Refusal::Malformed(why)) => {
-            tracing::debug!(
-                name: "h2_stream_reset",
-                reason = %why,
-                client = %gw.client,
-                stream = %respond.stream_id().as_u32(),
-                "{why}: stream reset",
-            );
-            respond.send_reset(Reason::PROTOCOL_ERROR);
-            WorkerCounters::bump(&counters.http.h2_resets_sent);
-            gw.resets.hit();
-            return None;
-        }
-        Err(Refusal::Status(status, why)) => {
-            tracing::debug!(
-                name: "h2_request_refused",
-                reason = %why,
-                client = %gw.client,
-                "request refused: {why}",
-            );
-            reply(&mut respond, status);
-            return None;
-        }
-    };
-    WorkerCounters::bump(&counters.http.requests_h2);
-    let again = Retry::of(&parts.method, framing);
-    Some(Box::pin(serve(
-        active, backend, head, framing, kind, again, body, respond,
-    )))
-}
-
-/// Whether a request may be sent again on a new connection when its own turns out closed
-/// (a reused one the backend had closed, or a server that died). One not yet written to the backend always may; one written and then closed on
-/// without a byte of answer only when it is idempotent (RFC 9110 §9.2.2) and has no body
-/// (which was streamed, not kept): a POST is never sent twice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Retry {
-    /// Only if nothing of it was written.
-    Unsent,
-    /// Also once written, if nothing was answered.
-    Unanswered,
-}
-
-impl Retry {
-    fn of(method: &http::Method, framing: Body) -> Retry {
-        use http::Method;
-        // GET first: most requests are, and the test ends there.
-        let idempotent = *method == Method::GET
-            || *method == Method::HEAD
-            || *method == Method::OPTIONS
-            || *method == Method::TRACE
-            || *method == Method::PUT
-            || *method == Method::DELETE;
-        if idempotent && framing == Body::None {
-            Retry::Unanswered
-        } else {
-            Retry::Unsent
-        }
-    }
-}
-
-/// Serves one stream whose request head is `head`.
-#[allow(clippy::too_many_arguments)]
-async fn serve(
-    active: Active,
-    backend: BackendId,
-    head: Vec<u8>,
-    framing: Body,
-    kind: Kind,
-    again: Retry,
-    mut body: RecvStream,
-    mut respond: SendResponse<Bytes>,
-) {
-    let gw: &Gateway = &active.0;
-    let mut retried = false;
-    loop {
-        // An idle connection of this client's, else (boxed, as it is large and rare once
-        // the connections are warm) a new one or a wait for one.
-        let got = match gw.backends.idle(backend) {
-            Some(c) => Ok(c),
-            None => {
-                let wait = async {
-                    tokio::select! {
-                        got = gw.backends.get(&gw.worker, backend) => Some(got),
-                        _ = poll_fn(|cx| respond.poll_reset(cx)) => None,
-                    }
-                };
-                match Box::pin(wait).await {
-                    Some(got) => got,
-                    None => return client_reset(gw),
+                match tokio::time::timeout(stall, poll_fn(|cx| tx.poll_capacity(cx))).await {
+                    Err(_) => return Err(SendError::Stalled),
+                    Ok(None) | Ok(Some(Err(_))) => return Err(SendError::Client),
+                    Ok(Some(Ok(_))) => {}
                 }
-            }
-        };
-        let mut conn = match got {
-            Ok(c) => c,
-            Err(e) => {
-                gw.worker.connect_failed(gw.client, &e);
-                return reply(&mut respond, StatusCode::SERVICE_UNAVAILABLE);
-            }
-        };
-        // The stream's future is copied whole into its box (see `accept`): the paths with
-        // a body or a tunnel are boxed apart so that the common one, a request without a
-        // body, stays small (2.3 KB with all three inline).
-        let result = match (kind, framing) {
-            (Kind::Upgrade(accept), _) => {
-                Box::pin(upgrade(
-                    gw,
-                    &mut conn,
-                    &head,
-                    &accept,
-                    &mut body,
-                    &mut respond,
-                ))
-                .await
-            }
-            (_, Body::None) => fetch(gw, &mut conn, &head, kind, &mut respond).await,
-            _ => {
-                Box::pin(exchange(
-                    gw,
-                    &mut conn,
-                    &head,
-                    framing,
-                    kind,
-                    &mut body,
-                    &mut respond,
-                ))
-                .await
-            }
-        };
-        match result {
-            Ok(Done::Reusable) => return gw.backends.put(conn),
-            Ok(_) => return,
-            // The backend closed it while idle: the request goes again, on a new one.
-            Err(End::Unsent) if conn.reused && !retried => {
-                retried = true;
-                WorkerCounters::bump(&gw.worker.counters.http.retries);
-            }
-            // Closed or reset without a byte of answer (reused, or a server that died under
-            // load): an idempotent request without a body goes once to another connection
-            // (the dead server is marked down by its next connect or its check).
-            Err(End::Stale) if !retried && again == Retry::Unanswered => {
-                retried = true;
-                WorkerCounters::bump(&gw.worker.counters.http.retries);
-            }
-            Err(End::ClientReset) => return client_reset(gw),
-            Err(End::Stalled) => {
-                respond.send_reset(Reason::CANCEL);
-                return stalled(gw, respond.stream_id(), "the request body stopped arriving");
-            }
-            Err(e) => {
-                let status = match &e {
-                    End::Timeout => StatusCode::GATEWAY_TIMEOUT,
-                    _ => StatusCode::BAD_GATEWAY,
-                };
-                tracing::warn!(
-                    name: "h2_backend_error",
-                    status = %status,
-                    client = %gw.client,
-                    backend = %gw.backends.name(backend),
-                    server = %conn.server(),
-                    error = %e,
-                    "answered {status}",
-                );
-                return reply(&mut respond, status);
-            }
+            };
+            let part = data.split_to(granted.min(data.len()));
+            tx.send_data(part, last && data.is_empty())
+                .map_err(|_| SendError::Client)?;
+        }
+        Ok(())
+    }
+
+    async fn trailers(&mut self, trailers: HeaderMap) -> Result<(), Gone> {
+        let tx = self.tx.as_mut().ok_or(Gone)?;
+        tx.send_trailers(trailers).map_err(|_| Gone)
+    }
+
+    fn answer_now(&mut self, resp: Response<()>, body: Bytes) {
+        if let Ok(mut tx) = self.respond.send_response(resp, false) {
+            let _ = tx.send_data(body, true);
         }
     }
-}
 
-/// An answer of shuck's own: the status and its reason phrase as the body.
-fn reply(respond: &mut SendResponse<Bytes>, status: StatusCode) {
-    let text = status.canonical_reason().unwrap_or("");
-    let mut resp = Response::new(());
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain"),
-    );
-    h.insert(
-        http::header::CONTENT_LENGTH,
-        http::HeaderValue::from(text.len()),
-    );
-    if let Ok(mut tx) = respond.send_response(resp, false) {
-        let _ = tx.send_data(Bytes::from_static(text.as_bytes()), true);
-    }
-}
-
-/// A request without a body: the head, then the answer.
-async fn fetch(
-    gw: &Gateway,
-    conn: &mut BackendConn,
-    head: &[u8],
-    kind: Kind,
-    respond: &mut SendResponse<Bytes>,
-) -> Result<Done, End> {
-    write_head(conn, head).await?;
-    let BackendConn {
-        tcp, buf, silence, ..
-    } = conn;
-    answer(tcp, buf, silence, gw, respond, kind).await
-}
-
-/// A request with a body: the head, then the body up and the answer down at once (a
-/// backend may answer before the body is all sent).
-async fn exchange(
-    gw: &Gateway,
-    conn: &mut BackendConn,
-    head: &[u8],
-    framing: Body,
-    kind: Kind,
-    body: &mut RecvStream,
-    respond: &mut SendResponse<Bytes>,
-) -> Result<Done, End> {
-    write_head(conn, head).await?;
-    let BackendConn {
-        tcp, buf, silence, ..
-    } = conn;
-    let (mut rd, mut wr) = tcp.split();
-    let up = upload(body, &mut wr, framing, gw);
-    let down = answer(&mut rd, buf, silence, gw, respond, kind);
-    tokio::pin!(up, down);
-    let mut sent = false;
-    loop {
-        tokio::select! {
-            r = &mut up, if !sent => match r {
-                Ok(()) => sent = true,
-                Err(Up::Client) => return Err(End::ClientReset),
-                Err(Up::Stalled) => return Err(End::Stalled),
-                // The backend stopped reading (it may be answering 413): its answer decides.
-                Err(Up::Backend(e)) => {
-                    tracing::debug!(
-                        name: "h2_backend_stopped_reading",
-                        client = %gw.client,
-                        error = %e,
-                        "backend stopped reading the body",
-                    );
-                    let r = down.await?;
-                    return Ok(if r == Done::Reusable { Done::Close } else { r });
-                }
-            },
-            r = &mut down => {
-                let done: Done = r?;
-                return Ok(if sent { done } else { Done::Close });
-            }
+    fn reset(&mut self, why: Reset) {
+        match &mut self.tx {
+            Some(tx) => tx.send_reset(reason(why)),
+            None => self.respond.send_reset(reason(why)),
         }
     }
-}
 
-/// Why the upload stopped.
-enum Up {
-    /// The client reset the stream.
-    Client,
-    /// The client sent nothing of its body for `--http-stall-timeout`.
-    Stalled,
-    /// The backend could not take more.
-    Backend(std::io::Error),
-}
-
-/// The request body to the backend, as it arrives, in the framing the head announced;
-/// each DATA frame's window is given back once the backend took its bytes.
-async fn upload<W: AsyncWrite + Unpin>(
-    body: &mut RecvStream,
-    wr: &mut W,
-    framing: Body,
-    gw: &Gateway,
-) -> Result<(), Up> {
-    if matches!(framing, Body::None | Body::Tunnel) {
-        return Ok(());
+    fn id(&self) -> u64 {
+        u64::from(self.respond.stream_id().as_u32())
     }
-    let chunked = framing == Body::Chunked;
-    loop {
-        let data = match tokio::time::timeout(gw.stall, body.data()).await {
-            Err(_) => return Err(Up::Stalled),
-            Ok(None) => break,
-            Ok(Some(Err(_))) => return Err(Up::Client),
-            Ok(Some(Ok(d))) => d,
-        };
-        let n = data.len();
-        if n == 0 {
-            continue;
-        }
-        let written = if chunked {
-            let size = format!("{n:x}\r\n");
-            let mut frame = Buf::chain(Buf::chain(size.as_bytes(), data), &b"\r\n"[..]);
-            wr.write_all_buf(&mut frame).await
-        } else {
-            wr.write_all(&data).await
-        };
-        written.map_err(Up::Backend)?;
-        let _ = body.flow_control().release_capacity(n);
-    }
-    if chunked {
-        let trailers = match tokio::time::timeout(gw.stall, body.trailers()).await {
-            Ok(Ok(t)) => t,
-            Ok(Err(_)) => return Err(Up::Client),
-            Err(_) => return Err(Up::Stalled),
-        };
-        let mut last = b"0\r\n".to_vec();
-        for (name, value) in trailers.iter().flatten() {
-            if gw.fwd.strips(name.as_str().as_bytes()) || !response::allowed_trailer(name) {
-                continue;
-            }
-            last.extend_from_slice(name.as_str().as_bytes());
-            last.extend_from_slice(b": ");
-            last.extend_from_slice(value.as_bytes());
-            last.extend_from_slice(b"\r\n");
-        }
-        last.extend_from_slice(b"\r\n");
-        wr.write_all(&last).await.map_err(Up::Backend)?;
-    }
-    Ok(())
 }

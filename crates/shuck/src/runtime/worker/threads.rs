@@ -112,7 +112,7 @@ async fn worker_main(
     tokio::task::spawn_local(async move {
         loop {
             state.maint.notified().await;
-            crate::proxy::h2::wake_keepers();
+            crate::proxy::gateway::wake_keepers();
         }
     });
     // Sockets sent meanwhile wait in the channel; connections, in their backlog.

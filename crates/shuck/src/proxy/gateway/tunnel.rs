@@ -1,14 +1,13 @@
-//! A WebSocket over HTTP/2 (RFC 8441, extended CONNECT) carried as an HTTP/1.1
+//! A WebSocket over HTTP/2 (RFC 8441, extended CONNECT; RFC 9220 for HTTP/3) carried as an HTTP/1.1
 //! `Upgrade: websocket` to the backend, then relayed both ways.
 
 use bytes::{Bytes, BytesMut};
-use h2::server::SendResponse;
-use h2::{Reason, RecvStream, SendStream};
 use http::{Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::answer::{pass_on, read_head, read_more, send, BodyEnd};
 use super::backends::BackendConn;
+use super::front::{Inbound, Outbound, Reset};
 use super::outcome::{stalled, write_head, Done, End};
 use super::request::Kind;
 use super::response::BadAnswer;
@@ -17,13 +16,13 @@ use super::Gateway;
 /// A WebSocket over HTTP/2 (RFC 8441): an HTTP/1.1 `Upgrade: websocket` to the backend;
 /// on its `101` (with the right `Sec-WebSocket-Accept`) the client gets `200` and the
 /// stream becomes a relay. Any other answer is passed on as it is.
-pub(super) async fn upgrade(
+pub(super) async fn upgrade<I: Inbound, O: Outbound>(
     gw: &Gateway,
     conn: &mut BackendConn,
     head: &[u8],
     accept: &[u8; 28],
-    body: &mut RecvStream,
-    respond: &mut SendResponse<Bytes>,
+    body: &mut I,
+    respond: &mut O,
 ) -> Result<Done, End> {
     write_head(conn, head).await?;
     let BackendConn {
@@ -46,20 +45,21 @@ pub(super) async fn upgrade(
     }
     let mut ok = Response::new(());
     *ok.headers_mut() = answer.headers;
-    let Ok(mut tx) = respond.send_response(ok, false) else {
+    if respond.respond(ok, false).is_err() || respond.flush_head().await.is_err() {
         return Err(End::ClientReset);
-    };
-    if let Err(e) = tunnel(gw, &mut rd, &mut wr, buf, body, &mut tx).await {
-        tx.send_reset(Reason::CANCEL);
+    }
+    if let Err(e) = tunnel(gw, &mut rd, &mut wr, buf, body, respond).await {
+        respond.reset(Reset::Cancel);
         if matches!(e, BodyEnd::Stalled) {
             // Counted as every stream is whose client leaves its window shut.
-            stalled(gw, tx.stream_id(), "the client's window stayed shut");
+            stalled(gw, respond.id(), "the client's window stayed shut");
         } else {
             tracing::debug!(
-                name: "h2_websocket_ended",
+                name: "gateway_websocket_ended",
+                protocol = gw.version.as_str(),
                 client = %gw.client,
                 error = %e,
-                "WebSocket over h2 ended",
+                "WebSocket ended",
             );
         }
     }
@@ -68,17 +68,19 @@ pub(super) async fn upgrade(
 
 /// Relays a tunnel's bytes both ways until both sides have ended theirs, or neither side
 /// sent anything for `--idle-timeout`.
-async fn tunnel<R, W>(
+async fn tunnel<R, W, I, O>(
     gw: &Gateway,
     rd: &mut R,
     wr: &mut W,
     buf: &mut BytesMut,
-    body: &mut RecvStream,
-    tx: &mut SendStream<Bytes>,
+    body: &mut I,
+    tx: &mut O,
 ) -> Result<(), BodyEnd>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
+    I: Inbound,
+    O: Outbound,
 {
     if !buf.is_empty() {
         send(gw, tx, buf.split().freeze(), false).await?;
@@ -90,7 +92,7 @@ where
                 Some(Ok(d)) => {
                     let n = d.len();
                     wr.write_all(&d).await.map_err(BodyEnd::Io)?;
-                    let _ = body.flow_control().release_capacity(n);
+                    body.release(n);
                 }
                 Some(Err(_)) => return Err(BodyEnd::Client),
                 None => {
@@ -101,7 +103,7 @@ where
             r = read_more(rd, buf), if backend_open => match r {
                 Ok(0) => {
                     backend_open = false;
-                    tx.send_data(Bytes::new(), true).map_err(|_| BodyEnd::Client)?;
+                    send(gw, tx, Bytes::new(), true).await?;
                 }
                 Ok(_) => send(gw, tx, buf.split().freeze(), false).await?,
                 Err(e) => return Err(BodyEnd::Io(e)),

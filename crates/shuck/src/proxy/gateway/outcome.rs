@@ -6,7 +6,6 @@ use tokio::io::AsyncWriteExt;
 use super::backends::BackendConn;
 use super::response::BadAnswer;
 use super::Gateway;
-use crate::counters::WorkerCounters;
 
 /// Why a stream's exchange ended before the answer's head went to the client.
 #[derive(Debug, thiserror::Error)]
@@ -47,23 +46,23 @@ pub(super) enum Done {
 
 /// The client reset the stream: counted, and against the reset limit.
 pub(super) fn client_reset(gw: &Gateway) {
-    WorkerCounters::bump(&gw.worker.counters.http.h2_resets_received);
+    gw.count_reset_received();
     gw.resets.hit();
 }
 
 /// A stream reset (`CANCEL`, by the caller) for making no progress for
 /// `--http-stall-timeout` while shuck waited on its client (`why`): logged and counted; its
 /// backend connection is closed.
-pub(super) fn stalled(gw: &Gateway, stream: h2::StreamId, why: &str) {
+pub(super) fn stalled(gw: &Gateway, stream: u64, why: &str) {
     tracing::debug!(
-        name: "h2_stream_stalled",
+        name: "gateway_stream_stalled",
+        protocol = gw.version.as_str(),
         client = %gw.client,
-        stream = %stream.as_u32(),
+        stream = stream,
         "{why} for --http-stall-timeout: stream reset",
     );
-    let c = &gw.worker.counters.http;
-    WorkerCounters::bump(&c.h2_resets_sent);
-    WorkerCounters::bump(&c.stalled_h2);
+    gw.count_reset_sent();
+    gw.count_stalled();
 }
 
 /// Writes the request head. On a reused connection, a failure of the first write means

@@ -1,31 +1,29 @@
 //! A backend's answer to one stream passed on to the client: its head read (interim `1xx`
 //! answers passed on), then sent as the stream's response, then its body streamed under
-//! h2's flow control, never ahead of the client's window. Once the head is out, a body cut
+//! the client's flow control, never ahead of its window. Once the head is out, a body cut
 //! short or malformed resets the stream.
 
 use std::future::{poll_fn, Future};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
-use h2::server::SendResponse;
-use h2::{Reason, SendStream};
 use http::{Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::backends::{Silence, Wait, READ_SIZE};
+use super::front::{Gone, Outbound, Reset, SendError};
 use super::outcome::{client_reset, stalled, Done, End};
 use super::request::Kind;
 use super::response::{self, Answer, BadAnswer, Dechunk, Framing, Piece};
 use super::Gateway;
-use crate::counters::WorkerCounters;
 
 /// The backend's answer, passed on to the client.
-pub(super) async fn answer<R: AsyncRead + Unpin>(
+pub(super) async fn answer<R: AsyncRead + Unpin, O: Outbound>(
     rd: &mut R,
     buf: &mut BytesMut,
     silence: &mut Silence,
     gw: &Gateway,
-    respond: &mut SendResponse<Bytes>,
+    respond: &mut O,
     kind: Kind,
 ) -> Result<Done, End> {
     let answer = read_head(rd, buf, silence, gw, respond, kind).await?;
@@ -35,12 +33,12 @@ pub(super) async fn answer<R: AsyncRead + Unpin>(
 /// Reads the backend's answer head, passing interim (`1xx`) answers on; watches for the
 /// client resetting the stream once the backend has kept it waiting for
 /// [`PATIENCE`](super::backends::PATIENCE).
-pub(super) async fn read_head<R: AsyncRead + Unpin>(
+pub(super) async fn read_head<R: AsyncRead + Unpin, O: Outbound>(
     rd: &mut R,
     buf: &mut BytesMut,
     silence: &mut Silence,
     gw: &Gateway,
-    respond: &mut SendResponse<Bytes>,
+    respond: &mut O,
     kind: Kind,
 ) -> Result<Answer, End> {
     let mut got_any = !buf.is_empty();
@@ -64,8 +62,7 @@ pub(super) async fn read_head<R: AsyncRead + Unpin>(
                 let mut interim = Response::new(());
                 *interim.status_mut() = answer.status;
                 *interim.headers_mut() = answer.headers;
-                // A client gone is noticed at the next step.
-                let _ = respond.send_informational(interim);
+                respond.informational(interim);
                 continue;
             }
             return Ok(answer);
@@ -77,7 +74,7 @@ pub(super) async fn read_head<R: AsyncRead + Unpin>(
                 biased;
                 r = read_more(rd, buf) => break r,
                 w = poll_fn(|cx| silence.poll_wait(cx)) => w,
-                _ = poll_fn(|cx| respond.poll_reset(cx)), if watch_reset => {
+                () = poll_fn(|cx| respond.poll_reset(cx)), if watch_reset => {
                     return Err(End::ClientReset)
                 }
             };
@@ -107,14 +104,14 @@ pub(super) async fn read_more<R: AsyncRead + Unpin>(
 /// Sends the final answer's head and body. Once the head is out, a body cut short or
 /// malformed resets the stream (the only way left to tell the client).
 ///
-/// The head goes out before the future is made, so that the answer's fields are not
+/// The head is handed over before the future is made, so that the answer's fields are not
 /// carried in it.
-pub(super) fn pass_on<'a, R: AsyncRead + Unpin>(
+pub(super) fn pass_on<'a, R: AsyncRead + Unpin, O: Outbound>(
     gw: &'a Gateway,
     rd: &'a mut R,
     buf: &'a mut BytesMut,
     silence: &'a mut Silence,
-    respond: &mut SendResponse<Bytes>,
+    respond: &'a mut O,
     answer: Answer,
 ) -> impl Future<Output = Done> + 'a {
     let Answer {
@@ -127,60 +124,63 @@ pub(super) fn pass_on<'a, R: AsyncRead + Unpin>(
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
     let empty = framing == Framing::Empty;
-    let sent = respond.send_response(resp, empty);
+    let taken = respond.respond(resp, empty);
     let done = if keep_alive {
         Done::Reusable
     } else {
         Done::Close
     };
-    if sent.is_err() && was_reset(respond) {
+    if taken.is_err() && was_reset(respond) {
         client_reset(gw); // a reset that came before PATIENCE was up (see read_head)
     }
     async move {
-        match sent {
-            Ok(tx) if !empty => send_all(gw, rd, buf, silence, tx, framing, done).await,
-            Ok(_) => done,
-            Err(_) => Done::Close,
+        if taken.is_err() || respond.flush_head().await.is_err() {
+            return Done::Close;
         }
+        if empty {
+            return done;
+        }
+        send_all(gw, rd, buf, silence, respond, framing, done).await
     }
 }
 
 /// True when the client has reset the stream (looked at without waiting).
-fn was_reset(respond: &mut SendResponse<Bytes>) -> bool {
+fn was_reset<O: Outbound>(respond: &mut O) -> bool {
     let mut cx = Context::from_waker(Waker::noop());
-    matches!(respond.poll_reset(&mut cx), Poll::Ready(Ok(_)))
+    respond.poll_reset(&mut cx).is_ready()
 }
 
 /// The answer's body, after its head; `done` is what a complete one leaves.
-async fn send_all<R: AsyncRead + Unpin>(
+async fn send_all<R: AsyncRead + Unpin, O: Outbound>(
     gw: &Gateway,
     rd: &mut R,
     buf: &mut BytesMut,
     silence: &mut Silence,
-    mut tx: SendStream<Bytes>,
+    tx: &mut O,
     framing: Framing,
     done: Done,
 ) -> Done {
-    match send_body(gw, rd, buf, silence, &mut tx, framing).await {
+    match send_body(gw, rd, buf, silence, tx, framing).await {
         Ok(()) => done,
         Err(BodyEnd::Client) => {
             client_reset(gw);
             Done::Close
         }
         Err(BodyEnd::Stalled) => {
-            tx.send_reset(Reason::CANCEL);
-            stalled(gw, tx.stream_id(), "the client's window stayed shut");
+            tx.reset(Reset::Cancel);
+            stalled(gw, tx.id(), "the client's window stayed shut");
             Done::Close
         }
         Err(e) => {
             tracing::warn!(
-                name: "h2_backend_answer_cut",
+                name: "gateway_backend_answer_cut",
+                protocol = gw.version.as_str(),
                 client = %gw.client,
                 error = %e,
                 "backend answer cut short: stream reset",
             );
-            tx.send_reset(Reason::INTERNAL_ERROR);
-            WorkerCounters::bump(&gw.worker.counters.http.h2_resets_sent);
+            tx.reset(Reset::Internal);
+            gw.count_reset_sent();
             Done::Close
         }
     }
@@ -209,6 +209,15 @@ pub(super) enum BodyEnd {
     Io(std::io::Error),
 }
 
+impl From<SendError> for BodyEnd {
+    fn from(e: SendError) -> Self {
+        match e {
+            SendError::Client => BodyEnd::Client,
+            SendError::Stalled => BodyEnd::Stalled,
+        }
+    }
+}
+
 /// Reads more for a body that is not over yet: none more is a cut.
 async fn more_body<R: AsyncRead + Unpin>(
     rd: &mut R,
@@ -227,27 +236,23 @@ async fn more_body<R: AsyncRead + Unpin>(
     }
 }
 
-async fn send_body<R: AsyncRead + Unpin>(
+async fn send_body<R: AsyncRead + Unpin, O: Outbound>(
     gw: &Gateway,
     rd: &mut R,
     buf: &mut BytesMut,
     silence: &mut Silence,
-    tx: &mut SendStream<Bytes>,
+    tx: &mut O,
     framing: Framing,
 ) -> Result<(), BodyEnd> {
-    let end = |tx: &mut SendStream<Bytes>| {
-        tx.send_data(Bytes::new(), true)
-            .map_err(|_| BodyEnd::Client)
-    };
     match framing {
-        Framing::Empty => end(tx),
+        Framing::Empty => send(gw, tx, Bytes::new(), true).await,
         Framing::Length(mut left) => loop {
             if buf.is_empty() {
                 more_body(rd, buf, silence).await?;
             }
             let n = left.min(buf.len() as u64) as usize;
             left -= n as u64;
-            // The last bytes carry END_STREAM: no empty DATA frame after them.
+            // The last bytes end the stream: no empty DATA frame after them.
             send(gw, tx, buf.split_to(n).freeze(), left == 0).await?;
             if left == 0 {
                 return Ok(());
@@ -259,15 +264,15 @@ async fn send_body<R: AsyncRead + Unpin>(
                 match chunks.next(buf).map_err(BodyEnd::Bad)? {
                     Piece::Data(d) => send(gw, tx, d, false).await?,
                     Piece::More => more_body(rd, buf, silence).await?,
-                    Piece::End(t) if t.is_empty() => return end(tx),
-                    Piece::End(t) => return tx.send_trailers(t).map_err(|_| BodyEnd::Client),
+                    Piece::End(t) if t.is_empty() => return send(gw, tx, Bytes::new(), true).await,
+                    Piece::End(t) => return tx.trailers(t).await.map_err(|Gone| BodyEnd::Client),
                 }
             }
         }
         Framing::UntilClose => loop {
             if buf.is_empty() {
                 match more_body(rd, buf, silence).await {
-                    Err(BodyEnd::Cut) => return end(tx),
+                    Err(BodyEnd::Cut) => return send(gw, tx, Bytes::new(), true).await,
                     r => r?,
                 }
             }
@@ -279,28 +284,11 @@ async fn send_body<R: AsyncRead + Unpin>(
 /// Sends `data` on the stream as the client's window allows, never ahead of it: what a
 /// client that never opens its window costs is bounded by one read. `last`: the stream
 /// ends with these bytes.
-pub(super) async fn send(
+pub(super) async fn send<O: Outbound>(
     gw: &Gateway,
-    tx: &mut SendStream<Bytes>,
-    mut data: Bytes,
+    tx: &mut O,
+    data: Bytes,
     last: bool,
 ) -> Result<(), BodyEnd> {
-    while !data.is_empty() {
-        tx.reserve_capacity(data.len());
-        let granted = loop {
-            let c = tx.capacity();
-            if c > 0 {
-                break c;
-            }
-            match tokio::time::timeout(gw.stall, poll_fn(|cx| tx.poll_capacity(cx))).await {
-                Err(_) => return Err(BodyEnd::Stalled),
-                Ok(None) | Ok(Some(Err(_))) => return Err(BodyEnd::Client),
-                Ok(Some(Ok(_))) => {}
-            }
-        };
-        let part = data.split_to(granted.min(data.len()));
-        tx.send_data(part, last && data.is_empty())
-            .map_err(|_| BodyEnd::Client)?;
-    }
-    Ok(())
+    Ok(tx.send(data, last, gw.stall).await?)
 }

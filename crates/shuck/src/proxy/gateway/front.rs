@@ -1,0 +1,80 @@
+//! What the gateway core asks of one request stream of an HTTP version: its body coming in
+//! ([`Inbound`]) and its answer going out ([`Outbound`]), under that version's flow
+//! control. HTTP/2 implements them over h2's stream halves (`proxy/h2/stream.rs`), HTTP/3
+//! over h3's (`proxy/h3/stream.rs`).
+
+use std::future::Future;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Response};
+
+/// Why shuck ends a stream before its answer is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reset {
+    /// The request is malformed (h2 `PROTOCOL_ERROR`, h3 `H3_MESSAGE_ERROR`).
+    Malformed,
+    /// Given up on: no progress from the client, a tunnel ended (h2 `CANCEL`, h3
+    /// `H3_REQUEST_CANCELLED`).
+    Cancel,
+    /// The backend's answer broke after its head went out (h2 `INTERNAL_ERROR`, h3
+    /// `H3_INTERNAL_ERROR`).
+    Internal,
+}
+
+/// The client reset the stream, or its connection went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the client reset the stream or went away")]
+pub struct Gone;
+
+/// Why body bytes did not reach the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// The client reset the stream or the connection went.
+    Client,
+    /// The client's window stayed shut for the stall timeout.
+    Stalled,
+}
+
+/// The request's body, as the client sends it.
+pub trait Inbound {
+    /// Its next bytes: `None` at its end, `Err` once the client reset the stream.
+    fn data(&mut self) -> impl Future<Output = Option<Result<Bytes, Gone>>>;
+    /// The backend took `n` bytes of it: the client may send as many more.
+    fn release(&mut self, n: usize);
+    /// Its trailers, once the body has ended (`Err`: the client reset the stream).
+    fn trailers(&mut self) -> impl Future<Output = Result<Option<HeaderMap>, Gone>>;
+}
+
+/// The answer, as the client gets it.
+pub trait Outbound {
+    /// Ready once the client has given up on the stream (looked at while the backend keeps
+    /// the answer waiting).
+    fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+    /// An interim (`1xx`) answer; a client gone is noticed at the next step.
+    fn informational(&mut self, resp: Response<()>);
+    /// The final answer's head; `end`: no body follows. Taken at once (h2 sends it now,
+    /// so that the answer's fields are not carried in a future);
+    /// [`flush_head`](Outbound::flush_head) tells whether it went.
+    fn respond(&mut self, resp: Response<()>, end: bool) -> Result<(), Gone>;
+    /// Waits until the head taken by [`respond`](Outbound::respond) is sent.
+    fn flush_head(&mut self) -> impl Future<Output = Result<(), Gone>>;
+    /// Body bytes after the head, never ahead of the client's window; `last` ends the
+    /// stream with them (empty `data` with `last` ends it). `stall`: the longest wait for
+    /// the window to open.
+    fn send(
+        &mut self,
+        data: Bytes,
+        last: bool,
+        stall: Duration,
+    ) -> impl Future<Output = Result<(), SendError>>;
+    /// Trailers after the body, ending the stream.
+    fn trailers(&mut self, trailers: HeaderMap) -> impl Future<Output = Result<(), Gone>>;
+    /// A whole short answer of shuck's own (`503`, `421`...), sent without waiting.
+    fn answer_now(&mut self, resp: Response<()>, body: Bytes);
+    /// Ends the stream at once.
+    fn reset(&mut self, why: Reset);
+    /// The stream's number, for logs.
+    fn id(&self) -> u64;
+}

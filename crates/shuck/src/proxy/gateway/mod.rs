@@ -1,0 +1,244 @@
+//! The HTTP gateway core that HTTP/2 (`proxy/h2/`) and HTTP/3 (`proxy/h3/`) share: each
+//! request stream of a client connection becomes one HTTP/1.1 exchange on a keep-alive
+//! backend connection of that client's, as HAProxy's `mode http` does with h2 and h3
+//! clients in front of HTTP/1.1 servers. Here live what does not depend on the client's
+//! framing: the request's hygiene (`request.rs`), routing and the exchange (`exchange.rs`),
+//! the client's backend connections (`backends.rs`), the backend's answer read
+//! (`response.rs`) and passed on (`answer.rs`), WebSockets (`tunnel.rs`), and how an
+//! exchange ends (`outcome.rs`). A version's folder holds its framing only: it drives its
+//! connection and hands each stream in through the [`front`] traits.
+
+mod answer;
+mod backends;
+pub use backends::wake_keepers;
+mod exchange;
+pub use exchange::accept;
+pub mod front;
+mod outcome;
+pub mod request;
+pub mod response;
+mod tunnel;
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::http::choose::Chooser;
+use super::http::request::Forwarding;
+use super::preamble::Preambles;
+use super::route::{BackendId, Routing};
+use super::Worker;
+use crate::config::Limits;
+use crate::counters::WorkerCounters;
+use backends::Backends;
+
+/// The client's HTTP version, for the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// HTTP/2 over TLS.
+    H2,
+    /// HTTP/3 over QUIC.
+    H3,
+}
+
+impl Version {
+    /// As logs and metrics name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::H2 => "h2",
+            Version::H3 => "h3",
+        }
+    }
+}
+
+/// What one client connection's streams share.
+#[derive(Debug)]
+pub struct Gateway {
+    /// The worker serving it.
+    pub(super) worker: Rc<Worker>,
+    /// The client, as the backend is told (after `--proxy-proxy`).
+    pub(super) client: SocketAddr,
+    /// Its HTTP version.
+    version: Version,
+    /// Its backend connections.
+    backends: Backends,
+    /// The backend of a stream when no route chooses: the connection's.
+    fallback: BackendId,
+    /// With routes: each stream's backend, and the streams misdirected.
+    chooser: Option<Chooser>,
+    /// Its forwarding headers.
+    fwd: Forwarding,
+    /// `--max-header-bytes`, for the backend's answer heads.
+    max_head: usize,
+    /// `--idle-timeout`: longest silence within an exchange.
+    idle: Duration,
+    /// `--http-stall-timeout`: longest wait on the client within an exchange.
+    stall: Duration,
+    /// Streams reset, against `--h2-max-resets`.
+    pub(super) resets: ResetMeter,
+    /// Streams being served now.
+    pub(super) active: Cell<usize>,
+    /// When the last stream ended (keep-alive).
+    pub(super) idle_since: Cell<Instant>,
+    /// Streams served.
+    pub(super) streams: Cell<u64>,
+}
+
+/// Streams reset by the client (or refused as malformed) in the current second.
+#[derive(Debug)]
+pub(super) struct ResetMeter {
+    pub(super) limit: u32,
+    window: Cell<Instant>,
+    count: Cell<u32>,
+    /// Wakes the driver, to close the connection, when the limit is passed.
+    pub(super) passed: Notify,
+}
+
+impl ResetMeter {
+    fn new(limit: u32) -> Self {
+        ResetMeter {
+            limit,
+            window: Cell::new(Instant::now()),
+            count: Cell::new(0),
+            passed: Notify::new(),
+        }
+    }
+
+    /// Counts one; the driver is woken as the limit is passed.
+    fn hit(&self) {
+        let now = Instant::now();
+        if now.duration_since(self.window.get()) >= Duration::from_secs(1) {
+            self.window.set(now);
+            self.count.set(0);
+        }
+        self.count.set(self.count.get() + 1);
+        if self.count.get() == self.limit.saturating_add(1) {
+            self.passed.notify_one();
+        }
+    }
+
+    /// More than the limit this second.
+    pub(super) fn over(&self) -> bool {
+        self.count.get() > self.limit
+    }
+}
+
+/// Who the client is and what each backend connection opens with.
+#[derive(Debug)]
+pub struct Client {
+    /// The client's address.
+    pub addr: SocketAddr,
+    /// The preambles (`--write-proxy-*`, `--write-ip`, `--proxy-proxy`, a backend's own).
+    pub preambles: Preambles,
+    /// Its forwarding headers.
+    pub fwd: Forwarding,
+    /// The backends and routes of the connection's start.
+    pub routing: Arc<Routing>,
+    /// The connection's own backend (its server name's route, its frontend's, the default).
+    pub fallback: BackendId,
+    /// With routes: each stream's backend by its `:authority` and path.
+    pub chooser: Option<Chooser>,
+}
+
+impl Gateway {
+    /// The shared part of a new client connection of `version`.
+    pub fn new(
+        worker: Rc<Worker>,
+        version: Version,
+        client: Client,
+        limits: &Limits,
+        max_head: usize,
+    ) -> Self {
+        let counters = worker.counters.clone();
+        Gateway {
+            worker,
+            client: client.addr,
+            version,
+            fallback: client.fallback,
+            chooser: client.chooser,
+            backends: Backends::new(
+                client.routing,
+                client.preambles,
+                limits.idle_timeout,
+                limits.h2.max_backend_conns as usize,
+                counters,
+            ),
+            fwd: client.fwd,
+            max_head,
+            idle: limits.idle_timeout,
+            stall: limits.http_stall_timeout,
+            resets: ResetMeter::new(limits.h2.max_resets),
+            active: Cell::new(0),
+            idle_since: Cell::new(Instant::now()),
+            streams: Cell::new(0),
+        }
+    }
+
+    /// Counts a stream in until the guard drops.
+    pub(super) fn stream_opened(self: &Rc<Self>) -> Active {
+        self.active.set(self.active.get() + 1);
+        self.streams.set(self.streams.get() + 1);
+        Active(self.clone())
+    }
+
+    /// Streams being served now.
+    pub(super) fn active(&self) -> usize {
+        self.active.get()
+    }
+
+    /// A request passed to a backend.
+    fn count_request(&self) {
+        let h = &self.worker.counters.http;
+        WorkerCounters::bump(match self.version {
+            Version::H2 => &h.requests_h2,
+            Version::H3 => &h.h3.requests,
+        });
+    }
+
+    /// A stream shuck reset.
+    fn count_reset_sent(&self) {
+        let h = &self.worker.counters.http;
+        WorkerCounters::bump(match self.version {
+            Version::H2 => &h.h2_resets_sent,
+            Version::H3 => &h.h3.resets_sent,
+        });
+    }
+
+    /// A stream the client reset.
+    fn count_reset_received(&self) {
+        let h = &self.worker.counters.http;
+        WorkerCounters::bump(match self.version {
+            Version::H2 => &h.h2_resets_received,
+            Version::H3 => &h.h3.resets_received,
+        });
+    }
+
+    /// A stream reset for `--http-stall-timeout`.
+    fn count_stalled(&self) {
+        let h = &self.worker.counters.http;
+        WorkerCounters::bump(match self.version {
+            Version::H2 => &h.stalled_h2,
+            Version::H3 => &h.h3.stalled,
+        });
+    }
+}
+
+/// A stream being served; its end may leave the connection idle.
+pub struct Active(Rc<Gateway>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        let gw = &self.0;
+        gw.active.set(gw.active.get().saturating_sub(1));
+        // Recorded only: the driver looks at it when its keep-alive check comes due, so
+        // that a connection going idle between every burst of streams wakes nobody.
+        if gw.active.get() == 0 {
+            gw.idle_since.set(Instant::now());
+        }
+    }
+}
