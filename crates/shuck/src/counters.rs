@@ -96,6 +96,14 @@ pub struct HttpCounters {
 /// HTTP/3's and QUIC's counters of one worker.
 #[derive(Debug, Default)]
 pub struct QuicCounters {
+    /// Connection attempts taken from the endpoint.
+    pub incoming: AtomicU64,
+    /// Connections established (handshake done).
+    pub connections: AtomicU64,
+    /// Handshakes that failed or took too long.
+    pub handshake_failures: AtomicU64,
+    /// GOAWAYs sent (drain, reload, keep-alive timeout).
+    pub goaway: AtomicU64,
     /// Requests passed to backends.
     pub requests: AtomicU64,
     /// Streams the client reset before their answer was complete.

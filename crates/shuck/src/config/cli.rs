@@ -220,6 +220,24 @@ pub struct Cli {
     #[arg(long, value_name = "BYTES", default_value_t = 65535)]
     pub h2_initial_window_size: u32,
 
+    /// In --http mode, also serve HTTP/3 over QUIC on every frontend, on UDP at the same
+    /// address and port (HAProxy's quic4@, nginx's listen ... quic); a frontend's own
+    /// `quic` setting overrides it. Its HTTP/1.1 and HTTP/2 answers then announce it
+    /// (Alt-Svc). Needs TLS 1.3 on the frontend; open the UDP port in the firewall.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub quic: bool,
+
+    /// With --quic: how long clients may remember that HTTP/3 is served (Alt-Svc's ma,
+    /// seconds); 0 leaves Alt-Svc out. A backend's own Alt-Svc is passed as it is.
+    #[arg(long, value_name = "SECS", default_value_t = 86_400)]
+    pub alt_svc_max_age: u64,
+
+    /// With --quic: most request streams a client may have open at once on one QUIC
+    /// connection (its initial_max_streams_bidi).
+    #[arg(long, value_name = "NUM", default_value_t = 100)]
+    pub h3_max_concurrent_streams: u32,
+
     /// Number of workers, each a thread with its own listening socket (default: one per core).
     #[arg(short = 'n', long, value_name = "NUM")]
     pub workers: Option<usize>,

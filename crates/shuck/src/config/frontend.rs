@@ -34,6 +34,8 @@ pub struct Frontend {
     pub client_ca: Option<Arc<RootCertStore>>,
     /// The backend its connections go to when no route chooses one (`;backend=NAME`).
     pub backend: Option<String>,
+    /// Also serve HTTP/3 over QUIC on its addresses (`--quic`, `;quic=on`).
+    pub quic: bool,
 }
 
 /// `[HOST]:PORT[+PEM...][;key=value...]`: a frontend with, optionally, its own
@@ -42,6 +44,7 @@ pub struct Frontend {
 pub(super) fn parse(
     spec: &str,
     global: &TlsSettings,
+    quic_default: bool,
     verify_staple: bool,
     ocsp_ca: Option<&std::path::Path>,
 ) -> Result<Frontend, ConfigError> {
@@ -69,6 +72,7 @@ pub(super) fn parse(
     let mut match_global_certs = false;
     let (mut client_verify, mut client_ca) = (None, None);
     let mut backend = None;
+    let mut quic = quic_default;
     for setting in sections.filter(|s| !s.trim().is_empty()) {
         let (k, v) = setting
             .split_once('=')
@@ -86,6 +90,10 @@ pub(super) fn parse(
             }
             "backend" => {
                 backend = Some(v.to_owned());
+                continue;
+            }
+            "quic" => {
+                quic = on_off(v)?;
                 continue;
             }
             _ => {}
@@ -118,7 +126,7 @@ pub(super) fn parse(
             "match-global-certs" => match_global_certs = on_off(v)?,
             other => {
                 return Err(bad(format!(
-                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend)"
+                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic)"
                 )))
             }
         }
@@ -137,7 +145,55 @@ pub(super) fn parse(
         client_verify,
         client_ca,
         backend,
+        quic,
     })
+}
+
+/// `--quic` where it can be served: HTTP/3 is HTTP (`--http`), and QUIC is TLS 1.3 only.
+pub(super) fn check_quic(
+    frontends: &[Frontend],
+    global: &TlsSettings,
+    http: bool,
+) -> Result<(), ConfigError> {
+    for fe in frontends.iter().filter(|f| f.quic) {
+        if !http {
+            return Err(ConfigError::Invalid {
+                option: "--quic",
+                reason: format!(
+                    "frontend {}: QUIC carries HTTP/3 only, which needs --http (HTTP mode)",
+                    fe.endpoint
+                ),
+            });
+        }
+        let tls = fe.tls.as_ref().unwrap_or(global);
+        if !tls
+            .versions
+            .iter()
+            .any(|v| v.version == rustls::ProtocolVersion::TLSv1_3)
+        {
+            return Err(ConfigError::Invalid {
+                option: "--quic",
+                reason: format!(
+                    "frontend {}: QUIC needs TLS 1.3, and its tls-protos leaves it out",
+                    fe.endpoint
+                ),
+            });
+        }
+        if tls
+            .suites
+            .iter()
+            .all(|s| s.version() != &rustls::version::TLS13)
+        {
+            return Err(ConfigError::Invalid {
+                option: "--quic",
+                reason: format!(
+                    "frontend {}: QUIC needs a TLS 1.3 cipher suite, and its ciphersuites names none",
+                    fe.endpoint
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What a listening address takes of the port space: an IPv4 or IPv6 address, or every

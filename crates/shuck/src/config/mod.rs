@@ -32,7 +32,7 @@ pub use error::ConfigError;
 pub use frontend::Frontend;
 pub use route::{NamedBackend, RouteMatch, RouteSpec, UpstreamTls};
 pub use values::log_level;
-use values::{client_cert_header, h2_limits, ocsp_trust, stats_addr};
+use values::{client_cert_header, h2_limits, h3_limits, ocsp_trust, stats_addr};
 
 use crate::session::sync;
 use crate::tls::{LoadedCert, TlsSettings};
@@ -68,6 +68,8 @@ pub struct Limits {
     pub http_stall_timeout: Duration,
     /// `--http` over HTTP/2.
     pub h2: H2Limits,
+    /// HTTP/3's.
+    pub h3: H3Limits,
 }
 
 /// The limits of `--http` mode's HTTP/2 side.
@@ -81,6 +83,20 @@ pub struct H2Limits {
     pub initial_window: u32,
     /// `--http-max-backend-conns`: backend connections one client connection may hold.
     pub max_backend_conns: u32,
+}
+
+/// HTTP/3's limits (`--quic`).
+#[derive(Debug, Clone, Copy)]
+pub struct H3Limits {
+    /// `--h3-max-concurrent-streams`.
+    pub max_concurrent_streams: u32,
+    /// What one request stream may have in flight from the client (bytes); a connection,
+    /// eight times it.
+    pub stream_window: u32,
+    /// Connection attempts a worker holds before refusing more.
+    pub max_incoming: usize,
+    /// `--alt-svc-max-age`; 0: no Alt-Svc.
+    pub alt_svc_max_age: u64,
 }
 
 /// A validated configuration.
@@ -268,12 +284,14 @@ impl Config {
                 frontend::parse(
                     s,
                     &tls,
+                    cli.quic,
                     cli.ocsp_verify_staple,
                     cli.ocsp_verify_ca.as_deref(),
                 )
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
         frontend::check_unique(&frontends)?;
+        frontend::check_quic(&frontends, &tls, cli.http)?;
         let (mut certs, mut default_cert, self_signed) = tls::load_certs(cli)?;
         let mut acme = acme::settings(cli)?;
         if let (Some(a), Some(r)) = (&mut acme, &replication) {
@@ -369,6 +387,7 @@ impl Config {
                 http_keepalive_timeout: cli.http_keepalive_timeout,
                 http_stall_timeout: cli.http_stall_timeout,
                 h2: h2_limits(cli)?,
+                h3: h3_limits(cli)?,
             },
             log_connections: cli.log_connections,
             preamble,

@@ -126,6 +126,25 @@ pub(super) fn ocsp_trust(
 }
 
 /// Checks the HTTP/2 limits: each within what RFC 9113 allows and a proxy can honour.
+/// `--h3-*` and `--alt-svc-max-age`, checked.
+pub(super) fn h3_limits(cli: &Cli) -> Result<super::H3Limits, ConfigError> {
+    if !(1..=10_000).contains(&cli.h3_max_concurrent_streams) {
+        return Err(ConfigError::Invalid {
+            option: "--h3-max-concurrent-streams",
+            reason: format!(
+                "{} is not between 1 and 10000",
+                cli.h3_max_concurrent_streams
+            ),
+        });
+    }
+    Ok(super::H3Limits {
+        max_concurrent_streams: cli.h3_max_concurrent_streams,
+        stream_window: 1 << 20,
+        max_incoming: 4096,
+        alt_svc_max_age: cli.alt_svc_max_age,
+    })
+}
+
 pub(super) fn h2_limits(cli: &Cli) -> Result<H2Limits, ConfigError> {
     for (option, value, lo, hi) in [
         (

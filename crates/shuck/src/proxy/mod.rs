@@ -8,6 +8,7 @@ pub mod client_io;
 pub(crate) mod conn;
 pub mod gateway;
 pub mod h2;
+pub mod h3;
 pub mod handshake;
 pub(crate) mod http;
 pub(crate) mod listener;
@@ -73,16 +74,24 @@ pub struct FrontendState {
     /// Bumped by each reload (and closed when the frontend is removed): HTTP/2
     /// connections then send GOAWAY, so clients move to the new configuration.
     pub reloads: tokio::sync::watch::Sender<u64>,
+    /// `--quic`: the `Alt-Svc` its HTTP/1.1 and HTTP/2 answers carry.
+    pub alt_svc: Option<::http::HeaderValue>,
 }
 
 impl FrontendState {
     /// A frontend serving `tls`.
-    pub fn new(name: String, slot: usize, tls: Arc<TlsState>) -> Self {
+    pub fn new(
+        name: String,
+        slot: usize,
+        tls: Arc<TlsState>,
+        alt_svc: Option<::http::HeaderValue>,
+    ) -> Self {
         FrontendState {
             name,
             slot,
             tls: ArcSwap::new(tls),
             reloads: tokio::sync::watch::Sender::new(0),
+            alt_svc,
         }
     }
 
@@ -103,6 +112,20 @@ pub enum Control {
         frontend: Arc<FrontendState>,
         /// This worker's SO_REUSEPORT socket for it.
         listener: std::net::TcpListener,
+        /// Fired when a reload removes the frontend.
+        stop: crate::shutdown::Shutdown,
+    },
+    /// Serve QUIC on this socket for this frontend, as the worker of `index` in its
+    /// steered group of `workers` (`h3/steer.rs`), until `stop` or shutdown.
+    Quic {
+        /// The frontend.
+        frontend: Arc<FrontendState>,
+        /// This worker's UDP socket for it.
+        socket: std::net::UdpSocket,
+        /// Its place in the group, which the connection IDs it issues carry.
+        index: usize,
+        /// The group's size.
+        workers: usize,
         /// Fired when a reload removes the frontend.
         stop: crate::shutdown::Shutdown,
     },

@@ -13,6 +13,61 @@ use crate::session::sync::Replication;
 use crate::tls::ocsp::manager::{self as ocsp, Target};
 use crate::tls::ocsp::OcspStore;
 
+/// One frontend's sockets, as the master binds them and hands them to a worker: its TCP
+/// listeners and, with `--quic`, its UDP sockets, each one per worker thread and address,
+/// address by address (a QUIC group's order is its steering's).
+#[derive(Debug, Default)]
+pub struct FrontSockets {
+    /// TCP listeners.
+    pub tcp: Vec<(std::net::SocketAddr, std::net::TcpListener)>,
+    /// QUIC's UDP sockets.
+    pub udp: Vec<(std::net::SocketAddr, UdpSocket)>,
+}
+
+impl FrontSockets {
+    /// Copies of the descriptors (the same sockets).
+    pub fn try_clone(&self) -> std::io::Result<Self> {
+        Ok(FrontSockets {
+            tcp: self
+                .tcp
+                .iter()
+                .map(|(a, l)| Ok((*a, l.try_clone()?)))
+                .collect::<std::io::Result<_>>()?,
+            udp: self
+                .udp
+                .iter()
+                .map(|(a, s)| Ok((*a, s.try_clone()?)))
+                .collect::<std::io::Result<_>>()?,
+        })
+    }
+
+    /// Every socket, described, with a copy of each descriptor (for a worker or the next
+    /// master).
+    pub fn export(&self) -> std::io::Result<Vec<(Entry, std::os::fd::OwnedFd)>> {
+        let tcp = self.tcp.iter().map(|(addr, l)| {
+            let entry = Entry {
+                kind: Kind::Frontend,
+                addr: *addr,
+            };
+            Ok((entry, l.try_clone()?.into()))
+        });
+        let udp = self.udp.iter().map(|(addr, s)| {
+            let entry = Entry {
+                kind: Kind::Quic,
+                addr: *addr,
+            };
+            Ok((entry, s.try_clone()?.into()))
+        });
+        tcp.chain(udp).collect()
+    }
+
+    /// Drops them all (those no frontend took).
+    pub fn clear(&mut self) {
+        self.tcp.clear();
+        self.udp.clear();
+    }
+}
+
 /// Sockets the services need, bound while still privileged.
 #[derive(Debug)]
 pub struct Sockets {

@@ -115,7 +115,8 @@ pub(super) fn frontend_block(
                 | "match-global-certs"
                 | "client-verify"
                 | "client-verify-ca"
-                | "backend"),
+                | "backend"
+                | "quic"),
                 Value::Scalar(v),
             ) => {
                 if v.contains(';') {
@@ -135,7 +136,7 @@ pub(super) fn frontend_block(
             (k, _) => {
                 return Err(err(
                     e.line,
-                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend)"),
+                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic)"),
                 ))
             }
         }

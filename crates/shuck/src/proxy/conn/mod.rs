@@ -30,7 +30,7 @@ use rustls::HandshakeKind;
 
 /// Keeps the worker's live count right however the connection ends (including a task
 /// dropped at the drain deadline).
-struct LiveGuard<'a>(&'a Worker);
+pub(in crate::proxy) struct LiveGuard<'a>(pub(in crate::proxy) &'a Worker);
 
 impl Drop for LiveGuard<'_> {
     fn drop(&mut self) {
@@ -209,6 +209,7 @@ pub async fn serve(
                 routing: routing.clone(),
                 fallback,
                 chooser: chooser(),
+                alt_svc: frontend.alt_svc.clone(),
             };
             drop(tls_state);
             // Boxed: the gateway's state would otherwise make every connection's future

@@ -62,7 +62,7 @@ pub(super) async fn read_head<R: AsyncRead + Unpin, O: Outbound>(
                 let mut interim = Response::new(());
                 *interim.status_mut() = answer.status;
                 *interim.headers_mut() = answer.headers;
-                respond.informational(interim);
+                respond.informational(interim).await;
                 continue;
             }
             return Ok(answer);
@@ -123,6 +123,11 @@ pub(super) fn pass_on<'a, R: AsyncRead + Unpin, O: Outbound>(
     let mut resp = Response::new(());
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
+    if let Some(v) = &gw.alt_svc {
+        if let http::header::Entry::Vacant(e) = resp.headers_mut().entry(http::header::ALT_SVC) {
+            e.insert(v.clone());
+        }
+    }
     let empty = framing == Framing::Empty;
     let taken = respond.respond(resp, empty);
     let done = if keep_alive {

@@ -53,7 +53,7 @@ pub trait Outbound {
     /// the answer waiting).
     fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<()>;
     /// An interim (`1xx`) answer; a client gone is noticed at the next step.
-    fn informational(&mut self, resp: Response<()>);
+    fn informational(&mut self, resp: Response<()>) -> impl Future<Output = ()>;
     /// The final answer's head; `end`: no body follows. Taken at once (h2 sends it now,
     /// so that the answer's fields are not carried in a future);
     /// [`flush_head`](Outbound::flush_head) tells whether it went.

@@ -73,6 +73,8 @@ pub struct Gateway {
     chooser: Option<Chooser>,
     /// Its forwarding headers.
     fwd: Forwarding,
+    /// The `Alt-Svc` its answers carry (`--quic`).
+    alt_svc: Option<http::HeaderValue>,
     /// `--max-header-bytes`, for the backend's answer heads.
     max_head: usize,
     /// `--idle-timeout`: longest silence within an exchange.
@@ -143,6 +145,8 @@ pub struct Client {
     pub fallback: BackendId,
     /// With routes: each stream's backend by its `:authority` and path.
     pub chooser: Option<Chooser>,
+    /// `--quic`: the `Alt-Svc` every answer carries unless the backend gave one.
+    pub alt_svc: Option<http::HeaderValue>,
 }
 
 impl Gateway {
@@ -169,6 +173,7 @@ impl Gateway {
                 counters,
             ),
             fwd: client.fwd,
+            alt_svc: client.alt_svc,
             max_head,
             idle: limits.idle_timeout,
             stall: limits.http_stall_timeout,

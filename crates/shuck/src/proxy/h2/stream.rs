@@ -59,7 +59,7 @@ impl Outbound for Answer {
         r.map(|_| ())
     }
 
-    fn informational(&mut self, resp: Response<()>) {
+    async fn informational(&mut self, resp: Response<()>) {
         // A client gone is noticed at the next step.
         let _ = self.respond.send_informational(resp);
     }

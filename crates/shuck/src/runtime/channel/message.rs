@@ -31,6 +31,8 @@ pub enum Kind {
     Replication = 2,
     /// The `--acme-http-listen` socket (http-01 answers).
     AcmeHttp = 3,
+    /// A frontend's UDP socket for QUIC (`--quic`).
+    Quic = 4,
 }
 
 /// A socket passed along: what it is for and its local address; the descriptor travels
@@ -331,6 +333,7 @@ pub(super) fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, 
                     1 => Kind::Stats,
                     2 => Kind::Replication,
                     3 => Kind::AcmeHttp,
+                    4 => Kind::Quic,
                     k => {
                         return Err(CodecError::Invalid {
                             what: "socket kind",

@@ -155,12 +155,26 @@ impl Inherited {
         out
     }
 
+    /// A frontend's QUIC sockets offered for `addr`, in their group's order.
+    pub fn take_quic(&mut self, addr: SocketAddr) -> Vec<UdpSocket> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.offered.len() {
+            if self.offered[i].kind == Kind::Quic && self.offered[i].addr == addr {
+                out.push(UdpSocket::from(self.offered.remove(i).fd));
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+
     /// A service's TCP listener (`--stats`, `--acme-http-listen`) offered for `addr`.
     pub fn take_tcp(&mut self, addr: SocketAddr) -> Option<TcpListener> {
         let i = self
             .offered
             .iter()
-            .position(|o| o.kind != Kind::Replication && o.addr == addr)?;
+            .position(|o| !matches!(o.kind, Kind::Replication | Kind::Quic) && o.addr == addr)?;
         Some(TcpListener::from(self.offered.remove(i).fd))
     }
 
@@ -195,5 +209,6 @@ fn self_name(kind: Kind) -> &'static str {
         Kind::Stats => "inherited stats listener",
         Kind::Replication => "inherited replication socket",
         Kind::AcmeHttp => "inherited ACME http-01 listener",
+        Kind::Quic => "inherited QUIC socket",
     }
 }

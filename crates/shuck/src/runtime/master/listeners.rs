@@ -3,14 +3,15 @@
 //! The master keeps them for its life, so that a worker that dies is replaced on the very
 //! same sockets: what arrived meanwhile waits in their backlog.
 
-use std::net::{SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
 
 use super::inherit::Inherited;
 use crate::config::Frontend;
+use crate::proxy::h3::steer;
 use crate::proxy::listener;
-use crate::runtime::channel::{Entry, Kind};
+use crate::runtime::channel::Entry;
 use crate::runtime::error::StartError;
+use crate::runtime::sockets::FrontSockets;
 
 /// One frontend's sockets.
 #[derive(Debug)]
@@ -18,7 +19,7 @@ pub struct Bound {
     /// The frontend's name (its text in the configuration).
     pub name: String,
     /// Sockets, `threads` per address, address by address.
-    pub sockets: Vec<(SocketAddr, TcpListener)>,
+    pub sockets: FrontSockets,
 }
 
 /// Every frontend's sockets.
@@ -48,7 +49,23 @@ impl Listeners {
     /// Binds `fe` (or takes its inherited sockets).
     pub fn open(&mut self, fe: &Frontend, inherited: &mut Inherited) -> Result<(), StartError> {
         let name = fe.endpoint.to_string();
-        let mut sockets = Vec::new();
+        let mut sockets = FrontSockets::default();
+        if fe.quic {
+            for &addr in &fe.addrs {
+                // A binary upgrade's: the same group, in its order; else new ones.
+                let given = inherited.take_quic(addr);
+                let group = if given.len() == self.threads {
+                    given
+                } else {
+                    drop(given); // another number of threads: a new group, steered anew
+                    steer::bind(addr, self.threads).map_err(|source| {
+                        StartError::bind(&format!("{name} (QUIC)"), addr, source)
+                    })?
+                };
+                sockets.udp.extend(group.into_iter().map(|s| (addr, s)));
+            }
+        }
+        let sockets_tcp = &mut sockets.tcp;
         for &addr in &fe.addrs {
             let mut given = inherited.take_listeners(addr, &name);
             if given.is_empty() {
@@ -57,7 +74,7 @@ impl Listeners {
                 for _ in 0..self.threads {
                     let l = listener::bind(addr, self.options)
                         .map_err(|source| StartError::bind(&name, addr, source))?;
-                    sockets.push((addr, l));
+                    sockets_tcp.push((addr, l));
                 }
                 continue;
             }
@@ -78,7 +95,7 @@ impl Listeners {
                     None => given[i % given.len()].try_clone(),
                 }
                 .map_err(|source| StartError::bind(&name, addr, source))?;
-                sockets.push((addr, l));
+                sockets_tcp.push((addr, l));
             }
         }
         self.bound.push(Bound { name, sockets });
@@ -104,25 +121,6 @@ impl Bound {
     /// Its sockets, described, with a copy of each descriptor (for a worker or the next
     /// master).
     pub fn export(&self) -> std::io::Result<Vec<(Entry, OwnedFd)>> {
-        self.sockets
-            .iter()
-            .map(|(addr, l)| {
-                let entry = Entry {
-                    kind: Kind::Frontend,
-                    addr: *addr,
-                };
-                Ok((entry, l.try_clone()?.into()))
-            })
-            .collect()
+        self.sockets.export()
     }
-}
-
-/// Copies of the descriptors (the same sockets).
-pub fn clone_all(
-    sockets: &[(SocketAddr, TcpListener)],
-) -> std::io::Result<Vec<(SocketAddr, TcpListener)>> {
-    sockets
-        .iter()
-        .map(|(a, l)| Ok((*a, l.try_clone()?)))
-        .collect()
 }

@@ -6,8 +6,8 @@ use crate::runtime::error::StartError;
 use crate::runtime::fork::{fork_single_threaded, Forked};
 use crate::system::notify;
 
-use super::listeners::clone_all;
 use super::{Phase, Worker};
+use crate::runtime::sockets::FrontSockets;
 use crate::runtime::sockets::Sockets;
 use crate::runtime::worker::{self as serve, Start};
 
@@ -92,8 +92,8 @@ impl super::Run {
         for fe in &self.m.config.frontends {
             let name = fe.endpoint.to_string();
             sockets.push(match self.m.listeners.get(&name) {
-                Some(b) => clone_all(&b.sockets).map_err(StartError::System)?,
-                None => Vec::new(),
+                Some(b) => b.sockets.try_clone().map_err(StartError::System)?,
+                None => FrontSockets::default(),
             });
         }
         let start = Start {

@@ -2,14 +2,15 @@
 //! (bound by the master, one per worker thread) to the worker threads; a reload updates a
 //! frontend's TLS state in place, opens new frontends and closes removed ones.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::config::Frontend;
+use crate::config::{Frontend, Limits};
 use crate::proxy::{Control, FrontendState};
 use crate::runtime::error::StartError;
+use crate::runtime::sockets::FrontSockets;
 use crate::shutdown::{self, Trigger};
 use crate::tls::TlsState;
 
@@ -61,20 +62,15 @@ impl Frontends {
         &mut self,
         fe: &Frontend,
         tls: Arc<TlsState>,
-        given: &mut Vec<(SocketAddr, TcpListener)>,
+        given: &mut FrontSockets,
+        limits: &Limits,
     ) -> Result<(), StartError> {
         let name = fe.endpoint.to_string();
         let mut sockets = Vec::new();
+        let mut quic = Vec::new();
         for &addr in &fe.addrs {
             let before = sockets.len();
-            let mut i = 0;
-            while i < given.len() {
-                if given[i].0 == addr {
-                    sockets.push(given.remove(i).1);
-                } else {
-                    i += 1;
-                }
-            }
+            sockets.extend(take(&mut given.tcp, addr));
             if sockets.len() == before {
                 return Err(StartError::bind(
                     &name,
@@ -82,11 +78,40 @@ impl Frontends {
                     std::io::Error::other("the master process passed no socket for it"),
                 ));
             }
+            if fe.quic {
+                let group = take(&mut given.udp, addr);
+                if group.is_empty() {
+                    return Err(StartError::bind(
+                        &format!("{name} (QUIC)"),
+                        addr,
+                        std::io::Error::other("the master process passed no UDP socket for it"),
+                    ));
+                }
+                quic.push(group);
+            }
         }
         let slot = self.slot(&name)?;
-        let state = Arc::new(FrontendState::new(name, slot, tls));
+        // Alt-Svc names the port; a frontend's addresses share one.
+        let alt_svc = (fe.quic && limits.h3.alt_svc_max_age > 0)
+            .then(|| fe.addrs.first())
+            .flatten()
+            .map(|a| crate::proxy::h3::alt_svc(a.port(), limits.h3.alt_svc_max_age));
+        let state = Arc::new(FrontendState::new(name, slot, tls, alt_svc));
         let (stop, stopped) = shutdown::channel();
         let per_worker = self.workers.len().max(1);
+        for group in quic {
+            let workers = group.len();
+            for (index, socket) in group.into_iter().enumerate() {
+                // Socket `index` of the group is steered the IDs of worker thread `index`.
+                let _ = self.workers[index % per_worker].send(Control::Quic {
+                    frontend: state.clone(),
+                    socket,
+                    index,
+                    workers,
+                    stop: stopped.clone(),
+                });
+            }
+        }
         for (i, l) in sockets.into_iter().enumerate() {
             let worker = &self.workers[i % per_worker];
             // A worker that is gone is gone for good; shutdown is under way.
@@ -143,4 +168,18 @@ impl Frontends {
         let mut served = self.served.lock().unwrap_or_else(|p| p.into_inner());
         *served = self.live.iter().map(|l| l.state.clone()).collect();
     }
+}
+
+/// The sockets of `given` on `addr`, taken out of it in order.
+fn take<T>(given: &mut Vec<(SocketAddr, T)>, addr: SocketAddr) -> Vec<T> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < given.len() {
+        if given[i].0 == addr {
+            out.push(given.remove(i).1);
+        } else {
+            i += 1;
+        }
+    }
+    out
 }

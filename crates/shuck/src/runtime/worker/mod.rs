@@ -3,7 +3,7 @@
 //! (OCSP, replication, backend refresh), spawns the worker threads on the sockets the
 //! master bound, tells the master it serves, and is supervised until it drains.
 
-use std::net::{SocketAddr, TcpListener};
+use crate::runtime::sockets::FrontSockets;
 use std::sync::Arc;
 
 mod admin;
@@ -43,7 +43,7 @@ pub struct Start {
     /// Every frontend's TLS state, in configuration order.
     pub tls: Vec<Arc<TlsState>>,
     /// Every frontend's sockets, in the same order.
-    pub sockets: Vec<Vec<(SocketAddr, TcpListener)>>,
+    pub sockets: Vec<FrontSockets>,
     /// `--stats` and replication.
     pub services: Sockets,
     /// The session cache and ticket keys.
@@ -117,7 +117,7 @@ fn serve(start: Start) -> Result<(), StartError> {
     let mut frontends = Frontends::new(controls);
     for ((fe, tls), mut given) in config.frontends.iter().zip(tls).zip(sockets) {
         // Only a frontend the master failed to bind at a reload has no socket.
-        if let Err(e) = frontends.open(fe, tls, &mut given) {
+        if let Err(e) = frontends.open(fe, tls, &mut given, &config.limits) {
             tracing::error!(name: "worker_failed", error = %e, "{e}");
         }
     }

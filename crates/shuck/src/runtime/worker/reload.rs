@@ -7,7 +7,7 @@
 //! that fails anywhere changes nothing and says why. Settings that only a restart can
 //! change (workers, backends, timeouts, ...) are named in a warning.
 
-use std::net::{SocketAddr, TcpListener};
+use crate::runtime::sockets::FrontSockets;
 use std::sync::Arc;
 
 use super::frontends::Frontends;
@@ -203,18 +203,13 @@ impl Reloader {
 
     /// Applies the configuration the master read (`rec`), with the sockets it bound for
     /// new frontends (`given`), or keeps the running one and logs why.
-    pub fn apply(
-        &mut self,
-        frontends: &mut Frontends,
-        rec: Recording,
-        given: &mut Vec<(SocketAddr, TcpListener)>,
-    ) {
+    pub fn apply(&mut self, frontends: &mut Frontends, rec: Recording, given: &mut FrontSockets) {
         files::replay(rec, || self.reload(frontends, given));
         // Sockets for frontends that did not open are closed.
         given.clear();
     }
 
-    fn reload(&mut self, frontends: &mut Frontends, given: &mut Vec<(SocketAddr, TcpListener)>) {
+    fn reload(&mut self, frontends: &mut Frontends, given: &mut FrontSockets) {
         let Reread {
             config: new,
             tls: built,
@@ -242,7 +237,7 @@ impl Reloader {
             let name = fe.endpoint.to_string();
             match frontends.get(&name) {
                 Some(live) => live.reloaded(tls),
-                None => match frontends.open(fe, tls, given) {
+                None => match frontends.open(fe, tls, given, &new.limits) {
                     Ok(()) => opened.push(name),
                     Err(e) => {
                         tracing::error!(

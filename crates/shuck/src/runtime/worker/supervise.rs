@@ -4,6 +4,7 @@
 //! new OCSP staples are applied, SIGTERM or SIGINT drains (a second one exits at once), and
 //! so does a handover to the next process, after sending it the session cache.
 
+use crate::runtime::sockets::FrontSockets;
 use std::io;
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -178,7 +179,7 @@ impl Supervisor {
             let ready_at = tokio::time::Instant::now();
             let sessions_wait = tokio::time::sleep(SESSIONS_WAIT);
             tokio::pin!(sessions_wait);
-            let mut given: Vec<(std::net::SocketAddr, TcpListener)> = Vec::new();
+            let mut given = FrontSockets::default();
             let mut received = 0usize;
             let mut handover = false;
             loop {
@@ -204,13 +205,15 @@ impl Supervisor {
                             );
                             break;
                         }
-                        Some(Msg::Sockets(entries, fds)) => given.extend(
-                            entries
-                                .into_iter()
-                                .zip(fds)
-                                .filter(|(e, _)| e.kind == Kind::Frontend)
-                                .map(|(e, fd)| (e.addr, TcpListener::from(fd))),
-                        ),
+                        Some(Msg::Sockets(entries, fds)) => {
+                            for (e, fd) in entries.into_iter().zip(fds) {
+                                match e.kind {
+                                    Kind::Frontend => given.tcp.push((e.addr, TcpListener::from(fd))),
+                                    Kind::Quic => given.udp.push((e.addr, std::net::UdpSocket::from(fd))),
+                                    _ => {}
+                                }
+                            }
+                        }
                         Some(Msg::Apply(rec)) => reloader.apply(&mut frontends, rec, &mut given),
                         Some(Msg::Tickets(state)) => {
                             if let Some(t) = &resumption.tickets {

@@ -149,6 +149,17 @@ async fn worker_main(
                         ),
                     }
                 }
+                Some(Control::Quic { frontend, socket, index, workers, stop }) => {
+                    tokio::task::spawn_local(crate::proxy::h3::serve(
+                        socket,
+                        index,
+                        workers,
+                        frontend,
+                        worker.clone(),
+                        shutdown.clone(),
+                        stop,
+                    ));
+                }
                 // The main thread is gone: as good as a shutdown.
                 None => break,
             },

@@ -1,0 +1,304 @@
+//! One QUIC connection's life: the handshake (under `--ssl-handshake-timeout`), the client as
+//! the backends are told (preambles, forwarding headers, routes by its server name), then
+//! HTTP/3 request streams taken as they come, each a task of its own served by the gateway
+//! core; `GOAWAY` at a drain, a reload or `--http-keepalive-timeout` of idleness, and a
+//! close for a flood of resets (`--h2-max-resets`, which counts h3's as well).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::stream::{Answer, Body};
+use crate::counters::WorkerCounters;
+use crate::proxy::conn::LiveGuard;
+use crate::proxy::gateway::{self, Client, Gateway, Version};
+use crate::proxy::http::choose::Chooser;
+use crate::proxy::http::request::Forwarding;
+use crate::proxy::preamble::{Origin, Preambles, TlsFacts};
+use crate::proxy::{FrontendState, Worker};
+use crate::tls::client_auth::Subject;
+
+/// How long a request without `Content-Length` is given to show whether a body follows
+/// (its stream's end nearly always comes in the head's own packet).
+const BODY_PEEK: Duration = Duration::from_millis(50);
+
+/// How long a closing connection is given to tell the client.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Serves one incoming QUIC connection until it ends.
+pub(super) async fn serve(
+    incoming: quinn::Incoming,
+    worker: Rc<Worker>,
+    frontend: Arc<FrontendState>,
+    local: Option<SocketAddr>,
+) {
+    worker.conn_opened();
+    let _live = LiveGuard(&worker);
+    let counters = &worker.counters;
+    let state = &worker.state;
+    let limits = &state.limits;
+    let peer = incoming.remote_address();
+    let conn = match incoming.accept() {
+        Ok(connecting) => match tokio::time::timeout(limits.handshake_timeout, connecting).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                WorkerCounters::bump(&counters.http.h3.handshake_failures);
+                tracing::debug!(
+                    name: "quic_handshake_failed",
+                    client = %peer,
+                    error = %e,
+                    "QUIC handshake failed",
+                );
+                return;
+            }
+            Err(_) => {
+                WorkerCounters::bump(&counters.http.h3.handshake_failures);
+                tracing::debug!(
+                    name: "quic_handshake_timeout",
+                    client = %peer,
+                    "no QUIC handshake within the handshake timeout",
+                );
+                return;
+            }
+        },
+        Err(e) => {
+            tracing::debug!(
+                name: "quic_connection_refused",
+                client = %peer,
+                error = %e,
+                "QUIC connection refused",
+            );
+            return;
+        }
+    };
+    WorkerCounters::bump(&counters.http.h3.connections);
+    WorkerCounters::bump(&counters.frontend(frontend.slot).accepted);
+    let started = Instant::now();
+    let Some(max_head) = state.http else {
+        return; // --quic is refused without --http; a reload cannot turn it off under us
+    };
+    let sni = conn
+        .handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|d| d.server_name);
+    let client = client(&worker, &frontend, &conn, sni.as_deref(), local);
+    let gw = Rc::new(Gateway::new(
+        worker.clone(),
+        Version::H3,
+        client,
+        limits,
+        max_head,
+    ));
+    let end = drive(&gw, &conn, &worker, &frontend, max_head).await;
+    WorkerCounters::bump(&counters.frontend(frontend.slot).closed);
+    if state.log_connections {
+        tracing::info!(
+            name: "connection_closed",
+            worker = worker.id,
+            client = %peer,
+            sni = sni.as_deref().unwrap_or("-"),
+            version = "TLSv1.3",
+            protocol = "h3",
+            streams = gw.streams.get(),
+            bytes_in = conn.stats().udp_rx.bytes,
+            bytes_out = conn.stats().udp_tx.bytes,
+            ms = started.elapsed().as_millis() as u64,
+            end = end,
+            "h3 connection from {peer} closed ({end})",
+        );
+    }
+}
+
+/// The client as the backends are told: its preambles, forwarding headers and routes.
+fn client(
+    worker: &Worker,
+    frontend: &FrontendState,
+    conn: &quinn::Connection,
+    sni: Option<&str>,
+    local: Option<SocketAddr>,
+) -> Client {
+    let state = &worker.state;
+    let routing = state.routing.load_full();
+    let (fallback, _) = routing.for_connection(&frontend.name, sni);
+    let peer = conn.remote_address();
+    let certs = conn.peer_identity().and_then(|i| {
+        i.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+            .ok()
+    });
+    let client_cert = certs.as_deref().and_then(|c| c.first());
+    let subject = if state.proxy_client_cert || state.client_cert_header.is_some() {
+        client_cert.and_then(|der| Subject::of(der))
+    } else {
+        None
+    };
+    let kinds = routing.preambles();
+    let preambles = if kinds.iter().any(|&w| w) {
+        let origin = Origin {
+            src: peer,
+            dst: local.unwrap_or(peer),
+            received: None,
+        };
+        let facts = TlsFacts {
+            alpn: Some(b"h3"),
+            sni: sni.filter(|_| state.proxy_authority),
+            version: Some("TLSv1.3"),
+            cipher: None,
+            client_cert: client_cert.map(|c| c.as_ref()),
+            client_cn: subject
+                .as_ref()
+                .filter(|_| state.proxy_client_cert)
+                .map(|s| s.cn.as_deref().unwrap_or("")),
+        };
+        Preambles::build(kinds, &origin, &facts)
+    } else {
+        Preambles::default()
+    };
+    let cert_header = state
+        .client_cert_header
+        .as_deref()
+        .map(|name| (name, subject.as_ref().map(|s| s.name.as_str())));
+    let chooser = routing.routes().then(|| {
+        let tls = frontend.tls.load();
+        Chooser::new(routing.clone(), fallback, &tls.resolver, sni)
+    });
+    Client {
+        addr: peer,
+        preambles,
+        fwd: Forwarding::new(peer.ip(), cert_header),
+        routing,
+        fallback,
+        chooser,
+        alt_svc: frontend.alt_svc.clone(),
+    }
+}
+
+/// HTTP/3 over the connection until it ends; what ended it, for the log line.
+async fn drive(
+    gw: &Rc<Gateway>,
+    conn: &quinn::Connection,
+    worker: &Rc<Worker>,
+    frontend: &FrontendState,
+    max_head: usize,
+) -> &'static str {
+    let limits = &worker.state.limits;
+    let counters = &worker.counters;
+    let mut builder = h3::server::builder();
+    builder.max_field_section_size(max_head as u64);
+    let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()));
+    let mut h3c = match tokio::time::timeout(limits.http_request_timeout, built).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::debug!(
+                name: "h3_connection_refused",
+                client = %gw.client,
+                error = %e,
+                "HTTP/3 could not start",
+            );
+            return "bad settings";
+        }
+        Err(_) => return "no settings in time",
+    };
+    let keepalive = limits.http_keepalive_timeout;
+    let mut drain = worker.drain.clone();
+    let mut reload = frontend.reloads.subscribe();
+    let mut draining = false;
+    let mut end = "closed";
+    loop {
+        let idle_end = gw.idle_since.get() + keepalive;
+        tokio::select! {
+            biased;
+            _ = drain.recv(), if !draining => {
+                draining = true;
+                end = "drained";
+            }
+            r = reload.changed(), if !draining => {
+                draining = true;
+                end = if r.is_ok() { "reload" } else { "frontend removed" };
+            }
+            () = gw.resets.passed.notified() => {
+                if gw.resets.over() {
+                    tracing::warn!(
+                        name: "h3_rapid_reset",
+                        client = %gw.client,
+                        limit = gw.resets.limit,
+                        "HTTP/3: streams reset faster than --h2-max-resets per second: closed with H3_EXCESSIVE_LOAD",
+                    );
+                    conn.close(quinn::VarInt::from_u32(0x107), b"reset flood");
+                    return "reset flood";
+                }
+            }
+            () = tokio::time::sleep_until(idle_end), if !draining && gw.active() == 0 => {
+                if gw.active() == 0 && gw.idle_since.get() + keepalive <= Instant::now() {
+                    draining = true;
+                    end = "keep-alive timeout";
+                }
+            }
+            // While a stream is under way the idle timer is not armed: look again later.
+            () = tokio::time::sleep(keepalive), if !draining && gw.active() > 0 => {}
+            next = h3c.accept() => match next {
+                Ok(Some(resolver)) => {
+                    let active = gw.stream_opened();
+                    let timeout = limits.http_request_timeout;
+                    tokio::task::spawn_local(async move {
+                        let resolved = tokio::time::timeout(timeout, resolver.resolve_request()).await;
+                        let Ok(Ok((req, stream))) = resolved else {
+                            return; // a head malformed (h3 reset it) or too slow
+                        };
+                        let (tx, rx) = stream.split();
+                        let (parts, ()) = req.into_parts();
+                        let peek = if parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+                            Duration::ZERO
+                        } else {
+                            BODY_PEEK
+                        };
+                        let Ok((body, end_stream)) = Body::peek(rx, peek).await else {
+                            return;
+                        };
+                        if let Some(serving) =
+                            gateway::accept(active, parts, end_stream, body, Answer::new(tx))
+                        {
+                            serving.await;
+                        }
+                    });
+                    continue;
+                }
+                Ok(None) => break, // the client's GOAWAY, or ours, and every request done
+                Err(e) => {
+                    tracing::debug!(
+                        name: "h3_connection_ended",
+                        client = %gw.client,
+                        error = %e,
+                        "HTTP/3 connection ended",
+                    );
+                    if !e.is_h3_no_error() {
+                        end = "protocol error";
+                    }
+                    break;
+                }
+            },
+        }
+        if draining {
+            WorkerCounters::bump(&counters.http.h3.goaway);
+            // GOAWAY: the requests taken go on; streams past it are refused by h3.
+            if tokio::time::timeout(CLOSE_GRACE, h3c.shutdown(0))
+                .await
+                .is_err()
+            {
+                break;
+            }
+            while gw.active() > 0 {
+                tokio::select! {
+                    r = h3c.accept() => if !matches!(r, Ok(Some(_))) { break },
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+            }
+            break;
+        }
+    }
+    conn.close(quinn::VarInt::from_u32(0x100), b"");
+    end
+}

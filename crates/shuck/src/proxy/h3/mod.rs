@@ -1,0 +1,145 @@
+//! HTTP/3 in `--http` mode (`--quic`): QUIC termination on every worker thread, as HAProxy's
+//! `bind quic4@` and nginx's `listen ... quic` in front of HTTP/1.1 servers. quinn speaks
+//! QUIC over the frontend's own rustls configuration (its certificates, SNI, client
+//! verification, session cache and ticket key ring: a ticket from the TCP side or another
+//! worker resumes here), h3 speaks HTTP/3; each request stream goes to the gateway core
+//! (`proxy/gateway/`) exactly as an HTTP/2 stream does (`stream.rs` hands h3's halves to
+//! it). Each worker thread owns one UDP socket of a steered `SO_REUSEPORT` group
+//! (`steer.rs`); `conn.rs` drives one connection.
+
+mod conn;
+pub mod steer;
+mod stream;
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{FrontendState, Worker};
+use crate::config::Limits;
+use crate::counters::WorkerCounters;
+use crate::shutdown::Shutdown;
+use crate::tls::TlsState;
+
+/// Why a frontend's QUIC side could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum QuicError {
+    /// rustls's configuration cannot serve QUIC (no TLS 1.3 suite QUIC can start with).
+    #[error("the TLS configuration cannot serve QUIC: {0}")]
+    Tls(String),
+    /// The socket could not be registered.
+    #[error("the UDP socket: {0}")]
+    Socket(#[from] std::io::Error),
+}
+
+/// The `Alt-Svc` value announcing HTTP/3 on `port` for `max_age` seconds.
+pub fn alt_svc(port: u16, max_age: u64) -> http::HeaderValue {
+    let v = format!("h3=\":{port}\"; ma={max_age}");
+    http::HeaderValue::from_str(&v).unwrap_or(http::HeaderValue::from_static("clear"))
+}
+
+/// quinn's server configuration for a frontend's TLS state: its rustls configuration with
+/// ALPN `h3` only and no early data, and the limits of `--h3-*` and `--http-*`.
+pub fn server_config(tls: &TlsState, limits: &Limits) -> Result<quinn::ServerConfig, QuicError> {
+    let mut rustls = (*tls.config).clone();
+    rustls.alpn_protocols = vec![b"h3".to_vec()];
+    rustls.max_early_data_size = 0;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(rustls))
+        .map_err(|e| QuicError::Tls(e.to_string()))?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(limits.h3.max_concurrent_streams.into())
+        // The client's control stream and QPACK's two, and room for a grease stream.
+        .max_concurrent_uni_streams(4u32.into())
+        .max_idle_timeout(
+            quinn::IdleTimeout::try_from(limits.http_keepalive_timeout.max(Duration::from_secs(1)))
+                .ok(),
+        )
+        // What one stream and one connection may have in flight from the client: the
+        // memory a connection costs is bounded by these and by h3's field section size.
+        .stream_receive_window(quinn::VarInt::from_u32(limits.h3.stream_window))
+        .receive_window(quinn::VarInt::from_u32(
+            limits.h3.stream_window.saturating_mul(8),
+        ))
+        .send_window(u64::from(limits.h3.stream_window) * 8);
+    config.transport_config(Arc::new(t));
+    config.migration(true);
+    config.max_incoming(limits.h3.max_incoming);
+    Ok(config)
+}
+
+/// One worker thread's QUIC endpoint for a frontend: accepts on its socket (number `index`
+/// of the frontend's steered group of `workers`) until shutdown or the frontend's removal;
+/// a reload gives new connections the new TLS state. Then no new connection is taken and
+/// the established ones finish their requests (each sends `GOAWAY`: `conn.rs`).
+pub async fn serve(
+    socket: std::net::UdpSocket,
+    index: usize,
+    workers: usize,
+    frontend: Arc<FrontendState>,
+    worker: Rc<Worker>,
+    mut shutdown: Shutdown,
+    mut stop: Shutdown,
+) {
+    let limits = &worker.state.limits;
+    let local = socket.local_addr().ok();
+    let started = server_config(&frontend.tls.load(), limits).and_then(|config| {
+        let mut ep = quinn::EndpointConfig::default();
+        ep.cid_generator(move || Box::new(steer::WorkerCids::new(index, workers)));
+        let runtime = Arc::new(quinn::TokioRuntime);
+        Ok(quinn::Endpoint::new(ep, Some(config), socket, runtime)?)
+    });
+    let endpoint = match started {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(
+                name: "quic_endpoint_failed",
+                frontend = %frontend.name,
+                worker = worker.id,
+                error = %e,
+                "cannot serve QUIC on {}: {e}",
+                frontend.name,
+            );
+            return;
+        }
+    };
+    let local: Option<SocketAddr> = local.or_else(|| endpoint.local_addr().ok());
+    let mut reloads = frontend.reloads.subscribe();
+    loop {
+        tokio::select! {
+            _ = shutdown.recv() => break,
+            _ = stop.recv() => break,
+            r = reloads.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                match server_config(&frontend.tls.load(), limits) {
+                    Ok(c) => endpoint.set_server_config(Some(c)),
+                    Err(e) => tracing::error!(
+                        name: "quic_reload_failed",
+                        frontend = %frontend.name,
+                        error = %e,
+                        "QUIC keeps the previous TLS configuration: {e}",
+                    ),
+                }
+            }
+            incoming = endpoint.accept() => match incoming {
+                Some(i) => {
+                    WorkerCounters::bump(&worker.counters.http.h3.incoming);
+                    tokio::task::spawn_local(conn::serve(
+                        i,
+                        worker.clone(),
+                        frontend.clone(),
+                        local,
+                    ));
+                }
+                None => break,
+            },
+        }
+    }
+    // New connections are refused from now on; established ones drain (their tasks hold
+    // the worker's live count, which the drain deadline bounds).
+    endpoint.set_server_config(None);
+    endpoint.wait_idle().await;
+}

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""HTTP/3 client for shuck's tests, on aioquic (a real QUIC and HTTP/3 stack).
+
+Prints one JSON object: per request its status, headers, body length and SHA-256, trailers,
+and whether it was reset; plus the connection's facts (ALPN, resumed). Requests are given as
+JSON on the command line (see main). Exit 0 once every request ended one way or another.
+"""
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import socket
+import ssl
+import sys
+import time
+
+from aioquic.asyncio.client import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import QuicEvent, StreamReset
+from aioquic.tls import SessionTicket
+
+
+class Result:
+    def __init__(self):
+        self.status = None
+        self.headers = []
+        self.trailers = []
+        self.length = 0
+        self.sha = hashlib.sha256()
+        self.reset = None
+        self.done = asyncio.get_event_loop().create_future()
+        self.started = time.monotonic()
+        self.ms = None
+
+    def finish(self):
+        if not self.done.done():
+            self.ms = (time.monotonic() - self.started) * 1000
+            self.done.set_result(None)
+
+    def json(self):
+        return {
+            "status": self.status,
+            "headers": self.headers,
+            "trailers": self.trailers,
+            "length": self.length,
+            "sha256": self.sha.hexdigest(),
+            "reset": self.reset,
+            "ms": self.ms,
+        }
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.http = H3Connection(self._quic)
+        self.results = {}
+
+    def quic_event_received(self, event: QuicEvent):
+        if isinstance(event, StreamReset) and event.stream_id in self.results:
+            r = self.results[event.stream_id]
+            r.reset = event.error_code
+            r.finish()
+        for ev in self.http.handle_event(event):
+            r = self.results.get(getattr(ev, "stream_id", None))
+            if r is None:
+                continue
+            if isinstance(ev, HeadersReceived):
+                hs = [(k.decode(), v.decode()) for k, v in ev.headers]
+                if r.status is None or r.status.startswith("1"):
+                    status = dict(hs).get(":status")
+                    if r.status is not None:
+                        r.headers.append(("interim", r.status))
+                    r.status = status
+                    r.headers += [h for h in hs if not h[0].startswith(":")]
+                else:
+                    r.trailers = hs
+                if ev.stream_ended:
+                    r.finish()
+            elif isinstance(ev, DataReceived):
+                r.length += len(ev.data)
+                r.sha.update(ev.data)
+                if ev.stream_ended:
+                    r.finish()
+
+    async def request(self, authority, req):
+        method = req.get("method", "GET")
+        path = req.get("path", "/")
+        headers = [
+            (b":method", method.encode()),
+            (b":scheme", b"https"),
+            (b":authority", authority.encode()),
+            (b":path", path.encode()),
+        ] + [(k.lower().encode(), v.encode()) for k, v in req.get("headers", [])]
+        upload = int(req.get("upload", 0))
+        body = req.get("body")
+        sid = self._quic.get_next_available_stream_id()
+        r = Result()
+        self.results[sid] = r
+        no_body = upload == 0 and body is None and not req.get("trailers")
+        self.http.send_headers(sid, headers, end_stream=no_body)
+        self.transmit()
+        if body is not None:
+            self.http.send_data(sid, body.encode(), end_stream=not req.get("trailers"))
+            self.transmit()
+        sent = 0
+        chunk = os.urandom(64 * 1024) if upload else b""
+        up_sha = hashlib.sha256()
+        reset_after = req.get("reset_after")
+        while sent < upload:
+            n = min(len(chunk), upload - sent)
+            piece = chunk[:n]
+            up_sha.update(piece)
+            sent += n
+            last = sent >= upload and not req.get("trailers")
+            self.http.send_data(sid, piece, end_stream=last)
+            self.transmit()
+            if reset_after is not None and sent >= reset_after:
+                self._quic.reset_stream(sid, 0x10C)
+                self.transmit()
+                r.reset = "sent"
+                r.finish()
+                break
+            # Let quinn's window and ours breathe: wait while much is unsent.
+            while self._quic._streams[sid].sender.buffer_is_empty is False and \
+                    len(self._quic._streams[sid].sender._buffer) > 4 * 1024 * 1024:
+                await asyncio.sleep(0.001)
+        if req.get("trailers"):
+            self.http.send_headers(
+                sid,
+                [(k.lower().encode(), v.encode()) for k, v in req["trailers"]],
+                end_stream=True,
+            )
+            self.transmit()
+        timeout = float(req.get("timeout", 30))
+        try:
+            await asyncio.wait_for(r.done, timeout)
+        except asyncio.TimeoutError:
+            r.reset = "timeout"
+        out = r.json()
+        if upload:
+            out["upload_sha256"] = up_sha.hexdigest()
+        return out
+
+
+async def run(args):
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+    config.verify_mode = ssl.CERT_NONE
+    config.server_name = args.sni
+    config.max_stream_data = 1 << 20
+    config.max_data = 8 << 20
+    tickets = []
+    if args.ticket_in and os.path.exists(args.ticket_in):
+        import pickle
+        with open(args.ticket_in, "rb") as f:
+            config.session_ticket = pickle.load(f)
+
+    def save_ticket(t: SessionTicket):
+        tickets.append(t)
+
+    reqs = json.loads(args.requests)
+    out = {"requests": []}
+    async with connect(
+        args.host,
+        args.port,
+        configuration=config,
+        create_protocol=Client,
+        session_ticket_handler=save_ticket,
+        wait_connected=True,
+    ) as client:
+        out["alpn"] = client._quic.tls.alpn_negotiated
+        out["resumed"] = bool(client._quic.tls.session_resumed)
+        authority = args.authority or args.sni or args.host
+        groups = reqs if isinstance(reqs[0], list) else [reqs]
+        for i, group in enumerate(groups):
+            if args.rebind_after_group is not None and i == args.rebind_after_group:
+                # NAT rebinding: the same connection from a new local port.
+                client.change_connection_id() if args.new_cid else None
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                sock.bind(("127.0.0.1", 0))
+                loop = asyncio.get_event_loop()
+                old = client._transport
+                transport, _ = await loop.create_datagram_endpoint(lambda: client, sock=sock)
+                client._transport = transport
+                old.close()
+                out["rebound_to"] = sock.getsockname()[1]
+                client.ping and await asyncio.wait_for(client.ping(), 5)
+            results = await asyncio.gather(*[client.request(authority, r) for r in group])
+            out["requests"] += results
+        await asyncio.sleep(0.2)
+    if args.ticket_out and tickets:
+        import pickle
+        with open(args.ticket_out, "wb") as f:
+            pickle.dump(tickets[-1], f)
+    out["tickets"] = len(tickets)
+    print(json.dumps(out))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("host")
+    p.add_argument("port", type=int)
+    p.add_argument("requests", help="JSON: a list of requests, or a list of lists run in turn")
+    p.add_argument("--sni", default="localhost")
+    p.add_argument("--authority")
+    p.add_argument("--ticket-in")
+    p.add_argument("--ticket-out")
+    p.add_argument("--rebind-after-group", type=int)
+    p.add_argument("--new-cid", action="store_true")
+    args = p.parse_args()
+    try:
+        asyncio.run(asyncio.wait_for(run(args), 120))
+    except Exception as e:  # the test reads why
+        print(json.dumps({"error": repr(e)}))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
