@@ -173,6 +173,42 @@ pub struct HttpTotals {
     pub backend_switches: u64,
     /// See [`HttpCounters::misdirected`].
     pub misdirected: u64,
+    /// See [`HttpCounters::h3`].
+    pub h3: QuicTotals,
+}
+
+/// [`QuicCounters`] summed over workers.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct QuicTotals {
+    /// See [`QuicCounters::incoming`].
+    pub incoming: u64,
+    /// See [`QuicCounters::connections`].
+    pub connections: u64,
+    /// See [`QuicCounters::handshake_failures`].
+    pub handshake_failures: u64,
+    /// See [`QuicCounters::goaway`].
+    pub goaway: u64,
+    /// See [`QuicCounters::requests`].
+    pub requests: u64,
+    /// See [`QuicCounters::resets_received`].
+    pub resets_received: u64,
+    /// See [`QuicCounters::resets_sent`].
+    pub resets_sent: u64,
+    /// See [`QuicCounters::stalled`].
+    pub stalled: u64,
+}
+
+impl QuicTotals {
+    fn add(&mut self, c: &QuicCounters) {
+        self.incoming += c.incoming.load(Relaxed);
+        self.connections += c.connections.load(Relaxed);
+        self.handshake_failures += c.handshake_failures.load(Relaxed);
+        self.goaway += c.goaway.load(Relaxed);
+        self.requests += c.requests.load(Relaxed);
+        self.resets_received += c.resets_received.load(Relaxed);
+        self.resets_sent += c.resets_sent.load(Relaxed);
+        self.stalled += c.stalled.load(Relaxed);
+    }
 }
 
 impl HttpTotals {
@@ -189,6 +225,7 @@ impl HttpTotals {
         self.stalled_h1 += c.stalled_h1.load(Relaxed);
         self.backend_switches += c.backend_switches.load(Relaxed);
         self.misdirected += c.misdirected.load(Relaxed);
+        self.h3.add(&c.h3);
         for (sum, c) in self.goaway.iter_mut().zip(c.goaway.iter()) {
             *sum += c.load(Relaxed);
         }

@@ -76,6 +76,8 @@ pub struct FrontendState {
     pub reloads: tokio::sync::watch::Sender<u64>,
     /// `--quic`: the `Alt-Svc` its HTTP/1.1 and HTTP/2 answers carry.
     pub alt_svc: Option<::http::HeaderValue>,
+    /// The same as an HTTP/1.1 header line.
+    pub alt_svc_line: Option<bytes::Bytes>,
 }
 
 impl FrontendState {
@@ -91,6 +93,12 @@ impl FrontendState {
             slot,
             tls: ArcSwap::new(tls),
             reloads: tokio::sync::watch::Sender::new(0),
+            alt_svc_line: alt_svc.as_ref().map(|v| {
+                let mut line = b"Alt-Svc: ".to_vec();
+                line.extend_from_slice(v.as_bytes());
+                line.extend_from_slice(b"\r\n");
+                bytes::Bytes::from(line)
+            }),
             alt_svc,
         }
     }

@@ -416,6 +416,28 @@ impl Pump {
             self.moved = true;
             match filter {
                 Filter::None => {}
+                Filter::Response(t, ex, _) if t.announced().is_some() => {
+                    // `--quic`: answers get an Alt-Svc line, so the bytes go through
+                    // `pending` (the plain path below is the one without --quic).
+                    let line = t.announced().cloned().unwrap_or_default();
+                    let mut from = 0;
+                    let pending = &mut self.pending;
+                    let seen = t.observe_with(&scratch[..n], ex, |at| {
+                        pending.extend_from_slice(&scratch[from..at]);
+                        pending.extend_from_slice(&line);
+                        from = at;
+                    });
+                    let to = match seen {
+                        Ok(()) => n,
+                        Err(at) => {
+                            self.stray = true;
+                            at
+                        }
+                    };
+                    self.pending.extend_from_slice(&scratch[from..to]);
+                    self.pos = 0;
+                    continue;
+                }
                 Filter::Response(t, ex, _) => {
                     if let Err(at) = t.observe(&scratch[..n], ex) {
                         // What came before them goes out; they, and the connection, do not.

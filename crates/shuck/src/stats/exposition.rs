@@ -39,7 +39,33 @@ fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Result {
         &[
             (&[("protocol", "http/1.1")], h.requests_h1),
             (&[("protocol", "h2")], h.requests_h2),
+            (&[("protocol", "h3")], h.h3.requests),
         ],
+    )?;
+    counter(
+        enc,
+        "shuck_quic_connections",
+        "--quic: QUIC connections by stage (incoming: attempts taken; established: handshake done; failed: handshakes failed or timed out).",
+        &[
+            (&[("stage", "incoming")], h.h3.incoming),
+            (&[("stage", "established")], h.h3.connections),
+            (&[("stage", "failed")], h.h3.handshake_failures),
+        ],
+    )?;
+    counter(
+        enc,
+        "shuck_h3_streams_reset",
+        "HTTP/3 request streams reset before their answer was complete, by who reset them.",
+        &[
+            (&[("by", "client")], h.h3.resets_received),
+            (&[("by", "shuck")], h.h3.resets_sent),
+        ],
+    )?;
+    counter(
+        enc,
+        "shuck_h3_goaway",
+        "HTTP/3 GOAWAYs sent (drain, reload, keep-alive timeout).",
+        &[(&[], h.h3.goaway)],
     )?;
     counter(
         enc,
@@ -90,6 +116,7 @@ fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Result {
         &[
             (&[("protocol", "http/1.1")], h.stalled_h1),
             (&[("protocol", "h2")], h.stalled_h2),
+            (&[("protocol", "h3")], h.h3.stalled),
         ],
     )?;
     let labels: Vec<[(&str, &str); 1]> = H2_REASONS.iter().map(|r| [("reason", *r)]).collect();

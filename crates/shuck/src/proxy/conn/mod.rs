@@ -221,6 +221,9 @@ pub async fn serve(
         }
         let http = state.http.map(|max| {
             let mut h = Http::new(client.ip(), max, cert_header, timeouts);
+            if let Some(line) = &frontend.alt_svc_line {
+                h.response.announce(line.clone());
+            }
             if let Some(c) = chooser() {
                 h.request.route(c);
             }

@@ -1,5 +1,6 @@
 //! Backend → client in HTTP mode: responses pass through unchanged; their framing is
-//! followed only to pair each with its request and to see an upgrade accepted (101).
+//! followed only to pair each with its request and to see an upgrade accepted (101). With
+//! `--quic`, a final answer's head without `Alt-Svc` is told of, so that the relay adds one.
 
 use super::chunked::Chunked;
 use super::head::{HeadBuf, Pushed};
@@ -19,6 +20,10 @@ enum State {
 pub struct ResponseTracker {
     state: State,
     head: HeadBuf,
+    /// `--quic`: the `Alt-Svc` line final answers get when they have none.
+    announce: Option<bytes::Bytes>,
+    /// The head just complete is a final answer without `Alt-Svc`.
+    wants_line: bool,
 }
 
 impl ResponseTracker {
@@ -27,7 +32,19 @@ impl ResponseTracker {
         ResponseTracker {
             state: State::Head,
             head: HeadBuf::new(max_head),
+            announce: None,
+            wants_line: false,
         }
+    }
+
+    /// Final answers without an `Alt-Svc` of their own get `line` (`Alt-Svc: ...\r\n`).
+    pub fn announce(&mut self, line: bytes::Bytes) {
+        self.announce = Some(line);
+    }
+
+    /// The line to add, when announcing.
+    pub fn announced(&self) -> Option<&bytes::Bytes> {
+        self.announce.as_ref()
     }
 
     /// True between two responses: nothing of one is on its way (a 408 may go out).
@@ -39,6 +56,17 @@ impl ResponseTracker {
     /// an answer no request asked for (every answer owed is complete): they must not reach
     /// the client, who would take them for the answer to its next request.
     pub fn observe(&mut self, input: &[u8], ex: &mut Exchange) -> Result<(), usize> {
+        self.observe_with(input, ex, |_| {})
+    }
+
+    /// [`observe`](Self::observe), telling `at_end` where in `input` each final answer's
+    /// head that should carry the announced line ends (before its blank line's CRLF).
+    pub fn observe_with(
+        &mut self,
+        input: &[u8],
+        ex: &mut Exchange,
+        mut at_end: impl FnMut(usize),
+    ) -> Result<(), usize> {
         let mut i = 0;
         while i < input.len() {
             match &mut self.state {
@@ -70,6 +98,11 @@ impl ResponseTracker {
                     Pushed::Complete { used, head } => {
                         i += used;
                         self.start_response(&head, ex);
+                        // Where the blank line's CRLF is in this input (not when its CR
+                        // came in the previous read: that answer goes without).
+                        if std::mem::take(&mut self.wants_line) && used >= 2 {
+                            at_end(i - 2);
+                        }
                     }
                     Pushed::TooLarge | Pushed::BareLineEnd => {
                         self.lose(ex);
@@ -112,6 +145,11 @@ impl ResponseTracker {
         }
         let mut length = None;
         let mut chunked = false;
+        self.wants_line = self.announce.is_some()
+            && !resp
+                .headers
+                .iter()
+                .any(|h| h.name.eq_ignore_ascii_case("alt-svc"));
         for h in resp.headers.iter() {
             if h.name.eq_ignore_ascii_case("content-length") {
                 length = std::str::from_utf8(h.value)
@@ -161,6 +199,30 @@ mod tests {
         assert_eq!(ex.upgrade, Upgrade::Tunnel);
         assert!(ex.pending.is_empty());
         assert!(!ex.lost);
+    }
+
+    #[test]
+    fn final_answers_without_alt_svc_get_the_line() {
+        let mut t = ResponseTracker::new(16 * 1024);
+        t.announce(bytes::Bytes::from_static(b"Alt-Svc: h3=\":443\"\r\n"));
+        let mut ex = Exchange::new();
+        ex.pending.extend([Pending::Normal, Pending::Normal, Pending::Normal]);
+        let stream = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxHTTP/1.1 200 OK\r\nalt-svc: clear\r\nContent-Length: 0\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n";
+        let mut out = Vec::new();
+        let line = t.announced().cloned().unwrap();
+        let mut from = 0;
+        t.observe_with(stream, &mut ex, |at| {
+            out.extend_from_slice(&stream[from..at]);
+            out.extend_from_slice(&line);
+            from = at;
+        })
+        .unwrap();
+        out.extend_from_slice(&stream[from..]);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\nAlt-Svc: h3=\":443\"\r\n\r\nxHTTP/1.1 200 OK\r\nalt-svc: clear\r\nContent-Length: 0\r\n\r\nHTTP/1.1 204 No Content\r\nAlt-Svc: h3=\":443\"\r\n\r\n"
+        );
+        assert!(ex.pending.is_empty());
     }
 
     #[test]
