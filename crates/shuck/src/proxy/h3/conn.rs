@@ -290,9 +290,12 @@ async fn drive(
             {
                 break;
             }
+            // Streams past it are refused by h3 as accept() meets them; once it has nothing
+            // more to give, the answers under way are waited for alone.
+            let mut accepting = true;
             while gw.active() > 0 {
                 tokio::select! {
-                    r = h3c.accept() => if !matches!(r, Ok(Some(_))) { break },
+                    r = h3c.accept(), if accepting => accepting = matches!(r, Ok(Some(_))),
                     () = tokio::time::sleep(Duration::from_millis(20)) => {}
                 }
             }

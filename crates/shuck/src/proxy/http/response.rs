@@ -206,7 +206,8 @@ mod tests {
         let mut t = ResponseTracker::new(16 * 1024);
         t.announce(bytes::Bytes::from_static(b"Alt-Svc: h3=\":443\"\r\n"));
         let mut ex = Exchange::new();
-        ex.pending.extend([Pending::Normal, Pending::Normal, Pending::Normal]);
+        ex.pending
+            .extend([Pending::Normal, Pending::Normal, Pending::Normal]);
         let stream = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxHTTP/1.1 200 OK\r\nalt-svc: clear\r\nContent-Length: 0\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n";
         let mut out = Vec::new();
         let line = t.announced().cloned().unwrap();
