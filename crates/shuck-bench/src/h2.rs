@@ -240,7 +240,7 @@ fn run_h2load(
 
 /// From h2load's `requests: 9 total, 9 started, 9 done, 8 succeeded, 1 failed, ...`: the
 /// succeeded and the failed (failed, errored and timed out).
-fn parse_requests(text: &str) -> Option<(u64, u64)> {
+pub(crate) fn parse_requests(text: &str) -> Option<(u64, u64)> {
     let line = text.lines().find(|l| l.starts_with("requests:"))?;
     let mut ok = None;
     let mut bad = 0;

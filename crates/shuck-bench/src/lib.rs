@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod capacity;
 mod compare;
 mod h2;
+mod h3;
 mod limit;
 mod load;
 mod origin;
@@ -65,6 +66,12 @@ enum Cmd {
     Compare(compare::CompareOpts),
     /// Compare HTTP/2 gateways (shuck --http, HAProxy mode http, nginx http2) with h2load.
     H2(h2::H2Opts),
+    /// Compare HTTP/3 gateways (shuck --quic, and its own HTTP/2; Caddy) with shuck-bench's
+    /// own HTTP/3 client, and full QUIC handshakes with full TCP + TLS 1.3 ones.
+    H3(h3::H3Opts),
+    /// The HTTP/3 load client `h3` runs (one run: prints `succeeded failed`).
+    #[command(name = "h3-load", hide = true)]
+    H3Load(h3::H3LoadOpts),
     /// Measure this machine's crypto costs and the capacity they imply.
     Capacity {
         /// Seconds spent on each operation.
@@ -133,6 +140,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             println!("report: {}", md.display());
             Ok(())
         }
+        Cmd::H3(o) => {
+            let md = h3::run(&o)?;
+            println!("report: {}", md.display());
+            Ok(())
+        }
+        Cmd::H3Load(o) => h3::load(&o),
         Cmd::Capacity { seconds, json } => {
             let c = capacity::measure(Duration::from_secs_f64(seconds))?;
             if json {

@@ -44,6 +44,8 @@ pub enum Target {
     Nginx,
     /// stunnel.
     Stunnel,
+    /// Caddy (`reverse_proxy`, HTTP/3 on by default), built with `go install`.
+    Caddy,
     /// The honest limit's relay: HAProxy in TCP mode without TLS, the same origin and
     /// pinning, loaded in plain TCP with each scenario's connections and requests. Not a
     /// peer: the limit row of a report is this plus the crypto floor.
@@ -62,6 +64,7 @@ impl Target {
             Target::Haproxy => "haproxy",
             Target::Nginx => "nginx",
             Target::Stunnel => "stunnel",
+            Target::Caddy => "caddy",
             Target::Relay => "relay",
         }
     }
@@ -73,6 +76,7 @@ impl Target {
             Target::Haproxy | Target::Relay => "haproxy",
             Target::Nginx => "nginx",
             Target::Stunnel => "stunnel4",
+            Target::Caddy => "caddy",
         }
     }
 
@@ -83,6 +87,7 @@ impl Target {
             Target::Haproxy | Target::Relay => "haproxy",
             Target::Nginx => "nginx libnginx-mod-stream",
             Target::Stunnel => "stunnel4",
+            Target::Caddy => "",
         }
     }
 
@@ -96,6 +101,7 @@ impl Target {
             Target::Haproxy => "haproxy.cfg",
             Target::Nginx => "nginx.conf",
             Target::Stunnel => "stunnel.conf",
+            Target::Caddy => "Caddyfile-h3",
             Target::Relay => "relay.cfg",
         }
     }
@@ -123,6 +129,7 @@ impl Target {
             Target::Haproxy | Target::Relay => ("haproxy", "-v"),
             Target::Nginx => ("nginx", "-v"),
             Target::Stunnel => ("stunnel4", "-version"),
+            Target::Caddy => (CADDY_BIN, "version"),
         };
         Command::new(prog)
             .arg(arg)
@@ -160,6 +167,9 @@ pub fn ensure_installed(t: Target, shuck: &Path) -> Result<PathBuf, String> {
             ))
         };
     }
+    if t == Target::Caddy {
+        return caddy();
+    }
     let find = || which(t.program());
     if let Some(p) = find() {
         return Ok(p);
@@ -174,6 +184,32 @@ pub fn ensure_installed(t: Target, shuck: &Path) -> Result<PathBuf, String> {
             t.packages()
         )
     })
+}
+
+/// Where `go install` puts Caddy.
+const CADDY_BIN: &str = "/root/go/bin/caddy";
+
+/// The Caddy the issue names (2.11.9), built with `go install` when missing.
+fn caddy() -> Result<PathBuf, String> {
+    let bin = std::env::var_os("HOME")
+        .map(|h| PathBuf::from(h).join("go/bin/caddy"))
+        .unwrap_or_else(|| PathBuf::from(CADDY_BIN));
+    if bin.exists() {
+        return Ok(bin);
+    }
+    let gobin = bin.parent().map(Path::to_owned).unwrap_or_default();
+    let built = Command::new("go")
+        .args([
+            "install",
+            "github.com/caddyserver/caddy/v2/cmd/caddy@v2.11.9",
+        ])
+        .env("GOBIN", &gobin)
+        .status();
+    match built {
+        Ok(s) if s.success() && bin.exists() => Ok(bin),
+        Ok(s) => Err(format!("go install of caddy 2.11.9 failed ({s})")),
+        Err(e) => Err(format!("go is needed to build caddy: {e}")),
+    }
 }
 
 fn is_root() -> bool {
@@ -339,6 +375,13 @@ pub fn start_template(
             p.dir.display().to_string(),
         ],
         Target::Stunnel => vec![conf_s],
+        Target::Caddy => vec![
+            "run".into(),
+            "--config".into(),
+            conf_s,
+            "--adapter".into(),
+            "caddyfile".into(),
+        ],
     };
     let mut cmd = match cpu {
         Some(c) => {

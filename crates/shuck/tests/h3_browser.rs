@@ -1,0 +1,141 @@
+//! A real browser over HTTP/3: Chromium (Debian's, headless) loads a page with 40 images
+//! through shuck `--http --quic` from nginx. Every request arrives over h3 (shuck's counters
+//! and Chromium's net log say so), and nginx's log shows each with the client's
+//! `X-Forwarded-For`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+/// The SPKI pin Chromium is told to trust (base64 of the SHA-256 of the key's
+/// SubjectPublicKeyInfo), from the test certificate's file.
+fn spki_pin(pem: &str) -> String {
+    sh_out(&format!(
+        "openssl x509 -in {pem} -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64"
+    ))
+    .trim()
+    .to_owned()
+}
+
+/// The first of Debian's names for it.
+fn chromium() -> Option<&'static str> {
+    if !require("chromium", "chromium") {
+        return None;
+    }
+    Some("chromium")
+}
+
+#[test]
+fn chromium_loads_forty_images_over_h3() {
+    let Some(browser) = chromium() else { return };
+    if !require("nginx", "nginx") || !require("openssl", "openssl") {
+        return;
+    }
+    let dir = TempDir::new("h3-browser");
+    let www = dir.path("www");
+    std::fs::create_dir_all(&www).unwrap();
+    // 40 small PNGs (one pixel, each its own file) and the page showing them.
+    let png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82";
+    let mut page = String::from("<!doctype html><title>h3</title><body>\n");
+    for i in 0..40 {
+        std::fs::write(www.join(format!("img{i}.png")), png).unwrap();
+        page.push_str(&format!("<img src=\"/img{i}.png\" width=8 height=8>\n"));
+    }
+    page.push_str("<p id=done>loaded</p></body>\n");
+    std::fs::write(www.join("index.html"), page).unwrap();
+
+    let port = free_port();
+    let d = dir.0.display();
+    let cfg = dir.path("nginx.conf");
+    std::fs::write(
+        &cfg,
+        format!(
+            "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\n\
+             http {{ log_format fwd '$http_x_forwarded_for|$http_x_forwarded_proto|$request';\n\
+             access_log {d}/access.log fwd;\n\
+             client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n\
+             types {{ text/html html; image/png png; }}\n\
+             server {{ listen 127.0.0.1:{port}; root {www}; }} }}\n",
+            www = www.display()
+        ),
+    )
+    .unwrap();
+    let mut nginx = Command::new("nginx")
+        .args(["-c", cfg.to_str().unwrap(), "-e", &format!("{d}/error.log")])
+        .spawn()
+        .unwrap();
+    wait_listening(port, "nginx");
+    let backend = format!("[127.0.0.1]:{port}");
+    let stats = free_port();
+    let stats_arg = format!("127.0.0.1:{stats}");
+    let shuck = Shuck::start(&[
+        "--http", "--quic", "-n", "2", "-b", &backend, "--stats", &stats_arg,
+    ]);
+
+    let netlog = dir.path("netlog.json");
+    let profile = dir.path("profile");
+    // An address, not localhost: Chromium would try ::1 first, where nothing listens.
+    let origin = format!("127.0.0.1:{}", shuck.port);
+    let out = Command::new("timeout")
+        .arg("90")
+        .arg(browser)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--enable-quic",
+            &format!("--origin-to-force-quic-on={origin}"),
+            &format!(
+                "--ignore-certificate-errors-spki-list={}",
+                spki_pin(test_cert())
+            ),
+            &format!("--user-data-dir={}", profile.display()),
+            &format!("--log-net-log={}", netlog.display()),
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            &format!("https://{origin}/"),
+        ])
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let _ = nginx.kill();
+    let _ = nginx.wait();
+    assert!(
+        dom.contains("<p id=\"done\">loaded</p>"),
+        "Chromium did not load the page ({:?}): {dom}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // nginx: the page and its 40 images, each with the client's address.
+    let log = std::fs::read_to_string(dir.path("access.log")).unwrap();
+    let images = log.lines().filter(|l| l.contains("GET /img")).count();
+    assert_eq!(images, 40, "{log}");
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("GET /"))
+            .all(|l| l.starts_with("127.0.0.1|https|")),
+        "{log}"
+    );
+    // shuck: every request came over HTTP/3, none over TCP.
+    let (_, body) = scrape(stats, "/metrics");
+    let h3 = sample(&body, "shuck_http_requests_total{protocol=\"h3\"}");
+    assert!(h3 >= 41.0, "{h3} requests over h3");
+    assert_eq!(
+        sample(&body, "shuck_http_requests_total{protocol=\"h2\"}"),
+        0.0
+    );
+    // Chromium: its net log has the QUIC session to shuck, and the h3 it spoke.
+    let net = std::fs::read_to_string(&netlog).unwrap_or_default();
+    assert!(
+        net.contains("QUIC_SESSION"),
+        "no QUIC session in the net log"
+    );
+    assert!(net.contains("\"h3\""), "the net log never says h3");
+    std::thread::sleep(Duration::from_millis(100));
+}
