@@ -24,6 +24,17 @@ pub struct H2Opts {
     /// Servers to measure, comma-separated: shuck, haproxy, nginx.
     #[arg(long, value_delimiter = ',', default_value = "shuck,haproxy,nginx")]
     pub targets: Vec<String>,
+    /// The load and its runs.
+    #[command(flatten)]
+    pub runs: Runs,
+    /// What every comparison takes.
+    #[command(flatten)]
+    pub bench: BenchOpts,
+}
+
+/// The load of an HTTP gateway comparison (`h2`, `h3`) and how often it is measured.
+#[derive(Debug, Clone, Args)]
+pub struct Runs {
     /// Answer sizes, comma-separated (bytes, or with k/m as the origin reads them).
     #[arg(long, value_delimiter = ',', default_value = "0,4k")]
     pub sizes: Vec<String>,
@@ -39,23 +50,31 @@ pub struct H2Opts {
     /// Measurements per size and server (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
-    /// What every comparison takes.
-    #[command(flatten)]
-    pub bench: BenchOpts,
 }
 
 /// One measurement.
 #[derive(Debug, Clone, Copy)]
-struct Measured {
-    requests: u64,
-    failed: u64,
-    cpu_us: u64,
-    seconds: f64,
+pub(crate) struct Measured {
+    pub(crate) requests: u64,
+    pub(crate) failed: u64,
+    pub(crate) cpu_us: u64,
+    pub(crate) seconds: f64,
 }
 
 impl Measured {
-    fn cpu_per_req(&self) -> f64 {
+    /// The server's CPU time per request, µs.
+    pub(crate) fn cpu_per_req(&self) -> f64 {
         self.cpu_us as f64 / self.requests.max(1) as f64
+    }
+
+    /// The median of `runs` by CPU per request (or why there is none).
+    pub(crate) fn median(runs: anyhow::Result<Vec<Measured>>) -> Result<Measured, String> {
+        let mut runs = runs.map_err(|e| format!("{e:#}"))?;
+        if runs.is_empty() {
+            return Err("no run".into());
+        }
+        runs.sort_by(|a, b| a.cpu_per_req().total_cmp(&b.cpu_per_req()));
+        Ok(runs[runs.len() / 2])
     }
 }
 
@@ -103,7 +122,12 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
                 p
             }
             Err(why) => {
-                not_measured(&mut rows, name, &o.sizes, &format!("unavailable: {why}"));
+                not_measured(
+                    &mut rows,
+                    name,
+                    &o.runs.sizes,
+                    &format!("unavailable: {why}"),
+                );
                 continue;
             }
         };
@@ -131,12 +155,12 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             Err(e) => not_measured(
                 &mut rows,
                 name,
-                &o.sizes,
+                &o.runs.sizes,
                 &format!("failed to start: {e:#}"),
             ),
         }
     }
-    for size in &o.sizes {
+    for size in &o.runs.sizes {
         let url = |port: u16| format!("https://127.0.0.1:{port}/{size}");
         // Each server's runs, or why it has none.
         let mut runs: Vec<anyhow::Result<Vec<Measured>>> = servers
@@ -147,26 +171,18 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
                 run_h2load(&h2load, o, &url(*port), 1.0, server.pid(), pin).map(|_| Vec::new())
             })
             .collect();
-        for round in 1..=o.repeats.max(1) {
+        for round in 1..=o.runs.repeats.max(1) {
             for ((name, port, server), got) in servers.iter().zip(runs.iter_mut()) {
                 let Ok(done) = got else { continue };
                 eprintln!("h2: {name}, {size} answers, run {round}...");
-                match run_h2load(&h2load, o, &url(*port), o.duration, server.pid(), pin) {
+                match run_h2load(&h2load, o, &url(*port), o.runs.duration, server.pid(), pin) {
                     Ok(m) => done.push(m),
                     Err(e) => *got = Err(e),
                 }
             }
         }
         for ((name, ..), got) in servers.iter().zip(runs) {
-            let median = got.map(|mut runs| {
-                runs.sort_by(|a, b| a.cpu_per_req().total_cmp(&b.cpu_per_req()));
-                runs[runs.len() / 2]
-            });
-            rows.push((
-                name.clone(),
-                size.clone(),
-                median.map_err(|e| format!("{e:#}")),
-            ));
+            rows.push((name.clone(), size.clone(), Measured::median(got)));
         }
     }
     for (_, _, server) in servers {
@@ -209,9 +225,9 @@ fn run_h2load(
     };
     cmd.args([
         "-c",
-        &o.connections.to_string(),
+        &o.runs.connections.to_string(),
         "-m",
-        &o.streams.to_string(),
+        &o.runs.streams.to_string(),
         "-D",
         &format!("{}", seconds.ceil().max(1.0) as u64),
         url,
@@ -269,7 +285,7 @@ fn render(o: &H2Opts, rows: &[Row], versions: &[String], machine: &str, pin: boo
     let _ = writeln!(
         s,
         "- load: h2load, {} connections × {} streams, {} s per run, median of {} (the servers measured in turn, a run each per round); TLS 1.3, ECDSA P-256",
-        o.connections, o.streams, o.duration, o.repeats
+        o.runs.connections, o.runs.streams, o.runs.duration, o.runs.repeats
     );
     let _ = writeln!(
         s,
@@ -287,7 +303,7 @@ fn render(o: &H2Opts, rows: &[Row], versions: &[String], machine: &str, pin: boo
         s,
         "\n| size | server | requests/s | server CPU µs/request | × best peer | failed |\n|---|---|---|---|---|---|"
     );
-    for size in &o.sizes {
+    for size in &o.runs.sizes {
         let best_peer = rows
             .iter()
             .filter(|(t, sz, _)| sz == size && t != "shuck")

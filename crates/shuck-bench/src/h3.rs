@@ -19,6 +19,7 @@ use bytes::{Buf, Bytes};
 use clap::Args;
 
 use crate::compare::{free_port, make_cert, Bench, BenchOpts, Origin};
+use crate::h2::{Measured, Runs};
 use crate::peers::{self, which, Params, SyncParams, Target};
 use crate::{procfs, report};
 
@@ -28,21 +29,9 @@ pub struct H3Opts {
     /// Servers to measure, comma-separated: shuck (HTTP/3 and its own HTTP/2), caddy.
     #[arg(long, value_delimiter = ',', default_value = "shuck,caddy")]
     pub targets: Vec<String>,
-    /// Answer sizes, comma-separated (bytes, or with k/m as the origin reads them).
-    #[arg(long, value_delimiter = ',', default_value = "0,4k")]
-    pub sizes: Vec<String>,
-    /// Client connections.
-    #[arg(long, default_value_t = 10)]
-    pub connections: usize,
-    /// Streams in flight per connection.
-    #[arg(long, default_value_t = 10)]
-    pub streams: usize,
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 5.0)]
-    pub duration: f64,
-    /// Measurements per size and server (the median is reported).
-    #[arg(long, default_value_t = 3)]
-    pub repeats: usize,
+    /// The load and its runs.
+    #[command(flatten)]
+    pub runs: Runs,
     /// What every comparison takes.
     #[command(flatten)]
     pub bench: BenchOpts,
@@ -69,20 +58,6 @@ pub struct H3LoadOpts {
     /// A new connection (a full handshake) for every request.
     #[arg(long)]
     pub handshakes: bool,
-}
-
-/// One measurement.
-#[derive(Debug, Clone, Copy)]
-struct Measured {
-    requests: u64,
-    failed: u64,
-    cpu_us: u64,
-}
-
-impl Measured {
-    fn cpu_per_req(&self) -> f64 {
-        self.cpu_us as f64 / self.requests.max(1) as f64
-    }
 }
 
 /// What is measured: a server's protocol at one size.
@@ -136,7 +111,7 @@ pub fn run(o: &H3Opts) -> anyhow::Result<PathBuf> {
                 p
             }
             Err(why) => {
-                for size in &o.sizes {
+                for size in &o.runs.sizes {
                     rows.push((format!("{name} h3"), size.clone(), Err(why.clone())));
                 }
                 continue;
@@ -165,7 +140,7 @@ pub fn run(o: &H3Opts) -> anyhow::Result<PathBuf> {
         match started {
             Ok(server) => servers.push((name.clone(), params.port, server, loads)),
             Err(e) => {
-                for size in &o.sizes {
+                for size in &o.runs.sizes {
                     rows.push((name.clone(), size.clone(), Err(format!("{e:#}"))));
                 }
             }
@@ -177,6 +152,7 @@ pub fn run(o: &H3Opts) -> anyhow::Result<PathBuf> {
         measure(&me, &h2load, o, load, port, size, seconds, pid, pin)
     };
     let mut cases: Vec<(String, String, Load)> = o
+        .runs
         .sizes
         .iter()
         .flat_map(|s| {
@@ -204,22 +180,18 @@ pub fn run(o: &H3Opts) -> anyhow::Result<PathBuf> {
             };
             eprintln!("h3: {name} {proto}, {label}, warm-up...");
             let mut got = run_one(load, *port, &size, 1.0, server.pid()).map(|_| Vec::new());
-            for round in 1..=o.repeats.max(1) {
+            for round in 1..=o.runs.repeats.max(1) {
                 let Ok(done) = &mut got else { break };
                 eprintln!("h3: {name} {proto}, {label}, run {round}...");
-                match run_one(load, *port, &size, o.duration, server.pid()) {
+                match run_one(load, *port, &size, o.runs.duration, server.pid()) {
                     Ok(m) => done.push(m),
                     Err(e) => got = Err(e),
                 }
             }
-            let median = got.map(|mut runs| {
-                runs.sort_by(|a, b| a.cpu_per_req().total_cmp(&b.cpu_per_req()));
-                runs[runs.len() / 2]
-            });
             rows.push((
                 format!("{name} {proto}"),
                 label.clone(),
-                median.map_err(|e| format!("{e:#}")),
+                Measured::median(got),
             ));
         }
     }
@@ -259,7 +231,7 @@ fn measure(
         Command::new("env")
     };
     let secs = format!("{}", seconds.ceil().max(1.0) as u64);
-    let (c, m) = (o.connections.to_string(), o.streams.to_string());
+    let (c, m) = (o.runs.connections.to_string(), o.runs.streams.to_string());
     match load {
         Load::H3 | Load::H3Handshakes => {
             cmd.arg(me).args([
@@ -312,7 +284,9 @@ fn measure(
         }
     }
     let cpu0 = procfs::cpu_us(server, ticks);
+    let start = Instant::now();
     let out = cmd.output().context("cannot run the load client")?;
+    let elapsed = start.elapsed().as_secs_f64().max(0.001);
     let cpu1 = procfs::cpu_us(server, ticks);
     let text = String::from_utf8_lossy(&out.stdout);
     let (requests, failed) = match load {
@@ -346,6 +320,7 @@ fn measure(
         requests,
         failed,
         cpu_us: cpu1.saturating_sub(cpu0),
+        seconds: elapsed,
     })
 }
 
@@ -460,22 +435,22 @@ fn render(o: &H3Opts, rows: &[Row], versions: &[String], machine: &str, pin: boo
     let _ = writeln!(
         s,
         "- load: {} connections × {} streams, {} s a run, median of {} (server on CPU 0, client on CPU 1: {pin}); handshakes: one request on a new connection each, {} at a time (QUIC: h3-load; TCP + TLS 1.3: shuck-bench load --reuse never --tls 1.3)",
-        o.connections, o.streams, o.duration, o.repeats, o.connections
+        o.runs.connections, o.runs.streams, o.runs.duration, o.runs.repeats, o.runs.connections
     );
     for v in versions {
         let _ = writeln!(s, "- {v}");
     }
     let _ = writeln!(
         s,
-        "\n| server and protocol | answer | requests | failed | server CPU µs / request |\n|---|---|---|---|---|"
+        "\n| server and protocol | answer | requests/s | failed | server CPU µs / request |\n|---|---|---|---|---|"
     );
     for (who, size, r) in rows {
         match r {
             Ok(m) => {
                 let _ = writeln!(
                     s,
-                    "| {who} | {size} | {} | {} | {:.1} |",
-                    m.requests,
+                    "| {who} | {size} | {:.0} | {} | {:.1} |",
+                    m.requests as f64 / m.seconds,
                     m.failed,
                     m.cpu_per_req()
                 );

@@ -121,6 +121,11 @@ impl Target {
 
     /// The version line the program prints, for reports.
     pub fn version(self, shuck: &Path) -> String {
+        if self == Target::Caddy {
+            // `caddy version` says "unknown" for a `go install` build: name what was built.
+            return "caddy v2.11.9 (go install github.com/caddyserver/caddy/v2/cmd/caddy@v2.11.9)"
+                .into();
+        }
         let (prog, arg) = match self {
             Target::Shuck | Target::ShuckSync | Target::ShuckCache | Target::ShuckRedis => {
                 (shuck.to_str().unwrap_or("shuck"), "--version")

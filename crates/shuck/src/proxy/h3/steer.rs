@@ -50,9 +50,9 @@ impl ConnectionIdGenerator for WorkerCids {
         // A failing RNG would leave zeros: the IDs still steer, they only correlate.
         let _ = aws_lc_rs::rand::fill(&mut id);
         // The first byte: random among those whose remainder is this worker's index.
-        let w = self.workers;
-        let slots = (256 - u16::from(self.index)).div_ceil(u16::from(w)) as u8;
-        id[0] = (id[0] % slots) * w + self.index;
+        let (w, i) = (u16::from(self.workers), u16::from(self.index));
+        let slots = (256 - i).div_ceil(w); // 1 to 256: how many bytes name this worker
+        id[0] = ((u16::from(id[0]) % slots) * w + i) as u8;
         ConnectionId::new(&id)
     }
 
