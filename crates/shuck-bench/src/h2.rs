@@ -21,8 +21,12 @@ use crate::report;
 /// Options of `h2`.
 #[derive(Debug, Clone, Args)]
 pub struct H2Opts {
-    /// Servers to measure, comma-separated: shuck, haproxy, nginx.
-    #[arg(long, value_delimiter = ',', default_value = "shuck,haproxy,nginx")]
+    /// Servers to measure, comma-separated: shuck, haproxy, nginx, caddy.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "shuck,haproxy,nginx,caddy"
+    )]
     pub targets: Vec<String>,
     /// The load and its runs.
     #[command(flatten)]
@@ -114,7 +118,8 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             "shuck" => (Target::Shuck, "shuck-h2.args"),
             "haproxy" => (Target::Haproxy, "haproxy-h2.cfg"),
             "nginx" => (Target::Nginx, "nginx-h2.conf"),
-            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy or nginx"),
+            "caddy" => (Target::Caddy, "Caddyfile-h2"),
+            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy, nginx or caddy"),
         };
         let program = match peers::ensure_installed(target, &shuck) {
             Ok(p) => {

@@ -104,6 +104,8 @@ pub struct QuicCounters {
     pub handshake_failures: AtomicU64,
     /// GOAWAYs sent (drain, reload, keep-alive timeout).
     pub goaway: AtomicU64,
+    /// Retries sent (`--quic-retry`): clients asked to prove their address.
+    pub retries: AtomicU64,
     /// Requests passed to backends.
     pub requests: AtomicU64,
     /// Streams the client reset before their answer was complete.
@@ -188,6 +190,8 @@ pub struct QuicTotals {
     pub handshake_failures: u64,
     /// See [`QuicCounters::goaway`].
     pub goaway: u64,
+    /// See [`QuicCounters::retries`].
+    pub retries: u64,
     /// See [`QuicCounters::requests`].
     pub requests: u64,
     /// See [`QuicCounters::resets_received`].
@@ -204,6 +208,7 @@ impl QuicTotals {
         self.connections += c.connections.load(Relaxed);
         self.handshake_failures += c.handshake_failures.load(Relaxed);
         self.goaway += c.goaway.load(Relaxed);
+        self.retries += c.retries.load(Relaxed);
         self.requests += c.requests.load(Relaxed);
         self.resets_received += c.resets_received.load(Relaxed);
         self.resets_sent += c.resets_sent.load(Relaxed);

@@ -315,6 +315,27 @@ fn sessions_resume_on_another_worker() {
 }
 
 #[test]
+fn retry_makes_new_clients_prove_their_address() {
+    if !aioquic() {
+        return;
+    }
+    let origin = H1Origin::start(None);
+    let (shuck, stats) = gateway(&origin, &["-n", "2", "--quic-retry", "always"]);
+    for _ in 0..3 {
+        let report = h3(shuck.port, json!([{"path": "/size/7"}]), &[]);
+        assert_eq!(answers(&report)[0]["length"], 7, "{report}");
+    }
+    let (_, body) = scrape(stats, "/metrics");
+    assert_eq!(sample(&body, "shuck_quic_retries_total"), 3.0, "{body}");
+    // The default threshold (1000 a second) sends none to three clients.
+    let (plain, stats) = gateway(&origin, &[]);
+    let report = h3(plain.port, json!([{"path": "/size/7"}]), &[]);
+    assert_eq!(answers(&report)[0]["length"], 7);
+    let (_, body) = scrape(stats, "/metrics");
+    assert_eq!(sample(&body, "shuck_quic_retries_total"), 0.0);
+}
+
+#[test]
 fn reload_and_stop_send_goaway_and_finish_requests() {
     if !aioquic() {
         return;
@@ -359,6 +380,12 @@ fn quic_is_refused_where_it_cannot_be_served() {
     ]);
     assert_ne!(code, Some(0));
     assert!(out.contains("TLS 1.3"), "{out}");
+    let (code, out) = run_to_exit(&["--http", "--quic", "--quic-retry", "sometimes", "--test"]);
+    assert_ne!(code, Some(0));
+    assert!(
+        out.contains("--quic-retry") && out.contains("sometimes"),
+        "{out}"
+    );
     let (code, out) = run_to_exit(&["--http", "-f", "[127.0.0.1]:1;quic=maybe", "--test"]);
     assert_ne!(code, Some(0));
     assert!(out.contains("quic"), "{out}");

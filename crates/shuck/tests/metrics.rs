@@ -260,6 +260,9 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         "shuck_backend_checks_total",
         "shuck_backend_admin_state",
         "shuck_backend_connections_total",
+        "shuck_quic_connections_total",
+        "shuck_h3_streams_reset_total",
+        "shuck_h3_goaway_total",
     ] {
         assert!(
             queried.iter().any(|q| q == m),

@@ -233,6 +233,14 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value_t = 86_400)]
     pub alt_svc_max_age: u64,
 
+    /// With --quic: when a new client must first prove its address with a Retry (a round
+    /// trip more, no state kept before it): always, never, or a number: when more new
+    /// connections than that arrive in a second at one worker. Retry tokens are sealed
+    /// under the farm key (--shared-cache-key) when there is one, so any host takes them.
+    #[arg(long, value_name = "always|never|N", default_value = "1000",
+          value_parser = crate::config::values::parse_quic_retry)]
+    pub quic_retry: crate::config::QuicRetry,
+
     /// With --quic: most request streams a client may have open at once on one QUIC
     /// connection (its initial_max_streams_bidi).
     #[arg(long, value_name = "NUM", default_value_t = 100)]

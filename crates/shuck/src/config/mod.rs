@@ -85,6 +85,17 @@ pub struct H2Limits {
     pub max_backend_conns: u32,
 }
 
+/// `--quic-retry`: when a new QUIC client must prove its address first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuicRetry {
+    /// Every new client.
+    Always,
+    /// None.
+    Never,
+    /// Once a worker takes more than this many new connections in a second.
+    Above(u32),
+}
+
 /// HTTP/3's limits (`--quic`).
 #[derive(Debug, Clone, Copy)]
 pub struct H3Limits {
@@ -97,6 +108,8 @@ pub struct H3Limits {
     pub max_incoming: usize,
     /// `--alt-svc-max-age`; 0: no Alt-Svc.
     pub alt_svc_max_age: u64,
+    /// `--quic-retry`.
+    pub retry: QuicRetry,
 }
 
 /// A validated configuration.
@@ -435,6 +448,15 @@ impl Config {
 }
 
 impl Config {
+    /// The key the farm shares (`--shared-cache-key`, for replication or the shared
+    /// store), when there is one.
+    pub fn farm_key(&self) -> Option<[u8; 32]> {
+        self.replication
+            .as_ref()
+            .map(|r| r.key)
+            .or_else(|| self.store.as_ref().map(|s| s.key))
+    }
+
     /// One line for `--test`: what would be served.
     pub fn describe(&self) -> String {
         let own: usize = self.frontends.iter().map(|f| f.certs.len()).sum();

@@ -126,6 +126,23 @@ pub(super) fn ocsp_trust(
 }
 
 /// Checks the HTTP/2 limits: each within what RFC 9113 allows and a proxy can honour.
+/// `--quic-retry`'s value.
+pub fn parse_quic_retry(s: &str) -> Result<super::QuicRetry, String> {
+    use super::QuicRetry;
+    match s.to_ascii_lowercase().as_str() {
+        "always" => Ok(QuicRetry::Always),
+        "never" | "off" => Ok(QuicRetry::Never),
+        n => n
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0)
+            .map(QuicRetry::Above)
+            .ok_or_else(|| {
+                format!("{s:?} is not always, never or a number of new connections a second (1 or more)")
+            }),
+    }
+}
+
 /// `--h3-*` and `--alt-svc-max-age`, checked.
 pub(super) fn h3_limits(cli: &Cli) -> Result<super::H3Limits, ConfigError> {
     if !(1..=10_000).contains(&cli.h3_max_concurrent_streams) {
@@ -142,6 +159,7 @@ pub(super) fn h3_limits(cli: &Cli) -> Result<super::H3Limits, ConfigError> {
         stream_window: 1 << 20,
         max_incoming: 4096,
         alt_svc_max_age: cli.alt_svc_max_age,
+        retry: cli.quic_retry,
     })
 }
 

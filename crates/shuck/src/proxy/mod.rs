@@ -59,6 +59,9 @@ pub struct ProxyState {
     /// Told when the admin API puts a server in maintenance: each worker thread wakes
     /// the keepers of its idle backend connections, which close those to that server.
     pub maint: tokio::sync::Notify,
+    /// `--quic`: the key QUIC's Retry tokens are sealed under (the farm's, or this
+    /// process's own), the same for every worker thread.
+    pub quic_token_key: h3::TokenKey,
 }
 
 /// A frontend as the workers see it. A reload swaps its TLS state: connections accepted

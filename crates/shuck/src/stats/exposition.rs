@@ -54,6 +54,12 @@ fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Result {
     )?;
     counter(
         enc,
+        "shuck_quic_retries",
+        "--quic: Retry packets sent (--quic-retry): new clients asked to prove their address first.",
+        &[(&[], h.h3.retries)],
+    )?;
+    counter(
+        enc,
         "shuck_h3_streams_reset",
         "HTTP/3 request streams reset before their answer was complete, by who reset them.",
         &[

@@ -33,6 +33,55 @@ pub enum QuicError {
     Socket(#[from] std::io::Error),
 }
 
+/// The key QUIC's address-validation (Retry) tokens are sealed under.
+#[derive(Clone)]
+pub struct TokenKey(Arc<dyn quinn::crypto::HandshakeTokenKey>);
+
+impl std::fmt::Debug for TokenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenKey(..)")
+    }
+}
+
+/// The token key: derived from the farm's key (HKDF-SHA256 with a label of its own, so it
+/// opens nothing else the farm key seals), so that a token one host issued is taken by
+/// another; without one, a random key of this process's (every worker thread shares it).
+pub fn token_key(farm: Option<[u8; 32]>) -> TokenKey {
+    use aws_lc_rs::hkdf;
+    let secret = farm.unwrap_or_else(|| {
+        let mut k = [0u8; 32];
+        // A failing RNG leaves a fixed key: tokens would still be sealed, only guessable.
+        let _ = aws_lc_rs::rand::fill(&mut k);
+        k
+    });
+    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"shuck quic retry token key").extract(&secret);
+    TokenKey(Arc::new(prk))
+}
+
+/// `--quic-retry Above(N)`: new connections a worker took in the current second.
+struct RetryMeter {
+    second: std::time::Instant,
+    count: u32,
+}
+
+impl RetryMeter {
+    /// Counts one; whether this one must prove its address first.
+    fn wants_retry(&mut self, mode: crate::config::QuicRetry) -> bool {
+        use crate::config::QuicRetry;
+        let now = std::time::Instant::now();
+        if now.duration_since(self.second) >= Duration::from_secs(1) {
+            self.second = now;
+            self.count = 0;
+        }
+        self.count = self.count.saturating_add(1);
+        match mode {
+            QuicRetry::Always => true,
+            QuicRetry::Never => false,
+            QuicRetry::Above(n) => self.count > n,
+        }
+    }
+}
+
 /// The `Alt-Svc` value announcing HTTP/3 on `port` for `max_age` seconds.
 pub fn alt_svc(port: u16, max_age: u64) -> http::HeaderValue {
     let v = format!("h3=\":{port}\"; ma={max_age}");
@@ -41,13 +90,18 @@ pub fn alt_svc(port: u16, max_age: u64) -> http::HeaderValue {
 
 /// quinn's server configuration for a frontend's TLS state: its rustls configuration with
 /// ALPN `h3` only and no early data, and the limits of `--h3-*` and `--http-*`.
-pub fn server_config(tls: &TlsState, limits: &Limits) -> Result<quinn::ServerConfig, QuicError> {
+pub fn server_config(
+    tls: &TlsState,
+    limits: &Limits,
+    key: &TokenKey,
+) -> Result<quinn::ServerConfig, QuicError> {
     let mut rustls = (*tls.config).clone();
     rustls.alpn_protocols = vec![b"h3".to_vec()];
     rustls.max_early_data_size = 0;
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(rustls))
         .map_err(|e| QuicError::Tls(e.to_string()))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.token_key(key.0.clone());
     let mut t = quinn::TransportConfig::default();
     t.max_concurrent_bidi_streams(limits.h3.max_concurrent_streams.into())
         // The client's control stream and QPACK's two, and room for a grease stream.
@@ -84,7 +138,8 @@ pub async fn serve(
 ) {
     let limits = &worker.state.limits;
     let local = socket.local_addr().ok();
-    let started = server_config(&frontend.tls.load(), limits).and_then(|config| {
+    let key = &worker.state.quic_token_key;
+    let started = server_config(&frontend.tls.load(), limits, key).and_then(|config| {
         let mut ep = quinn::EndpointConfig::default();
         ep.cid_generator(move || Box::new(steer::WorkerCids::new(index, workers)));
         let runtime = Arc::new(quinn::TokioRuntime);
@@ -106,6 +161,10 @@ pub async fn serve(
     };
     let local: Option<SocketAddr> = local.or_else(|| endpoint.local_addr().ok());
     let mut reloads = frontend.reloads.subscribe();
+    let mut meter = RetryMeter {
+        second: std::time::Instant::now(),
+        count: 0,
+    };
     loop {
         tokio::select! {
             _ = shutdown.recv() => break,
@@ -114,7 +173,7 @@ pub async fn serve(
                 if r.is_err() {
                     break;
                 }
-                match server_config(&frontend.tls.load(), limits) {
+                match server_config(&frontend.tls.load(), limits, key) {
                     Ok(c) => endpoint.set_server_config(Some(c)),
                     Err(e) => tracing::error!(
                         name: "quic_reload_failed",
@@ -127,6 +186,22 @@ pub async fn serve(
             incoming = endpoint.accept() => match incoming {
                 Some(i) => {
                     WorkerCounters::bump(&worker.counters.http.h3.incoming);
+                    // A client that has not proven its address yet, when asked to: a Retry
+                    // (no state kept); its next Initial carries the token back.
+                    let i = if !i.remote_address_validated()
+                        && i.may_retry()
+                        && meter.wants_retry(limits.h3.retry)
+                    {
+                        match i.retry() {
+                            Ok(()) => {
+                                WorkerCounters::bump(&worker.counters.http.h3.retries);
+                                continue;
+                            }
+                            Err(e) => e.into_incoming(),
+                        }
+                    } else {
+                        i
+                    };
                     tokio::task::spawn_local(conn::serve(
                         i,
                         worker.clone(),
@@ -142,4 +217,33 @@ pub async fn serve(
     // the worker's live count, which the drain deadline bounds).
     endpoint.set_server_config(None);
     endpoint.wait_idle().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_with_one_farm_key_open_each_others_tokens() {
+        let (a, b, other) = (
+            token_key(Some([7; 32])),
+            token_key(Some([7; 32])),
+            token_key(Some([8; 32])),
+        );
+        let nonce = [1u8; 32];
+        let mut token = b"the client's address and its first ID".to_vec();
+        a.0.aead_from_hkdf(&nonce).seal(&mut token, b"").unwrap();
+        let mut copy = token.clone();
+        let opened = b.0.aead_from_hkdf(&nonce).open(&mut copy, b"").unwrap();
+        assert_eq!(opened, b"the client's address and its first ID");
+        let mut copy = token.clone();
+        assert!(other.0.aead_from_hkdf(&nonce).open(&mut copy, b"").is_err());
+        // Without a farm key each process draws its own.
+        let mut copy = token;
+        assert!(token_key(None)
+            .0
+            .aead_from_hkdf(&nonce)
+            .open(&mut copy, b"")
+            .is_err());
+    }
 }
