@@ -26,45 +26,6 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The worker's resident memory in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    status_field(pid, "VmRSS")
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Samples a process's resident memory every 50 ms until dropped; keeps the largest.
-struct RssWatch {
-    max: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-}
-
-impl RssWatch {
-    fn start(pid: u32) -> RssWatch {
-        let max = Arc::new(AtomicU64::new(rss_kib(pid)));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (m, s) = (max.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                m.fetch_max(rss_kib(pid), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        RssWatch { max, stop }
-    }
-    fn max_kib(&self) -> u64 {
-        self.max.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for RssWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
 /// h2spec, installed with `go install` when missing.
 fn h2spec() -> Option<PathBuf> {
     let home = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()));

@@ -1235,3 +1235,44 @@ pub fn bench_origin_at(port: u16) -> Proc {
     wait_listening(port, "the origin");
     p
 }
+
+// ---------------------------------------------------------------- memory
+
+/// The worker's resident memory in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    status_field(pid, "VmRSS")
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Samples a process's resident memory every 50 ms until dropped; keeps the largest.
+pub struct RssWatch {
+    max: Arc<std::sync::atomic::AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RssWatch {
+    pub fn start(pid: u32) -> RssWatch {
+        let max = Arc::new(std::sync::atomic::AtomicU64::new(rss_kib(pid)));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (m, s) = (max.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                m.fetch_max(rss_kib(pid), std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        RssWatch { max, stop }
+    }
+    pub fn max_kib(&self) -> u64 {
+        self.max.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for RssWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}

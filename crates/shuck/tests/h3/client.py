@@ -228,9 +228,10 @@ def main():
     p.add_argument("--ticket-out")
     p.add_argument("--rebind-after-group", type=int)
     p.add_argument("--new-cid", action="store_true")
+    p.add_argument("--deadline", type=float, default=120, help="seconds for the whole run")
     args = p.parse_args()
     try:
-        asyncio.run(asyncio.wait_for(run(args), 120))
+        asyncio.run(asyncio.wait_for(run(args), args.deadline))
     except Exception as e:  # the test reads why
         import traceback; traceback.print_exc(file=sys.stderr)
         print(json.dumps({"error": repr(e)}))
