@@ -147,7 +147,10 @@ async fn serve<I: Inbound, O: Outbound>(
     mut respond: O,
 ) {
     let gw: &Gateway = &active.0;
-    let mut retried = false;
+    // Sent again at most --retries times (at least once): a server killed under load can
+    // take a retry's fresh connection with it too, before it is marked down.
+    let max_tries = gw.worker.state.limits.retries.max(1);
+    let mut tries = 0;
     loop {
         // An idle connection of this client's, else (boxed, as it is large and rare once
         // the connections are warm) a new one or a wait for one.
@@ -206,15 +209,15 @@ async fn serve<I: Inbound, O: Outbound>(
             Ok(Done::Reusable) => return gw.backends.put(conn),
             Ok(_) => return,
             // The backend closed it while idle: the request goes again, on a new one.
-            Err(End::Unsent) if conn.reused && !retried => {
-                retried = true;
+            Err(End::Unsent) if conn.reused && tries < max_tries => {
+                tries += 1;
                 WorkerCounters::bump(&gw.worker.counters.http.retries);
             }
             // Closed or reset without a byte of answer (reused, or a server that died under
-            // load): an idempotent request without a body goes once to another connection
-            // (the dead server is marked down by its next connect or its check).
-            Err(End::Stale) if !retried && again == Retry::Unanswered => {
-                retried = true;
+            // load): an idempotent request without a body goes to another connection (the
+            // dead server is marked down by its next connect or its check).
+            Err(End::Stale) if tries < max_tries && again == Retry::Unanswered => {
+                tries += 1;
                 WorkerCounters::bump(&gw.worker.counters.http.retries);
             }
             Err(End::ClientReset) => return client_reset(gw),
