@@ -7,6 +7,7 @@
 pub mod endpoint;
 pub mod exposition;
 mod families;
+mod http_metrics;
 pub mod summary;
 
 use std::sync::{Arc, Mutex};
