@@ -207,19 +207,27 @@ async fn drive(
     let mut reload = frontend.reloads.subscribe();
     let mut draining = false;
     let mut end = "closed";
+    // The waits live across the loop's turns, as HTTP/2's driver keeps them: made afresh on
+    // every turn, each request accepted would set up and tear down a timer and three waiter
+    // registrations. The idle timer moves only when it fires (see `idle_check`).
+    let mut drained = std::pin::pin!(drain.recv());
+    let mut reloaded = std::pin::pin!(reload.changed());
+    let mut calm = std::pin::pin!(gw.resets.passed.notified());
+    let mut idle_check = gw.idle_since.get() + keepalive;
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(idle_check));
     loop {
-        let idle_end = gw.idle_since.get() + keepalive;
         tokio::select! {
             biased;
-            _ = drain.recv(), if !draining => {
+            _ = &mut drained, if !draining => {
                 draining = true;
                 end = "drained";
             }
-            r = reload.changed(), if !draining => {
+            r = &mut reloaded, if !draining => {
                 draining = true;
                 end = if r.is_ok() { "reload" } else { "frontend removed" };
             }
-            () = gw.resets.passed.notified() => {
+            () = &mut calm => {
+                calm.set(gw.resets.passed.notified());
                 if gw.resets.over() {
                     tracing::warn!(
                         name: "h3_rapid_reset",
@@ -231,14 +239,21 @@ async fn drive(
                     return "reset flood";
                 }
             }
-            () = tokio::time::sleep_until(idle_end), if !draining && gw.active() == 0 => {
-                if gw.active() == 0 && gw.idle_since.get() + keepalive <= Instant::now() {
+            // Idle for --http-keepalive-timeout: never looked at later than it could come
+            // due, and moved only when reached, so that requests do not move the timer.
+            () = &mut timer, if !draining => {
+                let now = Instant::now();
+                let idle_end = gw.idle_since.get() + keepalive;
+                if gw.active() > 0 {
+                    idle_check = now + keepalive; // nothing can come due sooner
+                } else if idle_end > now {
+                    idle_check = idle_end;
+                } else {
                     draining = true;
                     end = "keep-alive timeout";
                 }
+                timer.as_mut().reset(idle_check);
             }
-            // While a stream is under way the idle timer is not armed: look again later.
-            () = tokio::time::sleep(keepalive), if !draining && gw.active() > 0 => {}
             next = h3c.accept() => match next {
                 Ok(Some(resolver)) => {
                     let active = gw.stream_opened();
