@@ -114,7 +114,20 @@ pub struct QuicCounters {
     pub resets_sent: AtomicU64,
     /// Streams reset for no progress within `--http-stall-timeout`.
     pub stalled: AtomicU64,
+    /// Handshakes that resumed a session (a ticket opened, or a stateful one taken).
+    pub resumed: AtomicU64,
+    /// Connections that sent a request in 0-RTT (`--quic-early-data`).
+    pub zero_rtt: AtomicU64,
+    /// Requests that came in 0-RTT, by [`EARLY_OUTCOMES`].
+    pub early_requests: [AtomicU64; EARLY_OUTCOMES.len()],
+    /// Connections whose client address changed (NAT rebinding, migration).
+    pub migrated: AtomicU64,
 }
+
+/// What became of a request that came in 0-RTT, as metric labels: passed on at once with
+/// `Early-Data: 1`; held until the handshake completed (not a safe method, or with a
+/// body); sent again after the handshake because the backend answered `425 Too Early`.
+pub const EARLY_OUTCOMES: [&str; 3] = ["passed", "waited", "retried"];
 
 /// The local shortages (`backend::Shortage`, in its order), as metric labels.
 pub const SHORTAGES: [&str; 5] = ["emfile", "enfile", "enobufs", "enomem", "eaddrnotavail"];
@@ -200,6 +213,14 @@ pub struct QuicTotals {
     pub resets_sent: u64,
     /// See [`QuicCounters::stalled`].
     pub stalled: u64,
+    /// See [`QuicCounters::resumed`].
+    pub resumed: u64,
+    /// See [`QuicCounters::zero_rtt`].
+    pub zero_rtt: u64,
+    /// See [`QuicCounters::early_requests`].
+    pub early_requests: [u64; EARLY_OUTCOMES.len()],
+    /// See [`QuicCounters::migrated`].
+    pub migrated: u64,
 }
 
 impl QuicTotals {
@@ -213,6 +234,12 @@ impl QuicTotals {
         self.resets_received += c.resets_received.load(Relaxed);
         self.resets_sent += c.resets_sent.load(Relaxed);
         self.stalled += c.stalled.load(Relaxed);
+        self.resumed += c.resumed.load(Relaxed);
+        self.zero_rtt += c.zero_rtt.load(Relaxed);
+        self.migrated += c.migrated.load(Relaxed);
+        for (sum, c) in self.early_requests.iter_mut().zip(&c.early_requests) {
+            *sum += c.load(Relaxed);
+        }
     }
 }
 

@@ -241,6 +241,16 @@ pub struct Cli {
           value_parser = crate::config::values::parse_quic_retry)]
     pub quic_retry: crate::config::QuicRetry,
 
+    /// With --quic: accept 0-RTT (early data) from clients resuming a session: their first
+    /// requests arrive a round trip sooner. Only safe methods without a body are passed on
+    /// early, with `Early-Data: 1` (RFC 8470); others wait for the handshake, and a backend's
+    /// `425 Too Early` is retried once it completes. A ticket's early data is taken once
+    /// (farm-wide with --shared-store). Needs the session cache; not on frontends that
+    /// verify client certificates.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub quic_early_data: bool,
+
     /// With --quic: most request streams a client may have open at once on one QUIC
     /// connection (its initial_max_streams_bidi).
     #[arg(long, value_name = "NUM", default_value_t = 100)]

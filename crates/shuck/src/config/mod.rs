@@ -110,6 +110,8 @@ pub struct H3Limits {
     pub alt_svc_max_age: u64,
     /// `--quic-retry`.
     pub retry: QuicRetry,
+    /// `--quic-early-data`: 0-RTT accepted.
+    pub early_data: bool,
 }
 
 /// A validated configuration.
@@ -305,6 +307,12 @@ impl Config {
             .collect::<Result<Vec<_>, ConfigError>>()?;
         frontend::check_unique(&frontends)?;
         frontend::check_quic(&frontends, &tls, cli.http)?;
+        if cli.quic_early_data && !frontends.iter().any(|f| f.quic) {
+            return Err(ConfigError::Invalid {
+                option: "--quic-early-data",
+                reason: "no frontend serves QUIC (--quic, or a frontend's quic=on)".into(),
+            });
+        }
         let (mut certs, mut default_cert, self_signed) = tls::load_certs(cli)?;
         let mut acme = acme::settings(cli)?;
         if let (Some(a), Some(r)) = (&mut acme, &replication) {

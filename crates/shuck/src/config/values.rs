@@ -154,12 +154,21 @@ pub(super) fn h3_limits(cli: &Cli) -> Result<super::H3Limits, ConfigError> {
             ),
         });
     }
+    if cli.quic_early_data && cli.session_cache == 0 {
+        return Err(ConfigError::Invalid {
+            option: "--quic-early-data",
+            reason: "0-RTT is accepted only with single-use tickets kept in the session cache, \
+                     and --session-cache is 0"
+                .into(),
+        });
+    }
     Ok(super::H3Limits {
         max_concurrent_streams: cli.h3_max_concurrent_streams,
         stream_window: 1 << 20,
         max_incoming: 4096,
         alt_svc_max_age: cli.alt_svc_max_age,
         retry: cli.quic_retry,
+        early_data: cli.quic_early_data,
     })
 }
 

@@ -3,7 +3,7 @@
 //! dropped or switched, retries, stalls.
 
 use super::families::{counter, Enc};
-use crate::counters::{HttpTotals, H2_REASONS};
+use crate::counters::{HttpTotals, EARLY_OUTCOMES, H2_REASONS};
 
 /// `--http`: requests by protocol, HTTP/2 connections, resets and GOAWAYs.
 pub(super) fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Result {
@@ -26,6 +26,33 @@ pub(super) fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Resul
             (&[("stage", "established")], h.h3.connections),
             (&[("stage", "failed")], h.h3.handshake_failures),
         ],
+    )?;
+    let resumed = h.h3.resumed.min(h.h3.connections);
+    counter(
+        enc,
+        "shuck_quic_handshakes",
+        "--quic: QUIC handshakes completed, by kind (full; resumed: a session resumed; 0rtt: of those, ones that sent requests in 0-RTT, --quic-early-data).",
+        &[
+            (&[("kind", "full")], h.h3.connections - resumed),
+            (&[("kind", "resumed")], resumed),
+            (&[("kind", "0rtt")], h.h3.zero_rtt),
+        ],
+    )?;
+    counter(
+        enc,
+        "shuck_h3_early_requests",
+        "--quic-early-data: HTTP/3 requests that came in 0-RTT, by outcome (passed: sent on with Early-Data: 1; waited: held until the handshake completed; retried: sent again after the backend's 425).",
+        &[
+            (&[("outcome", EARLY_OUTCOMES[0])], h.h3.early_requests[0]),
+            (&[("outcome", EARLY_OUTCOMES[1])], h.h3.early_requests[1]),
+            (&[("outcome", EARLY_OUTCOMES[2])], h.h3.early_requests[2]),
+        ],
+    )?;
+    counter(
+        enc,
+        "shuck_quic_migrations",
+        "--quic: QUIC connections whose client address changed (NAT rebinding or migration).",
+        &[(&[], h.h3.migrated)],
     )?;
     counter(
         enc,

@@ -202,6 +202,8 @@ pub struct TlsState {
     pub store: Option<Arc<SharedStore>>,
     /// How this state resumes, for reading what a ClientHello offers.
     pub resumes: hello::Server,
+    /// Whether the frontend verifies client certificates (`--client-verify`).
+    pub verifies_clients: bool,
 }
 
 impl TlsState {
@@ -281,6 +283,7 @@ impl TlsState {
                 tls12: settings.versions.contains(&&rustls::version::TLS12),
                 stateless: settings.tickets.is_some(),
             },
+            verifies_clients: settings.client_auth.is_some(),
         })
     }
 }

@@ -236,6 +236,7 @@ fn serve(s: TcpStream, id: usize, shared: &Shared) -> io::Result<()> {
         let body_len = seen.body_len;
         let sha = seen.body_sha.clone();
         let ws_key = seen.header("sec-websocket-key").map(str::to_owned);
+        let early = seen.header("early-data") == Some("1");
         shared.seen.lock().unwrap().push(seen);
         let ok = |w: &mut TcpStream, body: &str| {
             let h = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
@@ -265,6 +266,10 @@ fn serve(s: TcpStream, id: usize, shared: &Shared) -> io::Result<()> {
             "/chunked" => w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\ngrpc-status: 0\r\ngrpc-message: fine\r\n\r\n")?,
             "/hints" => w.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")?,
             "/204" => w.write_all(b"HTTP/1.1 204 No Content\r\n\r\n")?,
+            // RFC 8470: a request that came in early data is refused until it comes again.
+            "/too-early" if early => {
+                w.write_all(b"HTTP/1.1 425 Too Early\r\ncontent-length: 0\r\n\r\n")?
+            }
             // A complete answer, and a moment later bytes nobody asked for: a body to HEAD
             // after its head, a whole second answer after a GET's.
             "/stray" => {

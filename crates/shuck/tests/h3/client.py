@@ -68,10 +68,25 @@ class Result:
 
 
 class Client(QuicConnectionProtocol):
+    # --hold-finished: seconds the client's handshake end (its Finished) is held back, as
+    # a slow uplink would, so that its 0-RTT requests surely reach the server first.
+    hold_finished = 0.0
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.http = H3Connection(self._quic)
         self.results = {}
+        self._hold_until = None
+
+    def transmit(self):
+        if self.hold_finished and self._quic._handshake_complete:
+            now = self._loop.time()
+            if self._hold_until is None:
+                self._hold_until = now + self.hold_finished
+            if now < self._hold_until:
+                self._loop.call_at(self._hold_until, self.transmit)
+                return
+        super().transmit()
 
     def quic_event_received(self, event: QuicEvent):
         if isinstance(event, StreamReset) and event.stream_id in self.results:
@@ -177,6 +192,7 @@ async def run(args):
     def save_ticket(t: SessionTicket):
         tickets.append(t)
 
+    Client.hold_finished = args.hold_finished / 1000.0
     reqs = json.loads(args.requests)
     out = {"requests": []}
     async with connect(
@@ -185,10 +201,9 @@ async def run(args):
         configuration=config,
         create_protocol=Client,
         session_ticket_handler=save_ticket,
-        wait_connected=True,
+        # --early: the first requests go with the Initial, in 0-RTT, before the handshake.
+        wait_connected=not args.early,
     ) as client:
-        out["alpn"] = client._quic.tls.alpn_negotiated
-        out["resumed"] = bool(client._quic.tls.session_resumed)
         authority = args.authority or args.sni or args.host
         groups = reqs if isinstance(reqs[0], list) else [reqs]
         for i, group in enumerate(groups):
@@ -208,6 +223,9 @@ async def run(args):
                 await asyncio.wait_for(client.ping(), 5)
             results = await asyncio.gather(*[client.request(authority, r) for r in group])
             out["requests"] += results
+        out["alpn"] = client._quic.tls.alpn_negotiated
+        out["resumed"] = bool(client._quic.tls.session_resumed)
+        out["early_data_accepted"] = bool(client._quic.tls.early_data_accepted)
         await asyncio.sleep(0.2)
     if args.ticket_out and tickets:
         import pickle
@@ -228,6 +246,8 @@ def main():
     p.add_argument("--ticket-out")
     p.add_argument("--rebind-after-group", type=int)
     p.add_argument("--new-cid", action="store_true")
+    p.add_argument("--early", action="store_true", help="send the first requests in 0-RTT")
+    p.add_argument("--hold-finished", type=float, default=0, help="ms to hold the handshake's end")
     p.add_argument("--deadline", type=float, default=120, help="seconds for the whole run")
     args = p.parse_args()
     try:

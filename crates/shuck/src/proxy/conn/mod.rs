@@ -210,6 +210,7 @@ pub async fn serve(
                 fallback,
                 chooser: chooser(),
                 alt_svc: frontend.alt_svc.clone(),
+                handshake: None,
             };
             drop(tls_state);
             // Boxed: the gateway's state would otherwise make every connection's future

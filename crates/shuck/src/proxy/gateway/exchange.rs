@@ -13,8 +13,9 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::answer::answer;
+use super::answer::{answer, pass_on, read_head};
 use super::backends::BackendConn;
+use super::early::{self, Early};
 use super::front::{Inbound, Outbound, Reset};
 use super::outcome::{client_reset, stalled, write_head, Done, End};
 use super::request::{self, Body, Kind, Refusal};
@@ -99,8 +100,16 @@ pub fn accept<I: Inbound, O: Outbound>(
     };
     gw.count_request();
     let again = Retry::of(&parts.method, framing);
+    let early = Early::of(gw.handshake.as_deref(), &parts.method, framing, kind);
+    if early != Early::No {
+        let h3 = &counters.http.h3;
+        WorkerCounters::bump(&h3.early_requests[usize::from(early == Early::Waited)]);
+        if early == Early::Passed {
+            early::mark(&mut head);
+        }
+    }
     Some(Box::pin(serve(
-        active, backend, head, framing, kind, again, body, respond,
+        active, backend, head, framing, kind, again, early, body, respond,
     )))
 }
 
@@ -143,10 +152,15 @@ async fn serve<I: Inbound, O: Outbound>(
     framing: Body,
     kind: Kind,
     again: Retry,
+    mut early: Early,
     mut body: I,
     mut respond: O,
 ) {
     let gw: &Gateway = &active.0;
+    let mut head = head;
+    if early == Early::Waited && !until_handshake(gw).await {
+        return;
+    }
     // Sent again at most --retries times (at least once): a server killed under load can
     // take a retry's fresh connection with it too, before it is marked down.
     let max_tries = gw.worker.state.limits.retries.max(1);
@@ -191,7 +205,7 @@ async fn serve<I: Inbound, O: Outbound>(
                 ))
                 .await
             }
-            (_, Body::None) => fetch(gw, &mut conn, &head, kind, &mut respond).await,
+            (_, Body::None) => fetch(gw, &mut conn, &head, kind, early, &mut respond).await,
             _ => {
                 Box::pin(exchange(
                     gw,
@@ -220,6 +234,16 @@ async fn serve<I: Inbound, O: Outbound>(
                 tries += 1;
                 WorkerCounters::bump(&gw.worker.counters.http.retries);
             }
+            // The backend would not take it early: again once the handshake is done (the
+            // connection, its answer unread, is dropped).
+            Err(End::TooEarly) => {
+                if !until_handshake(gw).await {
+                    return;
+                }
+                early::unmark(&mut head);
+                early = Early::No;
+                WorkerCounters::bump(&gw.worker.counters.http.h3.early_requests[2]);
+            }
             Err(End::ClientReset) => return client_reset(gw),
             Err(End::Stalled) => {
                 respond.reset(Reset::Cancel);
@@ -243,6 +267,15 @@ async fn serve<I: Inbound, O: Outbound>(
                 return reply(&mut respond, status);
             }
         }
+    }
+}
+
+/// Waits for the client's handshake; whether it completed (if not, the connection is
+/// gone and the stream with it).
+async fn until_handshake(gw: &Gateway) -> bool {
+    match &gw.handshake {
+        Some(h) => h.completed().await,
+        None => true,
     }
 }
 
@@ -270,12 +303,20 @@ async fn fetch<O: Outbound>(
     conn: &mut BackendConn,
     head: &[u8],
     kind: Kind,
+    early: Early,
     respond: &mut O,
 ) -> Result<Done, End> {
     write_head(conn, head).await?;
     let BackendConn {
         tcp, buf, silence, ..
     } = conn;
+    if early == Early::Passed {
+        let answer = read_head(tcp, buf, silence, gw, respond, kind).await?;
+        if answer.status == StatusCode::TOO_EARLY {
+            return Err(End::TooEarly);
+        }
+        return Ok(pass_on(gw, tcp, buf, silence, respond, answer).await);
+    }
     answer(tcp, buf, silence, gw, respond, kind).await
 }
 

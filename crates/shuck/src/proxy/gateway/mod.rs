@@ -11,6 +11,8 @@
 mod answer;
 mod backends;
 pub use backends::wake_keepers;
+mod early;
+pub use early::Handshake;
 mod exchange;
 pub use exchange::accept;
 pub mod front;
@@ -89,6 +91,8 @@ pub struct Gateway {
     pub(super) idle_since: Cell<Instant>,
     /// Streams served.
     pub(super) streams: Cell<u64>,
+    /// HTTP/3 with 0-RTT: the handshake its early requests wait on.
+    handshake: Option<Rc<Handshake>>,
 }
 
 /// Streams reset by the client (or refused as malformed) in the current second.
@@ -147,6 +151,8 @@ pub struct Client {
     pub chooser: Option<Chooser>,
     /// `--quic`: the `Alt-Svc` every answer carries unless the backend gave one.
     pub alt_svc: Option<http::HeaderValue>,
+    /// `--quic-early-data`: the handshake, while requests may come before it completes.
+    pub handshake: Option<Rc<Handshake>>,
 }
 
 impl Gateway {
@@ -181,6 +187,7 @@ impl Gateway {
             active: Cell::new(0),
             idle_since: Cell::new(Instant::now()),
             streams: Cell::new(0),
+            handshake: client.handshake,
         }
     }
 

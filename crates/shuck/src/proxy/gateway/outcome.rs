@@ -30,6 +30,10 @@ pub(super) enum End {
     /// The backend went silent past `--idle-timeout` (`504`).
     #[error("no answer within --idle-timeout")]
     Timeout,
+    /// The backend answered an early request `425 Too Early`: it goes again after the
+    /// handshake.
+    #[error("the backend answered 425 Too Early")]
+    TooEarly,
     /// Writing to or reading from the backend failed (`502`).
     #[error("backend connection: {0}")]
     Write(std::io::Error),

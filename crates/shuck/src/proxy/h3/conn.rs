@@ -29,12 +29,15 @@ const BODY_PEEK: Duration = Duration::from_millis(50);
 /// How long a closing connection is given to tell the client.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// Serves one incoming QUIC connection until it ends.
+/// Serves one incoming QUIC connection until it ends. With 0-RTT (`early`: the
+/// configuration accepts it), requests are taken as soon as the client's first flight is
+/// read, the handshake completing alongside (`gateway::Handshake` holds what must wait).
 pub(super) async fn serve(
     incoming: quinn::Incoming,
     worker: Rc<Worker>,
     frontend: Arc<FrontendState>,
     local: Option<SocketAddr>,
+    early: bool,
 ) {
     worker.conn_opened();
     let _live = LiveGuard(&worker);
@@ -42,29 +45,8 @@ pub(super) async fn serve(
     let state = &worker.state;
     let limits = &state.limits;
     let peer = incoming.remote_address();
-    let conn = match incoming.accept() {
-        Ok(connecting) => match tokio::time::timeout(limits.handshake_timeout, connecting).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                WorkerCounters::bump(&counters.http.h3.handshake_failures);
-                tracing::debug!(
-                    name: "quic_handshake_failed",
-                    client = %peer,
-                    error = %e,
-                    "QUIC handshake failed",
-                );
-                return;
-            }
-            Err(_) => {
-                WorkerCounters::bump(&counters.http.h3.handshake_failures);
-                tracing::debug!(
-                    name: "quic_handshake_timeout",
-                    client = %peer,
-                    "no QUIC handshake within the handshake timeout",
-                );
-                return;
-            }
-        },
+    let connecting = match incoming.accept() {
+        Ok(c) => c,
         Err(e) => {
             tracing::debug!(
                 name: "quic_connection_refused",
@@ -75,7 +57,23 @@ pub(super) async fn serve(
             return;
         }
     };
-    WorkerCounters::bump(&counters.http.h3.connections);
+    let deadline = Instant::now() + limits.handshake_timeout;
+    let (conn, handshake) = match handshake(connecting, early, deadline).await {
+        Ok(c) => c,
+        Err(e) => {
+            WorkerCounters::bump(&counters.http.h3.handshake_failures);
+            tracing::debug!(
+                name: "quic_handshake_failed",
+                client = %peer,
+                error = %e,
+                "QUIC handshake failed: {e}",
+            );
+            return;
+        }
+    };
+    if handshake.is_none() {
+        WorkerCounters::bump(&counters.http.h3.connections);
+    }
     WorkerCounters::bump(&counters.frontend(frontend.slot).accepted);
     let started = Instant::now();
     let Some(max_head) = state.http else {
@@ -85,7 +83,8 @@ pub(super) async fn serve(
         .handshake_data()
         .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
         .and_then(|d| d.server_name);
-    let client = client(&worker, &frontend, &conn, sni.as_deref(), local);
+    let mut client = client(&worker, &frontend, &conn, sni.as_deref(), local);
+    client.handshake = handshake.as_ref().map(|(h, _)| h.clone());
     let gw = Rc::new(Gateway::new(
         worker.clone(),
         Version::H3,
@@ -93,7 +92,42 @@ pub(super) async fn serve(
         limits,
         max_head,
     ));
-    let end = drive(&gw, &conn, &worker, &frontend, max_head).await;
+    let end = match handshake {
+        None => drive(&gw, &conn, &worker, &frontend, max_head).await,
+        Some((h, accepted)) => {
+            // The handshake completes (or not) while the early requests are served: each
+            // that waits on it is told. A client that never completes it (a replay) is
+            // cut off at --ssl-handshake-timeout.
+            let settle = async {
+                // quinn's word is whether a client's 0-RTT was taken (false for a server,
+                // and for a connection lost): whether it is still open tells.
+                let waited = tokio::time::timeout_at(deadline, accepted).await;
+                let done = waited.is_ok() && conn.close_reason().is_none();
+                h.settle(done);
+                if done {
+                    WorkerCounters::bump(&counters.http.h3.connections);
+                    if h.had_early_requests() {
+                        WorkerCounters::bump(&counters.http.h3.zero_rtt);
+                    }
+                    std::future::pending::<()>().await;
+                }
+                WorkerCounters::bump(&counters.http.h3.handshake_failures);
+                conn.close(quinn::VarInt::from_u32(0x100), b"handshake");
+            };
+            let end = tokio::select! {
+                end = drive(&gw, &conn, &worker, &frontend, max_head) => end,
+                () = settle => "handshake failed",
+            };
+            // Gone before it completed: whatever still waits on it ends.
+            if h.is_pending() {
+                h.settle(false);
+            }
+            end
+        }
+    };
+    if conn.remote_address() != peer {
+        WorkerCounters::bump(&counters.http.h3.migrated);
+    }
     WorkerCounters::bump(&counters.frontend(frontend.slot).closed);
     if state.log_connections {
         tracing::info!(
@@ -111,6 +145,44 @@ pub(super) async fn serve(
             "h3 connection from {peer} closed ({end})",
         );
     }
+}
+
+/// Why a QUIC handshake did not give a connection.
+#[derive(Debug, thiserror::Error)]
+enum HandshakeError {
+    #[error("{0}")]
+    Quic(#[from] quinn::ConnectionError),
+    #[error("not complete within --ssl-handshake-timeout")]
+    Timeout,
+}
+
+/// A connection's handshake under way: what its early requests wait on, and quinn's word
+/// that it completed.
+type Pending = (Rc<gateway::Handshake>, quinn::ZeroRttAccepted);
+
+/// The handshake, to its end; with 0-RTT only to the client's first flight read (its
+/// server name known), the rest going on beside the requests.
+async fn handshake(
+    mut connecting: quinn::Connecting,
+    early: bool,
+    deadline: Instant,
+) -> Result<(quinn::Connection, Option<Pending>), HandshakeError> {
+    if early {
+        tokio::time::timeout_at(deadline, connecting.handshake_data())
+            .await
+            .map_err(|_| HandshakeError::Timeout)??;
+        match connecting.into_0rtt() {
+            Ok((conn, accepted)) => {
+                let pending = Rc::new(gateway::Handshake::pending());
+                return Ok((conn, Some((pending, accepted))));
+            }
+            Err(c) => connecting = c,
+        }
+    }
+    let conn = tokio::time::timeout_at(deadline, connecting)
+        .await
+        .map_err(|_| HandshakeError::Timeout)??;
+    Ok((conn, None))
 }
 
 /// The client as the backends are told: its preambles, forwarding headers and routes.
@@ -173,6 +245,7 @@ fn client(
         fallback,
         chooser,
         alt_svc: frontend.alt_svc.clone(),
+        handshake: None,
     }
 }
 

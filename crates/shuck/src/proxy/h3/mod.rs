@@ -8,6 +8,7 @@
 //! (`steer.rs`); `conn.rs` drives one connection.
 
 mod conn;
+mod resume;
 pub mod steer;
 mod stream;
 
@@ -89,15 +90,38 @@ pub fn alt_svc(port: u16, max_age: u64) -> http::HeaderValue {
 }
 
 /// quinn's server configuration for a frontend's TLS state: its rustls configuration with
-/// ALPN `h3` only and no early data, and the limits of `--h3-*` and `--http-*`.
+/// ALPN `h3` only, and the limits of `--h3-*` and `--http-*`. 0-RTT (`--quic-early-data`)
+/// where it can be taken safely: with single-use tickets from the session cache, and not
+/// where client certificates are verified (they would be known only after the requests).
+/// Whether it is on is returned with it.
 pub fn server_config(
     tls: &TlsState,
     limits: &Limits,
     key: &TokenKey,
-) -> Result<quinn::ServerConfig, QuicError> {
+    counters: &Arc<WorkerCounters>,
+) -> Result<(quinn::ServerConfig, bool), QuicError> {
     let mut rustls = (*tls.config).clone();
     rustls.alpn_protocols = vec![b"h3".to_vec()];
-    rustls.max_early_data_size = 0;
+    let early = limits.h3.early_data && tls.cache.is_some() && !tls.verifies_clients;
+    if early {
+        // QUIC's only other value (RFC 9001 §4.6.1): the amount is QUIC's flow control's.
+        rustls.max_early_data_size = u32::MAX;
+        rustls.ticketer = Arc::new(resume::StatefulOnly);
+    } else {
+        rustls.max_early_data_size = 0;
+    }
+    if rustls.ticketer.enabled() {
+        rustls.ticketer = Arc::new(resume::CountedTickets {
+            ring: rustls.ticketer.clone(),
+            counters: counters.clone(),
+        });
+    } else if let Some(cache) = &tls.cache {
+        rustls.session_storage = Arc::new(resume::QuicSessions {
+            cache: cache.clone(),
+            store: tls.store.clone(),
+            counters: counters.clone(),
+        });
+    }
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(rustls))
         .map_err(|e| QuicError::Tls(e.to_string()))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
@@ -120,7 +144,7 @@ pub fn server_config(
     config.transport_config(Arc::new(t));
     config.migration(true);
     config.max_incoming(limits.h3.max_incoming);
-    Ok(config)
+    Ok((config, early))
 }
 
 /// One worker thread's QUIC endpoint for a frontend: accepts on its socket (number `index`
@@ -139,12 +163,16 @@ pub async fn serve(
     let limits = &worker.state.limits;
     let local = socket.local_addr().ok();
     let key = &worker.state.quic_token_key;
-    let started = server_config(&frontend.tls.load(), limits, key).and_then(|config| {
-        let mut ep = quinn::EndpointConfig::default();
-        ep.cid_generator(move || Box::new(steer::WorkerCids::new(index, workers)));
-        let runtime = Arc::new(quinn::TokioRuntime);
-        Ok(quinn::Endpoint::new(ep, Some(config), socket, runtime)?)
-    });
+    let counters = &worker.counters;
+    let mut early = false;
+    let started =
+        server_config(&frontend.tls.load(), limits, key, counters).and_then(|(config, e)| {
+            early = e;
+            let mut ep = quinn::EndpointConfig::default();
+            ep.cid_generator(move || Box::new(steer::WorkerCids::new(index, workers)));
+            let runtime = Arc::new(quinn::TokioRuntime);
+            Ok(quinn::Endpoint::new(ep, Some(config), socket, runtime)?)
+        });
     let endpoint = match started {
         Ok(e) => e,
         Err(e) => {
@@ -173,8 +201,11 @@ pub async fn serve(
                 if r.is_err() {
                     break;
                 }
-                match server_config(&frontend.tls.load(), limits, key) {
-                    Ok(c) => endpoint.set_server_config(Some(c)),
+                match server_config(&frontend.tls.load(), limits, key, counters) {
+                    Ok((c, e)) => {
+                        endpoint.set_server_config(Some(c));
+                        early = e;
+                    }
                     Err(e) => tracing::error!(
                         name: "quic_reload_failed",
                         frontend = %frontend.name,
@@ -207,6 +238,7 @@ pub async fn serve(
                         worker.clone(),
                         frontend.clone(),
                         local,
+                        early,
                     ));
                 }
                 None => break,

@@ -115,8 +115,24 @@ enum Request {
     Get {
         key: Vec<u8>,
         take: bool,
-        reply: oneshot::Sender<Lookup>,
+        reply: Reply,
     },
+}
+
+/// Where a lookup's answer goes: a handshake's task awaiting it, or a thread blocked on it.
+enum Reply {
+    Task(oneshot::Sender<Lookup>),
+    Thread(std::sync::mpsc::SyncSender<Lookup>),
+}
+
+impl Reply {
+    fn send(self, found: Lookup) {
+        // Nobody waits any more past the timeout: the answer is dropped.
+        match self {
+            Reply::Task(t) => drop(t.send(found)),
+            Reply::Thread(t) => drop(t.try_send(found)),
+        }
+    }
 }
 
 /// The shared store as the process holds it: made with the configuration (in the master
@@ -224,7 +240,7 @@ impl SharedStore {
         let sent = tx.try_send(Request::Get {
             key: key.to_vec(),
             take,
-            reply,
+            reply: Reply::Task(reply),
         });
         if sent.is_err() {
             self.stats.count(op, Outcome::Skipped);
@@ -238,6 +254,40 @@ impl SharedStore {
             Ok(Err(_)) => Lookup::Unavailable,
             Err(_) => {
                 self.stats.count(op, Outcome::Timeout);
+                Lookup::Unavailable
+            }
+        }
+    }
+
+    /// Takes a session now, blocking the calling thread at most `--shared-store-timeout`:
+    /// rustls's own take for QUIC's handshakes, whose ClientHello quinn reads before shuck
+    /// could prefetch, so that a ticket (and its 0-RTT) is used once farm-wide.
+    pub fn take_blocking(&self, key: &[u8]) -> Lookup {
+        let Some(tx) = self.link.get() else {
+            return Lookup::Unavailable;
+        };
+        if !self.is_up() {
+            self.stats.count(Op::Take, Outcome::Skipped);
+            return Lookup::Unavailable;
+        }
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        let sent = tx.try_send(Request::Get {
+            key: key.to_vec(),
+            take: true,
+            reply: Reply::Thread(reply),
+        });
+        if sent.is_err() {
+            self.stats.count(Op::Take, Outcome::Skipped);
+            return Lookup::Unavailable;
+        }
+        let started = Instant::now();
+        let got = answer.recv_timeout(self.settings.timeout);
+        self.stats.observe(started.elapsed());
+        match got {
+            Ok(found) => found,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Lookup::Unavailable,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                self.stats.count(Op::Take, Outcome::Timeout);
                 Lookup::Unavailable
             }
         }

@@ -13,7 +13,7 @@ use redis::{ProtocolVersion, RedisError};
 use tokio::sync::{mpsc, oneshot};
 
 use super::stats::{Op, Outcome};
-use super::{Lookup, Request, Settings, SharedStore, StoreError};
+use super::{Lookup, Reply, Request, Settings, SharedStore, StoreError};
 use crate::clock::unix_ms;
 use crate::session::tickets::{RingState, TicketKeys};
 
@@ -245,11 +245,7 @@ impl Health {
 /// What a command of a batch answers for.
 enum Pending {
     Put,
-    Get {
-        name: Vec<u8>,
-        op: Op,
-        reply: oneshot::Sender<Lookup>,
-    },
+    Get { name: Vec<u8>, op: Op, reply: Reply },
 }
 
 /// The requests waiting at once, sent as one pipeline: under load many sessions share a
@@ -310,7 +306,7 @@ async fn serve_batch(
                     Pending::Put => store.stats.count(Op::Put, Outcome::Error),
                     Pending::Get { op, reply, .. } => {
                         store.stats.count(op, Outcome::Error);
-                        let _ = reply.send(Lookup::Unavailable);
+                        reply.send(Lookup::Unavailable);
                     }
                 }
             }
@@ -322,7 +318,7 @@ async fn serve_batch(
             Pending::Put => store.stats.count(Op::Put, Outcome::Ok),
             Pending::Get { name, op, reply } => {
                 let got: Option<Vec<u8>> = redis::from_redis_value(answer).unwrap_or(None);
-                let _ = reply.send(found(&store, op, &name, got, now));
+                reply.send(found(&store, op, &name, got, now));
             }
         }
     }
