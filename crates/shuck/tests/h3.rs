@@ -192,7 +192,7 @@ fn a_client_whose_address_changes_keeps_its_connection_with_two_workers() {
         return;
     }
     let origin = H1Origin::start(None);
-    let (shuck, _) = gateway(&origin, &["-n", "2"]);
+    let (shuck, stats) = gateway(&origin, &["-n", "2"]);
     // Each run moves to a new port mid-connection; the kernel's hash of the new address
     // would send half of them to the other worker's socket, where the connection is
     // unknown (tried: without the steering program, 3 runs in 6 failed).
@@ -211,6 +211,13 @@ fn a_client_whose_address_changes_keeps_its_connection_with_two_workers() {
             "run {run}: {report}"
         );
     }
+    // Counted as the connections end.
+    let migrated = || sample(&scrape(stats, "/metrics").1, "shuck_quic_migrations_total");
+    assert!(
+        wait_until(Duration::from_secs(5), || migrated() == 6.0),
+        "{}",
+        migrated()
+    );
 }
 
 #[test]
