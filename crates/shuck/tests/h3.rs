@@ -263,8 +263,27 @@ fn retry_makes_new_clients_prove_their_address() {
         let report = h3(shuck.port, json!([{"path": "/size/7"}]), &[]);
         assert_eq!(answers(&report)[0]["length"], 7, "{report}");
     }
-    let (_, body) = scrape(stats, "/metrics");
-    assert_eq!(sample(&body, "shuck_quic_retries_total"), 3.0, "{body}");
+    let retries = || sample(&scrape(stats, "/metrics").1, "shuck_quic_retries_total");
+    assert_eq!(retries(), 3.0);
+    // A NEW_TOKEN token from one connection spares the next its Retry, once; a forged one
+    // is taken for none (a Retry, then served).
+    let dir = TempDir::new("h3-token");
+    let token = dir.path("token");
+    let t = token.to_str().unwrap();
+    let one = |extra: &[&str]| {
+        let report = h3(shuck.port, json!([{"path": "/size/7"}]), extra);
+        assert_eq!(answers(&report)[0]["length"], 7, "{report}");
+        report
+    };
+    let first = one(&["--token-out", t]);
+    assert!(first["tokens"].as_u64() >= Some(1), "{first}");
+    assert_eq!(retries(), 4.0);
+    one(&["--token-in", t]);
+    assert_eq!(retries(), 4.0, "the token proved the address");
+    one(&["--token-in", t]);
+    assert_eq!(retries(), 5.0, "a token is taken once");
+    one(&["--token-hex", &"ab".repeat(60)]);
+    assert_eq!(retries(), 6.0, "a forged token proves nothing");
     // The default threshold (1000 a second) sends none to three clients.
     let (plain, stats) = gateway(&origin, &[]);
     let report = h3(plain.port, json!([{"path": "/size/7"}]), &[]);

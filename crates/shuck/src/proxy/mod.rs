@@ -59,9 +59,9 @@ pub struct ProxyState {
     /// Told when the admin API puts a server in maintenance: each worker thread wakes
     /// the keepers of its idle backend connections, which close those to that server.
     pub maint: tokio::sync::Notify,
-    /// `--quic`: the key QUIC's Retry tokens are sealed under (the farm's, or this
-    /// process's own), the same for every worker thread.
-    pub quic_token_key: h3::TokenKey,
+    /// `--quic`: the key QUIC's Retry and NEW_TOKEN tokens are sealed under (the farm's,
+    /// or this process's own) and the log of tokens used, the same for every worker thread.
+    pub quic_tokens: h3::Tokens,
 }
 
 /// A frontend as the workers see it. A reload swaps its TLS state: connections accepted

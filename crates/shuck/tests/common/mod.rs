@@ -1067,7 +1067,12 @@ impl Drop for Redis {
 
 /// GET `path` from a `--stats` port on 127.0.0.1: the head and the body.
 pub fn scrape(port: u16, path: &str) -> (String, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    scrape_at(&format!("127.0.0.1:{port}"), path)
+}
+
+/// As [`scrape`], from `--stats` at `addr` (a host in a network namespace).
+pub fn scrape_at(addr: &str, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
     let mut out = String::new();

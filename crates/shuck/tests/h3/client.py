@@ -184,6 +184,12 @@ async def run(args):
     config.max_stream_data = 1 << 20
     config.max_data = 8 << 20
     tickets = []
+    tokens = []
+    if args.token_in and os.path.exists(args.token_in):
+        with open(args.token_in, "rb") as f:
+            config.token = f.read()
+    if args.token_hex:
+        config.token = bytes.fromhex(args.token_hex)
     if args.ticket_in and os.path.exists(args.ticket_in):
         import pickle
         with open(args.ticket_in, "rb") as f:
@@ -201,6 +207,7 @@ async def run(args):
         configuration=config,
         create_protocol=Client,
         session_ticket_handler=save_ticket,
+        token_handler=tokens.append,
         # --early: the first requests go with the Initial, in 0-RTT, before the handshake.
         wait_connected=not args.early,
     ) as client:
@@ -232,6 +239,10 @@ async def run(args):
         with open(args.ticket_out, "wb") as f:
             pickle.dump(tickets[-1], f)
     out["tickets"] = len(tickets)
+    out["tokens"] = len(tokens)
+    if args.token_out and tokens:
+        with open(args.token_out, "wb") as f:
+            f.write(tokens[-1])
     print(json.dumps(out))
 
 
@@ -244,6 +255,9 @@ def main():
     p.add_argument("--authority")
     p.add_argument("--ticket-in")
     p.add_argument("--ticket-out")
+    p.add_argument("--token-in", help="a NEW_TOKEN token to open the connection with")
+    p.add_argument("--token-out", help="where to keep the NEW_TOKEN token the server sends")
+    p.add_argument("--token-hex", help="a token of one's own (a forged one)")
     p.add_argument("--rebind-after-group", type=int)
     p.add_argument("--new-cid", action="store_true")
     p.add_argument("--early", action="store_true", help="send the first requests in 0-RTT")

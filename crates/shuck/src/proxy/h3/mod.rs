@@ -34,20 +34,26 @@ pub enum QuicError {
     Socket(#[from] std::io::Error),
 }
 
-/// The key QUIC's address-validation (Retry) tokens are sealed under.
+/// QUIC's address-validation tokens: the key that seals both kinds (a Retry's, and
+/// NEW_TOKEN's for a client's next connection), and the log of NEW_TOKEN tokens used, so
+/// that each is taken once by this host (every worker thread shares it).
 #[derive(Clone)]
-pub struct TokenKey(Arc<dyn quinn::crypto::HandshakeTokenKey>);
+pub struct Tokens {
+    key: Arc<dyn quinn::crypto::HandshakeTokenKey>,
+    used: Arc<quinn::BloomTokenLog>,
+}
 
-impl std::fmt::Debug for TokenKey {
+impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TokenKey(..)")
+        f.write_str("Tokens(..)")
     }
 }
 
 /// The token key: derived from the farm's key (HKDF-SHA256 with a label of its own, so it
 /// opens nothing else the farm key seals), so that a token one host issued is taken by
-/// another; without one, a random key of this process's (every worker thread shares it).
-pub fn token_key(farm: Option<[u8; 32]>) -> TokenKey {
+/// another; without one, a random key of this process's. The log of used tokens is the
+/// process's own (quinn's Bloom filter pair, 10 MiB at most).
+pub fn tokens(farm: Option<[u8; 32]>) -> Tokens {
     use aws_lc_rs::hkdf;
     let secret = farm.unwrap_or_else(|| {
         let mut k = [0u8; 32];
@@ -56,7 +62,10 @@ pub fn token_key(farm: Option<[u8; 32]>) -> TokenKey {
         k
     });
     let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"shuck quic retry token key").extract(&secret);
-    TokenKey(Arc::new(prk))
+    Tokens {
+        key: Arc::new(prk),
+        used: Arc::new(quinn::BloomTokenLog::default()),
+    }
 }
 
 /// `--quic-retry Above(N)`: new connections a worker took in the current second.
@@ -97,7 +106,7 @@ pub fn alt_svc(port: u16, max_age: u64) -> http::HeaderValue {
 pub fn server_config(
     tls: &TlsState,
     limits: &Limits,
-    key: &TokenKey,
+    tokens: &Tokens,
     counters: &Arc<WorkerCounters>,
 ) -> Result<(quinn::ServerConfig, bool), QuicError> {
     let mut rustls = (*tls.config).clone();
@@ -125,7 +134,12 @@ pub fn server_config(
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(rustls))
         .map_err(|e| QuicError::Tls(e.to_string()))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    config.token_key(key.0.clone());
+    config.token_key(tokens.key.clone());
+    // NEW_TOKEN: one token per connection, for the client's next one (a returning client
+    // skips the Retry, and its first flight is not held to three times what it sent).
+    let mut validation = quinn::ValidationTokenConfig::default();
+    validation.log(tokens.used.clone()).sent(1);
+    config.validation_token_config(validation);
     let mut t = quinn::TransportConfig::default();
     t.max_concurrent_bidi_streams(limits.h3.max_concurrent_streams.into())
         // The client's control stream and QPACK's two, and room for a grease stream.
@@ -162,11 +176,11 @@ pub async fn serve(
 ) {
     let limits = &worker.state.limits;
     let local = socket.local_addr().ok();
-    let key = &worker.state.quic_token_key;
+    let tokens = &worker.state.quic_tokens;
     let counters = &worker.counters;
     let mut early = false;
     let started =
-        server_config(&frontend.tls.load(), limits, key, counters).and_then(|(config, e)| {
+        server_config(&frontend.tls.load(), limits, tokens, counters).and_then(|(config, e)| {
             early = e;
             let mut ep = quinn::EndpointConfig::default();
             ep.cid_generator(move || Box::new(steer::WorkerCids::new(index, workers)));
@@ -201,7 +215,7 @@ pub async fn serve(
                 if r.is_err() {
                     break;
                 }
-                match server_config(&frontend.tls.load(), limits, key, counters) {
+                match server_config(&frontend.tls.load(), limits, tokens, counters) {
                     Ok((c, e)) => {
                         endpoint.set_server_config(Some(c));
                         early = e;
@@ -258,22 +272,26 @@ mod tests {
     #[test]
     fn hosts_with_one_farm_key_open_each_others_tokens() {
         let (a, b, other) = (
-            token_key(Some([7; 32])),
-            token_key(Some([7; 32])),
-            token_key(Some([8; 32])),
+            tokens(Some([7; 32])),
+            tokens(Some([7; 32])),
+            tokens(Some([8; 32])),
         );
         let nonce = [1u8; 32];
         let mut token = b"the client's address and its first ID".to_vec();
-        a.0.aead_from_hkdf(&nonce).seal(&mut token, b"").unwrap();
+        a.key.aead_from_hkdf(&nonce).seal(&mut token, b"").unwrap();
         let mut copy = token.clone();
-        let opened = b.0.aead_from_hkdf(&nonce).open(&mut copy, b"").unwrap();
+        let opened = b.key.aead_from_hkdf(&nonce).open(&mut copy, b"").unwrap();
         assert_eq!(opened, b"the client's address and its first ID");
         let mut copy = token.clone();
-        assert!(other.0.aead_from_hkdf(&nonce).open(&mut copy, b"").is_err());
+        assert!(other
+            .key
+            .aead_from_hkdf(&nonce)
+            .open(&mut copy, b"")
+            .is_err());
         // Without a farm key each process draws its own.
         let mut copy = token;
-        assert!(token_key(None)
-            .0
+        assert!(tokens(None)
+            .key
             .aead_from_hkdf(&nonce)
             .open(&mut copy, b"")
             .is_err());

@@ -268,6 +268,6 @@ fn proxy_state(config: &Config, routing: Routing) -> ProxyState {
         proxy_authority: config.proxy_authority,
         client_cert_header: config.client_cert_header.clone(),
         maint: tokio::sync::Notify::new(),
-        quic_token_key: crate::proxy::h3::token_key(config.farm_key()),
+        quic_tokens: crate::proxy::h3::tokens(config.farm_key()),
     }
 }
