@@ -36,6 +36,11 @@ pub fn aioquic() -> bool {
 /// Runs the HTTP/3 client against `port` with `requests` (a list, or a list of lists run
 /// in turn); its JSON report.
 pub fn h3(port: u16, requests: Value, extra: &[&str]) -> Value {
+    h3_at("127.0.0.1", port, requests, extra)
+}
+
+/// As [`h3`], to `host` (a host of a farm in a network namespace).
+pub fn h3_at(host: &str, port: u16, requests: Value, extra: &[&str]) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3/client.py");
     // The client keeps its own deadline (--deadline, 120 s unless given); this one only
     // catches a client that hangs past it.
@@ -43,7 +48,7 @@ pub fn h3(port: u16, requests: Value, extra: &[&str]) -> Value {
         .arg("1000")
         .arg("python3")
         .arg(script)
-        .arg("127.0.0.1")
+        .arg(host)
         .arg(port.to_string())
         .arg(requests.to_string())
         .args(extra)

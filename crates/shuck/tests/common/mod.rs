@@ -5,6 +5,7 @@
 pub mod h1origin;
 pub mod h2c;
 pub mod h3;
+pub mod netns;
 pub mod pebble;
 
 use std::io::{self, BufRead, BufReader, Read, Write};
