@@ -104,6 +104,9 @@ impl H1Origin {
         thread::spawn(move || {
             for s in l.incoming() {
                 let Ok(s) = s else { continue };
+                // An answer's head and body are two writes: without this, Nagle holds the
+                // body until the proxy's delayed ACK (40 ms), and the origin is the weak link.
+                let _ = s.set_nodelay(true);
                 let id = count.fetch_add(1, Ordering::SeqCst);
                 let shared = shared.clone();
                 thread::spawn(move || {

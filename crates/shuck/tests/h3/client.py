@@ -230,6 +230,8 @@ async def run(args):
                 await asyncio.wait_for(client.ping(), 5)
             results = await asyncio.gather(*[client.request(authority, r) for r in group])
             out["requests"] += results
+            if args.pause_ms:
+                await asyncio.sleep(args.pause_ms / 1000.0)
         out["alpn"] = client._quic.tls.alpn_negotiated
         out["resumed"] = bool(client._quic.tls.session_resumed)
         out["early_data_accepted"] = bool(client._quic.tls.early_data_accepted)
@@ -260,6 +262,7 @@ def main():
     p.add_argument("--token-hex", help="a token of one's own (a forged one)")
     p.add_argument("--rebind-after-group", type=int)
     p.add_argument("--new-cid", action="store_true")
+    p.add_argument("--pause-ms", type=float, default=0, help="ms between two groups")
     p.add_argument("--early", action="store_true", help="send the first requests in 0-RTT")
     p.add_argument("--hold-finished", type=float, default=0, help="ms to hold the handshake's end")
     p.add_argument("--deadline", type=float, default=120, help="seconds for the whole run")

@@ -139,8 +139,17 @@ pub(super) fn pass_on<'a, R: AsyncRead + Unpin, O: Outbound>(
         client_reset(gw); // a reset that came before PATIENCE was up (see read_head)
     }
     async move {
-        if taken.is_err() || respond.flush_head().await.is_err() {
+        if taken.is_err() {
             return Done::Close;
+        }
+        match respond.flush_head(gw.stall).await {
+            Ok(()) => {}
+            Err(SendError::Client) => return Done::Close,
+            Err(SendError::Stalled) => {
+                respond.reset(Reset::Cancel);
+                stalled(gw, respond.id(), "the client's window stayed shut");
+                return Done::Close;
+            }
         }
         if empty {
             return done;

@@ -58,8 +58,9 @@ pub trait Outbound {
     /// so that the answer's fields are not carried in a future);
     /// [`flush_head`](Outbound::flush_head) tells whether it went.
     fn respond(&mut self, resp: Response<()>, end: bool) -> Result<(), Gone>;
-    /// Waits until the head taken by [`respond`](Outbound::respond) is sent.
-    fn flush_head(&mut self) -> impl Future<Output = Result<(), Gone>>;
+    /// Waits until the head taken by [`respond`](Outbound::respond) is sent, at most
+    /// `stall` for the client's window (HTTP/3's heads are flow-controlled as its data is).
+    fn flush_head(&mut self, stall: Duration) -> impl Future<Output = Result<(), SendError>>;
     /// Body bytes after the head, never ahead of the client's window; `last` ends the
     /// stream with them (empty `data` with `last` ends it). `stall`: the longest wait for
     /// the window to open.

@@ -243,6 +243,14 @@ impl Gateway {
 /// A stream being served; its end may leave the connection idle.
 pub struct Active(Rc<Gateway>);
 
+impl Active {
+    /// The client reset the stream before its request could be read: counted, and against
+    /// the reset limit (a flood of streams opened and reset at once is rapid reset too).
+    pub fn reset_by_client(&self) {
+        outcome::client_reset(&self.0);
+    }
+}
+
 impl Drop for Active {
     fn drop(&mut self) {
         let gw = &self.0;

@@ -45,7 +45,7 @@ pub(super) async fn upgrade<I: Inbound, O: Outbound>(
     }
     let mut ok = Response::new(());
     *ok.headers_mut() = answer.headers;
-    if respond.respond(ok, false).is_err() || respond.flush_head().await.is_err() {
+    if respond.respond(ok, false).is_err() || respond.flush_head(gw.stall).await.is_err() {
         return Err(End::ClientReset);
     }
     if let Err(e) = tunnel(gw, &mut rd, &mut wr, buf, body, respond).await {

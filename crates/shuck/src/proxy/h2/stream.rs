@@ -70,8 +70,8 @@ impl Outbound for Answer {
         Ok(())
     }
 
-    async fn flush_head(&mut self) -> Result<(), Gone> {
-        Ok(()) // h2 queued it with the connection's frames
+    async fn flush_head(&mut self, _stall: Duration) -> Result<(), SendError> {
+        Ok(()) // h2 queued it with the connection's frames (HEADERS are not flow-controlled)
     }
 
     async fn send(

@@ -331,10 +331,18 @@ async fn drive(
                 Ok(Some(resolver)) => {
                     let active = gw.stream_opened();
                     let timeout = limits.http_request_timeout;
+                    let stall = limits.http_stall_timeout;
                     tokio::task::spawn_local(async move {
                         let resolved = tokio::time::timeout(timeout, resolver.resolve_request()).await;
-                        let Ok(Ok((req, stream))) = resolved else {
-                            return; // a head malformed (h3 reset it) or too slow
+                        let (req, stream) = match resolved {
+                            Ok(Ok(r)) => r,
+                            // Reset before its head was read, or a head h3 refused: the stream
+                            // cost a task, and counts against the reset limit.
+                            Ok(Err(
+                                h3::error::StreamError::RemoteTerminate { .. }
+                                | h3::error::StreamError::StreamError { .. },
+                            )) => return active.reset_by_client(),
+                            _ => return, // too slow, or the connection went
                         };
                         let (tx, rx) = stream.split();
                         let (parts, ()) = req.into_parts();
@@ -344,10 +352,10 @@ async fn drive(
                             BODY_PEEK
                         };
                         let Ok((body, end_stream)) = Body::peek(rx, peek).await else {
-                            return;
+                            return active.reset_by_client();
                         };
                         if let Some(serving) =
-                            gateway::accept(active, parts, end_stream, body, Answer::new(tx))
+                            gateway::accept(active, parts, end_stream, body, Answer::new(tx, stall))
                         {
                             serving.await;
                         }

@@ -69,16 +69,19 @@ pub struct Answer {
     tx: Option<Tx>,
     head: Option<(Response<()>, bool)>,
     id: u64,
+    /// `--http-stall-timeout`: the longest an interim answer waits for the client's window.
+    stall: Duration,
 }
 
 impl Answer {
     /// The stream's sending half.
-    pub fn new(tx: Tx) -> Self {
+    pub fn new(tx: Tx, stall: Duration) -> Self {
         let id = tx.send_id().into_inner();
         Answer {
             tx: Some(tx),
             head: None,
             id,
+            stall,
         }
     }
 }
@@ -100,7 +103,8 @@ impl Outbound for Answer {
 
     async fn informational(&mut self, resp: Response<()>) {
         if let Some(tx) = &mut self.tx {
-            let _ = tx.send_response(resp).await;
+            // A window kept shut shows at the final answer's head, which waits as long.
+            let _ = tokio::time::timeout(self.stall, tx.send_response(resp)).await;
         }
     }
 
@@ -112,13 +116,23 @@ impl Outbound for Answer {
         Ok(())
     }
 
-    async fn flush_head(&mut self) -> Result<(), Gone> {
-        let (tx, Some((resp, end))) = (self.tx.as_mut().ok_or(Gone)?, self.head.take()) else {
+    async fn flush_head(&mut self, stall: Duration) -> Result<(), SendError> {
+        let tx = self.tx.as_mut().ok_or(SendError::Client)?;
+        let Some((resp, end)) = self.head.take() else {
             return Ok(());
         };
-        tx.send_response(resp).await.map_err(|_| Gone)?;
+        // A HEADERS frame is stream data, under the client's windows: one kept shut holds it.
+        match tokio::time::timeout(stall, tx.send_response(resp)).await {
+            Err(_) => return Err(SendError::Stalled),
+            Ok(Err(_)) => return Err(SendError::Client),
+            Ok(Ok(())) => {}
+        }
         if end {
-            tx.finish().await.map_err(|_| Gone)?;
+            match tokio::time::timeout(stall, tx.finish()).await {
+                Err(_) => return Err(SendError::Stalled),
+                Ok(Err(_)) => return Err(SendError::Client),
+                Ok(Ok(())) => {}
+            }
         }
         Ok(())
     }

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Hostile HTTP/3 clients for shuck's flood test, on aioquic. One mode per process, each
+bounded by --seconds and paced by --rate (operations a second), then one JSON report:
+
+  resets  streams opened and reset at once, on connection after connection (each ends
+          when the server closes it for too many resets)
+  tokens  new connections, each with a forged address-validation token, closed at once
+  tiny    connections that ask for large answers on many streams with tiny flow-control
+          windows they never open further (a slow-read client)
+"""
+import argparse
+import asyncio
+import json
+import os
+import ssl
+import time
+
+from aioquic.asyncio.client import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+
+
+class Quiet(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.http = H3Connection(self._quic)
+
+    def quic_event_received(self, event):
+        try:
+            self.http.handle_event(event)
+        except Exception:
+            pass
+
+
+def config(args, window=None):
+    c = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+    c.verify_mode = ssl.CERT_NONE
+    c.server_name = "localhost"
+    c.idle_timeout = 5
+    if window:
+        c.max_stream_data = window
+        c.max_data = window * 4
+    return c
+
+
+def head(args, path):
+    return [
+        (b":method", b"GET"),
+        (b":scheme", b"https"),
+        (b":authority", b"localhost"),
+        (b":path", path.encode()),
+    ]
+
+
+async def resets(args, end, out):
+    out.update(connections=0, resets=0, closed_by_server=0, close_codes=[])
+    pause = 1.0 / args.rate
+    while time.monotonic() < end:
+        out["connections"] += 1
+        try:
+            async with connect(args.host, args.port, configuration=config(args),
+                               create_protocol=Quiet) as c:
+                while time.monotonic() < end and c._quic._close_event is None:
+                    sid = c._quic.get_next_available_stream_id()
+                    c.http.send_headers(sid, head(args, "/size/1000000"), end_stream=True)
+                    c._quic.reset_stream(sid, 0x10C)
+                    c.transmit()
+                    out["resets"] += 1
+                    await asyncio.sleep(pause)
+                ev = c._quic._close_event
+                if ev is not None:
+                    out["closed_by_server"] += 1
+                    if len(out["close_codes"]) < 10:
+                        out["close_codes"].append(ev.error_code)
+        except Exception as e:
+            out.setdefault("errors", []).append(repr(e)[:100])
+            await asyncio.sleep(0.1)
+
+
+async def tokens(args, end, out):
+    out.update(connections=0, served=0)
+    pause = 1.0 / args.rate
+
+    async def one():
+        c = config(args)
+        c.token = os.urandom(96)
+        try:
+            async with connect(args.host, args.port, configuration=c,
+                               create_protocol=Quiet) as client:
+                out["served"] += 1
+                client.close()
+        except Exception:
+            pass
+
+    tasks = []
+    while time.monotonic() < end:
+        out["connections"] += 1
+        tasks.append(asyncio.ensure_future(asyncio.wait_for(one(), 3)))
+        await asyncio.sleep(pause)
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def tiny(args, end, out):
+    # The windows never grow: aioquic would open them as the answers are read.
+    QuicConnection._write_connection_limits = lambda *a, **k: None
+    QuicConnection._write_stream_limits = lambda *a, **k: None
+    out.update(connections=0, streams=0)
+
+    async def one():
+        async with connect(args.host, args.port, configuration=config(args, window=1024),
+                           create_protocol=Quiet) as c:
+            for _ in range(args.streams):
+                sid = c._quic.get_next_available_stream_id()
+                c.http.send_headers(sid, head(args, "/size/50000000"), end_stream=True)
+                out["streams"] += 1
+            c.transmit()
+            while time.monotonic() < end:
+                await asyncio.sleep(0.2)
+
+    tasks = []
+    for _ in range(args.connections):
+        out["connections"] += 1
+        tasks.append(asyncio.ensure_future(one()))
+        await asyncio.sleep(1.0 / args.rate)
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["resets", "tokens", "tiny"])
+    p.add_argument("host")
+    p.add_argument("port", type=int)
+    p.add_argument("--seconds", type=float, default=5)
+    p.add_argument("--rate", type=float, default=100)
+    p.add_argument("--connections", type=int, default=20)
+    p.add_argument("--streams", type=int, default=10)
+    args = p.parse_args()
+    out = {"mode": args.mode}
+    end = time.monotonic() + args.seconds
+    run = {"resets": resets, "tokens": tokens, "tiny": tiny}[args.mode]
+    try:
+        asyncio.run(asyncio.wait_for(run(args, end, out), args.seconds + 10))
+    except Exception as e:
+        out["error"] = repr(e)[:200]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
