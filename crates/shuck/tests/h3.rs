@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::h1origin::H1Origin;
@@ -362,4 +363,78 @@ fn quic_is_refused_where_it_cannot_be_served() {
     std::fs::write(&conf, block("on")).unwrap();
     let (code, out) = run_to_exit(&["--config", conf.to_str().unwrap(), "--test"]);
     assert_eq!(code, Some(0), "{out}");
+}
+
+#[test]
+fn a_binary_upgrade_keeps_quic_connections_until_their_requests_end() {
+    if !aioquic() {
+        return;
+    }
+    let origin = H1Origin::start(None);
+    let dir = TempDir::new("h3-upgrade");
+    let pidfile = dir.path("shuck.pid");
+    let pf = pidfile.to_str().unwrap();
+    let (shuck, _) = gateway(&origin, &["-n", "2", "--pidfile", pf]);
+    let port = shuck.port;
+    let read_pid = || {
+        std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+    };
+    let old = shuck.pid();
+    // The new master is not this test's child: ended by pid at the end, if it is ours.
+    struct Successor(String, std::cell::Cell<Option<u32>>);
+    impl Drop for Successor {
+        fn drop(&mut self) {
+            let Some(pid) = self.1.get() else { return };
+            let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&self.0));
+            if ours {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+            }
+        }
+    }
+    let successor = Successor(pf.to_owned(), std::cell::Cell::new(None));
+
+    let slow = std::thread::spawn(move || h3(port, json!([{"path": "/slow/6000"}]), &[]));
+    std::thread::sleep(Duration::from_millis(500));
+    sh(&format!("kill -USR2 {old}"));
+    assert!(
+        wait_until(Duration::from_secs(20), || read_pid()
+            .is_some_and(|p| p != old)),
+        "{}",
+        shuck.log()
+    );
+    successor.1.set(read_pid());
+    // While the old process drains, the new one leaves the shared UDP sockets to it: a
+    // new client is not served over QUIC then (without the hold the new process serves
+    // these probes, and takes the old connections' packets alike: tried). Clients use TCP
+    // meanwhile, as browsers do when QUIC does not answer.
+    for _ in 0..3 {
+        let probe = h3(port, json!([{"path": "/size/5"}]), &["--deadline", "1"]);
+        assert!(
+            probe.get("error").is_some(),
+            "served during the drain: {probe}"
+        );
+    }
+    // The request under way finishes on its connection, in the old process.
+    let report = slow.join().unwrap();
+    assert_eq!(answers(&report)[0]["status"], "200", "{report}");
+    let old_gone = || {
+        !std::path::Path::new(&format!("/proc/{old}/status")).exists()
+            || status_field(old, "State").contains('Z')
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), old_gone),
+        "{}",
+        shuck.log()
+    );
+    // Then the new process serves QUIC.
+    assert!(
+        shuck.wait_log("QUIC is served here from now on", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    let after = h3(port, json!([{"path": "/size/5"}]), &[]);
+    assert_eq!(answers(&after)[0]["length"], 5, "{after}");
 }

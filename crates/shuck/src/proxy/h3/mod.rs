@@ -161,8 +161,9 @@ pub fn server_config(
     Ok((config, early))
 }
 
-/// One worker thread's QUIC endpoint for a frontend: accepts on its socket (number `index`
-/// of the frontend's steered group of `workers`) until shutdown or the frontend's removal;
+/// One worker thread's QUIC endpoint for a frontend: from `start` (at once, but for a
+/// binary upgrade's new process), accepts on its socket (number `index` of the frontend's
+/// steered group of `workers`) until shutdown or the frontend's removal;
 /// a reload gives new connections the new TLS state. Then no new connection is taken and
 /// the established ones finish their requests (each sends `GOAWAY`: `conn.rs`).
 pub async fn serve(
@@ -171,9 +172,16 @@ pub async fn serve(
     workers: usize,
     frontend: Arc<FrontendState>,
     worker: Rc<Worker>,
-    mut shutdown: Shutdown,
-    mut stop: Shutdown,
+    [mut shutdown, mut stop, mut start]: [Shutdown; 3],
 ) {
+    // At a binary upgrade the previous process reads these same sockets until its QUIC
+    // connections have drained and it has exited: reading them too would take its
+    // connections' packets, which this process could only answer with a reset.
+    tokio::select! {
+        _ = start.recv() => {}
+        _ = shutdown.recv() => return,
+        _ = stop.recv() => return,
+    }
     let limits = &worker.state.limits;
     let local = socket.local_addr().ok();
     let tokens = &worker.state.quic_tokens;

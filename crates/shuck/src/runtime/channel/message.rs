@@ -97,6 +97,9 @@ pub enum Msg {
         /// The answer's body, JSON.
         body: Vec<u8>,
     },
+    /// Master → worker, at a binary upgrade: the previous process has exited, and its
+    /// QUIC connections with it; the worker may read the UDP sockets they shared.
+    PredecessorGone,
 }
 
 /// Why a message could not be read or sent.
@@ -230,6 +233,7 @@ pub(super) fn encode(msg: &Msg) -> (u8, Vec<u8>) {
             put_bytes_u32(&mut w, body);
             20
         }
+        Msg::PredecessorGone => 21,
     };
     (tag, w)
 }
@@ -420,6 +424,7 @@ pub(super) fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, 
             })?,
             body: r.bytes_u32("admin answer")?.to_vec(),
         },
+        21 => Msg::PredecessorGone,
         t => return Err(ChannelError::Unknown(t)),
     };
     if !fds.is_empty() {

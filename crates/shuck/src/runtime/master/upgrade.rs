@@ -76,7 +76,11 @@ impl super::Run {
         match c.recv() {
             Ok(m @ (Msg::Sessions(_) | Msg::SessionsEnd)) => self.to_worker(&m),
             Ok(_) => {}
-            Err(_) => self.m.predecessor = None,
+            // It has exited (its worker first): the QUIC sockets are this worker's alone.
+            Err(_) => {
+                self.m.predecessor = None;
+                self.to_worker(&Msg::PredecessorGone);
+            }
         }
     }
 

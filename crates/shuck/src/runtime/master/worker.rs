@@ -106,6 +106,7 @@ impl super::Run {
             source: self.m.source.clone(),
             channel: theirs,
             await_sessions: self.phase == (Phase::Starting { takeover: true }),
+            hold_quic: self.m.predecessor.is_some(),
         };
         match fork_single_threaded().map_err(StartError::System)? {
             Forked::Child => {

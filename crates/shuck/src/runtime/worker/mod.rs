@@ -56,6 +56,9 @@ pub struct Start {
     pub channel: Channel,
     /// Hold accepting until the previous process's sessions are in (binary upgrade).
     pub await_sessions: bool,
+    /// Leave the QUIC sockets unread until the previous process has exited (binary
+    /// upgrade): they are the same sockets, and its connections are still draining.
+    pub hold_quic: bool,
 }
 
 /// Runs the worker process; returns its exit status.
@@ -80,6 +83,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         source,
         channel,
         await_sessions,
+        hold_quic,
     } = start;
     // A master killed outright takes its worker along at once: an orphan draining would
     // hold the ports a restarted service needs.
@@ -135,12 +139,16 @@ fn serve(start: Start) -> Result<(), StartError> {
     );
     let drain_timeout = config.limits.drain_timeout;
     let (start, gate) = crate::shutdown::channel();
+    let (quic_start, quic_gate) = crate::shutdown::channel();
+    if !hold_quic {
+        quic_start.fire();
+    }
     let workers = threads::spawn(
         control_rxs,
         &state,
         frontends::MAX_SLOTS,
         drain_timeout,
-        &gate,
+        (&gate, &quic_gate),
     )?;
     let master = MasterLink::start(channel)?;
     master
@@ -175,6 +183,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         master,
         start,
         await_sessions,
+        quic_start,
     })
 }
 

@@ -104,6 +104,9 @@ pub struct Supervised {
     pub start: Trigger,
     /// Whether `start` waits for sessions.
     pub await_sessions: bool,
+    /// Lets the worker threads read the QUIC sockets; held at a binary upgrade until the
+    /// master says the previous process is gone.
+    pub quic_start: Trigger,
 }
 
 impl Supervisor {
@@ -143,6 +146,7 @@ impl Supervisor {
             mut master,
             start,
             await_sessions,
+            quic_start,
         } = s;
         rt.block_on(async move {
             if let Some(l) = services.stats.take() {
@@ -239,6 +243,13 @@ impl Supervisor {
                                 waiting = false;
                                 start.fire();
                             }
+                        }
+                        Some(Msg::PredecessorGone) => {
+                            tracing::info!(
+                                name: "takeover_quic",
+                                "the previous process has exited: QUIC is served here from now on",
+                            );
+                            quic_start.fire();
                         }
                         Some(Msg::Handover) => {
                             handover = true;

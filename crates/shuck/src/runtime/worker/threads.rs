@@ -34,15 +34,16 @@ pub struct Workers {
     pub done: mpsc::Receiver<()>,
 }
 
-/// Starts one worker thread per control channel; each accepts once `start` fires (at a
-/// binary upgrade, once the previous process's sessions are in) and drains for up to
-/// `drain` at shutdown.
+/// Starts one worker thread per control channel; each accepts once `start`'s first fires
+/// (at a binary upgrade, once the previous process's sessions are in), reads QUIC's
+/// sockets once its second does (at a binary upgrade, once the previous process is gone),
+/// and drains for up to `drain` at shutdown.
 pub fn spawn(
     controls: Vec<mpsc::UnboundedReceiver<Control>>,
     state: &Arc<ProxyState>,
     counter_slots: usize,
     drain: Duration,
-    start: &Shutdown,
+    start: (&Shutdown, &Shutdown),
 ) -> std::io::Result<Workers> {
     let mut counters = Counters::new(counter_slots);
     let (trigger, shutdown) = shutdown::channel();
@@ -53,7 +54,7 @@ pub fn spawn(
             .build()?;
         let state = state.clone();
         let shutdown = shutdown.clone();
-        let start = start.clone();
+        let (start, quic_start) = (start.0.clone(), start.1.clone());
         let done = done_tx.clone();
         let mine = counters.add_worker();
         std::thread::Builder::new()
@@ -66,7 +67,7 @@ pub fn spawn(
                         worker_main(
                             Worker::new(id, state, mine, shutdown.clone()),
                             control,
-                            start,
+                            (start, quic_start),
                             shutdown,
                             drain,
                         ),
@@ -99,7 +100,7 @@ pub fn spawn(
 async fn worker_main(
     worker: Worker,
     mut control: mpsc::UnboundedReceiver<Control>,
-    mut start: Shutdown,
+    (mut start, quic_start): (Shutdown, Shutdown),
     mut shutdown: Shutdown,
     drain: Duration,
 ) {
@@ -156,8 +157,7 @@ async fn worker_main(
                         workers,
                         frontend,
                         worker.clone(),
-                        shutdown.clone(),
-                        stop,
+                        [shutdown.clone(), stop, quic_start.clone()],
                     ));
                 }
                 // The main thread is gone: as good as a shutdown.
