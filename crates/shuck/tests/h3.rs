@@ -438,3 +438,61 @@ fn a_binary_upgrade_keeps_quic_connections_until_their_requests_end() {
     let after = h3(port, json!([{"path": "/size/5"}]), &[]);
     assert_eq!(answers(&after)[0]["length"], 5, "{after}");
 }
+
+#[test]
+fn a_certificates_own_client_verification_holds_over_quic() {
+    if !aioquic() {
+        return;
+    }
+    let dir = TempDir::new("h3-cert-verify");
+    let pki = ClientPki::new();
+    let (locked, _) = rcgen_cert(&dir, "locked", &["locked.test"], false);
+    let (open, _) = rcgen_cert(&dir, "open", &["open.test"], false);
+    let origin = H1Origin::start(None);
+    let port = free_port();
+    let conf = dir.path("shuck.conf");
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    std::fs::write(
+        &conf,
+        format!(
+            "http = on\nquic = on\nfrontend = \"[127.0.0.1]:{port}\"\nbackend = \"{}\"\n\
+             pem-file = {{\n cert = \"{}\"\n client-verify = required\n client-verify-ca = \"{}\"\n}}\n\
+             pem-file = \"{}\"\n",
+            origin.spec,
+            s(&locked),
+            s(&pki.ca),
+            s(&open),
+        ),
+    )
+    .unwrap();
+    let _shuck = Shuck::start_raw(&["--config", &s(&conf)], port);
+    let get = |sni: &str, cert: Option<&std::path::Path>| {
+        let mut extra = vec![
+            "--sni".to_owned(),
+            sni.to_owned(),
+            "--deadline".into(),
+            "5".into(),
+        ];
+        if let Some(c) = cert {
+            extra.extend(["--cert".into(), s(c)]);
+        }
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let report = h3(port, json!([{"path": "/size/2", "timeout": 3}]), &extra);
+        let served = report["requests"]
+            .as_array()
+            .is_some_and(|r| r[0]["status"] == "200");
+        (served, report)
+    };
+    // The certificate with its own verification: from its CA only.
+    let (served, report) = get("locked.test", None);
+    assert!(!served, "without a client certificate: {report}");
+    let (served, report) = get("locked.test", Some(&pki.mallory));
+    assert!(!served, "another CA's client certificate: {report}");
+    let (served, report) = get("locked.test", Some(&pki.alice));
+    assert!(served, "{report}");
+    // The other certificate asks nothing of its clients.
+    let (served, report) = get("open.test", None);
+    assert!(served, "{report}");
+    // Only the two connections served reached the backend.
+    assert_eq!(origin.requests().len(), 2);
+}

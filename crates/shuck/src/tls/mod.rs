@@ -8,6 +8,7 @@ pub mod hello;
 pub mod ocsp;
 pub mod params;
 pub mod pem;
+pub mod quic_auth;
 pub mod selfsigned;
 pub mod sni;
 pub mod upstream;
@@ -204,6 +205,9 @@ pub struct TlsState {
     pub resumes: hello::Server,
     /// Whether the frontend verifies client certificates (`--client-verify`).
     pub verifies_clients: bool,
+    /// With certificates of their own verification (`by_cert`): QUIC's configuration and
+    /// the check after its handshake.
+    pub quic_auth: Option<quic_auth::QuicClientAuth>,
 }
 
 impl TlsState {
@@ -259,17 +263,39 @@ impl TlsState {
             SniResolver::new(certs, default, settings.ocsp.as_deref())
                 .ok_or_else(|| TlsError::Rustls("no certificate".into()))?,
         );
-        let config = server_config(settings, settings.client_auth.as_ref(), &resolver, &cache)?;
-        let by_cert = by_cert
+        let provider = provider(settings);
+        let verifier = |auth: Option<&client_auth::ClientAuth>| {
+            auth.map(|a| a.verifier(provider.clone())).transpose()
+        };
+        let default = verifier(settings.client_auth.as_ref())?;
+        let config = server_config(settings, &provider, default.clone(), &resolver, &cache)?;
+        let policies = by_cert
             .iter()
             .filter_map(|(i, auth)| Some((resolver.served(*i)?.clone(), auth)))
-            .map(|(key, auth)| {
-                Ok((
-                    key,
-                    server_config(settings, auth.as_ref(), &resolver, &cache)?,
-                ))
+            .map(|(key, auth)| Ok((key, verifier(auth.as_ref())?)))
+            .collect::<Result<Vec<_>, TlsError>>()?;
+        let by_cert = policies
+            .iter()
+            .map(|(key, v)| {
+                let config = server_config(settings, &provider, v.clone(), &resolver, &cache)?;
+                Ok((key.clone(), config))
             })
             .collect::<Result<Vec<_>, TlsError>>()?;
+        let quic_auth = if policies.is_empty() {
+            None
+        } else {
+            let any = default
+                .iter()
+                .chain(policies.iter().filter_map(|(_, v)| v.as_ref()))
+                .cloned()
+                .collect();
+            let any: quic_auth::Verifier = Arc::new(quic_auth::AnyOf(any));
+            Some(quic_auth::QuicClientAuth {
+                config: server_config(settings, &provider, Some(any), &resolver, &cache)?,
+                by_cert: policies,
+                default,
+            })
+        };
         Ok(TlsState {
             config,
             resolver,
@@ -283,29 +309,34 @@ impl TlsState {
                 tls12: settings.versions.contains(&&rustls::version::TLS12),
                 stateless: settings.tickets.is_some(),
             },
-            verifies_clients: settings.client_auth.is_some(),
+            verifies_clients: settings.client_auth.is_some() || quic_auth.is_some(),
+            quic_auth,
         })
     }
 }
 
-/// One rustls configuration of a frontend, with `client_auth` as its client verification.
-fn server_config(
-    settings: &TlsSettings,
-    client_auth: Option<&client_auth::ClientAuth>,
-    resolver: &Arc<SniResolver>,
-    cache: &Option<Arc<SessionCache>>,
-) -> Result<Arc<ServerConfig>, TlsError> {
-    let provider = CryptoProvider {
+/// The crypto provider of a frontend's settings: its suites and groups.
+fn provider(settings: &TlsSettings) -> Arc<CryptoProvider> {
+    Arc::new(CryptoProvider {
         cipher_suites: settings.suites.clone(),
         kx_groups: settings.groups.clone(),
         ..rustls::crypto::aws_lc_rs::default_provider()
-    };
-    let provider = Arc::new(provider);
+    })
+}
+
+/// One rustls configuration of a frontend, with `verifier` as its client verification.
+fn server_config(
+    settings: &TlsSettings,
+    provider: &Arc<CryptoProvider>,
+    verifier: Option<quic_auth::Verifier>,
+    resolver: &Arc<SniResolver>,
+    cache: &Option<Arc<SessionCache>>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&settings.versions)
         .map_err(|e| TlsError::Rustls(e.to_string()))?;
-    let builder = match client_auth {
-        Some(ca) => builder.with_client_cert_verifier(ca.verifier(provider)?),
+    let builder = match verifier {
+        Some(v) => builder.with_client_cert_verifier(v),
         None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(resolver.clone());

@@ -183,6 +183,8 @@ async def run(args):
     config.server_name = args.sni
     config.max_stream_data = 1 << 20
     config.max_data = 8 << 20
+    if args.cert:
+        config.load_cert_chain(args.cert)
     tickets = []
     tokens = []
     if args.token_in and os.path.exists(args.token_in):
@@ -257,6 +259,7 @@ def main():
     p.add_argument("--authority")
     p.add_argument("--ticket-in")
     p.add_argument("--ticket-out")
+    p.add_argument("--cert", help="a client certificate and its key, in one PEM file")
     p.add_argument("--token-in", help="a NEW_TOKEN token to open the connection with")
     p.add_argument("--token-out", help="where to keep the NEW_TOKEN token the server sends")
     p.add_argument("--token-hex", help="a token of one's own (a forged one)")

@@ -83,6 +83,20 @@ pub(super) async fn serve(
         .handshake_data()
         .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
         .and_then(|d| d.server_name);
+    if let Err(alert) = served_certificates_check(&frontend, &conn, sni.as_deref()) {
+        WorkerCounters::bump(&counters.http.h3.handshake_failures);
+        tracing::debug!(
+            name: "quic_client_certificate_refused",
+            client = %peer,
+            sni = sni.as_deref().unwrap_or("-"),
+            alert = ?alert,
+            "QUIC: the client certificate does not pass the served certificate's client-verify",
+        );
+        // A TLS alert in QUIC's CRYPTO_ERROR range (RFC 9001 §4.8).
+        let code = 0x100 + u32::from(u8::from(alert));
+        conn.close(quinn::VarInt::from_u32(code), b"client certificate");
+        return;
+    }
     let mut client = client(&worker, &frontend, &conn, sni.as_deref(), local);
     client.handshake = handshake.as_ref().map(|(h, _)| h.clone());
     let gw = Rc::new(Gateway::new(
@@ -145,6 +159,27 @@ pub(super) async fn serve(
             "h3 connection from {peer} closed ({end})",
         );
     }
+}
+
+/// A certificate's own `client-verify`, applied once the handshake is done (see
+/// `tls::quic_auth`): the alert to close with when the client does not pass it.
+fn served_certificates_check(
+    frontend: &FrontendState,
+    conn: &quinn::Connection,
+    sni: Option<&str>,
+) -> Result<(), rustls::AlertDescription> {
+    let tls = frontend.tls.load();
+    let Some(auth) = &tls.quic_auth else {
+        return Ok(());
+    };
+    let chain = conn.peer_identity().and_then(|i| {
+        i.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+            .ok()
+    });
+    auth.check(
+        tls.resolver.choose(sni),
+        chain.as_deref().map(Vec::as_slice),
+    )
 }
 
 /// Why a QUIC handshake did not give a connection.

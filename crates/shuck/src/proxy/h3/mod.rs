@@ -109,7 +109,10 @@ pub fn server_config(
     tokens: &Tokens,
     counters: &Arc<WorkerCounters>,
 ) -> Result<(quinn::ServerConfig, bool), QuicError> {
-    let mut rustls = (*tls.config).clone();
+    // Certificates with their own client verification: a configuration that asks every
+    // client, checked by the served certificate after the handshake (`conn.rs`).
+    let base = tls.quic_auth.as_ref().map_or(&tls.config, |q| &q.config);
+    let mut rustls = (**base).clone();
     rustls.alpn_protocols = vec![b"h3".to_vec()];
     let early = limits.h3.early_data && tls.cache.is_some() && !tls.verifies_clients;
     if early {
