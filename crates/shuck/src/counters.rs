@@ -122,6 +122,13 @@ pub struct QuicCounters {
     pub early_requests: [AtomicU64; EARLY_OUTCOMES.len()],
     /// Connections whose client address changed (NAT rebinding, migration).
     pub migrated: AtomicU64,
+    /// UDP datagrams received and sent by ended connections, and packets they lost
+    /// (declared lost by QUIC's loss detection, and sent again).
+    pub datagrams_in: AtomicU64,
+    /// See [`QuicCounters::datagrams_in`].
+    pub datagrams_out: AtomicU64,
+    /// See [`QuicCounters::datagrams_in`].
+    pub lost: AtomicU64,
 }
 
 /// What became of a request that came in 0-RTT, as metric labels: passed on at once with
@@ -221,6 +228,12 @@ pub struct QuicTotals {
     pub early_requests: [u64; EARLY_OUTCOMES.len()],
     /// See [`QuicCounters::migrated`].
     pub migrated: u64,
+    /// See [`QuicCounters::datagrams_in`].
+    pub datagrams_in: u64,
+    /// See [`QuicCounters::datagrams_out`].
+    pub datagrams_out: u64,
+    /// See [`QuicCounters::lost`].
+    pub lost: u64,
 }
 
 impl QuicTotals {
@@ -237,6 +250,9 @@ impl QuicTotals {
         self.resumed += c.resumed.load(Relaxed);
         self.zero_rtt += c.zero_rtt.load(Relaxed);
         self.migrated += c.migrated.load(Relaxed);
+        self.datagrams_in += c.datagrams_in.load(Relaxed);
+        self.datagrams_out += c.datagrams_out.load(Relaxed);
+        self.lost += c.lost.load(Relaxed);
         for (sum, c) in self.early_requests.iter_mut().zip(&c.early_requests) {
             *sum += c.load(Relaxed);
         }

@@ -219,6 +219,10 @@ fn a_client_whose_address_changes_keeps_its_connection_with_two_workers() {
         "{}",
         migrated()
     );
+    // Their datagrams are counted as they end: each run's three requests and more.
+    let (_, body) = scrape(stats, "/metrics");
+    assert!(sample(&body, "shuck_quic_datagrams_total{dir=\"in\"}") >= 18.0);
+    assert!(sample(&body, "shuck_quic_datagrams_total{dir=\"out\"}") >= 18.0);
 }
 
 #[test]

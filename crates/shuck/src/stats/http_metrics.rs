@@ -50,6 +50,21 @@ pub(super) fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Resul
     )?;
     counter(
         enc,
+        "shuck_quic_datagrams",
+        "--quic: UDP datagrams of ended QUIC connections, by direction.",
+        &[
+            (&[("dir", "in")], h.h3.datagrams_in),
+            (&[("dir", "out")], h.h3.datagrams_out),
+        ],
+    )?;
+    counter(
+        enc,
+        "shuck_quic_packets_lost",
+        "--quic: packets ended QUIC connections declared lost (and sent again).",
+        &[(&[], h.h3.lost)],
+    )?;
+    counter(
+        enc,
         "shuck_quic_migrations",
         "--quic: QUIC connections whose client address changed (NAT rebinding or migration).",
         &[(&[], h.h3.migrated)],

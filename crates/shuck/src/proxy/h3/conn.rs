@@ -142,6 +142,11 @@ pub(super) async fn serve(
     if conn.remote_address() != peer {
         WorkerCounters::bump(&counters.http.h3.migrated);
     }
+    let stats = conn.stats();
+    let h3 = &counters.http.h3;
+    WorkerCounters::add(&h3.datagrams_in, stats.udp_rx.datagrams);
+    WorkerCounters::add(&h3.datagrams_out, stats.udp_tx.datagrams);
+    WorkerCounters::add(&h3.lost, stats.path.lost_packets);
     WorkerCounters::bump(&counters.frontend(frontend.slot).closed);
     if state.log_connections {
         tracing::info!(
@@ -152,8 +157,8 @@ pub(super) async fn serve(
             version = "TLSv1.3",
             protocol = "h3",
             streams = gw.streams.get(),
-            bytes_in = conn.stats().udp_rx.bytes,
-            bytes_out = conn.stats().udp_tx.bytes,
+            bytes_in = stats.udp_rx.bytes,
+            bytes_out = stats.udp_tx.bytes,
             ms = started.elapsed().as_millis() as u64,
             end = end,
             "h3 connection from {peer} closed ({end})",
