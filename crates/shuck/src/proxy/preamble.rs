@@ -14,6 +14,8 @@ use tokio::net::TcpStream;
 
 pub use crate::config::Preamble;
 use crate::proxy::route::{preamble_index, PREAMBLES};
+use crate::proxy::ProxyState;
+use crate::tls::client_auth::Subject;
 
 /// Who the client is: from the socket, or from a PROXY header received in front.
 #[derive(Debug, Clone)]
@@ -207,7 +209,6 @@ const AF_INET: u8 = 2;
 /// `--write-ip`'s family octet for IPv6 (Linux's `AF_INET6`).
 const AF_INET6: u8 = 10;
 
-/// The bytes to write before the client's stream.
 /// What a connection may write before the client's bytes: one preamble per kind its
 /// backends use (most often one, or none), built once after the handshake.
 #[derive(Debug, Default, Clone)]
@@ -236,6 +237,49 @@ impl Preambles {
         let bytes = self.0.get(preamble_index(kind)?)?.as_deref()?;
         (!bytes.is_empty()).then_some(bytes)
     }
+}
+
+/// What the backends are told of a client, alike over TCP and QUIC: the preambles of the
+/// kinds `wanted` (their facts asked of `facts` only then), and the client certificate's
+/// subject when `--proxy-client-cert` or `--client-cert-header` needs it.
+pub fn told<'a>(
+    state: &ProxyState,
+    wanted: [bool; PREAMBLES],
+    origin: &Origin,
+    client_cert: Option<&'a [u8]>,
+    facts: impl FnOnce() -> TlsFacts<'a>,
+) -> (Preambles, Option<Subject>) {
+    let subject = if state.proxy_client_cert || state.client_cert_header.is_some() {
+        client_cert.and_then(Subject::of)
+    } else {
+        None
+    };
+    let preambles = if wanted.iter().any(|&w| w) {
+        let facts = TlsFacts {
+            client_cert,
+            client_cn: subject
+                .as_ref()
+                .filter(|_| state.proxy_client_cert)
+                .map(|s| s.cn.as_deref().unwrap_or("")),
+            ..facts()
+        };
+        Preambles::build(wanted, origin, &facts)
+    } else {
+        Preambles::default()
+    };
+    (preambles, subject)
+}
+
+/// `--client-cert-header`: its name, and the subject it carries (none without a
+/// certificate).
+pub fn cert_header<'s>(
+    state: &'s ProxyState,
+    subject: &'s Option<Subject>,
+) -> Option<(&'s str, Option<&'s str>)> {
+    state
+        .client_cert_header
+        .as_deref()
+        .map(|name| (name, subject.as_ref().map(|s| s.name.as_str())))
 }
 
 /// One preamble of `kind`.

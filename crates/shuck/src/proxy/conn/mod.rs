@@ -17,14 +17,13 @@ use super::h2;
 use super::handshake::handshake;
 use super::http::choose::Chooser;
 use super::http::{self, Http};
-use super::preamble::{self, Origin, Preamble, Preambles, TlsFacts};
+use super::preamble::{self, Origin, Preamble, TlsFacts};
 use super::relay::{self, relay, RelayEnd};
 use super::route::{preamble_index, Backend, PREAMBLES};
 use super::tls_stream::TlsStream;
 use super::upstream::{self, Upstream};
 use super::{FrontendState, Worker};
 use crate::counters::{FailReason, Failure, FrontendCounters, WorkerCounters};
-use crate::tls::client_auth::Subject;
 use client::{finish, first_request, CLOSE_GRACE};
 use rustls::HandshakeKind;
 
@@ -153,11 +152,6 @@ pub async fn serve(
     // connection idles.
     let (preambles, mut http) = {
         let client_cert = tls.conn().peer_certificates().and_then(|c| c.first());
-        let subject = if state.proxy_client_cert || state.client_cert_header.is_some() {
-            client_cert.and_then(|der| Subject::of(der))
-        } else {
-            None
-        };
         // TCP mode writes the one backend's; HTTP mode may meet every backend's.
         let mut wanted = kinds;
         if state.http.is_none() {
@@ -166,29 +160,21 @@ pub async fn serve(
                 wanted[i] = true;
             }
         }
-        let preambles = if wanted.iter().any(|&w| w) {
-            let conn = tls.conn();
-            let facts = TlsFacts {
-                alpn: conn.alpn_protocol(),
-                sni: tls.sni().filter(|_| state.proxy_authority),
-                version: version_name(conn.protocol_version()),
-                cipher: conn
-                    .negotiated_cipher_suite()
-                    .map(|s| preamble::openssl_cipher_name(s.suite())),
-                client_cert: client_cert.map(|c| c.as_ref()),
-                client_cn: subject
-                    .as_ref()
-                    .filter(|_| state.proxy_client_cert)
-                    .map(|s| s.cn.as_deref().unwrap_or("")),
-            };
-            Preambles::build(wanted, &origin, &facts)
-        } else {
-            Preambles::default()
-        };
-        let cert_header = state
-            .client_cert_header
-            .as_deref()
-            .map(|name| (name, subject.as_ref().map(|s| s.name.as_str())));
+        let conn = tls.conn();
+        let (preambles, subject) =
+            preamble::told(state, wanted, &origin, client_cert.map(|c| c.as_ref()), || {
+                TlsFacts {
+                    alpn: conn.alpn_protocol(),
+                    sni: tls.sni().filter(|_| state.proxy_authority),
+                    version: version_name(conn.protocol_version()),
+                    cipher: conn
+                        .negotiated_cipher_suite()
+                        .map(|s| preamble::openssl_cipher_name(s.suite())),
+                    client_cert: None,
+                    client_cn: None,
+                }
+            });
+        let cert_header = preamble::cert_header(state, &subject);
         let timeouts = http::Timeouts {
             request: limits.http_request_timeout,
             keepalive: limits.http_keepalive_timeout,

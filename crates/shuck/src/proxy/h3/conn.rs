@@ -18,9 +18,8 @@ use crate::proxy::conn::LiveGuard;
 use crate::proxy::gateway::{self, Client, Gateway, Version};
 use crate::proxy::http::choose::Chooser;
 use crate::proxy::http::request::Forwarding;
-use crate::proxy::preamble::{Origin, Preambles, TlsFacts};
+use crate::proxy::preamble::{self, Origin, TlsFacts};
 use crate::proxy::{FrontendState, Worker};
-use crate::tls::client_auth::Subject;
 
 /// How long a request without `Content-Length` is given to show whether a body follows
 /// (its stream's end nearly always comes in the head's own packet).
@@ -242,37 +241,27 @@ fn client(
             .ok()
     });
     let client_cert = certs.as_deref().and_then(|c| c.first());
-    let subject = if state.proxy_client_cert || state.client_cert_header.is_some() {
-        client_cert.and_then(|der| Subject::of(der))
-    } else {
-        None
+    let origin = Origin {
+        src: peer,
+        dst: local.unwrap_or(peer),
+        received: None,
     };
-    let kinds = routing.preambles();
-    let preambles = if kinds.iter().any(|&w| w) {
-        let origin = Origin {
-            src: peer,
-            dst: local.unwrap_or(peer),
-            received: None,
-        };
-        let facts = TlsFacts {
+    let (preambles, subject) = preamble::told(
+        state,
+        routing.preambles(),
+        &origin,
+        client_cert.map(|c| c.as_ref()),
+        || TlsFacts {
             alpn: Some(b"h3"),
             sni: sni.filter(|_| state.proxy_authority),
             version: Some("TLSv1.3"),
+            // quinn's handshake data does not name the suite.
             cipher: None,
-            client_cert: client_cert.map(|c| c.as_ref()),
-            client_cn: subject
-                .as_ref()
-                .filter(|_| state.proxy_client_cert)
-                .map(|s| s.cn.as_deref().unwrap_or("")),
-        };
-        Preambles::build(kinds, &origin, &facts)
-    } else {
-        Preambles::default()
-    };
-    let cert_header = state
-        .client_cert_header
-        .as_deref()
-        .map(|name| (name, subject.as_ref().map(|s| s.name.as_str())));
+            client_cert: None,
+            client_cn: None,
+        },
+    );
+    let cert_header = preamble::cert_header(state, &subject);
     let chooser = routing.routes().then(|| {
         let tls = frontend.tls.load();
         Chooser::new(routing.clone(), fallback, &tls.resolver, sni)
