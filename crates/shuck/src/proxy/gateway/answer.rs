@@ -17,7 +17,8 @@ use super::request::Kind;
 use super::response::{self, Answer, BadAnswer, Dechunk, Framing, Piece};
 use super::Gateway;
 
-/// The backend's answer, passed on to the client.
+/// The backend's answer, passed on to the client; with `early` (a request sent in 0-RTT)
+/// a `425 Too Early` is not: the request goes again after the handshake.
 pub(super) async fn answer<R: AsyncRead + Unpin, O: Outbound>(
     rd: &mut R,
     buf: &mut BytesMut,
@@ -25,8 +26,12 @@ pub(super) async fn answer<R: AsyncRead + Unpin, O: Outbound>(
     gw: &Gateway,
     respond: &mut O,
     kind: Kind,
+    early: bool,
 ) -> Result<Done, End> {
     let answer = read_head(rd, buf, silence, gw, respond, kind).await?;
+    if early && answer.status == StatusCode::TOO_EARLY {
+        return Err(End::TooEarly);
+    }
     Ok(pass_on(gw, rd, buf, silence, respond, answer).await)
 }
 

@@ -13,7 +13,7 @@ use http::request::Parts;
 use http::{Response, StatusCode};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::answer::{answer, pass_on, read_head};
+use super::answer::answer;
 use super::backends::BackendConn;
 use super::early::{self, Early};
 use super::front::{Inbound, Outbound, Reset};
@@ -271,11 +271,12 @@ async fn serve<I: Inbound, O: Outbound>(
 }
 
 /// Waits for the client's handshake; whether it completed (if not, the connection is
-/// gone and the stream with it).
+/// gone and the stream with it). Boxed where it waits, as it rarely does: a stream's
+/// future carries no room for it.
 async fn until_handshake(gw: &Gateway) -> bool {
     match &gw.handshake {
-        Some(h) => h.completed().await,
-        None => true,
+        Some(h) if h.is_pending() => Box::pin(h.completed()).await,
+        _ => true,
     }
 }
 
@@ -310,14 +311,7 @@ async fn fetch<O: Outbound>(
     let BackendConn {
         tcp, buf, silence, ..
     } = conn;
-    if early == Early::Passed {
-        let answer = read_head(tcp, buf, silence, gw, respond, kind).await?;
-        if answer.status == StatusCode::TOO_EARLY {
-            return Err(End::TooEarly);
-        }
-        return Ok(pass_on(gw, tcp, buf, silence, respond, answer).await);
-    }
-    answer(tcp, buf, silence, gw, respond, kind).await
+    answer(tcp, buf, silence, gw, respond, kind, early == Early::Passed).await
 }
 
 /// A request with a body: the head, then the body up and the answer down at once (a
@@ -337,7 +331,7 @@ async fn exchange<I: Inbound, O: Outbound>(
     } = conn;
     let (mut rd, mut wr) = tcp.split();
     let up = upload(body, &mut wr, framing, gw);
-    let down = answer(&mut rd, buf, silence, gw, respond, kind);
+    let down = answer(&mut rd, buf, silence, gw, respond, kind, false);
     tokio::pin!(up, down);
     let mut sent = false;
     loop {
