@@ -305,8 +305,20 @@ fn reload_and_stop_send_goaway_and_finish_requests() {
     let origin = H1Origin::start(None);
     let (mut shuck, stats) = gateway(&origin, &["-n", "2"]);
     let port = shuck.port;
+    // The slow request has reached the backend (a client that starts late under load
+    // would find the reload done): then the reload.
+    let at_backend = |n: usize| {
+        wait_until(Duration::from_secs(20), || {
+            origin
+                .requests()
+                .iter()
+                .filter(|r| r.path.starts_with("/slow/"))
+                .count()
+                >= n
+        })
+    };
     let slow = std::thread::spawn(move || h3(port, json!([{"path": "/slow/1500"}]), &[]));
-    std::thread::sleep(Duration::from_millis(400));
+    assert!(at_backend(1));
     shuck.signal("HUP");
     let report = slow.join().unwrap();
     assert_eq!(answers(&report)[0]["status"], "200", "{report}");
@@ -317,7 +329,7 @@ fn reload_and_stop_send_goaway_and_finish_requests() {
     assert_eq!(answers(&after)[0]["length"], 5);
 
     let slow = std::thread::spawn(move || h3(port, json!([{"path": "/slow/1500"}]), &[]));
-    std::thread::sleep(Duration::from_millis(400));
+    assert!(at_backend(2));
     let t = Instant::now();
     shuck.signal("TERM");
     let report = slow.join().unwrap();
@@ -401,7 +413,9 @@ fn a_binary_upgrade_keeps_quic_connections_until_their_requests_end() {
     let successor = Successor(pf.to_owned(), std::cell::Cell::new(None));
 
     let slow = std::thread::spawn(move || h3(port, json!([{"path": "/slow/6000"}]), &[]));
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(wait_until(Duration::from_secs(20), || !origin
+        .requests()
+        .is_empty()));
     sh(&format!("kill -USR2 {old}"));
     assert!(
         wait_until(Duration::from_secs(20), || read_pid()

@@ -172,8 +172,14 @@ fn a_tickets_early_data_is_taken_once_across_hosts_sharing_a_store() {
     let ticket = dir.path("ticket");
     let t = ticket.to_str().unwrap();
     ticket_from(a.port, t);
-    // The ticket reaches the store as the handshake ends; give its write a moment.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The ticket reaches the store as the handshake ends (host A's write is queued).
+    let stored = || {
+        !redis
+            .cli(&["--scan", "--pattern", "shuck:session:*"])
+            .trim()
+            .is_empty()
+    };
+    assert!(wait_until(std::time::Duration::from_secs(10), stored));
     let at_b = h3(b.port, early_requests(), &early_opts(t));
     assert_eq!(at_b["resumed"], true, "host B resumes A's ticket: {at_b}");
     assert_eq!(at_b["early_data_accepted"], true, "{at_b}");

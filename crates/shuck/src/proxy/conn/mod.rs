@@ -161,19 +161,22 @@ pub async fn serve(
             }
         }
         let conn = tls.conn();
-        let (preambles, subject) =
-            preamble::told(state, wanted, &origin, client_cert.map(|c| c.as_ref()), || {
-                TlsFacts {
-                    alpn: conn.alpn_protocol(),
-                    sni: tls.sni().filter(|_| state.proxy_authority),
-                    version: version_name(conn.protocol_version()),
-                    cipher: conn
-                        .negotiated_cipher_suite()
-                        .map(|s| preamble::openssl_cipher_name(s.suite())),
-                    client_cert: None,
-                    client_cn: None,
-                }
-            });
+        let (preambles, subject) = preamble::told(
+            state,
+            wanted,
+            &origin,
+            client_cert.map(|c| c.as_ref()),
+            || TlsFacts {
+                alpn: conn.alpn_protocol(),
+                sni: tls.sni().filter(|_| state.proxy_authority),
+                version: version_name(conn.protocol_version()),
+                cipher: conn
+                    .negotiated_cipher_suite()
+                    .map(|s| preamble::openssl_cipher_name(s.suite())),
+                client_cert: None,
+                client_cn: None,
+            },
+        );
         let cert_header = preamble::cert_header(state, &subject);
         let timeouts = http::Timeouts {
             request: limits.http_request_timeout,
