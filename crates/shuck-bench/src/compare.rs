@@ -30,7 +30,7 @@ pub struct CompareOpts {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "shuck,hitch,haproxy,nginx,stunnel,relay"
+        default_value = "shuck,hitch,haproxy,nginx,stunnel,caddy,relay"
     )]
     pub targets: Vec<Target>,
     /// Seconds per measurement.

@@ -101,7 +101,7 @@ impl Target {
             Target::Haproxy => "haproxy.cfg",
             Target::Nginx => "nginx.conf",
             Target::Stunnel => "stunnel.conf",
-            Target::Caddy => "Caddyfile-h3",
+            Target::Caddy => "Caddyfile",
             Target::Relay => "relay.cfg",
         }
     }
