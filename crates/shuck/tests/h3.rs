@@ -360,6 +360,14 @@ fn quic_is_refused_where_it_cannot_be_served() {
         out.contains("--quic-retry") && out.contains("sometimes"),
         "{out}"
     );
+    let (code, out) = run_to_exit(&[
+        "--http",
+        "--quic",
+        "--quic-mtu-discovery=sometimes",
+        "--test",
+    ]);
+    assert_ne!(code, Some(0));
+    assert!(out.contains("--quic-mtu-discovery"), "{out}");
     let (code, out) = run_to_exit(&["--http", "-f", "[127.0.0.1]:1;quic=maybe", "--test"]);
     assert_ne!(code, Some(0));
     assert!(out.contains("quic"), "{out}");
@@ -513,4 +521,23 @@ fn a_certificates_own_client_verification_holds_over_quic() {
     assert!(served, "{report}");
     // Only the two connections served reached the backend.
     assert_eq!(origin.requests().len(), 2);
+}
+
+#[test]
+fn path_mtu_discovery_grows_packets_unless_turned_off() {
+    if !aioquic() {
+        return;
+    }
+    let origin = H1Origin::start(None);
+    // A megabyte down: long enough for the probes (loopback carries any size).
+    let largest = |extra: &[&str]| {
+        let (shuck, _) = gateway(&origin, extra);
+        let report = h3(shuck.port, json!([{"path": "/size/1000000"}]), &[]);
+        assert_eq!(answers(&report)[0]["length"], 1_000_000, "{report}");
+        report["largest_datagram"].as_u64().unwrap()
+    };
+    let on = largest(&[]);
+    assert!(on > 1200, "probed up to 1452: {on}");
+    let off = largest(&["--quic-mtu-discovery=off"]);
+    assert!(off <= 1200, "{off}");
 }

@@ -251,6 +251,13 @@ pub struct Cli {
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub quic_early_data: bool,
 
+    /// With --quic: probe each connection's path for packets larger than 1200 bytes (up
+    /// to 1452, DPLPMTUD, RFC 8899). Bulk transfers then take fewer packets; each new
+    /// connection costs a few probe packets more (off: every packet stays at 1200 bytes).
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
+    pub quic_mtu_discovery: bool,
+
     /// With --quic: most request streams a client may have open at once on one QUIC
     /// connection (its initial_max_streams_bidi).
     #[arg(long, value_name = "NUM", default_value_t = 100)]

@@ -112,6 +112,8 @@ pub struct H3Limits {
     pub retry: QuicRetry,
     /// `--quic-early-data`: 0-RTT accepted.
     pub early_data: bool,
+    /// `--quic-mtu-discovery`.
+    pub mtu_discovery: bool,
 }
 
 /// A validated configuration.

@@ -169,6 +169,7 @@ pub(super) fn h3_limits(cli: &Cli) -> Result<super::H3Limits, ConfigError> {
         alt_svc_max_age: cli.alt_svc_max_age,
         retry: cli.quic_retry,
         early_data: cli.quic_early_data,
+        mtu_discovery: cli.quic_mtu_discovery,
     })
 }
 

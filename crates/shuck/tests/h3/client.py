@@ -78,6 +78,12 @@ class Client(QuicConnectionProtocol):
         self.results = {}
         self._hold_until = None
 
+    largest_datagram = 0
+
+    def datagram_received(self, data, addr):
+        Client.largest_datagram = max(Client.largest_datagram, len(data))
+        super().datagram_received(data, addr)
+
     def transmit(self):
         if self.hold_finished and self._quic._handshake_complete:
             now = self._loop.time()
@@ -244,6 +250,7 @@ async def run(args):
             pickle.dump(tickets[-1], f)
     out["tickets"] = len(tickets)
     out["tokens"] = len(tokens)
+    out["largest_datagram"] = Client.largest_datagram
     if args.token_out and tokens:
         with open(args.token_out, "wb") as f:
             f.write(tokens[-1])

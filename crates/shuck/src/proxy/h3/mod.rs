@@ -158,6 +158,9 @@ pub fn server_config(
             limits.h3.stream_window.saturating_mul(8),
         ))
         .send_window(u64::from(limits.h3.stream_window) * 8);
+    if !limits.h3.mtu_discovery {
+        t.mtu_discovery_config(None);
+    }
     config.transport_config(Arc::new(t));
     config.migration(true);
     config.max_incoming(limits.h3.max_incoming);
