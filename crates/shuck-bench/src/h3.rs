@@ -26,8 +26,9 @@ use crate::{procfs, report};
 /// Options of `h3`.
 #[derive(Debug, Clone, Args)]
 pub struct H3Opts {
-    /// Servers to measure, comma-separated: shuck (HTTP/3 and its own HTTP/2), caddy.
-    #[arg(long, value_delimiter = ',', default_value = "shuck,caddy")]
+    /// Servers to measure, comma-separated: shuck (HTTP/3 and its own HTTP/2),
+    /// shuck-nomtud (HTTP/3 with --quic-mtu-discovery=off), caddy.
+    #[arg(long, value_delimiter = ',', default_value = "shuck,shuck-nomtud,caddy")]
     pub targets: Vec<String>,
     /// The load and its runs.
     #[command(flatten)]
@@ -102,8 +103,10 @@ pub fn run(o: &H3Opts) -> anyhow::Result<PathBuf> {
                 "shuck-h3.args",
                 &[("h3", Load::H3), ("h2", Load::H2)],
             ),
+            // shuck with --quic-mtu-discovery=off: no path MTU probes (HAProxy's way).
+            "shuck-nomtud" => (Target::Shuck, "shuck-h3-nomtud.args", &[("h3", Load::H3)]),
             "caddy" => (Target::Caddy, "Caddyfile-h3", &[("h3", Load::H3)]),
-            other => bail!("no HTTP/3 configuration for {other:?}: shuck or caddy"),
+            other => bail!("no HTTP/3 configuration for {other:?}: shuck, shuck-nomtud or caddy"),
         };
         let program = match peers::ensure_installed(target, &shuck) {
             Ok(p) => {
