@@ -361,7 +361,9 @@ async fn drive(
                     let active = gw.stream_opened();
                     let timeout = limits.http_request_timeout;
                     let stall = limits.http_stall_timeout;
-                    tokio::task::spawn_local(async move {
+                    // Boxed: h3's head-reading future is large, and a task's future is
+                    // moved whole at its spawn and as it ends (see `gateway::accept`).
+                    tokio::task::spawn_local(Box::pin(async move {
                         let resolved = tokio::time::timeout(timeout, resolver.resolve_request()).await;
                         let (req, stream) = match resolved {
                             Ok(Ok(r)) => r,
@@ -388,7 +390,7 @@ async fn drive(
                         {
                             serving.await;
                         }
-                    });
+                    }));
                     continue;
                 }
                 Ok(None) => break, // the client's GOAWAY, or ours, and every request done
