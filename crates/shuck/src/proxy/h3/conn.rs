@@ -273,7 +273,9 @@ fn client(
         routing,
         fallback,
         chooser,
-        alt_svc: frontend.alt_svc.clone(),
+        // A client on HTTP/3 has found it already: no Alt-Svc (as Caddy; each would be
+        // QPACK-encoded afresh, a tenth of an answer's instructions by callgrind).
+        alt_svc: None,
         handshake: None,
     }
 }
