@@ -28,7 +28,11 @@ use crate::{procfs, report};
 pub struct H3Opts {
     /// Servers to measure, comma-separated: shuck (HTTP/3 and its own HTTP/2),
     /// shuck-nomtud (HTTP/3 with --quic-mtu-discovery=off), caddy.
-    #[arg(long, value_delimiter = ',', default_value = "shuck,shuck-nomtud,caddy")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "shuck,shuck-nomtud,caddy"
+    )]
     pub targets: Vec<String>,
     /// The load and its runs.
     #[command(flatten)]
