@@ -428,6 +428,9 @@ async fn drive(
                     () = tokio::time::sleep(Duration::from_millis(20)) => {}
                 }
             }
+            // The last answers may still be in quinn's buffers, which a close discards:
+            // the client, told GOAWAY and answered, closes itself; it is given a moment.
+            let _ = tokio::time::timeout(CLOSE_GRACE, conn.closed()).await;
             break;
         }
     }
