@@ -146,10 +146,7 @@ fn a_tickets_early_data_is_taken_once_across_hosts_sharing_a_store() {
         return;
     };
     let dir = TempDir::new("h3-early-farm");
-    let key = dir.path("farm.key");
-    std::fs::write(&key, "ZmFybSBrZXkgZm9yIHRoZSBzaHVjayB0ZXN0cyEhISE=\n").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let key = common::netns::key_file(&dir);
     let url = redis.url();
     let origin = H1Origin::start(None);
     let host = || {
@@ -160,7 +157,7 @@ fn a_tickets_early_data_is_taken_once_across_hosts_sharing_a_store() {
                 "--shared-store",
                 &url,
                 "--shared-cache-key",
-                key.to_str().unwrap(),
+                &key,
             ],
         )
     };

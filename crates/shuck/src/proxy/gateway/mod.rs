@@ -198,6 +198,19 @@ impl Gateway {
         Active(self.clone())
     }
 
+    /// The connection's keep-alive check at `now`: when to look again, or `None` when it
+    /// has been idle for `keepalive` (a stream under way counts as not idle).
+    pub(super) fn next_idle_check(&self, now: Instant, keepalive: Duration) -> Option<Instant> {
+        let idle_end = self.idle_since.get() + keepalive;
+        if self.active() > 0 {
+            Some(now + keepalive) // nothing can come due sooner
+        } else if idle_end > now {
+            Some(idle_end)
+        } else {
+            None
+        }
+    }
+
     /// Streams being served now.
     pub(super) fn active(&self) -> usize {
         self.active.get()

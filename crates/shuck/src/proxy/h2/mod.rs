@@ -203,17 +203,15 @@ where
                     end = "request timeout";
                 } else if !draining {
                     let now = Instant::now();
-                    let idle_end = gw.idle_since.get() + keepalive;
-                    if gw.active() > 0 {
-                        idle_check = now + keepalive; // nothing can come due sooner
-                    } else if idle_end > now {
-                        idle_check = idle_end;
-                    } else {
-                        conn.graceful_shutdown();
-                        goaway(&counters, Reason::NO_ERROR);
-                        draining = true;
-                        closing = Some(now);
-                        end = "keep-alive timeout";
+                    match gw.next_idle_check(now, keepalive) {
+                        Some(at) => idle_check = at,
+                        None => {
+                            conn.graceful_shutdown();
+                            goaway(&counters, Reason::NO_ERROR);
+                            draining = true;
+                            closing = Some(now);
+                            end = "keep-alive timeout";
+                        }
                     }
                 }
             }

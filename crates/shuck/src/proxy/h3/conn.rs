@@ -346,15 +346,12 @@ async fn drive(
             // Idle for --http-keepalive-timeout: never looked at later than it could come
             // due, and moved only when reached, so that requests do not move the timer.
             () = &mut timer, if !draining => {
-                let now = Instant::now();
-                let idle_end = gw.idle_since.get() + keepalive;
-                if gw.active() > 0 {
-                    idle_check = now + keepalive; // nothing can come due sooner
-                } else if idle_end > now {
-                    idle_check = idle_end;
-                } else {
-                    draining = true;
-                    end = "keep-alive timeout";
+                match gw.next_idle_check(Instant::now(), keepalive) {
+                    Some(at) => idle_check = at,
+                    None => {
+                        draining = true;
+                        end = "keep-alive timeout";
+                    }
                 }
                 timer.as_mut().reset(idle_check);
             }
