@@ -145,6 +145,10 @@ fn floods_leave_another_clients_requests_fast_and_memory_bounded() {
     // past 20 a second on average is what the threshold needs to be crossed.
     assert!(tokens["connections"].as_u64() >= Some(120), "{tokens}");
     assert!(tiny["streams"].as_u64() == Some(200), "{tiny}");
+    assert!(
+        tiny["reset_by_server"].as_u64() == Some(200),
+        "every slow reader's stream is reset: {tiny}"
+    );
     let (_, body) = scrape(stats, "/metrics");
     let m = |s: &str| sample(&body, s);
     assert!(

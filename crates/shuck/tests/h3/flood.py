@@ -20,14 +20,18 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
+from aioquic.quic.events import StreamReset
 
 
 class Quiet(QuicConnectionProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.http = H3Connection(self._quic)
+        self.reset_by_server = set()
 
     def quic_event_received(self, event):
+        if isinstance(event, StreamReset):
+            self.reset_by_server.add(event.stream_id)
         try:
             self.http.handle_event(event)
         except Exception:
@@ -106,7 +110,7 @@ async def tiny(args, end, out):
     # The windows never grow: aioquic would open them as the answers are read.
     QuicConnection._write_connection_limits = lambda *a, **k: None
     QuicConnection._write_stream_limits = lambda *a, **k: None
-    out.update(connections=0, streams=0)
+    out.update(connections=0, streams=0, reset_by_server=0)
 
     async def one():
         async with connect(args.host, args.port, configuration=config(args, window=1024),
@@ -116,8 +120,13 @@ async def tiny(args, end, out):
                 c.http.send_headers(sid, head(args, "/size/50000000"), end_stream=True)
                 out["streams"] += 1
             c.transmit()
-            while time.monotonic() < end:
+            # Stay past the flood until the server has reset every stream (a connection
+            # that began late under load would otherwise leave before its stall timeout).
+            while time.monotonic() < end or (
+                len(c.reset_by_server) < args.streams and time.monotonic() < end + 8
+            ):
                 await asyncio.sleep(0.2)
+            out["reset_by_server"] += len(c.reset_by_server)
 
     tasks = []
     for _ in range(args.connections):
