@@ -129,7 +129,27 @@ pub struct QuicCounters {
     pub datagrams_out: AtomicU64,
     /// See [`QuicCounters::datagrams_in`].
     pub lost: AtomicU64,
+    /// Datagrams (or packets within them) QUIC discarded, by [`QUIC_DROPS`]: quinn's
+    /// reasons (its drop hook, any thread), then the kernel's for a full socket buffer.
+    pub dropped: [AtomicU64; QUIC_DROPS.len()],
 }
+
+/// Why QUIC discarded a datagram or a packet, as metric labels: quinn-proto's
+/// `DropReason`s in their order, then `socket_buffer` (the kernel's count for the
+/// worker's UDP socket: its receive buffer was full).
+pub const QUIC_DROPS: [&str; 11] = [
+    "malformed",
+    "unsupported_version",
+    "unknown_connection",
+    "short_initial",
+    "saturated",
+    "invalid_token",
+    "undecryptable",
+    "duplicate",
+    "unexpected_peer",
+    "out_of_order",
+    "socket_buffer",
+];
 
 /// What became of a request that came in 0-RTT, as metric labels: passed on at once with
 /// `Early-Data: 1`; held until the handshake completed (not a safe method, or with a
@@ -234,6 +254,8 @@ pub struct QuicTotals {
     pub datagrams_out: u64,
     /// See [`QuicCounters::lost`].
     pub lost: u64,
+    /// See [`QuicCounters::dropped`].
+    pub dropped: [u64; QUIC_DROPS.len()],
 }
 
 impl QuicTotals {
@@ -254,6 +276,9 @@ impl QuicTotals {
         self.datagrams_out += c.datagrams_out.load(Relaxed);
         self.lost += c.lost.load(Relaxed);
         for (sum, c) in self.early_requests.iter_mut().zip(&c.early_requests) {
+            *sum += c.load(Relaxed);
+        }
+        for (sum, c) in self.dropped.iter_mut().zip(&c.dropped) {
             *sum += c.load(Relaxed);
         }
     }

@@ -12,14 +12,13 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::net::SocketAddr;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::h3::{aioquic, answers, h3_at};
 use common::netns::{key_file, Farm, HOSTS};
+use common::udp_front::UdpFront;
 use common::*;
 use serde_json::json;
 
@@ -126,61 +125,6 @@ fn a_ticket_and_a_token_from_one_host_serve_on_the_others() {
     assert_eq!(metric(&farm, 3, resumed), 1.0);
 }
 
-/// A UDP front that sends a client's first datagram to `first` and every later one to
-/// `rest`, from one address of its own, and the answers of either back: as an anycast or
-/// ECMP front whose route changed between two packets. Stops when dropped.
-struct Splitter {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<thread::JoinHandle<()>>,
-}
-
-impl Splitter {
-    fn start(bind_ip: &str, first: SocketAddr, rest: SocketAddr) -> Splitter {
-        let front = UdpSocket::bind((bind_ip, 0)).unwrap();
-        let back = UdpSocket::bind((bind_ip, 0)).unwrap();
-        let addr = front.local_addr().unwrap();
-        for s in [&front, &back] {
-            s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
-        let thread = thread::spawn(move || {
-            let mut client = None;
-            let mut sent = 0u64;
-            let mut buf = [0u8; 65_536];
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while !stopping.load(Ordering::Relaxed) && Instant::now() < deadline {
-                if let Ok((n, from)) = front.recv_from(&mut buf) {
-                    client = Some(from);
-                    let to = if sent == 0 { first } else { rest };
-                    sent += 1;
-                    let _ = back.send_to(&buf[..n], to);
-                }
-                while let Ok((n, _)) = back.recv_from(&mut buf) {
-                    if let Some(c) = client {
-                        let _ = front.send_to(&buf[..n], c);
-                    }
-                }
-            }
-        });
-        Splitter {
-            addr,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Splitter {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 #[test]
 fn a_retry_token_from_one_host_is_taken_by_another() {
     let _one = ONE_FARM_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -188,7 +132,13 @@ fn a_retry_token_from_one_host_is_taken_by_another() {
         return;
     };
     let host = |i: usize| SocketAddr::new(farm.ip(i).parse().unwrap(), PORT);
-    let splitter = Splitter::start(&farm.bridge_ip(), host(1), host(2));
+    // The client's first datagram to host 1, the rest to host 2: an anycast or ECMP front
+    // whose route changed between two packets.
+    let (first, rest) = (host(1), host(2));
+    let splitter = UdpFront::start(
+        &farm.bridge_ip(),
+        Box::new(move |n, d| vec![(if n == 0 { first } else { rest }, d.to_vec())]),
+    );
     let report = h3_at(
         &splitter.addr.ip().to_string(),
         splitter.addr.port(),

@@ -263,6 +263,7 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         "shuck_quic_connections_total",
         "shuck_h3_streams_reset_total",
         "shuck_h3_goaway_total",
+        "shuck_quic_dropped_total",
     ] {
         assert!(
             queried.iter().any(|q| q == m),

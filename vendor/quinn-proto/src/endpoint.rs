@@ -18,7 +18,7 @@ use thiserror::Error;
 use tracing::{debug, error, trace, warn};
 
 use crate::{
-    Duration, INITIAL_MTU, Instant, MAX_CID_SIZE, MIN_INITIAL_SIZE, RESET_TOKEN_SIZE, ResetToken,
+    DropReason, Duration, INITIAL_MTU, Instant, MAX_CID_SIZE, MIN_INITIAL_SIZE, RESET_TOKEN_SIZE, ResetToken,
     Side, Transmit, TransportConfig, TransportError,
     cid_generator::ConnectionIdGenerator,
     coding::BufMutExt,
@@ -174,6 +174,7 @@ impl Endpoint {
                 dst_cid,
                 version,
             }) => {
+                self.config.dropped(DropReason::UnsupportedVersion);
                 if self.server_config.is_none() {
                     debug!("dropping packet with unsupported version");
                     return None;
@@ -211,6 +212,7 @@ impl Endpoint {
             }
             Err(e) => {
                 trace!("malformed header: {}", e);
+                self.config.dropped(DropReason::Malformed);
                 return None;
             }
         };
@@ -237,6 +239,8 @@ impl Endpoint {
                         incoming_buffer.datagrams.push(event);
                         incoming_buffer.total_bytes += datagram_len as u64;
                         self.all_incoming_buffers_total_bytes += datagram_len as u64;
+                    } else {
+                        self.config.dropped(DropReason::Saturated);
                     }
 
                     None
@@ -251,6 +255,7 @@ impl Endpoint {
 
             self.handle_first_packet(datagram_len, event, addresses, buf)
         } else if event.first_decode.has_long_header() {
+            self.config.dropped(DropReason::UnknownConnection);
             debug!(
                 "ignoring non-initial packet for unknown connection {}",
                 dst_cid
@@ -260,11 +265,14 @@ impl Endpoint {
             && self.local_cid_generator.validate(dst_cid).is_err()
         {
             debug!("dropping packet with invalid CID");
+            self.config.dropped(DropReason::UnknownConnection);
             None
         } else if dst_cid.is_empty() {
             trace!("dropping unrecognized short packet without ID");
+            self.config.dropped(DropReason::UnknownConnection);
             None
         } else {
+            self.config.dropped(DropReason::UnknownConnection);
             // If we got this far, we're receiving a seemingly valid packet for an unknown
             // connection. Send a stateless reset if possible.
             self.stateless_reset(now, datagram_len, addresses, *dst_cid, buf)
@@ -444,6 +452,7 @@ impl Endpoint {
 
         let Some(server_config) = &self.server_config else {
             debug!("packet for unrecognized connection {}", dst_cid);
+            self.config.dropped(DropReason::UnknownConnection);
             return self
                 .stateless_reset(event.now, datagram_len, addresses, *dst_cid, buf)
                 .map(DatagramEvent::Response);
@@ -451,6 +460,7 @@ impl Endpoint {
 
         if datagram_len < MIN_INITIAL_SIZE as usize {
             debug!("ignoring short initial for connection {}", dst_cid);
+            self.config.dropped(DropReason::ShortInitial);
             return None;
         }
 
@@ -461,6 +471,7 @@ impl Endpoint {
                 "ignoring initial for connection {} due to saturation",
                 dst_cid
             );
+            self.config.dropped(DropReason::Saturated);
             return None;
         }
 
@@ -473,11 +484,13 @@ impl Endpoint {
                     "ignoring initial packet version {:#x} unsupported by cryptographic layer",
                     header.version
                 );
+                self.config.dropped(DropReason::UnsupportedVersion);
                 return None;
             }
         };
 
         if let Err(reason) = self.early_validate_first_packet(header) {
+            self.config.dropped(DropReason::Malformed);
             return Some(DatagramEvent::Response(self.initial_close(
                 header.version,
                 addresses,
@@ -492,12 +505,14 @@ impl Endpoint {
             Ok(packet) => packet,
             Err(e) => {
                 trace!("unable to decode initial packet: {}", e);
+                self.config.dropped(DropReason::Malformed);
                 return None;
             }
         };
 
         if !packet.reserved_bits_valid() {
             debug!("dropping connection attempt with invalid reserved bits");
+            self.config.dropped(DropReason::Malformed);
             return None;
         }
 
@@ -511,6 +526,7 @@ impl Endpoint {
             Ok(token) => token,
             Err(InvalidRetryTokenError) => {
                 debug!("rejecting invalid retry token");
+                self.config.dropped(DropReason::InvalidToken);
                 return Some(DatagramEvent::Response(self.initial_close(
                     header.version,
                     addresses,
@@ -614,6 +630,7 @@ impl Endpoint {
             .is_err()
         {
             debug!(packet_number, "failed to authenticate initial packet");
+            self.config.dropped(DropReason::Undecryptable);
             self.index.remove_initial(dst_cid);
             return Err(AcceptError {
                 cause: TransportError::PROTOCOL_VIOLATION("authentication failed").into(),

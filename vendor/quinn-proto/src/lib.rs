@@ -56,10 +56,12 @@ pub use connection::qlog::QlogStream;
 pub use rustls;
 
 mod config;
+mod dropped;
+pub use dropped::DropReason;
 #[cfg(feature = "qlog")]
 pub use config::QlogConfig;
 pub use config::{
-    AckFrequencyConfig, ClientConfig, ConfigError, EndpointConfig, IdleTimeout, MtuDiscoveryConfig,
+    AckFrequencyConfig, ClientConfig, ConfigError, DropHook, EndpointConfig, IdleTimeout, MtuDiscoveryConfig,
     ServerConfig, StdSystemTime, TimeSource, TransportConfig, ValidationTokenConfig,
 };
 

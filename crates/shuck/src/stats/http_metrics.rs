@@ -3,7 +3,7 @@
 //! dropped or switched, retries, stalls.
 
 use super::families::{counter, Enc};
-use crate::counters::{HttpTotals, EARLY_OUTCOMES, H2_REASONS};
+use crate::counters::{HttpTotals, EARLY_OUTCOMES, H2_REASONS, QUIC_DROPS};
 
 /// `--http`: requests by protocol, HTTP/2 connections, resets and GOAWAYs.
 pub(super) fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Result {
@@ -62,6 +62,18 @@ pub(super) fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Resul
         "shuck_quic_packets_lost",
         "--quic: packets ended QUIC connections declared lost (and sent again).",
         &[(&[], h.h3.lost)],
+    )?;
+    let labels: Vec<[(&str, &str); 1]> = QUIC_DROPS.iter().map(|r| [("reason", *r)]).collect();
+    let dropped: Vec<(&[(&str, &str)], u64)> = labels
+        .iter()
+        .zip(h.h3.dropped)
+        .map(|(l, n)| (&l[..], n))
+        .collect();
+    counter(
+        enc,
+        "shuck_quic_dropped",
+        "--quic: UDP datagrams (or QUIC packets within them) discarded, by reason (socket_buffer: the kernel's, the worker's receive buffer was full; the others QUIC's own).",
+        &dropped,
     )?;
     counter(
         enc,

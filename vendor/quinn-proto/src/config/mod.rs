@@ -18,7 +18,7 @@ use crate::NoneTokenLog;
 #[cfg(any(feature = "rustls-aws-lc-rs", feature = "rustls-ring"))]
 use crate::crypto::rustls::{QuicServerConfig, configured_provider};
 use crate::{
-    DEFAULT_SUPPORTED_VERSIONS, Duration, MAX_CID_SIZE, RandomConnectionIdGenerator, SystemTime,
+    DEFAULT_SUPPORTED_VERSIONS, DropReason, Duration, MAX_CID_SIZE, RandomConnectionIdGenerator, SystemTime,
     TokenLog, TokenMemoryCache, TokenStore, VarInt, VarIntBoundsExceeded,
     cid_generator::{ConnectionIdGenerator, HashedConnectionIdGenerator},
     crypto::{self, HandshakeTokenKey, HmacKey},
@@ -48,7 +48,12 @@ pub struct EndpointConfig {
     pub(crate) min_reset_interval: Duration,
     /// Optional seed to be used internally for random number generation
     pub(crate) rng_seed: Option<[u8; 32]>,
+    /// Told of each datagram or packet discarded (shuck's patch)
+    pub(crate) drop_hook: Option<DropHook>,
 }
+
+/// See [`EndpointConfig::drop_hook`].
+pub type DropHook = Arc<dyn Fn(DropReason) + Send + Sync>;
 
 impl EndpointConfig {
     /// Create a default config with a particular `reset_key`
@@ -63,6 +68,22 @@ impl EndpointConfig {
             grease_quic_bit: true,
             min_reset_interval: Duration::from_millis(20),
             rng_seed: None,
+            drop_hook: None,
+        }
+    }
+
+    /// Calls `hook` for each received datagram, or packet within one, that is discarded,
+    /// with why (shuck's patch: quinn keeps no such counts). Called on the endpoint's and
+    /// connections' drivers: it must be cheap and must not block.
+    pub fn drop_hook(&mut self, hook: DropHook) -> &mut Self {
+        self.drop_hook = Some(hook);
+        self
+    }
+
+    /// Tells the drop hook, if any, of a discarded datagram or packet.
+    pub(crate) fn dropped(&self, reason: DropReason) {
+        if let Some(hook) = &self.drop_hook {
+            hook(reason);
         }
     }
 

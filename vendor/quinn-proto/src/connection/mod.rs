@@ -15,7 +15,7 @@ use thiserror::Error;
 use tracing::{debug, error, trace, trace_span, warn};
 
 use crate::{
-    Dir, Duration, EndpointConfig, Frame, Instant, MAX_CID_SIZE, MAX_STREAM_COUNT,
+    Dir, DropReason, Duration, EndpointConfig, Frame, Instant, MAX_CID_SIZE, MAX_STREAM_COUNT,
     MIN_INITIAL_SIZE, Side, StreamId, TIMER_GRANULARITY, TokenStore, Transmit, TransportError,
     TransportErrorCode, VarInt,
     cid_generator::ConnectionIdGenerator,
@@ -1130,6 +1130,7 @@ impl Connection {
                 // permit NAT-rebinding-like migration.
                 if remote != self.path.remote && !self.side.remote_may_migrate() {
                     trace!("discarding packet from unrecognized peer {}", remote);
+                    self.endpoint_config.dropped(DropReason::UnexpectedPeer);
                     return;
                 }
 
@@ -2249,6 +2250,7 @@ impl Connection {
                 }
                 Err(e) => {
                     trace!("malformed header: {}", e);
+                    self.endpoint_config.dropped(DropReason::Malformed);
                     return;
                 }
             }
@@ -2269,6 +2271,8 @@ impl Connection {
             self.peer_params.stateless_reset_token,
         ) {
             self.handle_packet(now, remote, ecn, decoded.packet, decoded.stateless_reset);
+        } else {
+            self.endpoint_config.dropped(DropReason::Undecryptable);
         }
     }
 
@@ -2293,6 +2297,7 @@ impl Connection {
 
         if self.is_handshaking() && remote != self.path.remote {
             debug!("discarding packet with unexpected remote during handshake");
+            self.endpoint_config.dropped(DropReason::UnexpectedPeer);
             return;
         }
 
@@ -2316,6 +2321,7 @@ impl Connection {
             }
             Err(None) => {
                 debug!("failed to authenticate packet");
+                self.endpoint_config.dropped(DropReason::Undecryptable);
                 self.authentication_failures += 1;
                 let integrity_limit = self.spaces[self.highest_space]
                     .crypto
@@ -2340,10 +2346,12 @@ impl Connection {
                 let is_duplicate = |n| self.spaces[packet.header.space()].dedup.insert(n);
                 if number.is_some_and(is_duplicate) {
                     debug!("discarding possible duplicate packet");
+                    self.endpoint_config.dropped(DropReason::Duplicate);
                     return;
                 } else if self.state.is_handshake() && packet.header.is_short() {
                     // TODO: SHOULD buffer these to improve reordering tolerance.
                     trace!("dropping short packet during handshake");
+                    self.endpoint_config.dropped(DropReason::OutOfOrder);
                     return;
                 } else {
                     if let Header::Initial(InitialHeader { ref token, .. }) = packet.header {
@@ -2353,6 +2361,7 @@ impl Connection {
                                 // packets can be spoofed, so we discard rather than killing the
                                 // connection.
                                 warn!("discarding Initial with invalid retry token");
+                                self.endpoint_config.dropped(DropReason::InvalidToken);
                                 return;
                             }
                         }
@@ -2439,6 +2448,7 @@ impl Connection {
                     _ if packet.header.has_frames() => self.process_early_payload(now, packet)?,
                     _ => {
                         trace!("discarding unexpected pre-handshake packet");
+                        self.endpoint_config.dropped(DropReason::OutOfOrder);
                     }
                 }
                 return Ok(());

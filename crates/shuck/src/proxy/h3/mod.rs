@@ -8,6 +8,7 @@
 //! (`steer.rs`); `conn.rs` drives one connection.
 
 mod conn;
+mod drops;
 mod resume;
 pub mod steer;
 mod stream;
@@ -190,6 +191,9 @@ pub async fn serve(
     }
     let limits = &worker.state.limits;
     let local = socket.local_addr().ok();
+    let mut socket_drops = drops::SocketDrops::watch(&socket);
+    let mut drops_tick = tokio::time::interval(Duration::from_secs(1));
+    drops_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let tokens = &worker.state.quic_tokens;
     let counters = &worker.counters;
     let mut early = false;
@@ -198,6 +202,7 @@ pub async fn serve(
             early = e;
             let mut ep = quinn::EndpointConfig::default();
             ep.cid_generator(move || Box::new(steer::WorkerCids::new(index, workers)));
+            ep.drop_hook(drops::hook(worker.counters.clone()));
             let runtime = Arc::new(quinn::TokioRuntime);
             Ok(quinn::Endpoint::new(ep, Some(config), socket, runtime)?)
         });
@@ -225,6 +230,11 @@ pub async fn serve(
         tokio::select! {
             _ = shutdown.recv() => break,
             _ = stop.recv() => break,
+            _ = drops_tick.tick(), if socket_drops.is_some() => {
+                if let Some(d) = socket_drops.as_mut() {
+                    d.update(counters);
+                }
+            }
             r = reloads.changed() => {
                 if r.is_err() {
                     break;
