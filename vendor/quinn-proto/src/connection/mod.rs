@@ -257,6 +257,7 @@ impl Connection {
         remote: SocketAddr,
         local_ip: Option<IpAddr>,
         crypto: Box<dyn crypto::Session>,
+        initial_keys: Option<crypto::Keys>,
         cid_gen: &dyn ConnectionIdGenerator,
         now: Instant,
         version: u32,
@@ -269,7 +270,7 @@ impl Connection {
         let connection_side = ConnectionSide::from(side_args);
         let side = connection_side.side();
         let initial_space = PacketSpace {
-            crypto: Some(crypto.initial_keys(&init_cid, side)),
+            crypto: Some(initial_keys.unwrap_or_else(|| crypto.initial_keys(&init_cid, side))),
             ..PacketSpace::new(now)
         };
         let state = State::Handshake(state::Handshake {
@@ -1082,6 +1083,18 @@ impl Connection {
                 || self.side.is_server())
         {
             // No keys available for this space
+            return SendableFrames::empty();
+        }
+        // shuck's patch: a server whose client sent no 0-RTT holds its 0.5-RTT data (the
+        // NEW_CONNECTION_ID frames, the application's first stream data) until the handshake
+        // completes; it leaves then with HANDSHAKE_DONE and the session tickets, in one
+        // datagram rather than one or two more before the client's Finished. None of it
+        // needs answering sooner: only 0-RTT requests are answered before the handshake.
+        if space_id == SpaceId::Data
+            && self.side.is_server()
+            && self.is_handshaking()
+            && self.zero_rtt_crypto.is_none()
+        {
             return SendableFrames::empty();
         }
         let mut can_send = self.spaces[space_id].can_send(&self.streams);
@@ -3047,7 +3060,10 @@ impl Connection {
         if let Some(reason) = close {
             self.error = Some(reason.into());
             self.state = State::Draining;
-            self.close = true;
+            // shuck's patch: no CONNECTION_CLOSE in answer to the peer's. RFC 9000 §10.2.2
+            // allows one (MAY) and asks for nothing: the peer ends its closing period by its
+            // own timer either way, and a datagram a connection is spared.
+            self.close = false;
         }
 
         if remote != self.path.remote

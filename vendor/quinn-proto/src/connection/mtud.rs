@@ -295,6 +295,8 @@ struct SearchState {
     in_flight_probe: Option<u64>,
     /// Lost probes at the current probe size
     lost_probe_count: usize,
+    /// Whether the upper bound has been probed (the first probe of a search: shuck's patch)
+    upper_probed: bool,
 }
 
 impl SearchState {
@@ -319,12 +321,23 @@ impl SearchState {
             // During initialization, we consider the lower bound to have already been
             // successfully probed
             last_probed_mtu: lower_bound,
+            upper_probed: false,
         }
     }
 
     /// Determines the next MTU to probe using binary search
     fn next_mtu_to_probe(&mut self, last_probe_succeeded: bool) -> Option<u16> {
         debug_assert_eq!(self.in_flight_probe, None);
+
+        // shuck's patch: the upper bound first. Most paths carry it (an Ethernet MTU, the
+        // usual bound), so one probe ends the search where a binary search took four or five,
+        // each a datagram and an acknowledgement; if it is lost, the search goes on below it.
+        if !self.upper_probed {
+            self.upper_probed = true;
+            if self.upper_bound.saturating_sub(self.last_probed_mtu) >= self.minimum_change {
+                return Some(self.upper_bound);
+            }
+        }
 
         if last_probe_succeeded {
             self.lower_bound = self.last_probed_mtu;

@@ -56,28 +56,47 @@ pub(super) async fn serve(
             return;
         }
     };
-    let deadline = Instant::now() + limits.handshake_timeout;
-    let (conn, handshake) = match handshake(connecting, early, deadline).await {
-        Ok(c) => c,
-        Err(e) => {
-            WorkerCounters::bump(&counters.http.h3.handshake_failures);
-            tracing::debug!(
-                name: "quic_handshake_failed",
-                client = %peer,
-                error = %e,
-                "QUIC handshake failed: {e}",
-            );
-            return;
-        }
-    };
-    if handshake.is_none() {
-        WorkerCounters::bump(&counters.http.h3.connections);
-    }
-    WorkerCounters::bump(&counters.frontend(frontend.slot).accepted);
-    let started = Instant::now();
     let Some(max_head) = state.http else {
         return; // --quic is refused without --http; a reload cannot turn it off under us
     };
+    let deadline = Instant::now() + limits.handshake_timeout;
+    let failed = |e: &dyn std::fmt::Display| {
+        WorkerCounters::bump(&counters.http.h3.handshake_failures);
+        tracing::debug!(
+            name: "quic_handshake_failed",
+            client = %peer,
+            error = %e,
+            "QUIC handshake failed: {e}",
+        );
+    };
+    let (conn, handshake) = match handshake(connecting, early, deadline).await {
+        Ok(c) => c,
+        Err(e) => return failed(&e),
+    };
+    // HTTP/3's control streams (its SETTINGS) are opened at once, as 0.5-RTT data: quinn
+    // (vendor/quinn-proto's patch 5) sends them with the HANDSHAKE_DONE and the tickets,
+    // not in a datagram of their own after the handshake. Nothing the client sends is read
+    // before the handshake completes (but 0-RTT requests, with --quic-early-data).
+    let built = open(&conn, max_head, limits.http_request_timeout).await;
+    let handshake = match handshake {
+        Pending::Early(h, accepted) => Some((h, accepted)),
+        Pending::Full(accepted) => {
+            if tokio::time::timeout_at(deadline, accepted).await.is_err() {
+                return failed(&HandshakeError::Timeout);
+            }
+            if let Some(e) = conn.close_reason() {
+                return failed(&e);
+            }
+            WorkerCounters::bump(&counters.http.h3.connections);
+            None
+        }
+        Pending::Done => {
+            WorkerCounters::bump(&counters.http.h3.connections);
+            None
+        }
+    };
+    WorkerCounters::bump(&counters.frontend(frontend.slot).accepted);
+    let started = Instant::now();
     let sni = conn
         .handshake_data()
         .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
@@ -105,9 +124,10 @@ pub(super) async fn serve(
         limits,
         max_head,
     ));
-    let end = match handshake {
-        None => drive(&gw, &conn, &worker, &frontend, max_head).await,
-        Some((h, accepted)) => {
+    let end = match (built, handshake) {
+        (Err(end), _) => end,
+        (Ok(h3c), None) => drive(&gw, &conn, h3c, &worker, &frontend).await,
+        (Ok(h3c), Some((h, accepted))) => {
             // The handshake completes (or not) while the early requests are served: each
             // that waits on it is told. A client that never completes it (a replay) is
             // cut off at --ssl-handshake-timeout.
@@ -128,7 +148,7 @@ pub(super) async fn serve(
                 conn.close(quinn::VarInt::from_u32(0x100), b"handshake");
             };
             let end = tokio::select! {
-                end = drive(&gw, &conn, &worker, &frontend, max_head) => end,
+                end = drive(&gw, &conn, h3c, &worker, &frontend) => end,
                 () = settle => "handshake failed",
             };
             // Gone before it completed: whatever still waits on it ends.
@@ -195,33 +215,41 @@ enum HandshakeError {
     Timeout,
 }
 
-/// A connection's handshake under way: what its early requests wait on, and quinn's word
-/// that it completed.
-type Pending = (Rc<gateway::Handshake>, quinn::ZeroRttAccepted);
+/// A connection's handshake under way, and quinn's word that it completed.
+enum Pending {
+    /// With 0-RTT: what the early requests wait on.
+    Early(Rc<gateway::Handshake>, quinn::ZeroRttAccepted),
+    /// Without: nothing is read from the client before it completes.
+    Full(quinn::ZeroRttAccepted),
+    /// Already complete.
+    Done,
+}
 
-/// The handshake, to its end; with 0-RTT only to the client's first flight read (its
-/// server name known), the rest going on beside the requests.
+/// The handshake, to the client's first flight read (its server name known); the rest
+/// goes on beside the server's 0.5-RTT data (and, with 0-RTT, the early requests).
 async fn handshake(
     mut connecting: quinn::Connecting,
     early: bool,
     deadline: Instant,
-) -> Result<(quinn::Connection, Option<Pending>), HandshakeError> {
-    if early {
-        tokio::time::timeout_at(deadline, connecting.handshake_data())
-            .await
-            .map_err(|_| HandshakeError::Timeout)??;
-        match connecting.into_0rtt() {
-            Ok((conn, accepted)) => {
-                let pending = Rc::new(gateway::Handshake::pending());
-                return Ok((conn, Some((pending, accepted))));
-            }
-            Err(c) => connecting = c,
-        }
-    }
-    let conn = tokio::time::timeout_at(deadline, connecting)
+) -> Result<(quinn::Connection, Pending), HandshakeError> {
+    tokio::time::timeout_at(deadline, connecting.handshake_data())
         .await
         .map_err(|_| HandshakeError::Timeout)??;
-    Ok((conn, None))
+    match connecting.into_0rtt() {
+        Ok((conn, accepted)) if early => {
+            let pending = Rc::new(gateway::Handshake::pending());
+            Ok((conn, Pending::Early(pending, accepted)))
+        }
+        Ok((conn, accepted)) => Ok((conn, Pending::Full(accepted))),
+        // A server's connection always goes on in 0.5-RTT (quinn); were it not to, the
+        // handshake is waited for whole.
+        Err(connecting) => {
+            let conn = tokio::time::timeout_at(deadline, connecting)
+                .await
+                .map_err(|_| HandshakeError::Timeout)??;
+            Ok((conn, Pending::Done))
+        }
+    }
 }
 
 /// The client as the backends are told: its preambles, forwarding headers and routes.
@@ -280,32 +308,44 @@ fn client(
     }
 }
 
+/// h3's side of a connection.
+type H3Connection = h3::server::Connection<h3_quinn::Connection, Bytes>;
+
+/// Starts HTTP/3 on the connection: its control and QPACK streams opened, the SETTINGS
+/// sent. What went wrong, for the log line.
+async fn open(
+    conn: &quinn::Connection,
+    max_head: usize,
+    timeout: Duration,
+) -> Result<H3Connection, &'static str> {
+    let mut builder = h3::server::builder();
+    builder.max_field_section_size(max_head as u64);
+    let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()));
+    match tokio::time::timeout(timeout, built).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => {
+            tracing::debug!(
+                name: "h3_connection_refused",
+                client = %conn.remote_address(),
+                error = %e,
+                "HTTP/3 could not start",
+            );
+            Err("bad settings")
+        }
+        Err(_) => Err("no settings in time"),
+    }
+}
+
 /// HTTP/3 over the connection until it ends; what ended it, for the log line.
 async fn drive(
     gw: &Rc<Gateway>,
     conn: &quinn::Connection,
+    mut h3c: H3Connection,
     worker: &Rc<Worker>,
     frontend: &FrontendState,
-    max_head: usize,
 ) -> &'static str {
     let limits = &worker.state.limits;
     let counters = &worker.counters;
-    let mut builder = h3::server::builder();
-    builder.max_field_section_size(max_head as u64);
-    let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()));
-    let mut h3c = match tokio::time::timeout(limits.http_request_timeout, built).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            tracing::debug!(
-                name: "h3_connection_refused",
-                client = %gw.client,
-                error = %e,
-                "HTTP/3 could not start",
-            );
-            return "bad settings";
-        }
-        Err(_) => return "no settings in time",
-    };
     let keepalive = limits.http_keepalive_timeout;
     let mut drain = worker.drain.clone();
     let mut reload = frontend.reloads.subscribe();
