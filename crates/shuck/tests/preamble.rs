@@ -481,3 +481,68 @@ fn proxy_proxy_alone_sends_a_header_encoded_anew_and_refuses_what_does_not_parse
     echo_roundtrip(&mut tls_over(sock, &cfg, None).unwrap());
     assert_eq!(seen2.lock().unwrap()[0], v2);
 }
+
+#[test]
+fn proxy_v2_tells_of_an_http3_client_and_its_cipher() {
+    if !common::h3::aioquic() {
+        return;
+    }
+    // An HTTP/1.1 backend behind the PROXY v2 header: it keeps the header and answers each
+    // request head with a small 200.
+    let full = Arc::new(Mutex::new(Vec::new()));
+    let f2 = full.clone();
+    let origin = Origin::start(move |mut s| {
+        let mut head = [0u8; 16];
+        if s.read_exact(&mut head).is_err() {
+            return;
+        }
+        let len = u16::from_be_bytes([head[14], head[15]]) as usize;
+        let mut rest = vec![0u8; len];
+        s.read_exact(&mut rest).unwrap();
+        let mut all = head.to_vec();
+        all.extend(rest);
+        *f2.lock().unwrap() = all;
+        let mut req = Vec::new();
+        let mut byte = [0u8; 1];
+        while !req.ends_with(b"\r\n\r\n") && s.read(&mut byte).is_ok_and(|n| n == 1) {
+            req.push(byte[0]);
+        }
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+    });
+    let shuck = Shuck::start(&[
+        "-n",
+        "1",
+        "-b",
+        &origin.addr(),
+        "--http",
+        "--quic",
+        "--write-proxy-v2",
+    ]);
+    let report = common::h3::h3(shuck.port, serde_json::json!([{"path": "/"}]), &[]);
+    assert_eq!(common::h3::answers(&report)[0]["status"], "200", "{report}");
+    let bytes = wait_for(|| Some(full.lock().unwrap().clone()).filter(|b| !b.is_empty()));
+    let h = ppp::v2::Header::try_from(bytes.as_slice()).unwrap();
+    match h.addresses {
+        ppp::v2::Addresses::IPv4(a) => {
+            assert_eq!(a.source_address, std::net::Ipv4Addr::LOCALHOST);
+            assert_eq!(
+                a.destination_port, shuck.port,
+                "QUIC's port, the same as TCP's"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let tlvs: Vec<(u8, Vec<u8>)> = h
+        .tlvs()
+        .map(|t| t.unwrap())
+        .map(|t| (t.kind, t.value.to_vec()))
+        .collect();
+    assert!(tlvs.contains(&(0x01, b"h3".to_vec())), "ALPN: {tlvs:?}");
+    let ssl = &tlvs.iter().find(|t| t.0 == 0x20).expect("SSL TLV").1;
+    assert_eq!(ssl[0] & 0x01, 0x01);
+    let sub = String::from_utf8_lossy(&ssl[5..]).into_owned();
+    assert!(
+        sub.contains("TLSv1.3") && sub.contains("TLS_AES_"),
+        "the version and the cipher: {sub}"
+    );
+}

@@ -67,6 +67,7 @@ impl crypto::Session for TlsSession {
                 Connection::Client(_) => None,
                 Connection::Server(ref session) => session.server_name().map(|x| x.into()),
             },
+            cipher_suite: self.inner.negotiated_cipher_suite().map(|s| s.suite()),
             #[cfg(feature = "__rustls-post-quantum-test")]
             negotiated_key_exchange_group: self
                 .inner
@@ -265,6 +266,8 @@ pub struct HandshakeData {
     ///
     /// Always `None` for outgoing connections
     pub server_name: Option<String>,
+    /// The negotiated cipher suite (shuck's patch: for the PROXY protocol's SSL TLV)
+    pub cipher_suite: Option<rustls::CipherSuite>,
     /// The key exchange group negotiated with the peer
     #[cfg(feature = "__rustls-post-quantum-test")]
     pub negotiated_key_exchange_group: NamedGroup,

@@ -97,10 +97,11 @@ pub(super) async fn serve(
     };
     WorkerCounters::bump(&counters.frontend(frontend.slot).accepted);
     let started = Instant::now();
-    let sni = conn
+    let data = conn
         .handshake_data()
-        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
-        .and_then(|d| d.server_name);
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok());
+    let suite = data.as_ref().and_then(|d| d.cipher_suite);
+    let sni = data.and_then(|d| d.server_name);
     if let Err(alert) = served_certificates_check(&frontend, &conn, sni.as_deref()) {
         WorkerCounters::bump(&counters.http.h3.handshake_failures);
         tracing::debug!(
@@ -115,7 +116,7 @@ pub(super) async fn serve(
         conn.close(quinn::VarInt::from_u32(code), b"client certificate");
         return;
     }
-    let mut client = client(&worker, &frontend, &conn, sni.as_deref(), local);
+    let mut client = client(&worker, &frontend, &conn, (sni.as_deref(), suite), local);
     client.handshake = handshake.as_ref().map(|(h, _)| h.clone());
     let gw = Rc::new(Gateway::new(
         worker.clone(),
@@ -257,7 +258,7 @@ fn client(
     worker: &Worker,
     frontend: &FrontendState,
     conn: &quinn::Connection,
-    sni: Option<&str>,
+    (sni, suite): (Option<&str>, Option<rustls::CipherSuite>),
     local: Option<SocketAddr>,
 ) -> Client {
     let state = &worker.state;
@@ -283,8 +284,7 @@ fn client(
             alpn: Some(b"h3"),
             sni: sni.filter(|_| state.proxy_authority),
             version: Some("TLSv1.3"),
-            // quinn's handshake data does not name the suite.
-            cipher: None,
+            cipher: suite.map(preamble::openssl_cipher_name),
             client_cert: None,
             client_cn: None,
         },
