@@ -156,6 +156,22 @@ impl Drop for Hitch {
     }
 }
 
+/// A v2 header's TLVs, as (type, value).
+fn tlvs_of(h: &ppp::v2::Header) -> Vec<(u8, Vec<u8>)> {
+    h.tlvs()
+        .map(|t| t.unwrap())
+        .map(|t| (t.kind, t.value.to_vec()))
+        .collect()
+}
+
+/// The SSL TLV's sub-TLVs as text (after its client flags and verify result), checking
+/// that it says the client came over TLS.
+fn ssl_subtlvs(tlvs: &[(u8, Vec<u8>)]) -> String {
+    let ssl = &tlvs.iter().find(|t| t.0 == 0x20).expect("SSL TLV").1;
+    assert_eq!(ssl[0] & 0x01, 0x01);
+    String::from_utf8_lossy(&ssl[5..]).into_owned()
+}
+
 #[test]
 fn proxy_v2_carries_addresses_and_tls_tlvs() {
     // Read the whole v2 header: 16 bytes, then the length they announce.
@@ -205,19 +221,13 @@ fn proxy_v2_carries_addresses_and_tls_tlvs() {
         }
         other => panic!("{other:?}"),
     }
-    let tlvs: Vec<(u8, Vec<u8>)> = h
-        .tlvs()
-        .map(|t| t.unwrap())
-        .map(|t| (t.kind, t.value.to_vec()))
-        .collect();
+    let tlvs = tlvs_of(&h);
     assert!(tlvs.contains(&(0x01, b"h2".to_vec())), "ALPN: {tlvs:?}");
     assert!(
         tlvs.contains(&(0x02, b"shop.example".to_vec())),
         "authority: {tlvs:?}"
     );
-    let ssl = &tlvs.iter().find(|t| t.0 == 0x20).expect("SSL TLV").1;
-    assert_eq!(ssl[0] & 0x01, 0x01);
-    let sub = String::from_utf8_lossy(&ssl[5..]).into_owned();
+    let sub = ssl_subtlvs(&tlvs);
     assert!(sub.contains("TLSv1.3") && sub.contains("TLS_AES_"), "{sub}");
 
     // --write-proxy is hitch's name for v2.
@@ -532,15 +542,9 @@ fn proxy_v2_tells_of_an_http3_client_and_its_cipher() {
         }
         other => panic!("{other:?}"),
     }
-    let tlvs: Vec<(u8, Vec<u8>)> = h
-        .tlvs()
-        .map(|t| t.unwrap())
-        .map(|t| (t.kind, t.value.to_vec()))
-        .collect();
+    let tlvs = tlvs_of(&h);
     assert!(tlvs.contains(&(0x01, b"h3".to_vec())), "ALPN: {tlvs:?}");
-    let ssl = &tlvs.iter().find(|t| t.0 == 0x20).expect("SSL TLV").1;
-    assert_eq!(ssl[0] & 0x01, 0x01);
-    let sub = String::from_utf8_lossy(&ssl[5..]).into_owned();
+    let sub = ssl_subtlvs(&tlvs);
     assert!(
         sub.contains("TLSv1.3") && sub.contains("TLS_AES_"),
         "the version and the cipher: {sub}"
