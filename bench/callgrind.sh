@@ -7,6 +7,9 @@
 #   ROUTES=10000 bench/callgrind.sh              (N server-name routes to a named backend,
 #                                                 the origin; the client asks for one of them)
 #   ROUTES=0 bench/callgrind.sh                  (the same client, no route: the baseline)
+#   QUIC=1 bench/callgrind.sh                    (a full QUIC handshake and one HTTP/3
+#                                                 request a connection instead, one at a
+#                                                 time; no keep-alive figure)
 #
 # Each figure is a difference of two runs with fixed work, so start-up and shutdown cancel:
 #   keep-alive: one session of 4,500 requests minus one of 500, divided by 4,000;
@@ -52,10 +55,10 @@ count() {
     out="$work/cg.out"
     rm -f "$out".*
     valgrind --tool=callgrind --callgrind-out-file="$out.%p" \
-        "$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q ${SHUCK_ARGS:-} "${routes[@]}" "$pem" 2>"$work/vg.log" &
+        "$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q $(quic_args) ${SHUCK_ARGS:-} "${routes[@]}" "$pem" 2>"$work/vg.log" &
     pid=$!
     wait_port "$port"
-    "$bench" load --target "127.0.0.1:$port" --concurrency 1 --timeout 120 --json "${load_sni[@]}" "$@" >"$work/load.json"
+    load_json "$work/load.json" "$@" "${load_sni[@]}"
     kill -TERM "$pid"
     wait "$pid" || true
     local done
@@ -79,10 +82,12 @@ PY
     echo "$total $done"
 }
 
-# One session each: the loop starts one session and the deadline has passed when it ends.
-read -r ka1 _ kr1 <<<"$(count --duration 0.001 --requests-per-conn 500)"
-read -r ka2 _ kr2 <<<"$(count --duration 0.001 --requests-per-conn 4500)"
 read -r hs1 hn1 _ <<<"$(count --duration 2 --requests-per-conn 1)"
 read -r hs2 hn2 _ <<<"$(count --duration 8 --requests-per-conn 1)"
-echo "keep-alive request: $(( (ka2 - ka1) / (kr2 - kr1) )) instructions ($kr1 and $kr2 requests)"
+if [ -z "${QUIC:-}" ]; then
+    # One session each: the loop starts one session and the deadline has passed when it ends.
+    read -r ka1 _ kr1 <<<"$(count --duration 0.001 --requests-per-conn 500)"
+    read -r ka2 _ kr2 <<<"$(count --duration 0.001 --requests-per-conn 4500)"
+    echo "keep-alive request: $(( (ka2 - ka1) / (kr2 - kr1) )) instructions ($kr1 and $kr2 requests)"
+fi
 echo "full handshake:     $(( (hs2 - hs1) / (hn2 - hn1) )) instructions ($hn1 and $hn2 sessions)"

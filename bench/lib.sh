@@ -43,3 +43,27 @@ origin_and_cert() {
     start_origin
     make_cert "$work"
 }
+
+# One load run against 127.0.0.1:$port, its report (shuck-bench load's JSON) written to $1;
+# the rest are shuck-bench load's options. With QUIC=1 the load is a full QUIC handshake
+# and one HTTP/3 request on each new connection, one at a time (shuck-bench h3-load
+# --handshakes), for the --duration given first; its report is put in the same shape.
+load_json() {
+    local out=$1
+    shift
+    if [ -n "${QUIC:-}" ]; then
+        [ "$1" = --duration ] || { echo "load_json: QUIC=1 takes --duration first" >&2; return 1; }
+        local ok bad
+        read -r ok bad <<<"$("$bench" h3-load --addr "127.0.0.1:$port" --connections 1 \
+            --streams 1 --handshakes --duration "$2")"
+        echo "{\"completed\": $ok, \"attempted\": $((ok + bad)), \"failures\": $bad, \"requests\": $ok}" >"$out"
+    else
+        "$bench" load --target "127.0.0.1:$port" --concurrency 1 --timeout 120 --json "$@" >"$out"
+    fi
+}
+
+# QUIC=1: shuck's flags for HTTP/3 (and the suite shuck-bench h3 gives every peer).
+quic_args() {
+    [ -n "${QUIC:-}" ] && echo "--http --quic --ciphersuites TLS_AES_128_GCM_SHA256"
+    return 0
+}

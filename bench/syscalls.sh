@@ -10,6 +10,8 @@
 #
 #   bench/syscalls.sh [SHUCK] [SHUCK_BENCH]     (defaults: target/release/...)
 #   SHUCK_ARGS="--http" bench/syscalls.sh       (the same, with more shuck flags)
+#   QUIC=1 bench/syscalls.sh                     (a full QUIC handshake and one HTTP/3
+#                                                 request a connection instead; no keep-alive)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shuck=${1:-target/release/shuck}
@@ -29,7 +31,7 @@ start_origin
 make_cert "$work"
 pids+=("$origin_pid")
 port=$(free_port)
-"$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q ${SHUCK_ARGS:-} "$pem" 2>"$work/shuck.log" &
+"$shuck" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q $(quic_args) ${SHUCK_ARGS:-} "$pem" 2>"$work/shuck.log" &
 master=$!
 pids+=("$master")
 wait_port "$port"
@@ -43,7 +45,7 @@ count() {
     strace -f -c -o "$work/strace.txt" -p "$worker" 2>/dev/null &
     local st=$!
     sleep 0.5
-    "$bench" load --target "127.0.0.1:$port" --concurrency 1 --timeout 120 --json "$@" >"$work/load.json"
+    load_json "$work/load.json" "$@"
     kill -INT "$st"
     wait "$st" || true
     python3 - "$work/strace.txt" "$work/load.json" >"$out" <<'PY'
@@ -83,7 +85,8 @@ PY
 
 count "$work/c1" --duration 1 --requests-per-conn 1
 count "$work/c2" --duration 4 --requests-per-conn 1
+echo "connection: $(per "$work/c1" "$work/c2" sessions)"
+[ -n "${QUIC:-}" ] && exit 0
 count "$work/k1" --duration 0.001 --requests-per-conn 500
 count "$work/k2" --duration 0.001 --requests-per-conn 4500
-echo "connection: $(per "$work/c1" "$work/c2" sessions)"
 echo "keep-alive: $(per "$work/k1" "$work/k2" requests)"

@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use crate::counters::{WorkerCounters, QUIC_DROPS};
 
+// The labels are quinn-proto's reasons in their order, then the kernel's one.
+const _: () = assert!(QUIC_DROPS.len() == quinn_proto::DropReason::ALL.len() + 1);
+
 /// The endpoint's drop hook: bumps the worker's counter of the reason. quinn may call it
 /// from any thread of the runtime, so the counters are added to atomically.
 pub fn hook(counters: Arc<WorkerCounters>) -> quinn_proto::DropHook {
