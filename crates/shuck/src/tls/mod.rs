@@ -5,6 +5,7 @@
 pub mod cert_store;
 pub mod client_auth;
 pub mod hello;
+mod hkdf;
 pub mod ocsp;
 pub mod params;
 pub mod pem;

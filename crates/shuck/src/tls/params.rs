@@ -7,7 +7,7 @@ use rustls::crypto::aws_lc_rs::{cipher_suite as cs, kx_group};
 use rustls::crypto::SupportedKxGroup;
 use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
 
-use super::TlsError;
+use super::{hkdf, TlsError};
 
 /// A TLS 1.2 suite, its OpenSSL name, and the OpenSSL cipher-string tags that select it.
 struct Tls12Suite {
@@ -185,7 +185,9 @@ pub fn parse_tls13_suites(spec: &str) -> Result<Kept<SupportedCipherSuite>, TlsE
         .filter(|t| !t.is_empty())
     {
         match TLS13.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
-            Some((_, suite)) if !out.contains(suite) => out.push(*suite),
+            Some((_, suite)) if !out.contains(&hkdf::keyed(*suite)) => {
+                out.push(hkdf::keyed(*suite))
+            }
             Some(_) => {}
             None => dropped.push(name.to_owned()),
         }
@@ -211,7 +213,7 @@ pub fn default_suites() -> (Vec<SupportedCipherSuite>, Vec<SupportedCipherSuite>
     let tls13 = all
         .iter()
         .filter(|s| s.tls13().is_some())
-        .copied()
+        .map(|s| hkdf::keyed(*s))
         .collect();
     (tls12, tls13)
 }

@@ -2203,14 +2203,8 @@ impl Connection {
             "already reached packet space {space:?}"
         );
         trace!("{:?} keys ready", space);
-        if space == SpaceId::Data {
-            // Precompute the first key update
-            self.next_crypto = Some(
-                self.crypto
-                    .next_1rtt_keys()
-                    .expect("handshake should be complete"),
-            );
-        }
+        // shuck patch 8: the first key update's keys are derived when first needed (a packet
+        // of the next key phase, or a key update of ours), not here for every connection.
 
         self.spaces[space].crypto = Some(crypto);
         debug_assert!(space as usize > self.highest_space as usize);
@@ -3564,6 +3558,15 @@ impl Connection {
         now: Instant,
         packet: &mut Packet,
     ) -> Result<Option<u64>, Option<TransportError>> {
+        // shuck patch 8: a 1-RTT packet of the other key phase may need the next keys.
+        if self.next_crypto.is_none()
+            && packet.header.is_protected()
+            && !packet.header.is_0rtt()
+            && packet.header.space() == SpaceId::Data
+            && packet.header.key_phase() != self.key_phase
+        {
+            self.next_crypto = self.crypto.next_1rtt_keys();
+        }
         let result = packet_crypto::decrypt_packet_body(
             packet,
             &self.spaces,
@@ -3596,6 +3599,10 @@ impl Connection {
 
     fn update_keys(&mut self, end_packet: Option<(u64, Instant)>, remote: bool) {
         trace!("executing key update");
+        // shuck patch 8: the keys of the phase we switch to, if no packet needed them yet.
+        if self.next_crypto.is_none() {
+            self.next_crypto = self.crypto.next_1rtt_keys();
+        }
         // Generate keys for the key phase after the one we're switching to, store them in
         // `next_crypto`, make the contents of `next_crypto` current, and move the current keys into
         // `prev_crypto`.

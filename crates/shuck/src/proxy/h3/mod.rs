@@ -55,17 +55,46 @@ impl std::fmt::Debug for Tokens {
 /// another; without one, a random key of this process's. The log of used tokens is the
 /// process's own (quinn's Bloom filter pair, 10 MiB at most).
 pub fn tokens(farm: Option<[u8; 32]>) -> Tokens {
-    use aws_lc_rs::hkdf;
     let secret = farm.unwrap_or_else(|| {
         let mut k = [0u8; 32];
         // A failing RNG leaves a fixed key: tokens would still be sealed, only guessable.
         let _ = aws_lc_rs::rand::fill(&mut k);
         k
     });
-    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"shuck quic retry token key").extract(&secret);
     Tokens {
-        key: Arc::new(prk),
+        key: Arc::new(TokenKey::new(&secret)),
         used: Arc::new(quinn::BloomTokenLog::default()),
+    }
+}
+
+/// The token key: PRK = HKDF-Extract(label, farm key); each token's AES-256-GCM key is
+/// HKDF-Expand(PRK, its random bytes, 32), as quinn's own key (aws-lc's `Prk`) derives it,
+/// so hosts of one farm agree whichever shuck they run. The PRK's HMAC is keyed once here:
+/// aws-lc's `Prk` extracts and keys it again for every token, two of which (one opened, one
+/// issued) each full handshake costs.
+struct TokenKey(aws_lc_rs::hmac::Key);
+
+impl TokenKey {
+    fn new(secret: &[u8]) -> Self {
+        use aws_lc_rs::hmac;
+        let salt = hmac::Key::new(hmac::HMAC_SHA256, b"shuck quic retry token key");
+        let prk = hmac::sign(&salt, secret);
+        Self(hmac::Key::new(hmac::HMAC_SHA256, prk.as_ref()))
+    }
+}
+
+impl quinn::crypto::HandshakeTokenKey for TokenKey {
+    fn aead_from_hkdf(&self, random_bytes: &[u8]) -> Box<dyn quinn::crypto::AeadKey> {
+        use aws_lc_rs::{aead, hmac};
+        // HKDF-Expand's first block, T(1) = HMAC(PRK, info | 0x01), is the whole key.
+        let mut ctx = hmac::Context::with_key(&self.0);
+        ctx.update(random_bytes);
+        ctx.update(&[1]);
+        let okm = ctx.sign();
+        // AES-256 takes any 32 bytes; SHA-256's tag is 32 bytes.
+        let key =
+            aead::UnboundKey::new(&aead::AES_256_GCM, okm.as_ref()).expect("a 32-byte AES-256 key");
+        Box::new(aead::LessSafeKey::new(key))
     }
 }
 
@@ -271,13 +300,15 @@ pub async fn serve(
                     } else {
                         i
                     };
-                    tokio::task::spawn_local(conn::serve(
+                    // Boxed: a connection's future is large, and an unboxed task's future is
+                    // copied whole at its spawn and again as it ends.
+                    tokio::task::spawn_local(Box::pin(conn::serve(
                         i,
                         worker.clone(),
                         frontend.clone(),
                         local,
                         early,
-                    ));
+                    )));
                 }
                 None => break,
             },
@@ -312,6 +343,15 @@ mod tests {
             .aead_from_hkdf(&nonce)
             .open(&mut copy, b"")
             .is_err());
+        // quinn's own token key (aws-lc's HKDF) opens ours: a farm's hosts agree.
+        let prk =
+            aws_lc_rs::hkdf::Salt::new(aws_lc_rs::hkdf::HKDF_SHA256, b"shuck quic retry token key")
+                .extract(&[7; 32]);
+        let mut copy = token.clone();
+        let opened = quinn::crypto::HandshakeTokenKey::aead_from_hkdf(&prk, &nonce)
+            .open(&mut copy, b"")
+            .unwrap();
+        assert_eq!(opened, b"the client's address and its first ID");
         // Without a farm key each process draws its own.
         let mut copy = token;
         assert!(tokens(None)
