@@ -226,6 +226,37 @@ fn a_client_whose_address_changes_keeps_its_connection_with_two_workers() {
 }
 
 #[test]
+fn key_updates_from_the_client_are_followed() {
+    if !aioquic() {
+        return;
+    }
+    let origin = H1Origin::start(None);
+    let (shuck, _stats) = gateway(&origin, &[]);
+    // Two updates (RFC 9001 §6): the first needs the next phase's keys, which the server
+    // derives only then (vendor/quinn-proto patch 8, vendor/rustls patch 2), the second the
+    // phase after. A request the server cannot decrypt, or answers in the old phase (which
+    // aioquic then cannot decrypt), goes unanswered.
+    let report = h3(
+        shuck.port,
+        json!([[{"path": "/size/100"}], [{"path": "/size/200", "timeout": 8}], [{"path": "/size/300", "timeout": 8}]]),
+        &[
+            "--key-update-before-group",
+            "1",
+            "--key-update-before-group",
+            "2",
+            "--pause-ms",
+            "300",
+        ],
+    );
+    let lengths: Vec<_> = answers(&report)
+        .iter()
+        .map(|r| r["length"].as_u64())
+        .collect();
+    assert_eq!(lengths, [Some(100), Some(200), Some(300)], "{report}");
+    assert_eq!(report["key_phases"], json!([0, 1, 0]), "{report}");
+}
+
+#[test]
 fn sessions_resume_on_another_worker() {
     if !aioquic() {
         return;

@@ -21,6 +21,7 @@ from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import QuicEvent, StreamReset
+from aioquic import tls
 from aioquic.tls import SessionTicket
 
 
@@ -236,7 +237,15 @@ async def run(args):
                 old.close()
                 out["rebound_to"] = sock.getsockname()[1]
                 await asyncio.wait_for(client.ping(), 5)
+            if i in args.key_update_before_group:
+                # The group's requests leave in the next key phase; the server must follow
+                # (decrypt them, answer in it) or they go unanswered.
+                client._quic.request_key_update()
+                client.transmit()
             results = await asyncio.gather(*[client.request(authority, r) for r in group])
+            if args.key_update_before_group:
+                out.setdefault("key_phases", []).append(
+                    client._quic._cryptos[tls.Epoch.ONE_RTT].key_phase)
             out["requests"] += results
             if args.pause_ms:
                 await asyncio.sleep(args.pause_ms / 1000.0)
@@ -272,6 +281,8 @@ def main():
     p.add_argument("--token-hex", help="a token of one's own (a forged one)")
     p.add_argument("--rebind-after-group", type=int)
     p.add_argument("--new-cid", action="store_true")
+    p.add_argument("--key-update-before-group", type=int, action="append", default=[],
+                   help="a group before which the client updates its 1-RTT keys (RFC 9001 §6)")
     p.add_argument("--pause-ms", type=float, default=0, help="ms between two groups")
     p.add_argument("--early", action="store_true", help="send the first requests in 0-RTT")
     p.add_argument("--hold-finished", type=float, default=0, help="ms to hold the handshake's end")
