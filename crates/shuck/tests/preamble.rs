@@ -32,6 +32,16 @@ fn recording_origin(n: usize) -> (Origin, Arc<Mutex<Vec<Vec<u8>>>>) {
     (o, seen)
 }
 
+/// A whole PROXY v2 header off `s`: 16 bytes, then the length they announce.
+fn read_v2_header(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut all = vec![0u8; 16];
+    s.read_exact(&mut all).ok()?;
+    let len = u16::from_be_bytes([all[14], all[15]]) as usize;
+    all.resize(16 + len, 0);
+    s.read_exact(&mut all[16..]).ok()?;
+    Some(all)
+}
+
 fn wait_for<T>(f: impl Fn() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -174,18 +184,10 @@ fn ssl_subtlvs(tlvs: &[(u8, Vec<u8>)]) -> String {
 
 #[test]
 fn proxy_v2_carries_addresses_and_tls_tlvs() {
-    // Read the whole v2 header: 16 bytes, then the length they announce.
     let full = Arc::new(Mutex::new(Vec::new()));
     let f2 = full.clone();
     let o2 = Origin::start(move |mut s| {
-        let mut head = [0u8; 16];
-        s.read_exact(&mut head).unwrap();
-        let len = u16::from_be_bytes([head[14], head[15]]) as usize;
-        let mut rest = vec![0u8; len];
-        s.read_exact(&mut rest).unwrap();
-        let mut all = head.to_vec();
-        all.extend(rest);
-        *f2.lock().unwrap() = all;
+        *f2.lock().unwrap() = read_v2_header(&mut s).expect("a PROXY v2 header");
         let mut buf = [0u8; 4096];
         while let Ok(k) = s.read(&mut buf) {
             if k == 0 || s.write_all(&buf[..k]).is_err() {
@@ -502,16 +504,10 @@ fn proxy_v2_tells_of_an_http3_client_and_its_cipher() {
     let full = Arc::new(Mutex::new(Vec::new()));
     let f2 = full.clone();
     let origin = Origin::start(move |mut s| {
-        let mut head = [0u8; 16];
-        if s.read_exact(&mut head).is_err() {
+        let Some(header) = read_v2_header(&mut s) else {
             return;
-        }
-        let len = u16::from_be_bytes([head[14], head[15]]) as usize;
-        let mut rest = vec![0u8; len];
-        s.read_exact(&mut rest).unwrap();
-        let mut all = head.to_vec();
-        all.extend(rest);
-        *f2.lock().unwrap() = all;
+        };
+        *f2.lock().unwrap() = header;
         let mut req = Vec::new();
         let mut byte = [0u8; 1];
         while !req.ends_with(b"\r\n\r\n") && s.read(&mut byte).is_ok_and(|n| n == 1) {

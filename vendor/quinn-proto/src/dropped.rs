@@ -1,4 +1,4 @@
-//! Why received datagrams, or packets within them, are discarded (a shuck patch: see
+//! Why received datagrams, or packets within them, are discarded (shuck patch 2: see
 //! PATCHES.md). An application that wants counts sets [`EndpointConfig::drop_hook`];
 //! without one nothing is recorded.
 //!

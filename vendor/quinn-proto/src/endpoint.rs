@@ -666,7 +666,7 @@ impl Endpoint {
 
         let tls = server_config.crypto.clone().start_session(version, &params);
         let transport_config = server_config.transport.clone();
-        // shuck's patch: the Initial keys the first packet was opened with go to the
+        // shuck patch 6: the Initial keys the first packet was opened with go to the
         // connection, which derived them afresh (an HKDF extract and six expansions).
         let crypto_config = server_config.crypto.clone();
         let addresses = incoming.addresses;

@@ -48,7 +48,7 @@ pub struct EndpointConfig {
     pub(crate) min_reset_interval: Duration,
     /// Optional seed to be used internally for random number generation
     pub(crate) rng_seed: Option<[u8; 32]>,
-    /// Told of each datagram or packet discarded (shuck's patch)
+    /// Told of each datagram or packet discarded (shuck patch 2)
     pub(crate) drop_hook: Option<DropHook>,
 }
 
@@ -73,7 +73,7 @@ impl EndpointConfig {
     }
 
     /// Calls `hook` for each received datagram, or packet within one, that is discarded,
-    /// with why (shuck's patch: quinn keeps no such counts). Called on the endpoint's and
+    /// with why (shuck patch 2: quinn keeps no such counts). Called on the endpoint's and
     /// connections' drivers: it must be cheap and must not block.
     pub fn drop_hook(&mut self, hook: DropHook) -> &mut Self {
         self.drop_hook = Some(hook);

@@ -1085,7 +1085,7 @@ impl Connection {
             // No keys available for this space
             return SendableFrames::empty();
         }
-        // shuck's patch: a server whose client sent no 0-RTT holds its 0.5-RTT data (the
+        // shuck patch 5: a server whose client sent no 0-RTT holds its 0.5-RTT data (the
         // NEW_CONNECTION_ID frames, the application's first stream data) until the handshake
         // completes; it leaves then with HANDSHAKE_DONE and the session tickets, in one
         // datagram rather than one or two more before the client's Finished. None of it
@@ -3054,7 +3054,7 @@ impl Connection {
         if let Some(reason) = close {
             self.error = Some(reason.into());
             self.state = State::Draining;
-            // shuck's patch: no CONNECTION_CLOSE in answer to the peer's. RFC 9000 §10.2.2
+            // shuck patch 4: no CONNECTION_CLOSE in answer to the peer's. RFC 9000 §10.2.2
             // allows one (MAY) and asks for nothing: the peer ends its closing period by its
             // own timer either way, and a datagram a connection is spared.
             self.close = false;

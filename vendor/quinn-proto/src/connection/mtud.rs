@@ -295,7 +295,7 @@ struct SearchState {
     in_flight_probe: Option<u64>,
     /// Lost probes at the current probe size
     lost_probe_count: usize,
-    /// Whether the upper bound has been probed (the first probe of a search: shuck's patch)
+    /// Whether the upper bound has been probed (the first probe of a search: shuck patch 3)
     upper_probed: bool,
 }
 
@@ -329,7 +329,7 @@ impl SearchState {
     fn next_mtu_to_probe(&mut self, last_probe_succeeded: bool) -> Option<u16> {
         debug_assert_eq!(self.in_flight_probe, None);
 
-        // shuck's patch: the upper bound first. Most paths carry it (an Ethernet MTU, the
+        // shuck patch 3: the upper bound first. Most paths carry it (an Ethernet MTU, the
         // usual bound), so one probe ends the search where a binary search took four or five,
         // each a datagram and an acknowledgement; if it is lost, the search goes on below it.
         if !self.upper_probed {
@@ -737,7 +737,7 @@ mod tests {
 
         assert_eq!(mtud.state.as_ref().unwrap().peer_max_udp_payload_size, 1300);
         assert_eq!(mtud.current_mtu, 1300);
-        // The upper bound first (shuck's patch), and it holds
+        // The upper bound first (shuck patch 3), and it holds
         let expected_probed_sizes = &[1300];
         assert_eq!(probed_sizes, expected_probed_sizes);
         assert!(completed(&mtud));
@@ -776,7 +776,7 @@ mod tests {
 
         let probed_sizes = drive_to_completion(&mut mtud, Instant::now(), 1500);
 
-        // The upper bound first (shuck's patch), and it holds
+        // The upper bound first (shuck patch 3), and it holds
         let expected_probed_sizes = &[1452];
         assert_eq!(probed_sizes, expected_probed_sizes);
         assert_eq!(mtud.current_mtu, 1452);
@@ -791,7 +791,7 @@ mod tests {
 
         let probed_sizes = drive_to_completion(&mut mtud, Instant::now(), 1500);
 
-        // The upper bound first (shuck's patch), lost three times, then the binary search
+        // The upper bound first (shuck patch 3), lost three times, then the binary search
         let expected_probed_sizes = &[
             10000, 10000, 10000, 5599, 5599, 5599, 3399, 3399, 3399, 2299, 2299, 2299, 1749, 1749,
             1749, 1474, 1611, 1611, 1611, 1542, 1542, 1542, 1507, 1507, 1507,
@@ -855,7 +855,7 @@ mod tests {
             }
         }
 
-        // The upper bound is probed first (shuck's patch) and acknowledged
+        // The upper bound is probed first (shuck patch 3) and acknowledged
         assert_eq!(iterations, 3);
         assert_eq!(mtud.current_mtu, 65527);
         assert!(completed(&mtud));

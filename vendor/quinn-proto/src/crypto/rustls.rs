@@ -266,7 +266,7 @@ pub struct HandshakeData {
     ///
     /// Always `None` for outgoing connections
     pub server_name: Option<String>,
-    /// The negotiated cipher suite (shuck's patch: for the PROXY protocol's SSL TLV)
+    /// The negotiated cipher suite (shuck patch 7: for the PROXY protocol's SSL TLV)
     pub cipher_suite: Option<rustls::CipherSuite>,
     /// The key exchange group negotiated with the peer
     #[cfg(feature = "__rustls-post-quantum-test")]

@@ -3058,7 +3058,7 @@ fn mtud_probes_include_immediate_ack() {
     pair.drive();
 
     let stats = pair.client_conn_mut(client_ch).stats();
-    // The upper bound first (shuck's patch), and it holds
+    // The upper bound first (shuck patch 3), and it holds
     assert_eq!(stats.path.sent_plpmtud_probes, 1);
 
     // Each probe contains a ping and an immediate ack

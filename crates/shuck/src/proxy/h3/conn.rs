@@ -116,7 +116,7 @@ pub(super) async fn serve(
         conn.close(quinn::VarInt::from_u32(code), b"client certificate");
         return;
     }
-    let mut client = client(&worker, &frontend, &conn, (sni.as_deref(), suite), local);
+    let mut client = client(&worker, &frontend, &conn, sni.as_deref(), suite, local);
     client.handshake = handshake.as_ref().map(|(h, _)| h.clone());
     let gw = Rc::new(Gateway::new(
         worker.clone(),
@@ -258,7 +258,8 @@ fn client(
     worker: &Worker,
     frontend: &FrontendState,
     conn: &quinn::Connection,
-    (sni, suite): (Option<&str>, Option<rustls::CipherSuite>),
+    sni: Option<&str>,
+    suite: Option<rustls::CipherSuite>,
     local: Option<SocketAddr>,
 ) -> Client {
     let state = &worker.state;
