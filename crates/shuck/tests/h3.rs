@@ -560,16 +560,21 @@ fn path_mtu_discovery_grows_packets_unless_turned_off() {
         return;
     }
     let origin = H1Origin::start(None);
-    // A megabyte down: long enough for the probes (loopback carries any size).
-    let largest = |extra: &[&str]| {
+    // The largest datagram the client received over one connection that fetched `size`
+    // bytes (loopback carries any size).
+    let largest = |size: u64, extra: &[&str]| {
         let (shuck, _) = gateway(&origin, extra);
-        let report = h3(shuck.port, json!([{"path": "/size/1000000"}]), &[]);
-        assert_eq!(answers(&report)[0]["length"], 1_000_000, "{report}");
+        let report = h3(shuck.port, json!([{"path": format!("/size/{size}")}]), &[]);
+        assert_eq!(answers(&report)[0]["length"], size, "{report}");
         report["largest_datagram"].as_u64().unwrap()
     };
-    // The bound is probed first and loopback carries it: the search ends there.
-    let on = largest(&[]);
+    // A megabyte down: the search starts after 16 KiB, probes the bound first, and
+    // loopback carries it: the search ends there.
+    let on = largest(1_000_000, &[]);
     assert_eq!(on, 1452, "probed up to 1452");
-    let off = largest(&["--quic-mtu-discovery=off"]);
+    let off = largest(1_000_000, &["--quic-mtu-discovery=off"]);
     assert!(off <= 1200, "{off}");
+    // A short connection (a few KB) sends no probe: nothing exceeds the first flight's 1200.
+    let short = largest(4_000, &[]);
+    assert!(short <= 1200, "a probe on a short connection: {short}");
 }

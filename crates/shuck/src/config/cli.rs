@@ -252,9 +252,10 @@ pub struct Cli {
     pub quic_early_data: bool,
 
     /// With --quic: probe each connection's path for packets larger than 1200 bytes (up
-    /// to 1452, DPLPMTUD, RFC 8899). Bulk transfers then take fewer packets; each new
-    /// connection costs a probe packet more, 1452 bytes first, and a binary search below
-    /// only if it is lost (off: every packet stays at 1200 bytes).
+    /// to 1452, DPLPMTUD, RFC 8899) once it has sent 16 KiB. Bulk transfers then take fewer
+    /// packets; the search costs a probe packet, 1452 bytes first, and a binary search below
+    /// only if it is lost; shorter connections send no probe (off: every packet stays at
+    /// 1200 bytes).
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
     pub quic_mtu_discovery: bool,

@@ -953,7 +953,11 @@ impl Connection {
             let probe_size = self
                 .path
                 .mtud
-                .poll_transmit(now, self.packet_number_filter.peek(&self.spaces[space_id]))?;
+                .poll_transmit(
+                    now,
+                    self.packet_number_filter.peek(&self.spaces[space_id]),
+                    self.path.total_sent,
+                )?;
 
             let buf_capacity = probe_size as usize;
             buf.reserve(buf_capacity);

@@ -70,11 +70,12 @@ impl MtuDiscovery {
         self.current_mtu
     }
 
-    /// Returns the amount of bytes that should be sent as an MTU probe, if any
-    pub(crate) fn poll_transmit(&mut self, now: Instant, next_pn: u64) -> Option<u16> {
+    /// Returns the amount of bytes that should be sent as an MTU probe, if any; `sent` is what
+    /// this side has sent on the path so far (for [`MtuDiscoveryConfig::minimum_sent`])
+    pub(crate) fn poll_transmit(&mut self, now: Instant, next_pn: u64, sent: u64) -> Option<u16> {
         self.state
             .as_mut()
-            .and_then(|state| state.poll_transmit(now, self.current_mtu, next_pn))
+            .and_then(|state| state.poll_transmit(now, self.current_mtu, next_pn, sent))
     }
 
     /// Notifies the [`MtuDiscovery`] that the peer's `max_udp_payload_size` transport parameter has
@@ -185,8 +186,19 @@ impl EnabledMtuDiscovery {
     }
 
     /// Returns the amount of bytes that should be sent as an MTU probe, if any
-    fn poll_transmit(&mut self, now: Instant, current_mtu: u16, next_pn: u64) -> Option<u16> {
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        current_mtu: u16,
+        next_pn: u64,
+        sent: u64,
+    ) -> Option<u16> {
         if let Phase::Initial = &self.phase {
+            // shuck patch 9: no search before the path has carried `minimum_sent` bytes
+            if sent < self.config.minimum_sent {
+                return None;
+            }
+
             // Start the first search
             self.phase = Phase::Searching(SearchState::new(
                 current_mtu,
@@ -565,7 +577,7 @@ mod tests {
     ) -> Vec<u16> {
         let mut probed_sizes = Vec::new();
         for probe_pn in 1..100 {
-            let result = mtud.poll_transmit(now, probe_pn);
+            let result = mtud.poll_transmit(now, probe_pn, 0);
 
             if completed(mtud) {
                 break;
@@ -620,9 +632,21 @@ mod tests {
     }
 
     #[test]
+    fn mtu_discovery_waits_for_minimum_sent() {
+        let mut config = MtuDiscoveryConfig::default();
+        config.minimum_sent(16_384);
+        let mut mtud = MtuDiscovery::new(1_200, 1_200, None, config);
+        let now = Instant::now();
+        assert_eq!(mtud.poll_transmit(now, 1, 0), None);
+        assert_eq!(mtud.poll_transmit(now, 2, 16_383), None);
+        // Once the path has carried that much, the search starts at its upper bound.
+        assert_eq!(mtud.poll_transmit(now, 3, 16_384), Some(1452));
+    }
+
+    #[test]
     fn mtu_discovery_disabled_does_nothing() {
         let mut mtud = MtuDiscovery::disabled(1_200, 1_200);
-        let probe_size = mtud.poll_transmit(Instant::now(), 0);
+        let probe_size = mtud.poll_transmit(Instant::now(), 0, 0);
         assert_eq!(probe_size, None);
     }
 
@@ -680,13 +704,13 @@ mod tests {
         drive_to_completion(&mut mtud, now, 1_500);
 
         // Polling right after completion does not cause new packets to be sent
-        assert_eq!(mtud.poll_transmit(now, 42), None);
+        assert_eq!(mtud.poll_transmit(now, 42, 0), None);
         assert!(completed(&mtud));
         assert_eq!(mtud.current_mtu, 1_471);
 
         // Polling after the interval has passed does (taking the current mtu as lower bound)
         assert_eq!(
-            mtud.poll_transmit(now + Duration::from_secs(600), 43),
+            mtud.poll_transmit(now + Duration::from_secs(600), 43, 0),
             Some(9_000)
         );
 
@@ -706,7 +730,7 @@ mod tests {
         let mut mtud = default_mtud();
 
         let mut probe_sizes = (0..4).map(|i| {
-            let probe_size = mtud.poll_transmit(Instant::now(), i);
+            let probe_size = mtud.poll_transmit(Instant::now(), i, 0);
             assert!(probe_size.is_some(), "no probe returned for packet {i}");
 
             mtud.on_probe_lost();
@@ -762,7 +786,7 @@ mod tests {
     #[should_panic(expected = "Transport parameters received after MTU probing started")]
     fn mtu_discovery_with_peer_max_udp_payload_size_during_search_panics() {
         let mut mtud = default_mtud();
-        assert!(mtud.poll_transmit(Instant::now(), 0).is_some());
+        assert!(mtud.poll_transmit(Instant::now(), 0, 0).is_some());
         assert!(matches!(
             mtud.state.as_ref().unwrap().phase,
             Phase::Searching(_)
@@ -827,7 +851,7 @@ mod tests {
             let probe_pn = i * 2 - 1;
             let other_pn = i * 2;
 
-            let result = mtud.poll_transmit(Instant::now(), probe_pn);
+            let result = mtud.poll_transmit(Instant::now(), probe_pn, 0);
 
             if completed(&mtud) {
                 break;
@@ -838,7 +862,7 @@ mod tests {
             assert!(mtud.in_flight_mtu_probe().is_some());
 
             // Nothing else to send while the probe is in-flight
-            assert_matches!(mtud.poll_transmit(now, other_pn), None);
+            assert_matches!(mtud.poll_transmit(now, other_pn, 0), None);
 
             if i % 2 == 0 {
                 // ACK probe and ensure it results in an increase of current_mtu
