@@ -15,31 +15,14 @@ bench=${SHUCK_BENCH:-target/release/shuck-bench}
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 origin_and_cert
-ticks=$(getconf CLK_TCK)
-
 # µs of worker CPU per handshake for shuck binary $1.
 run() {
-    local port pid worker t0 t1 n
-    port=$(free_port)
-    taskset -c 0 "$1" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q --http --quic \
-        --ciphersuites TLS_AES_128_GCM_SHA256 "$pem" &
-    pid=$!
-    wait_port "$port"
-    worker=$(pgrep -P "$pid" | head -1)
-    t0=$(awk '{ print $14 + $15 }' "/proc/$worker/stat")
-    if [ "${MODE:-quic}" = tcp ]; then
-        n=$(taskset -c 1 "$bench" load --target "127.0.0.1:$port" --concurrency 10 --duration 5 \
-            --reuse never --tls 1.3 --json |
-            python3 -c 'import json, sys; print(json.load(sys.stdin)["completed"])')
-    else
-        n=$(taskset -c 1 "$bench" h3-load --addr "127.0.0.1:$port" --connections 10 --streams 1 \
-            --handshakes --duration 5 | awk '{ print $1 }')
-    fi
-    t1=$(awk '{ print $14 + $15 }' "/proc/$worker/stat")
+    local us
+    start_shuck_pinned "$1"
+    us=$(handshake_cpu "$worker" "$port" "${MODE:-quic}") || { kill "$pid"; exit 1; }
     kill "$pid"
     wait "$pid" 2>/dev/null || true
-    [ "$n" -gt 0 ] || { echo "no handshake completed" >&2; exit 1; }
-    echo $(((t1 - t0) * 1000000 / ticks / n))
+    echo "$us"
 }
 
 declare -A sum=([A]=0 [B]=0)

@@ -67,3 +67,34 @@ quic_args() {
     [ -n "${QUIC:-}" ] && echo "--http --quic --ciphersuites TLS_AES_128_GCM_SHA256"
     return 0
 }
+
+# Starts shuck binary $1 on CPU 0 with one worker, HTTP/1.1, HTTP/2 and HTTP/3 in front of
+# the origin, with the suite QUIC starts with (what the handshake scripts measure); sets
+# port, pid and worker (the worker's pid, whose CPU counts).
+start_shuck_pinned() {
+    port=$(free_port)
+    taskset -c 0 "$1" -n 1 -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q --http --quic \
+        --ciphersuites TLS_AES_128_GCM_SHA256 "$pem" &
+    pid=$!
+    wait_port "$port"
+    worker=$(pgrep -P "$pid" | head -1)
+}
+
+# One handshake load on CPU 1 against 127.0.0.1:$2, 10 clients at a time for 5 s, one
+# request a connection: $3 quic (shuck-bench h3-load --handshakes) or tcp (load --reuse
+# never --tls 1.3). Prints µs of process $1's CPU (user + system, /proc) per handshake.
+handshake_cpu() {
+    local t0 t1 n
+    t0=$(awk '{ print $14 + $15 }' "/proc/$1/stat")
+    if [ "$3" = tcp ]; then
+        n=$(taskset -c 1 "$bench" load --target "127.0.0.1:$2" --concurrency 10 --duration 5 \
+            --reuse never --tls 1.3 --json |
+            python3 -c 'import json, sys; print(json.load(sys.stdin)["completed"])')
+    else
+        n=$(taskset -c 1 "$bench" h3-load --addr "127.0.0.1:$2" --connections 10 --streams 1 \
+            --handshakes --duration 5 | awk '{ print $1 }')
+    fi
+    t1=$(awk '{ print $14 + $15 }' "/proc/$1/stat")
+    [ "$n" -gt 0 ] || { echo "no handshake completed" >&2; return 1; }
+    echo $(((t1 - t0) * 1000000 / $(getconf CLK_TCK) / n))
+}

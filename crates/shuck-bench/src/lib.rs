@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod capacity;
 mod compare;
+mod floor;
 mod h2;
 mod h3;
 mod limit;
@@ -72,6 +73,18 @@ enum Cmd {
     /// The HTTP/3 load client `h3` runs (one run: prints `succeeded failed`).
     #[command(name = "h3-load", hide = true)]
     H3Load(h3::H3LoadOpts),
+    /// Answer `200` to HTTP/1.1 over TLS 1.3 (TCP) and HTTP/3 (QUIC) on one port, with the
+    /// libraries shuck is built on and nothing else: the floor under shuck's own figures
+    /// (bench/floor.sh).
+    #[command(name = "floor-server")]
+    FloorServer {
+        /// Where to listen (TCP and UDP).
+        #[arg(long)]
+        listen: SocketAddr,
+        /// A PEM file with the certificate chain and its private key.
+        #[arg(long)]
+        cert: std::path::PathBuf,
+    },
     /// Measure this machine's crypto costs and the capacity they imply.
     Capacity {
         /// Seconds spent on each operation.
@@ -130,6 +143,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Cmd::FloorServer { listen, cert } => floor::run(listen, &cert),
         Cmd::Compare(o) => {
             let md = compare::run(&o)?;
             println!("report: {}", md.display());

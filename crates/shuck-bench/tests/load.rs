@@ -76,12 +76,7 @@ fn shuck(origin_port: u16) -> (Proc, u16, PathBuf) {
     ));
     // shuck needs a certificate in front of a backend; any will do for the load client.
     let pem = log.with_extension("pem");
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    std::fs::write(&pem, format!("{}{}", cert.pem(), key.serialize_pem())).unwrap();
+    write_pem(&pem);
     std::fs::set_permissions(&pem, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let child = Command::new(shuck_bin())
         .args([
@@ -482,4 +477,86 @@ fn plain_load_speaks_tcp_without_tls_to_a_relay_or_an_origin() {
         !out.status.success() || tls.is_some_and(|t| t["completed"].as_u64() == Some(0)),
         "TLS against a plain port: {text}"
     );
+}
+
+/// A certificate for localhost with its key, in one PEM file at `path`.
+fn write_pem(path: &std::path::Path) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(path, format!("{}{}", cert.pem(), key.serialize_pem())).unwrap();
+}
+
+#[test]
+fn the_floor_server_answers_tls_over_tcp_and_http3_over_quic() {
+    let pem = std::env::temp_dir().join(format!("shuck-bench-floor-{}.pem", std::process::id()));
+    write_pem(&pem);
+    let (_floor, port) = serving(
+        BENCH.as_ref(),
+        &[
+            "floor-server",
+            "--listen",
+            "127.0.0.1:{port}",
+            "--cert",
+            pem.to_str().unwrap(),
+        ],
+    );
+    let _ = std::fs::remove_file(&pem);
+    // TCP: a full TLS 1.3 handshake and one answer a connection.
+    let target = format!("127.0.0.1:{port}");
+    let r = load(&[
+        "--target",
+        &target,
+        "--concurrency",
+        "2",
+        "--duration",
+        "1",
+        "--reuse",
+        "never",
+        "--tls",
+        "1.3",
+    ]);
+    assert!(r["completed"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["completed"], r["attempted"], "{r}");
+    // QUIC: the same with HTTP/3, on the same port.
+    let out = Command::new(BENCH)
+        .args([
+            "h3-load",
+            "--addr",
+            &target,
+            "--connections",
+            "2",
+            "--streams",
+            "1",
+            "--handshakes",
+            "--duration",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    let counts: Vec<u64> = line
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(counts[0] > 0 && counts[1] == 0, "succeeded failed: {line}");
+}
+
+#[test]
+fn the_floor_server_names_a_certificate_it_cannot_read() {
+    let out = Command::new(BENCH)
+        .args([
+            "floor-server",
+            "--listen",
+            "127.0.0.1:0",
+            "--cert",
+            "/nonexistent/floor.pem",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/floor.pem"), "{err}");
 }
