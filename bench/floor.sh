@@ -7,9 +7,9 @@
 #
 #   bench/floor.sh [SHUCK]      (default target/release/shuck)
 #
-# One server at a time on CPU 0, the client on CPU 1; the four runs (floor QUIC, floor
-# TCP, shuck QUIC, shuck TCP) rotate four times so that the machine's drift falls on all
-# alike. Each run: 10 clients at a time for 5 s, one request a connection, the suite QUIC
+# One server at a time on CPU 0, the client on CPU 1; the five runs (floor QUIC with HTTP/3,
+# floor QUIC alone: a stream a request, `h3-load --raw`; floor TCP, shuck QUIC, shuck TCP)
+# rotate four times so that the machine's drift falls on all alike. Each run: 10 clients at a time for 5 s, one request a connection, the suite QUIC
 # starts with (TLS_AES_128_GCM_SHA256); µs of the server's CPU (user + system, /proc) per
 # handshake completed. Prints each run, then the means and the two ratios.
 set -euo pipefail
@@ -19,7 +19,7 @@ bench=${SHUCK_BENCH:-target/release/shuck-bench}
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 origin_and_cert
-# µs of server CPU per handshake: $1 floor|shuck, $2 quic|tcp.
+# µs of server CPU per handshake: $1 floor|shuck, $2 quic|raw|tcp.
 run() {
     local us
     if [ "$1" = floor ]; then
@@ -37,11 +37,11 @@ run() {
     echo "$us"
 }
 
-declare -A sum=([floor_quic]=0 [floor_tcp]=0 [shuck_quic]=0 [shuck_tcp]=0)
-order=(floor_quic floor_tcp shuck_quic shuck_tcp)
+declare -A sum=([floor_quic]=0 [floor_raw]=0 [floor_tcp]=0 [shuck_quic]=0 [shuck_tcp]=0)
+order=(floor_quic floor_raw floor_tcp shuck_quic shuck_tcp)
 for round in 0 1 2 3; do
-    for i in 0 1 2 3; do
-        what=${order[$(((i + round) % 4))]}
+    for i in 0 1 2 3 4; do
+        what=${order[$(((i + round) % 5))]}
         us=$(run "${what%_*}" "${what#*_}")
         echo "$what $us"
         sum[$what]=$((sum[$what] + us))
@@ -52,6 +52,6 @@ for what in "${order[@]}"; do
 done
 python3 -c "
 import sys
-fq, ft, sq, st = (int(x) for x in sys.argv[1:])
-print(f'QUIC / TCP: floor {fq / ft:.2f}x, shuck {sq / st:.2f}x')
-" "${sum[floor_quic]}" "${sum[floor_tcp]}" "${sum[shuck_quic]}" "${sum[shuck_tcp]}"
+fq, fr, ft, sq, st = (int(x) for x in sys.argv[1:])
+print(f'QUIC / TCP: floor {fq / ft:.2f}x (QUIC without HTTP/3: {fr / ft:.2f}x), shuck {sq / st:.2f}x')
+" "${sum[floor_quic]}" "${sum[floor_raw]}" "${sum[floor_tcp]}" "${sum[shuck_quic]}" "${sum[shuck_tcp]}"

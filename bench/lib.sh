@@ -81,18 +81,21 @@ start_shuck_pinned() {
 }
 
 # One handshake load on CPU 1 against 127.0.0.1:$2, 10 clients at a time for 5 s, one
-# request a connection: $3 quic (shuck-bench h3-load --handshakes) or tcp (load --reuse
-# never --tls 1.3). Prints µs of process $1's CPU (user + system, /proc) per handshake.
+# request a connection: $3 quic (shuck-bench h3-load --handshakes), raw (the same with
+# --raw: QUIC without HTTP/3, which only floor-server answers) or tcp (load --reuse never
+# --tls 1.3). Prints µs of process $1's CPU (user + system, /proc) per handshake.
 handshake_cpu() {
-    local t0 t1 n
+    local t0 t1 n raw
     t0=$(awk '{ print $14 + $15 }' "/proc/$1/stat")
     if [ "$3" = tcp ]; then
         n=$(taskset -c 1 "$bench" load --target "127.0.0.1:$2" --concurrency 10 --duration 5 \
             --reuse never --tls 1.3 --json |
             python3 -c 'import json, sys; print(json.load(sys.stdin)["completed"])')
     else
+        raw=()
+        [ "$3" = raw ] && raw=(--raw)
         n=$(taskset -c 1 "$bench" h3-load --addr "127.0.0.1:$2" --connections 10 --streams 1 \
-            --handshakes --duration 5 | awk '{ print $1 }')
+            --handshakes --duration 5 "${raw[@]}" | awk '{ print $1 }')
     fi
     t1=$(awk '{ print $14 + $15 }' "/proc/$1/stat")
     [ "$n" -gt 0 ] || { echo "no handshake completed" >&2; return 1; }

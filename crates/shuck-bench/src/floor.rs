@@ -14,6 +14,36 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// The answer to a request on a `raw` QUIC stream.
+const RAW_ANSWER: &[u8] = b"200";
+
+/// `h3-load --raw`'s requests on one connection: a stream each, `GET` on it and its end,
+/// then the answer read to its end, until `end` (one when `once`); each answered one is
+/// counted in `ok`.
+pub async fn raw_requests(
+    conn: quinn::Connection,
+    once: bool,
+    end: std::time::Instant,
+    ok: &std::sync::atomic::AtomicU64,
+) -> anyhow::Result<()> {
+    let result = async {
+        loop {
+            let (mut send, mut recv) = conn.open_bi().await?;
+            send.write_all(b"GET").await?;
+            send.finish()?;
+            let answer = recv.read_to_end(1024).await?;
+            anyhow::ensure!(answer == RAW_ANSWER, "answer {answer:?}");
+            ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if once || std::time::Instant::now() >= end {
+                return Ok(());
+            }
+        }
+    }
+    .await;
+    conn.close(0u32.into(), b"");
+    result
+}
+
 /// The answer to every HTTP/1.1 request.
 const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
 
@@ -36,7 +66,9 @@ pub fn run(addr: SocketAddr, pem: &Path) -> anyhow::Result<()> {
     let mut tcp_tls = tls.clone();
     tcp_tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let mut quic_tls = tls;
-    quic_tls.alpn_protocols = vec![b"h3".to_vec()];
+    // `raw`: QUIC alone, a stream for a request (`h3-load --raw`), to tell quinn's share
+    // from h3's.
+    quic_tls.alpn_protocols = vec![b"h3".to_vec(), b"raw".to_vec()];
     quic_tls.max_early_data_size = 0;
     let quic = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(quic_tls))?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(quic));
@@ -103,9 +135,26 @@ async fn h1_conn(
     }
 }
 
-/// One QUIC connection: its handshake, then `200` to each HTTP/3 request until it ends.
+/// One QUIC connection: its handshake, then `200` to each HTTP/3 request until it ends (or,
+/// with ALPN `raw`, [`RAW_ANSWER`] to each stream's request).
 async fn h3_conn(incoming: quinn::Incoming) -> anyhow::Result<()> {
     let conn = incoming.await?;
+    let raw = conn
+        .handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|d| d.protocol)
+        .is_some_and(|p| p == b"raw");
+    if raw {
+        while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+            tokio::task::spawn_local(async move {
+                if recv.read_to_end(1024).await.is_ok() {
+                    let _ = send.write_all(RAW_ANSWER).await;
+                    let _ = send.finish();
+                }
+            });
+        }
+        return Ok(());
+    }
     let mut h3c: h3::server::Connection<h3_quinn::Connection, bytes::Bytes> =
         h3::server::Connection::new(h3_quinn::Connection::new(conn)).await?;
     while let Some(resolver) = h3c.accept().await? {

@@ -63,6 +63,11 @@ pub struct H3LoadOpts {
     /// A new connection (a full handshake) for every request.
     #[arg(long)]
     pub handshakes: bool,
+    /// QUIC without HTTP/3 (ALPN `raw`, as `floor-server` answers it): each request is a
+    /// bidirectional stream with `GET` on it, the answer whatever comes back before its end;
+    /// one at a time on each connection.
+    #[arg(long)]
+    pub raw: bool,
 }
 
 /// What is measured: a server's protocol at one size.
@@ -348,7 +353,11 @@ async fn run_load(o: &H3LoadOpts) -> anyhow::Result<(u64, u64)> {
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(crate::verifier::AnyCertificate::new(provider)))
         .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
+    tls.alpn_protocols = vec![if o.raw {
+        b"raw".to_vec()
+    } else {
+        b"h3".to_vec()
+    }];
     // No resumption: a handshake run measures full handshakes.
     tls.resumption = rustls::client::Resumption::disabled();
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
@@ -389,6 +398,9 @@ async fn connection(
     once: bool,
 ) -> anyhow::Result<()> {
     let conn = endpoint.connect(o.addr, "localhost")?.await?;
+    if o.raw {
+        return crate::floor::raw_requests(conn, once, end, ok).await;
+    }
     let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(conn.clone())).await?;
     let drive = tokio::spawn(async move {
         let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;

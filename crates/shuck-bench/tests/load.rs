@@ -520,28 +520,32 @@ fn the_floor_server_answers_tls_over_tcp_and_http3_over_quic() {
     ]);
     assert!(r["completed"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(r["completed"], r["attempted"], "{r}");
-    // QUIC: the same with HTTP/3, on the same port.
-    let out = Command::new(BENCH)
-        .args([
-            "h3-load",
-            "--addr",
-            &target,
-            "--connections",
-            "2",
-            "--streams",
-            "1",
-            "--handshakes",
-            "--duration",
-            "1",
-        ])
-        .output()
-        .unwrap();
-    let line = String::from_utf8_lossy(&out.stdout);
-    let counts: Vec<u64> = line
-        .split_whitespace()
-        .map(|n| n.parse().unwrap())
-        .collect();
-    assert!(counts[0] > 0 && counts[1] == 0, "succeeded failed: {line}");
+    // QUIC: the same with HTTP/3, on the same port, and with QUIC alone (a stream a request).
+    for raw in [&[][..], &["--raw"][..]] {
+        let out = Command::new(BENCH)
+            .args([
+                "h3-load",
+                "--addr",
+                &target,
+                "--connections",
+                "2",
+                "--streams",
+                "1",
+            ])
+            .args(["--handshakes", "--duration", "1"])
+            .args(raw)
+            .output()
+            .unwrap();
+        let line = String::from_utf8_lossy(&out.stdout);
+        let counts: Vec<u64> = line
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert!(
+            counts[0] > 0 && counts[1] == 0,
+            "{raw:?}: succeeded failed: {line}"
+        );
+    }
 }
 
 #[test]
