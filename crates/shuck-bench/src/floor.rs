@@ -17,33 +17,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// The answer to a request on a `raw` QUIC stream.
 const RAW_ANSWER: &[u8] = b"200";
 
-/// `h3-load --raw`'s requests on one connection: a stream each, `GET` on it and its end,
-/// then the answer read to its end, until `end` (one when `once`); each answered one is
-/// counted in `ok`.
-pub async fn raw_requests(
-    conn: quinn::Connection,
-    once: bool,
-    end: std::time::Instant,
-    ok: &std::sync::atomic::AtomicU64,
-) -> anyhow::Result<()> {
-    let result = async {
-        loop {
-            let (mut send, mut recv) = conn.open_bi().await?;
-            send.write_all(b"GET").await?;
-            send.finish()?;
-            let answer = recv.read_to_end(1024).await?;
-            anyhow::ensure!(answer == RAW_ANSWER, "answer {answer:?}");
-            ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if once || std::time::Instant::now() >= end {
-                return Ok(());
-            }
-        }
-    }
-    .await;
-    conn.close(0u32.into(), b"");
-    result
-}
-
 /// The answer to every HTTP/1.1 request.
 const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
 
@@ -53,6 +26,7 @@ pub fn run(addr: SocketAddr, pem: &Path) -> anyhow::Result<()> {
     let certs = CertificateDer::pem_file_iter(pem)
         .and_then(|c| c.collect::<Result<Vec<_>, _>>())
         .with_context(|| format!("certificates in {}", pem.display()))?;
+    anyhow::ensure!(!certs.is_empty(), "no certificate in {}", pem.display());
     let key = PrivateKeyDer::from_pem_file(pem)
         .with_context(|| format!("a private key in {}", pem.display()))?;
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
@@ -89,8 +63,11 @@ pub fn run(addr: SocketAddr, pem: &Path) -> anyhow::Result<()> {
         .build()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let endpoint = quinn::Endpoint::server(server, addr)?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening on TCP {addr}"))?;
+        let endpoint = quinn::Endpoint::server(server, addr)
+            .with_context(|| format!("listening on UDP {addr}"))?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tcp_tls));
         tokio::task::spawn_local(async move {
             while let Some(incoming) = endpoint.accept().await {
@@ -170,4 +147,31 @@ async fn h3_conn(incoming: quinn::Incoming) -> anyhow::Result<()> {
         });
     }
     Ok(())
+}
+
+/// `h3-load --raw`'s requests on one connection: a stream each, `GET` on it and its end,
+/// then the answer read to its end, until `end` (one when `once`); each answered one is
+/// counted in `ok`.
+pub async fn raw_requests(
+    conn: quinn::Connection,
+    once: bool,
+    end: std::time::Instant,
+    ok: &std::sync::atomic::AtomicU64,
+) -> anyhow::Result<()> {
+    let result = async {
+        loop {
+            let (mut send, mut recv) = conn.open_bi().await?;
+            send.write_all(b"GET").await?;
+            send.finish()?;
+            let answer = recv.read_to_end(1024).await?;
+            anyhow::ensure!(answer == RAW_ANSWER, "answer {answer:?}");
+            ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if once || std::time::Instant::now() >= end {
+                return Ok(());
+            }
+        }
+    }
+    .await;
+    conn.close(0u32.into(), b"");
+    result
 }
