@@ -126,13 +126,13 @@ static SUITES: LazyLock<[Tls13CipherSuite; 3]> = LazyLock::new(|| {
 /// The TLS 1.3 suite shuck serves for `suite` (rustls's, with [`KeyedHkdf`]); a TLS 1.2
 /// suite is returned as it is.
 pub fn keyed(suite: SupportedCipherSuite) -> SupportedCipherSuite {
-    match SUITES
-        .iter()
-        .find(|s| SupportedCipherSuite::Tls13(s).suite() == suite.suite())
-    {
-        Some(s) if suite.tls13().is_some() => SupportedCipherSuite::Tls13(s),
-        _ => suite,
+    if suite.tls13().is_none() {
+        return suite;
     }
+    SUITES
+        .iter()
+        .find(|s| s.common.suite == suite.suite())
+        .map_or(suite, SupportedCipherSuite::Tls13)
 }
 
 #[cfg(test)]
@@ -154,14 +154,13 @@ mod tests {
         let hex: String = okm.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(hex, want);
 
-        let theirs = cs::TLS13_AES_256_GCM_SHA384.tls13().unwrap().hkdf_provider;
-        for provider in [&HKDF_SHA256 as &dyn Hkdf, &HKDF_SHA384] {
-            let len = provider.extract_from_zero_ikm(None).hash_len();
-            let reference: &dyn Hkdf = if len == 48 {
-                theirs
-            } else {
-                cs::TLS13_AES_128_GCM_SHA256.tls13().unwrap().hkdf_provider
-            };
+        // Each keyed HKDF against the aws-lc one rustls's suite of that hash carries.
+        for (provider, suite) in [
+            (&HKDF_SHA256, cs::TLS13_AES_128_GCM_SHA256),
+            (&HKDF_SHA384, cs::TLS13_AES_256_GCM_SHA384),
+        ] {
+            let reference = suite.tls13().unwrap().hkdf_provider;
+            let len = provider.hash_len();
             let (ours, refs) = (
                 provider.extract_from_secret(Some(b"salt"), b"secret"),
                 reference.extract_from_secret(Some(b"salt"), b"secret"),
@@ -195,14 +194,12 @@ mod tests {
             assert_eq!(k.suite(), s.suite());
             assert_eq!(k.tls13().is_some(), s.tls13().is_some());
             if let Some(t) = k.tls13() {
-                assert!(std::ptr::eq(
-                    t.hkdf_provider as *const dyn Hkdf as *const u8,
-                    if t.common.suite == rustls::CipherSuite::TLS13_AES_256_GCM_SHA384 {
-                        &HKDF_SHA384 as *const KeyedHkdf as *const u8
-                    } else {
-                        &HKDF_SHA256 as *const KeyedHkdf as *const u8
-                    }
-                ));
+                let want = if t.common.suite == rustls::CipherSuite::TLS13_AES_256_GCM_SHA384 {
+                    &HKDF_SHA384
+                } else {
+                    &HKDF_SHA256
+                };
+                assert!(std::ptr::addr_eq(t.hkdf_provider, want));
             }
         }
     }

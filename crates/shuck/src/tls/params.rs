@@ -185,10 +185,12 @@ pub fn parse_tls13_suites(spec: &str) -> Result<Kept<SupportedCipherSuite>, TlsE
         .filter(|t| !t.is_empty())
     {
         match TLS13.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
-            Some((_, suite)) if !out.contains(&hkdf::keyed(*suite)) => {
-                out.push(hkdf::keyed(*suite))
+            Some((_, suite)) => {
+                let suite = hkdf::keyed(*suite);
+                if !out.contains(&suite) {
+                    out.push(suite);
+                }
             }
-            Some(_) => {}
             None => dropped.push(name.to_owned()),
         }
     }
@@ -382,6 +384,9 @@ mod tests {
         let v = parse_tls13_suites("TLS_AES_128_CCM_SHA256:TLS_AES_256_GCM_SHA384").unwrap();
         assert_eq!(ids(&v.kept), [C::TLS13_AES_256_GCM_SHA384]);
         assert_eq!(v.dropped, ["TLS_AES_128_CCM_SHA256"]);
+        // A name given twice is served once.
+        let v = parse_tls13_suites("TLS_AES_256_GCM_SHA384:tls_aes_256_gcm_sha384").unwrap();
+        assert_eq!(ids(&v.kept), [C::TLS13_AES_256_GCM_SHA384]);
         let e = parse_tls13_suites("TLS_AES_128_CCM_SHA256")
             .unwrap_err()
             .to_string();
