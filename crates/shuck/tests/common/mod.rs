@@ -7,6 +7,7 @@ pub mod h2c;
 pub mod h3;
 pub mod netns;
 pub mod pebble;
+pub mod shapes;
 pub mod udp_front;
 
 use std::io::{self, BufRead, BufReader, Read, Write};

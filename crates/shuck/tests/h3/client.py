@@ -131,6 +131,10 @@ class Client(QuicConnectionProtocol):
             (b":authority", authority.encode()),
             (b":path", path.encode()),
         ] + [(k.lower().encode(), v.encode()) for k, v in req.get("headers", [])]
+        if "raw_headers" in req:
+            # Exactly these fields, in this order (pseudo-header fields included): the
+            # shapes a hostile client sends.
+            headers = [(k.encode(), v.encode()) for k, v in req["raw_headers"]]
         upload = int(req.get("upload", 0))
         body = req.get("body")
         sid = self._quic.get_next_available_stream_id()
@@ -187,7 +191,8 @@ class Client(QuicConnectionProtocol):
 async def run(args):
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
-    config.server_name = args.sni
+    # --sni "": no server name at all (aioquic sends none for an address either).
+    config.server_name = args.sni or None
     config.max_stream_data = 1 << 20
     config.max_data = 8 << 20
     if args.cert:

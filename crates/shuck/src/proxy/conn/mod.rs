@@ -184,8 +184,7 @@ pub async fn serve(
             stall: limits.http_stall_timeout,
         };
         let chooser = || {
-            routing
-                .routes()
+            Chooser::wanted(&routing, &tls_state)
                 .then(|| Chooser::new(routing.clone(), fallback, &tls_state.resolver, tls.sni()))
         };
         // HTTP/2 negotiated in HTTP mode: the gateway serves the connection.

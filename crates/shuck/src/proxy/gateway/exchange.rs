@@ -73,17 +73,7 @@ pub fn accept<I: Inbound, O: Outbound>(
     let (framing, kind) = match request::build(&parts, end_stream, &gw.fwd, &mut head) {
         Ok(r) => r,
         Err(Refusal::Malformed(why)) => {
-            tracing::debug!(
-                name: "gateway_stream_reset",
-                protocol = gw.version.as_str(),
-                reason = %why,
-                client = %gw.client,
-                stream = respond.id(),
-                "{why}: stream reset",
-            );
-            respond.reset(Reset::Malformed);
-            gw.count_reset_sent();
-            gw.resets.hit();
+            malformed(gw, &mut respond, why);
             return None;
         }
         Err(Refusal::Status(status, why)) => {
@@ -245,6 +235,9 @@ async fn serve<I: Inbound, O: Outbound>(
                 WorkerCounters::bump(&gw.worker.counters.http.h3.early_requests[2]);
             }
             Err(End::ClientReset) => return client_reset(gw),
+            Err(End::BadLength) => {
+                return malformed(gw, &mut respond, "the body is not its content-length")
+            }
             Err(End::Stalled) => {
                 respond.reset(Reset::Cancel);
                 return stalled(gw, respond.id(), "the request body stopped arriving");
@@ -268,6 +261,23 @@ async fn serve<I: Inbound, O: Outbound>(
             }
         }
     }
+}
+
+/// A malformed request (RFC 9113 §8.1.1, RFC 9114 §4.1.2): its stream reset
+/// (`PROTOCOL_ERROR`, `H3_MESSAGE_ERROR`), counted against the reset limit. A backend
+/// connection it had is dropped by the caller, never reused.
+fn malformed<O: Outbound>(gw: &Gateway, respond: &mut O, why: &str) {
+    tracing::debug!(
+        name: "gateway_stream_reset",
+        protocol = gw.version.as_str(),
+        reason = %why,
+        client = %gw.client,
+        stream = respond.id(),
+        "{why}: stream reset",
+    );
+    respond.reset(Reset::Malformed);
+    gw.count_reset_sent();
+    gw.resets.hit();
 }
 
 /// Waits for the client's handshake; whether it completed (if not, the connection is
@@ -340,6 +350,7 @@ async fn exchange<I: Inbound, O: Outbound>(
                 Ok(()) => sent = true,
                 Err(Up::Client) => return Err(End::ClientReset),
                 Err(Up::Stalled) => return Err(End::Stalled),
+                Err(Up::Length) => return Err(End::BadLength),
                 // The backend stopped reading (it may be answering 413): its answer decides.
                 Err(Up::Backend(e)) => {
                     tracing::debug!(
@@ -367,6 +378,9 @@ enum Up {
     Client,
     /// The client sent nothing of its body for `--http-stall-timeout`.
     Stalled,
+    /// The body ran past its `content-length`, or ended short of it: what was read past it
+    /// is never written.
+    Length,
     /// The backend could not take more.
     Backend(std::io::Error),
 }
@@ -383,6 +397,10 @@ async fn upload<W: AsyncWrite + Unpin, I: Inbound>(
         return Ok(());
     }
     let chunked = framing == Body::Chunked;
+    let mut left = match framing {
+        Body::Length(n) => Some(n),
+        _ => None,
+    };
     loop {
         let data = match tokio::time::timeout(gw.stall, body.data()).await {
             Err(_) => return Err(Up::Stalled),
@@ -394,6 +412,9 @@ async fn upload<W: AsyncWrite + Unpin, I: Inbound>(
         if n == 0 {
             continue;
         }
+        if let Some(left) = &mut left {
+            *left = left.checked_sub(n as u64).ok_or(Up::Length)?;
+        }
         let written = if chunked {
             let size = format!("{n:x}\r\n");
             let mut frame = Buf::chain(Buf::chain(size.as_bytes(), data), &b"\r\n"[..]);
@@ -403,6 +424,9 @@ async fn upload<W: AsyncWrite + Unpin, I: Inbound>(
         };
         written.map_err(Up::Backend)?;
         body.release(n);
+    }
+    if left.is_some_and(|n| n > 0) {
+        return Err(Up::Length);
     }
     if chunked {
         let trailers = match tokio::time::timeout(gw.stall, body.trailers()).await {

@@ -24,6 +24,10 @@ pub(super) enum End {
     /// is reset).
     #[error("the request body stopped arriving")]
     Stalled,
+    /// The request's body is longer or shorter than its `content-length` (the stream is
+    /// reset as malformed, the backend connection closed).
+    #[error("the request body is not its content-length")]
+    BadLength,
     /// The backend's answer cannot be passed on (`502`).
     #[error(transparent)]
     Bad(BadAnswer),

@@ -26,8 +26,11 @@ pub enum Refusal {
 pub enum Body {
     /// No body (the client ended the stream with its head).
     None,
-    /// `Content-Length` bytes, as the client declared them (h2 checks the sum).
-    Length,
+    /// This many bytes, as the client's `content-length` declared them: the exchange
+    /// holds the DATA received to it (RFC 9113 §8.1.1, RFC 9114 §4.1.2), whatever the
+    /// version's library checks, so that no byte past it reaches the backend as a request
+    /// of its own and none short of it leaves the backend waiting.
+    Length(u64),
     /// No length declared: chunked, and the client's trailers follow it.
     Chunked,
     /// A WebSocket's bytes after the backend's `101` (extended CONNECT, RFC 8441).
@@ -106,34 +109,38 @@ pub fn build(
             .map(|_| ())
             .map_err(|_| Refusal::Status(StatusCode::BAD_REQUEST, "a bad :authority or Host"))
     };
-    match req.uri.authority() {
-        Some(a) if a.as_str().contains('@') => {
+    // One Host at most, and the same name as :authority when both are given (RFC 9113
+    // §8.3.1, RFC 9114 §4.3.1): a backend must not read a name other than the one routed.
+    let mut hosts = req.headers.get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err(Refusal::Malformed("more than one Host"));
+    }
+    match (req.uri.authority(), host) {
+        (Some(a), _) if a.as_str().contains('@') => {
             return Err(Refusal::Malformed(":authority holds userinfo"))
         }
-        Some(a) => {
+        (Some(a), Some(h)) if a.as_str().as_bytes() != h.as_bytes() => {
+            return Err(Refusal::Malformed(":authority and Host differ"))
+        }
+        (Some(a), _) => {
             checked(a.as_str().as_bytes())?;
             out.extend_from_slice(a.as_str().as_bytes())
         }
-        None => {
-            let mut hosts = req.headers.get_all(header::HOST).iter();
-            match (hosts.next(), hosts.next()) {
-                (Some(h), None) => {
-                    checked(h.as_bytes())?;
-                    out.extend_from_slice(h.as_bytes())
-                }
-                (None, _) => {
-                    return Err(Refusal::Status(
-                        StatusCode::BAD_REQUEST,
-                        "neither :authority nor Host",
-                    ))
-                }
-                (Some(_), Some(_)) => return Err(Refusal::Malformed("more than one Host")),
-            }
+        (None, Some(h)) => {
+            checked(h.as_bytes())?;
+            out.extend_from_slice(h.as_bytes())
+        }
+        (None, None) => {
+            return Err(Refusal::Status(
+                StatusCode::BAD_REQUEST,
+                "neither :authority nor Host",
+            ))
         }
     }
     out.extend_from_slice(b"\r\n");
 
-    let mut length = None;
+    let mut length: Option<u64> = None;
     let mut cookies = 0;
     for (name, value) in &req.headers {
         if connection_specific(name) {
@@ -148,11 +155,10 @@ pub fn build(
                 continue;
             }
             "content-length" => {
-                let v = value.as_bytes();
-                if content_length(v).is_none() {
+                let Some(v) = content_length(value.as_bytes()) else {
                     return Err(Refusal::Malformed("bad content-length"));
-                }
-                if length.is_some_and(|l: &[u8]| l != v) {
+                };
+                if length.is_some_and(|l| l != v) {
                     return Err(Refusal::Malformed("conflicting content-length"));
                 }
                 if length.is_some() {
@@ -190,12 +196,18 @@ pub fn build(
             ))
         }
         Kind::Upgrade(_) => Body::Tunnel,
-        _ if end_stream => Body::None,
-        _ if length.is_some() => Body::Length,
-        _ => {
-            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
-            Body::Chunked
+        // A body declared and none sent would hold the backend waiting for it.
+        _ if end_stream && length.is_some_and(|n| n > 0) => {
+            return Err(Refusal::Malformed("content-length with no body"))
         }
+        _ if end_stream => Body::None,
+        _ => match length {
+            Some(n) => Body::Length(n),
+            None => {
+                out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+                Body::Chunked
+            }
+        },
     };
     let kind = match kind {
         Kind::Upgrade(_) => {
@@ -277,7 +289,7 @@ mod tests {
         )
         .unwrap();
         assert!(h.contains("content-length: 5\r\n"), "{h}");
-        assert_eq!(body, Body::Length);
+        assert_eq!(body, Body::Length(5));
         let (h, body) = head(post().body(()).unwrap(), false).unwrap();
         assert!(h.contains("Transfer-Encoding: chunked\r\n"), "{h}");
         assert_eq!(body, Body::Chunked);

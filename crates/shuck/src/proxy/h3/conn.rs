@@ -291,10 +291,9 @@ fn client(
         },
     );
     let cert_header = preamble::cert_header(state, &subject);
-    let chooser = routing.routes().then(|| {
-        let tls = frontend.tls.load();
-        Chooser::new(routing.clone(), fallback, &tls.resolver, sni)
-    });
+    let tls = frontend.tls.load();
+    let chooser = Chooser::wanted(&routing, &tls)
+        .then(|| Chooser::new(routing.clone(), fallback, &tls.resolver, sni));
     Client {
         addr: peer,
         preambles,

@@ -1,8 +1,12 @@
-//! `--http` with routes: each request's backend, by its `Host` (or `:authority`) and path,
-//! and the requests that are misdirected (RFC 9110 §15.5.20): a name the connection's
-//! certificate does not cover, as when a browser coalesces two names on one connection and
-//! the certificate served for the first does not cover the second. Shared by HTTP/1.1 and
-//! HTTP/2; without routes no request is looked at.
+//! `--http` with routes, or with a certificate of its own client verification: each
+//! request's backend, by its `Host` (or `:authority`) and path, and the requests that are
+//! misdirected (RFC 9110 §15.5.20). One rule for HTTP/1.1, HTTP/2 and HTTP/3: a request's
+//! Host must be a name the connection's certificate serves, the default certificate
+//! included (a name no certificate has is the default's). So a client served one
+//! certificate (by its SNI, or by sending none) never reaches the routes or the client
+//! verification of another's names: the certificate that served the connection was the one
+//! whose `client-verify` the handshake applied. Without routes and without such
+//! certificates, no request is looked at.
 
 use std::sync::Arc;
 
@@ -10,6 +14,7 @@ use rustls::sign::CertifiedKey;
 
 use crate::proxy::route::{BackendId, Routing};
 use crate::tls::sni::SniResolver;
+use crate::tls::TlsState;
 
 /// What a request's head says of where it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,12 +31,20 @@ pub struct Chooser {
     routing: Arc<Routing>,
     /// The connection's own backend (its server name's route, its frontend's, the default).
     fallback: BackendId,
-    /// The certificate served because the client asked for its name, with the index that
-    /// chose it; `None` when the default was served (no name, or one no certificate has).
-    served: Option<(Arc<SniResolver>, Arc<CertifiedKey>)>,
+    /// The frontend's certificates at the handshake, by name.
+    resolver: Arc<SniResolver>,
+    /// The certificate the connection was served: its SNI's, else the default.
+    served: Arc<CertifiedKey>,
 }
 
 impl Chooser {
+    /// Whether a connection's requests must be looked at: with routes, or when a
+    /// certificate has a client verification of its own (whose names a client served
+    /// another certificate must not reach).
+    pub fn wanted(routing: &Routing, tls: &TlsState) -> bool {
+        routing.routes() || !tls.by_cert.is_empty()
+    }
+
     /// Routing for a connection whose own backend is `fallback` and which asked for `sni`
     /// (resolved against `resolver`, the frontend's certificates at the handshake).
     pub fn new(
@@ -40,13 +53,11 @@ impl Chooser {
         resolver: &Arc<SniResolver>,
         sni: Option<&str>,
     ) -> Self {
-        let served = sni
-            .and_then(|n| resolver.lookup(n))
-            .map(|k| (resolver.clone(), k.clone()));
         Chooser {
             routing,
             fallback,
-            served,
+            served: resolver.choose(sni).clone(),
+            resolver: resolver.clone(),
         }
     }
 
@@ -56,18 +67,13 @@ impl Chooser {
     }
 
     /// Where a request for `host` (its `Host` or `:authority`, a port allowed) and `path`
-    /// goes. Without a host (HTTP/1.0), the connection's backend.
+    /// goes. Without a host (HTTP/1.0 in origin form), the connection's backend.
     pub fn choose(&self, host: Option<&str>, path: &str) -> Choice {
         let Some(host) = host.map(without_port) else {
             return Choice::Backend(self.fallback);
         };
-        if let Some((resolver, served)) = &self.served {
-            let covered = resolver
-                .lookup(host)
-                .is_some_and(|k| Arc::ptr_eq(k, served));
-            if !covered {
-                return Choice::Misdirected;
-            }
+        if !Arc::ptr_eq(self.resolver.choose(Some(host)), &self.served) {
+            return Choice::Misdirected;
         }
         Choice::Backend(self.routing.for_request(self.fallback, host, path))
     }
@@ -81,13 +87,37 @@ fn without_port(authority: &str) -> &str {
     }
 }
 
+/// An HTTP/1.1 request target taken apart (RFC 9112 §3.2): its authority in absolute form
+/// (`scheme://authority/path`), and its path. Only a target that starts with a scheme is
+/// absolute: a `://` later in an origin-form target (in its query) is part of its path.
+pub fn split_target(target: &str) -> (Option<&str>, &str) {
+    if target.starts_with('/') {
+        return (None, target);
+    }
+    let Some((scheme, rest)) = target.split_once("://") else {
+        return (None, target);
+    };
+    let is_scheme = scheme
+        .as_bytes()
+        .first()
+        .is_some_and(u8::is_ascii_alphabetic)
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    if !is_scheme {
+        return (None, target);
+    }
+    match rest.find(['/', '?', '#']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => (Some(&rest[..i]), &rest[i..]),
+        Some(i) => (Some(&rest[..i]), "/"),
+        None => (Some(rest), "/"),
+    }
+}
+
 /// The path of a request target: itself in origin form, what follows the authority in
 /// absolute form.
 pub fn path_of(target: &str) -> &str {
-    match target.split_once("://") {
-        Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
-        None => target,
-    }
+    split_target(target).1
 }
 
 /// The answer to a misdirected request.
@@ -108,5 +138,15 @@ mod tests {
         let text = std::str::from_utf8(MISDIRECTED).unwrap();
         let (_, b) = text.split_once("\r\n\r\n").unwrap();
         assert_eq!(b.len(), 20);
+    }
+
+    #[test]
+    fn a_scheme_later_in_the_target_is_its_query() {
+        assert_eq!(split_target("/admin/x?u=://h/"), (None, "/admin/x?u=://h/"));
+        assert_eq!(split_target("/pub?u=://h/api/"), (None, "/pub?u=://h/api/"));
+        assert_eq!(split_target("x?u=://h/api/"), (None, "x?u=://h/api/"));
+        assert_eq!(split_target("HTTP://h:8/a?b"), (Some("h:8"), "/a?b"));
+        assert_eq!(split_target("http://h?q=/a"), (Some("h"), "/"));
+        assert_eq!(split_target("*"), (None, "*"));
     }
 }

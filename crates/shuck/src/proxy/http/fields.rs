@@ -136,11 +136,13 @@ pub(crate) fn host_refused(e: crate::http_host::HostError) -> Rejected {
     })
 }
 
-/// RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host, a valid uri-host[:port]; no request has two; a target
-/// in absolute form names the same authority as Host. Returns the Host's value, if any
-/// (checked: ASCII, `uri-host[:port]`).
+/// RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host, a valid uri-host[:port]; no
+/// request has two; a target in absolute form names the same authority as Host. Returns
+/// the request's authority, if any (checked: ASCII, `uri-host[:port]`): its Host, else (an
+/// HTTP/1.0 request in absolute form) its target's, so that such a request is routed and
+/// checked for 421 by the name it asks for, as any other.
 pub(super) fn check_host<'h>(
-    target: &str,
+    target: &'h str,
     version: u8,
     headers: &[httparse::Header<'h>],
 ) -> Result<Option<&'h [u8]>, Rejected> {
@@ -151,27 +153,25 @@ pub(super) fn check_host<'h>(
     if hosts.next().is_some() {
         return Err(Rejected("more than one Host header"));
     }
+    let (authority, _) = super::choose::split_target(target);
     let Some(host) = host else {
-        return if version == 1 {
-            Err(Rejected("no Host header in an HTTP/1.1 request"))
-        } else {
-            Ok(None)
+        if version == 1 {
+            return Err(Rejected("no Host header in an HTTP/1.1 request"));
+        }
+        return match authority {
+            Some(a) => {
+                crate::http_host::parse(a.as_bytes()).map_err(host_refused)?;
+                Ok(Some(a.as_bytes()))
+            }
+            None => Ok(None),
         };
     };
     crate::http_host::parse(host.value).map_err(host_refused)?;
     let value = host.value.trim_ascii();
-    if let Some((scheme, rest)) = target.split_once("://") {
-        if scheme
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
-        {
-            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-            if !authority.as_bytes().eq_ignore_ascii_case(value) {
-                return Err(Rejected(
-                    "the absolute-form target and Host name different authorities",
-                ));
-            }
-        }
+    if authority.is_some_and(|a| !a.as_bytes().eq_ignore_ascii_case(value)) {
+        return Err(Rejected(
+            "the absolute-form target and Host name different authorities",
+        ));
     }
     Ok(Some(value))
 }
