@@ -769,3 +769,82 @@ fn operator_states_survive_a_restart_with_admin_state() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--admin-state: needs the admin API"), "{err}");
 }
+
+/// Issue 45, finding 5: root writes and reads `--admin-certs` and `--admin-state` only in
+/// a directory that is root's alone, never through a link. A directory others may write
+/// (or own) is refused at start, naming the option; a link planted in the directory (at a
+/// certificate's name, or at the aside name the old code wrote through) is neither followed
+/// when reading nor when writing.
+#[test]
+fn admin_files_are_never_written_or_read_through_links() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("admin-links");
+    let sock = dir.path("admin.sock");
+    let store = dir.path("certs");
+    std::fs::create_dir(&store).unwrap();
+    let origin = Origin::echo();
+    let refused = |args: &[&str], option: &str, why: &str| {
+        let (code, err) = run_to_exit(args);
+        assert_ne!(code, Some(0), "{args:?}: {err}");
+        assert!(err.contains(option) && err.contains(why), "{args:?}: {err}");
+    };
+    let sock_s = sock.to_str().unwrap();
+    let store_s = store.to_str().unwrap();
+    // Writable by others, or owned by another user: refused at start.
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let certs_args = [
+        "--admin-socket",
+        sock_s,
+        "--admin-certs",
+        store_s,
+        "-b",
+        &origin.addr(),
+    ];
+    refused(&certs_args, "--admin-certs", "writable by group or others");
+    let state = store.join("state.json");
+    let state_args = [
+        "--admin-socket",
+        sock_s,
+        "--admin-state",
+        state.to_str().unwrap(),
+        "-b",
+        &origin.addr(),
+    ];
+    refused(&state_args, "--admin-state", "writable by group or others");
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o700)).unwrap();
+    sh(&format!("chown 65534 {store_s}"));
+    refused(&certs_args, "--admin-certs", "not by root");
+    sh(&format!("chown 0 {store_s}"));
+
+    // A link at a certificate's name is not read: were it, the file it points to (no PEM)
+    // would stop the start.
+    let secret = dir.path("root-only");
+    std::fs::write(&secret, "root's secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink(&secret, store.join("planted.pem")).unwrap();
+    let shuck = Shuck::start(&certs_args);
+
+    // Links where the writer would go: the certificate's own name and the fixed aside name
+    // the old code opened; neither is followed, the victim file is untouched.
+    let (shop, _) = cert_for(&dir, "shop", "shop.example");
+    std::os::unix::fs::symlink(&secret, store.join("shop.pem")).unwrap();
+    std::os::unix::fs::symlink(&secret, store.join(".shop.pem.new")).unwrap();
+    let (code, v) = api(&sock, "PUT", "/certificates/shop", Some(&shop));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root's secret\n");
+    let meta = std::fs::symlink_metadata(store.join("shop.pem")).unwrap();
+    assert!(
+        meta.file_type().is_file(),
+        "the link was replaced, not followed"
+    );
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::read(store.join("shop.pem")).unwrap(), shop);
+    // No aside file is left behind but the planted link.
+    let left: Vec<String> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".new"))
+        .collect();
+    assert_eq!(left, [".shop.pem.new"]);
+    drop(shuck);
+}

@@ -96,7 +96,7 @@ impl StateDir {
 
     /// Writes `data` to `path` readable by its owner only: aside first, then renamed over.
     pub fn write_secret(&self, path: &Path, data: &[u8]) -> io::Result<()> {
-        crate::system::files::write_private(path, &path.with_extension("tmp"), data)
+        crate::system::files::write_private(path, data)
     }
 }
 

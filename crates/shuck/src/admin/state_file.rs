@@ -9,6 +9,9 @@ use serde_json::{json, Value};
 
 use super::{setting_json, setting_of, ServerSetting};
 
+/// The largest state file read (a few hundred bytes a server).
+const MAX_STATE: u64 = 16 << 20;
+
 /// Why the file could not be read; the settings start empty then.
 #[derive(Debug, thiserror::Error)]
 pub enum StateFileError {
@@ -32,7 +35,7 @@ pub enum StateFileError {
 
 /// The settings in `path`; none when it does not exist yet.
 pub fn load(path: &Path) -> Result<Vec<ServerSetting>, StateFileError> {
-    let text = match std::fs::read(path) {
+    let text = match crate::system::files::read_no_link(path, MAX_STATE, "a server-state file") {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => {
@@ -78,7 +81,7 @@ pub fn save(path: &Path, settings: &[ServerSetting]) -> std::io::Result<()> {
             .mode(0o700)
             .create(dir)?;
     }
-    crate::system::files::write_private(path, &path.with_extension("new"), &text)
+    crate::system::files::write_private(path, &text)
 }
 
 #[cfg(test)]

@@ -42,6 +42,10 @@ pub fn settings(cli: &Cli) -> Result<Option<AdminSettings>, ConfigError> {
         }
         return Ok(None);
     }
+    if let Some(state) = &cli.admin_state {
+        let parent = state.parent().filter(|p| !p.as_os_str().is_empty());
+        check_private_dir("--admin-state", parent.unwrap_or(Path::new(".")))?;
+    }
     if let Some(p) = &cli.admin_socket {
         if p.as_os_str().len() > 100 {
             return Err(ConfigError::Invalid {
@@ -55,6 +59,15 @@ pub fn settings(cli: &Cli) -> Result<Option<AdminSettings>, ConfigError> {
         listen,
         state: cli.admin_state.clone(),
     }))
+}
+
+/// Refuses a directory root would write into that others could put a link in (see
+/// `system::files::check_private_dir`), naming `option`.
+pub(super) fn check_private_dir(option: &'static str, dir: &Path) -> Result<(), ConfigError> {
+    crate::system::files::check_private_dir(dir).map_err(|reason| ConfigError::Invalid {
+        option,
+        reason: format!("{reason}; shuck writes there as root, so it must be root's alone"),
+    })
 }
 
 /// A bare port is loopback's; anything else as the operator names it.

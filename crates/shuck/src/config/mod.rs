@@ -333,6 +333,7 @@ impl Config {
         // The admin API's come next: never the default one either.
         let admin_loaded = match &cli.admin_certs {
             Some(dir) => {
+                admin::check_private_dir("--admin-certs", dir)?;
                 crate::tls::cert_store::load_all(dir).map_err(|e| ConfigError::Invalid {
                     option: "--admin-certs",
                     reason: e.to_string(),

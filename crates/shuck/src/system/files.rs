@@ -105,11 +105,22 @@ pub fn read(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
 /// device) planted in a certificate's place is refused at once instead of stalling the
 /// master, and measured before it is read, so that a huge file costs nothing.
 fn read_regular(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
-    use std::io::Read;
+    let (f, len) = open_regular(path, max, what, nix::fcntl::OFlag::empty())?;
+    read_open(f, len, max, what)
+}
+
+/// Opens a regular file of at most `max` bytes (with `flags` besides `O_NONBLOCK`); the
+/// file and its length.
+fn open_regular(
+    path: &Path,
+    max: u64,
+    what: &str,
+    flags: nix::fcntl::OFlag,
+) -> io::Result<(std::fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .custom_flags((nix::fcntl::OFlag::O_NONBLOCK | flags).bits())
         .open(path)?;
     let meta = f.metadata()?;
     if !meta.is_file() {
@@ -121,8 +132,13 @@ fn read_regular(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
             meta.len()
         )));
     }
-    let mut b = Vec::with_capacity(meta.len() as usize);
-    // Bounded even if the file grows while it is read.
+    Ok((f, meta.len()))
+}
+
+/// Reads an open file of `len` bytes, bounded by `max` even if it grows meanwhile.
+fn read_open(mut f: std::fs::File, len: u64, max: u64, what: &str) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut b = Vec::with_capacity(len as usize);
     f.by_ref().take(max.saturating_add(1)).read_to_end(&mut b)?;
     within(b, max, what)
 }
@@ -210,21 +226,116 @@ pub fn list_files(dir: &Path) -> io::Result<Vec<(OsString, PathBuf)>> {
     got
 }
 
-/// Writes `data` to `path` readable by its owner only (0600): into `aside` first, synced,
-/// then renamed over `path`, so that a reader finds the old file or the new one whole.
-pub fn write_private(path: &Path, aside: &Path, data: &[u8]) -> io::Result<()> {
+/// Writes `data` to `path` readable by its owner only (0600): into a new file of a random
+/// name beside it first (`O_CREAT|O_EXCL|O_NOFOLLOW`: never a file or link someone else put
+/// there), synced, then renamed over `path`, which replaces a link at `path` instead of
+/// following it; a reader finds the old file or the new one whole.
+pub fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    let mut random = [0u8; 8];
+    aws_lc_rs::rand::fill(&mut random).map_err(|_| io::Error::other("no random bytes"))?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other("no file name"))?;
+    let mut aside_name = std::ffi::OsString::from(".");
+    aside_name.push(name);
+    aside_name.push(format!(".{:016x}.new", u64::from_le_bytes(random)));
+    let aside = path.with_file_name(aside_name);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
-        .open(aside)?;
-    f.write_all(data)?;
-    f.sync_all()?;
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&aside)?;
+    let written = f.write_all(data).and_then(|()| f.sync_all());
     drop(f);
-    std::fs::rename(aside, path)
+    match written.and_then(|()| std::fs::rename(&aside, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&aside);
+            Err(e)
+        }
+    }
+}
+
+/// As [`read`], but a symbolic link at `path` is refused (`O_NOFOLLOW`): for the files
+/// shuck itself writes as root in a directory of its own (`--admin-certs`,
+/// `--admin-state`), where a link could only have been planted.
+pub fn read_no_link(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
+    if let Some(r) = replayed(|r| replay_answer(path, r.files.get(path))) {
+        return r.and_then(|b| within(b, max, what));
+    }
+    let got = open_regular(path, max, what, nix::fcntl::OFlag::O_NOFOLLOW)
+        .and_then(|(f, len)| read_open(f, len, max, what));
+    let got = got.map_err(|e| {
+        if e.raw_os_error() == Some(nix::libc::ELOOP) {
+            io::Error::other("a symbolic link: refused here, where only shuck writes")
+        } else {
+            e
+        }
+    });
+    record_answer(&got, |r, kept| {
+        r.files.insert(path.to_owned(), kept);
+    });
+    got
+}
+
+/// Why a directory root writes into is not safe to (as OpenSSH's StrictModes): it, and
+/// every directory above it, must be owned by root (or by the user shuck runs as) and
+/// writable by nobody else, unless sticky (`/tmp`: others cannot rename or remove what is
+/// not theirs). Else whoever can write there could put a link or a file of theirs in place
+/// of what root writes or reads. A directory not there yet is made 0700 by its writer; its
+/// parents are checked.
+pub fn check_private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // A worker replaying what the master read: the master checked, as root, and the
+    // worker may not even see the directory (--chroot).
+    if replayed(|_| ()).is_some() {
+        return Ok(());
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    let absolute = if dir.is_absolute() {
+        dir.to_owned()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| format!("the current directory: {e}"))?
+            .join(dir)
+    };
+    let mut first = true;
+    for d in absolute.ancestors() {
+        let meta = match std::fs::symlink_metadata(d) {
+            Ok(m) => m,
+            // Not made yet: its writer makes it (0700); what is above it is checked.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{}: {e}", d.display())),
+        };
+        if first && meta.file_type().is_symlink() {
+            return Err(format!("{} is a symbolic link", d.display()));
+        }
+        first = false;
+        let meta = std::fs::metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        if !meta.is_dir() {
+            return Err(format!("{} is not a directory", d.display()));
+        }
+        let owner = meta.uid();
+        if owner != 0 && owner != me {
+            return Err(format!(
+                "{} is owned by uid {owner}, not by root: its owner could put a link there",
+                d.display()
+            ));
+        }
+        let mode = meta.permissions().mode();
+        let sticky = mode & 0o1000 != 0 && d != absolute;
+        if mode & 0o022 != 0 && !sticky {
+            return Err(format!(
+                "{} is writable by group or others (mode {:o}): they could put a link there",
+                d.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -83,7 +83,18 @@ pub fn load_all(dir: &Path) -> Result<Vec<LoadedCert>, StoreError> {
         if name_of(&path).is_none() {
             continue;
         }
-        out.push(LoadedCert::from_file(&path)?);
+        // Read without following a link (only shuck writes here), then parsed as any PEM.
+        let pem = files::read_no_link(&path, MAX_PEM as u64, "a PEM file").map_err(|e| {
+            TlsError::ReadPem {
+                path: path.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        out.push(LoadedCert::from_pem(
+            &pem,
+            &path.display().to_string(),
+            Some(&path),
+        )?);
     }
     Ok(out)
 }
@@ -134,9 +145,8 @@ pub fn write(dir: &Path, name: &str, pem: &[u8]) -> Result<Option<Vec<u8>>, Stor
             .map_err(io(dir))?;
     }
     let path = path_of(dir, name);
-    let before = std::fs::read(&path).ok();
-    let tmp = dir.join(format!(".{name}.pem.new"));
-    files::write_private(&path, &tmp, pem).map_err(io(&path))?;
+    let before = files::read_no_link(&path, MAX_PEM as u64, "a PEM file").ok();
+    files::write_private(&path, pem).map_err(io(&path))?;
     Ok(before)
 }
 
@@ -155,7 +165,13 @@ pub fn remove(dir: &Path, name: &str) -> Result<Vec<u8>, StoreError> {
         return Err(StoreError::BadName(name.into()));
     }
     let path = path_of(dir, name);
-    let before = std::fs::read(&path).map_err(|_| StoreError::NotFound(name.into()))?;
+    let before = match files::read_no_link(&path, MAX_PEM as u64, "a PEM file") {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::NotFound(name.into()))
+        }
+        Err(source) => return Err(StoreError::Io { path, source }),
+    };
     std::fs::remove_file(&path).map_err(|source| StoreError::Io { path, source })?;
     Ok(before)
 }
