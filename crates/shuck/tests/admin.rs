@@ -441,26 +441,51 @@ fn a_reload_answers_with_its_errors_and_changes_nothing() {
     assert_eq!(st["worker_pid"], shuck.worker());
 }
 
+/// The admin API on a UNIX socket and on TCP with a token, before an echo backend.
+struct TokenApi {
+    sock: std::path::PathBuf,
+    token: std::path::PathBuf,
+    tcp: u16,
+    origin: Origin,
+}
+
+impl TokenApi {
+    fn new(dir: &TempDir) -> TokenApi {
+        let token = dir.path("token");
+        std::fs::write(&token, "s3cret-token-0123456789\n").unwrap();
+        TokenApi {
+            sock: dir.path("admin.sock"),
+            token,
+            tcp: free_port(),
+            origin: Origin::echo(),
+        }
+    }
+
+    fn args(&self) -> Vec<String> {
+        [
+            "--admin-socket",
+            self.sock.to_str().unwrap(),
+            "--admin-listen",
+            &self.tcp.to_string(),
+            "--admin-token-file",
+            self.token.to_str().unwrap(),
+            "-b",
+            &self.origin.addr(),
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+}
+
 #[test]
 fn only_the_owner_may_ask_and_tcp_needs_the_token() {
     let dir = TempDir::new("admin-perm");
-    let sock = dir.path("admin.sock");
-    let token = dir.path("token");
-    std::fs::write(&token, "s3cret-token-0123456789\n").unwrap();
-    sh(&format!("chmod 644 {}", token.display()));
-    let tcp = free_port();
-    let origin = Origin::echo();
+    let api_on = TokenApi::new(&dir);
+    let (sock, token, tcp, origin) = (&api_on.sock, &api_on.token, api_on.tcp, &api_on.origin);
     let tcp_spec = tcp.to_string();
-    let args = [
-        "--admin-socket",
-        sock.to_str().unwrap(),
-        "--admin-listen",
-        &tcp_spec,
-        "--admin-token-file",
-        token.to_str().unwrap(),
-        "-b",
-        &origin.addr(),
-    ];
+    sh(&format!("chmod 644 {}", token.display()));
+    let args = api_on.args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     // A token others may read is refused at start.
     let (code, err) = run_to_exit(&with_cert(&args));
     assert_eq!(code, Some(1), "{err}");
@@ -479,7 +504,7 @@ fn only_the_owner_may_ask_and_tcp_needs_the_token() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("needs --admin-token-file"), "{err}");
     let shuck = Shuck::start(&args);
-    let meta = std::fs::metadata(&sock).unwrap();
+    let meta = std::fs::metadata(sock).unwrap();
     // A second shuck on the same socket is refused; the first one's stays.
     let (code, err) = run_to_exit(&with_cert(&[
         "-f",
@@ -578,6 +603,9 @@ fn malformed_requests_change_nothing() {
         b"PUT /certificates/x HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n".to_vec(),
         b"DELETE /status HTTP/1.1\r\n\r\n".to_vec(),
         b"GET /backends/%ZZ/servers/a HTTP/1.1\r\n\r\n".to_vec(),
+        // A length another reader could take otherwise, and lines ended by LF alone.
+        b"PUT /backends/default/servers/s HTTP/1.1\r\nContent-Length: +2\r\n\r\n{}".to_vec(),
+        b"GET /status HTTP/1.1\nHost: x\n\n".to_vec(),
         b"GET /status HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc".to_vec(), // cut short
     ];
     let mut refused = 0;
@@ -847,4 +875,64 @@ fn admin_files_are_never_written_or_read_through_links() {
         .collect();
     assert_eq!(left, [".shop.pem.new"]);
     drop(shuck);
+}
+
+/// Issue 45, finding 6: unauthenticated TCP peers cannot lock root out. Each listener has
+/// its own budget (70 silent TCP connections leave the UNIX socket answering), a silent
+/// peer is closed after the head's short deadline, and a head without the token is answered
+/// 401 at once, its declared body never waited for.
+#[test]
+fn tcp_peers_cannot_lock_root_out_of_the_admin_socket() {
+    let dir = TempDir::new("admin-flood");
+    let api_on = TokenApi::new(&dir);
+    sh(&format!("chmod 600 {}", api_on.token.display()));
+    let (sock, tcp) = (api_on.sock.clone(), api_on.tcp);
+    let args = api_on.args();
+    let _shuck = Shuck::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let silent: Vec<std::net::TcpStream> = (0..70)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", tcp)).unwrap())
+        .collect();
+    thread::sleep(Duration::from_millis(200));
+    let (code, v) = api(&sock, "GET", "/status", None);
+    assert_eq!(code, 200, "root on the UNIX socket during a TCP flood: {v}");
+    // A head without the token, declaring a megabyte it never sends: 401 now.
+    let started = Instant::now();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", tcp)).unwrap();
+    // Connections over the TCP budget are closed as they come: wait for the silent ones
+    // to be closed (the head's deadline) before asking.
+    let ask = |s: &mut std::net::TcpStream| {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"PUT /certificates/x HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n")
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let first = ask(&mut s);
+    if first.is_empty() {
+        // Closed for the budget: the silent peers go within the head's deadline.
+        thread::sleep(Duration::from_secs(3));
+        s = std::net::TcpStream::connect(("127.0.0.1", tcp)).unwrap();
+        let t = Instant::now();
+        let text = ask(&mut s);
+        assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    } else {
+        assert!(first.starts_with("HTTP/1.1 401"), "{first}");
+    }
+    // The silent ones were closed by the head's deadline, well before the exchange's 10 s.
+    let mut closed = 0;
+    for mut c in silent {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        if matches!(c.read(&mut b), Ok(0) | Err(_)) {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 70);
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "{:?}",
+        started.elapsed()
+    );
 }

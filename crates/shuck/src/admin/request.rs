@@ -52,8 +52,25 @@ impl RequestError {
     }
 }
 
-/// Reads a request from the bytes received so far: `Ok(None)` while it is incomplete.
-pub fn parse(buf: &[u8]) -> Result<Option<Request>, RequestError> {
+/// A request's head, read whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Its length in bytes: the body starts there.
+    pub len: usize,
+    /// The method.
+    pub method: String,
+    /// The target, as sent.
+    pub target: String,
+    /// `Content-Length`, 0 when absent.
+    pub body_len: usize,
+    /// `Authorization: Bearer …`'s token.
+    pub bearer: Option<String>,
+}
+
+/// Reads a request's head from the bytes received so far: `Ok(None)` while it is
+/// incomplete. Stricter than httparse alone: every line ends in CRLF, and Content-Length
+/// is digits only, so that no two readers could see two lengths.
+pub fn head(buf: &[u8]) -> Result<Option<Head>, RequestError> {
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {
@@ -70,13 +87,22 @@ pub fn parse(buf: &[u8]) -> Result<Option<Request>, RequestError> {
     if head_len > MAX_HEAD {
         return Err(RequestError::HeadTooLarge);
     }
+    let bare_lf = buf[..head_len]
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && (i == 0 || buf[i - 1] != b'\r'));
+    if bare_lf {
+        return Err(RequestError::Malformed("a line not ended by CRLF".into()));
+    }
     let mut length = None;
     let mut bearer = None;
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
             let v = std::str::from_utf8(h.value)
                 .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty() && v.len() <= 18 && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<usize>().ok())
                 .ok_or_else(|| RequestError::Malformed("bad Content-Length".into()))?;
             if length.is_some_and(|l| l != v) {
                 return Err(RequestError::Malformed("two Content-Length values".into()));
@@ -93,28 +119,41 @@ pub fn parse(buf: &[u8]) -> Result<Option<Request>, RequestError> {
             }
         }
     }
-    let length = length.unwrap_or(0);
-    if length > MAX_BODY {
-        return Err(RequestError::BodyTooLarge(length));
+    let body_len = length.unwrap_or(0);
+    if body_len > MAX_BODY {
+        return Err(RequestError::BodyTooLarge(body_len));
     }
-    let Some(body) = buf.get(head_len..head_len + length) else {
+    Ok(Some(Head {
+        len: head_len,
+        method: req.method.unwrap_or("").to_owned(),
+        target: req.path.unwrap_or("/").to_owned(),
+        body_len,
+        bearer,
+    }))
+}
+
+/// Reads a request from the bytes received so far: `Ok(None)` while it is incomplete.
+pub fn parse(buf: &[u8]) -> Result<Option<Request>, RequestError> {
+    let Some(head) = head(buf)? else {
         return Ok(None);
     };
-    let target = req.path.unwrap_or("/");
-    if !target.starts_with('/') {
+    let Some(body) = buf.get(head.len..head.len + head.body_len) else {
+        return Ok(None);
+    };
+    if !head.target.starts_with('/') {
         return Err(RequestError::Malformed(
             "the target must be a path (origin form)".into(),
         ));
     }
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p, Some(q.to_owned())),
-        None => (target, None),
+    let (path, query) = match head.target.split_once('?') {
+        Some((p, q)) => (p.to_owned(), Some(q.to_owned())),
+        None => (head.target.clone(), None),
     };
     Ok(Some(Request {
-        method: req.method.unwrap_or("").to_owned(),
-        path: path.to_owned(),
+        method: head.method,
+        path,
         query,
-        bearer,
+        bearer: head.bearer,
         body: body.to_vec(),
     }))
 }

@@ -1,6 +1,8 @@
 //! The admin API's sockets as the master's one thread serves them: non-blocking listeners
 //! and connections, polled with the master's other descriptors, each connection one
-//! request and one answer (`Connection: close`), within [`DEADLINE`].
+//! request and one answer (`Connection: close`): its head within [`HEAD_DEADLINE`], the
+//! whole exchange within [`DEADLINE`]. Each listener has its own budget of connections, so
+//! that TCP peers, who are not yet known to hold the token, never take the UNIX socket's.
 //!
 //! Who may ask: on the UNIX socket (mode 0600), a peer running as root or as the master's
 //! user (`SO_PEERCRED`), so that a socket made readable by mistake still refuses others; on
@@ -19,7 +21,9 @@ use crate::config::admin::AdminSettings;
 
 /// Time a client has to send its request and take the answer.
 pub const DEADLINE: Duration = Duration::from_secs(10);
-/// Most connections open at once; more are closed as they come.
+/// Time a client has to send its request's head (a request is a few hundred bytes).
+pub const HEAD_DEADLINE: Duration = Duration::from_secs(2);
+/// Most connections open at once on each listener; more are closed as they come.
 const MAX_CONNS: usize = 64;
 
 /// A request to answer: from whom, what.
@@ -91,6 +95,10 @@ struct Conn {
     written: usize,
     state: State,
     deadline: Instant,
+    /// When it was accepted: the whole exchange's deadline runs from there.
+    accepted: Instant,
+    /// Its head was read and let through: the body may take the rest of [`DEADLINE`].
+    head_seen: bool,
 }
 
 /// The admin API's listeners and open connections.
@@ -196,21 +204,20 @@ impl AdminServer {
         let mut refusals = Vec::new();
         for c in &mut self.conns {
             match c.state {
-                State::Reading => match read_request(c) {
+                State::Reading => match read_request(c, self.tcp.as_ref()) {
                     Ok(Some(req)) => {
                         c.state = State::Busy;
-                        if let Some((status, reason)) = c.refusal(&req, self.tcp.as_ref()) {
-                            refusals.push((c.id, req, status, reason));
-                        } else {
-                            ready.push(Incoming {
-                                conn: c.id,
-                                peer: c.peer.clone(),
-                                req,
-                            });
-                        }
+                        ready.push(Incoming {
+                            conn: c.id,
+                            peer: c.peer.clone(),
+                            req,
+                        });
+                    }
+                    Err(Some(Refusal::Peer(head, status, reason))) => {
+                        refusals.push((c.id, head, status, reason));
                     }
                     Ok(None) => {}
-                    Err(Some((status, reason))) => {
+                    Err(Some(Refusal::Request(status, reason))) => {
                         log(&c.peer, "-", "-", status, &reason);
                         c.respond(status, &error_body(&reason));
                     }
@@ -222,8 +229,14 @@ impl AdminServer {
                 State::Busy => {}
             }
         }
-        for (id, req, status, reason) in refusals {
-            log_request(self.peer_of(id), &req, status, &reason);
+        for (id, head, status, reason) in refusals {
+            log(
+                self.peer_of(id),
+                &head.method,
+                &head.target,
+                status,
+                &reason,
+            );
             self.answer(id, status, &error_body(&reason));
         }
         self.conns.retain(|c| {
@@ -286,7 +299,13 @@ impl AdminServer {
             Stream::Unix(s) => s.set_nonblocking(true),
             Stream::Tcp(s) => s.set_nonblocking(true),
         };
-        if self.conns.len() >= MAX_CONNS || nonblocking.is_err() {
+        // The listener's own budget: a flood of TCP peers leaves the UNIX socket's whole.
+        let same_listener = self
+            .conns
+            .iter()
+            .filter(|c| c.needs_token == needs_token)
+            .count();
+        if same_listener >= MAX_CONNS || nonblocking.is_err() {
             return; // dropped: closed
         }
         let id = self.next;
@@ -301,7 +320,9 @@ impl AdminServer {
             out: Vec::new(),
             written: 0,
             state: State::Reading,
-            deadline: Instant::now() + DEADLINE,
+            deadline: Instant::now() + HEAD_DEADLINE,
+            accepted: Instant::now(),
+            head_seen: false,
         });
     }
 }
@@ -318,8 +339,13 @@ impl Drop for AdminServer {
 }
 
 impl Conn {
-    /// Why `req` is refused before it is looked at (401, 403), if it is.
-    fn refusal(&self, req: &Request, tcp: Option<&(TcpListener, String)>) -> Option<(u16, String)> {
+    /// Why a request whose head carries `bearer` is refused before its body is read (401,
+    /// 403), if it is.
+    fn refusal(
+        &self,
+        bearer: Option<&str>,
+        tcp: Option<&(TcpListener, String)>,
+    ) -> Option<(u16, String)> {
         if self.forbidden {
             return Some((
                 403,
@@ -328,7 +354,7 @@ impl Conn {
         }
         if self.needs_token {
             let token = tcp.map(|(_, t)| t.as_str()).unwrap_or("");
-            let given = req.bearer.as_deref().unwrap_or("");
+            let given = bearer.unwrap_or("");
             if token.is_empty() || !same(given.as_bytes(), token.as_bytes()) {
                 return Some((401, "a valid bearer token is required".into()));
             }
@@ -372,9 +398,21 @@ impl Conn {
     }
 }
 
-/// Reads what came; a whole request, nothing yet, a refusal (status, reason) or `None`
-/// for a peer gone.
-fn read_request(c: &mut Conn) -> Result<Option<Request>, Option<(u16, String)>> {
+/// Why a connection is answered before its request is read whole.
+enum Refusal {
+    /// The request cannot be read (4xx, why).
+    Request(u16, String),
+    /// The peer may not ask (401, 403): known as soon as its head is read.
+    Peer(request::Head, u16, String),
+}
+
+/// Reads what came; a whole request, nothing yet, a refusal or `None` for a peer gone.
+/// The peer is judged as soon as the head is read: a request without the token is
+/// answered 401 without waiting for (or reading) its body.
+fn read_request(
+    c: &mut Conn,
+    tcp: Option<&(TcpListener, String)>,
+) -> Result<Option<Request>, Option<Refusal>> {
     let mut chunk = [0u8; 8192];
     loop {
         match c.stream.read(&mut chunk) {
@@ -390,7 +428,18 @@ fn read_request(c: &mut Conn) -> Result<Option<Request>, Option<(u16, String)>> 
             Err(_) => return Err(None),
         }
     }
-    request::parse(&c.buf).map_err(|e| Some((e.status(), e.to_string())))
+    let bad = |e: request::RequestError| Some(Refusal::Request(e.status(), e.to_string()));
+    if !c.head_seen {
+        let Some(head) = request::head(&c.buf).map_err(bad)? else {
+            return Ok(None);
+        };
+        if let Some((status, reason)) = c.refusal(head.bearer.as_deref(), tcp) {
+            return Err(Some(Refusal::Peer(head, status, reason)));
+        }
+        c.head_seen = true;
+        c.deadline = c.accepted + DEADLINE;
+    }
+    request::parse(&c.buf).map_err(bad)
 }
 
 /// Compares without stopping at the first difference.
