@@ -490,3 +490,60 @@ fn a_reload_changes_backends_and_routes_without_failing_a_connection() {
         shuck.log()
     );
 }
+
+/// Issue 45, point 9: a keep-alive client alternating Hosts between two backends that
+/// close after each answer (HTTP/1.0 servers, as Python's http.server) gets every answer.
+#[test]
+fn alternating_hosts_before_closing_backends_get_every_answer() {
+    // Answers one request as an HTTP/1.0 server does, then closes.
+    let closing = |body: &'static str| {
+        Origin::start(move |s| {
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut w = s;
+            if read_http_head(&mut r).is_none() {
+                return;
+            }
+            let resp = format!(
+                "HTTP/1.0 200 OK\r\nServer: SimpleHTTP/0.6\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = w.write_all(resp.as_bytes());
+        })
+    };
+    let (a, b) = (closing("from a"), closing("from b"));
+    let dir = TempDir::new("routes-alternate");
+    let (both, _) = rcgen_cert(&dir, "both", &["a.test", "b.test"], false);
+    let a_b = format!("name=a;server={}", a.addr());
+    let b_b = format!("name=b;server={}", b.addr());
+    let shuck = Shuck::start(&[
+        "--http",
+        "--pem-file",
+        both.to_str().unwrap(),
+        "-b",
+        &a.addr(),
+        "--named-backend",
+        &a_b,
+        "--named-backend",
+        &b_b,
+        "--route",
+        "host=a.test;backend=a",
+        "--route",
+        "host=b.test;backend=b",
+    ]);
+    let opts = ClientOpts {
+        sni: Some("a.test".into()),
+        ..ClientOpts::default()
+    };
+    for run in 0..20 {
+        let c = tls_connect(shuck.addr(), &opts).unwrap();
+        let mut r = BufReader::new(c);
+        for host in ["a.test", "b.test", "a.test", "b.test"] {
+            let req = format!("GET /{run} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            r.get_mut().write_all(req.as_bytes()).unwrap();
+            let (status, body) = read_answer(&mut r);
+            assert_eq!(status, 200, "run {run}, {host}");
+            let want = format!("from {}", &host[..1]);
+            assert_eq!(String::from_utf8(body).unwrap(), want, "run {run}");
+        }
+    }
+}

@@ -93,9 +93,19 @@ where
     use std::task::Poll;
     let start = tokio::time::Instant::now();
     let mut out = Vec::new();
+    use crate::proxy::http::request::Hold;
     while http.exchange.pending.is_empty() {
-        if http.request.held() == Some(crate::proxy::http::request::Hold::Misdirected) {
-            return Err(RelayEnd::Misdirected);
+        match http.request.held() {
+            Some(Hold::Misdirected) => return Err(RelayEnd::Misdirected),
+            // After a backend closed, a request for another: no backend is open to owe
+            // answers first, so it goes at once (it was waited on for ever).
+            Some(Hold::Switch(_)) => {
+                http.request
+                    .moved(&mut out, &mut http.exchange)
+                    .map_err(RelayEnd::BadRequest)?;
+                continue;
+            }
+            None => {}
         }
         let due = http.deadline(start, false, false);
         let deadline = due.map_or(start + idle, |(at, _)| at.min(start + idle));
