@@ -210,8 +210,11 @@ async fn serve<I: Inbound, O: Outbound>(
             }
         };
         match result {
-            Ok(Done::Reusable) => return gw.backends.put(conn),
-            Ok(_) => return,
+            Ok(Done::Reusable) => {
+                gw.resets.answered();
+                return gw.backends.put(conn);
+            }
+            Ok(_) => return gw.resets.answered(),
             // The backend closed it while idle: the request goes again, on a new one.
             Err(End::Unsent) if conn.reused && tries < max_tries => {
                 tries += 1;

@@ -95,22 +95,31 @@ pub struct Gateway {
     handshake: Option<Rc<Handshake>>,
 }
 
-/// Streams reset by the client (or refused as malformed) in the current second.
+/// Streams reset by the client (or refused as malformed) in the current second, and
+/// streams given up on for `--http-stall-timeout` in a row: the two floods a client can
+/// hold a worker or its backends with, each ending the connection.
 #[derive(Debug)]
 pub(super) struct ResetMeter {
     pub(super) limit: u32,
     window: Cell<Instant>,
     count: Cell<u32>,
-    /// Wakes the driver, to close the connection, when the limit is passed.
+    /// Streams stalled since one last ended well.
+    stalls: Cell<u32>,
+    /// More in a row than the client's backend connections (`--http-max-backend-conns`):
+    /// its streams keep taking backend connections for nothing, wave after wave.
+    stall_limit: u32,
+    /// Wakes the driver, to close the connection, when a limit is passed.
     pub(super) passed: Notify,
 }
 
 impl ResetMeter {
-    fn new(limit: u32) -> Self {
+    fn new(limit: u32, stall_limit: u32) -> Self {
         ResetMeter {
             limit,
             window: Cell::new(Instant::now()),
             count: Cell::new(0),
+            stalls: Cell::new(0),
+            stall_limit,
             passed: Notify::new(),
         }
     }
@@ -131,6 +140,30 @@ impl ResetMeter {
     /// More than the limit this second.
     pub(super) fn over(&self) -> bool {
         self.count.get() > self.limit
+    }
+
+    /// A stream given up on for a stall; the driver is woken as the limit is passed.
+    fn stalled(&self) {
+        self.stalls.set(self.stalls.get() + 1);
+        if self.stalls.get() == self.stall_limit.saturating_add(1) {
+            self.passed.notify_one();
+        }
+    }
+
+    /// A stream answered whole: the stalls before it were not in a row.
+    fn answered(&self) {
+        self.stalls.set(0);
+    }
+
+    /// Why the connection must end as hostile, if it must.
+    pub(super) fn flood(&self) -> Option<Flood> {
+        if self.over() {
+            Some(Flood::Resets)
+        } else if self.stalls.get() > self.stall_limit {
+            Some(Flood::Stalls)
+        } else {
+            None
+        }
     }
 }
 
@@ -183,7 +216,7 @@ impl Gateway {
             max_head,
             idle: limits.idle_timeout,
             stall: limits.http_stall_timeout,
-            resets: ResetMeter::new(limits.h2.max_resets),
+            resets: ResetMeter::new(limits.h2.max_resets, limits.h2.max_backend_conns),
             active: Cell::new(0),
             idle_since: Cell::new(Instant::now()),
             streams: Cell::new(0),
@@ -250,6 +283,33 @@ impl Gateway {
             Version::H2 => &h.stalled_h2,
             Version::H3 => &h.h3.stalled,
         });
+    }
+}
+
+/// Why a client's connection is ended as hostile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flood {
+    /// Streams reset faster than `--h2-max-resets` a second (rapid reset).
+    Resets,
+    /// More streams stalled in a row than `--http-max-backend-conns`.
+    Stalls,
+}
+
+impl Flood {
+    /// As the connection's log line ends it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Flood::Resets => "reset flood",
+            Flood::Stalls => "stall flood",
+        }
+    }
+
+    /// What the client did, for the warning.
+    pub fn why(self) -> &'static str {
+        match self {
+            Flood::Resets => "streams reset faster than --h2-max-resets per second",
+            Flood::Stalls => "more streams stalled in a row than --http-max-backend-conns",
+        }
     }
 }
 

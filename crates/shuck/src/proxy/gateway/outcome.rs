@@ -71,6 +71,7 @@ pub(super) fn stalled(gw: &Gateway, stream: u64, why: &str) {
     );
     gw.count_reset_sent();
     gw.count_stalled();
+    gw.resets.stalled();
 }
 
 /// Writes the request head. On a reused connection, a failure of the first write means

@@ -168,18 +168,20 @@ where
             }
             () = &mut calm => {
                 calm.set(gw.resets.passed.notified());
-                if gw.resets.over() && closing.is_none() {
+                if let Some(flood) = gw.resets.flood().filter(|_| closing.is_none()) {
                     tracing::warn!(
                         name: "h2_rapid_reset",
                         client = %gw.client,
                         limit = gw.resets.limit,
-                        "HTTP/2: streams reset faster than --h2-max-resets per second: GOAWAY ENHANCE_YOUR_CALM",
+                        flood = flood.as_str(),
+                        "HTTP/2: {}: GOAWAY ENHANCE_YOUR_CALM",
+                        flood.why(),
                     );
                     conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
                     goaway(&counters, Reason::ENHANCE_YOUR_CALM);
                     closing = Some(Instant::now());
                     draining = true;
-                    end = "reset flood";
+                    end = flood.as_str();
                 }
             }
             () = &mut head_started => head_started.set(seen.head_started.notified()),
@@ -224,7 +226,7 @@ where
                 loop {
                     match conn.poll_accept(cx) {
                         Poll::Ready(Some(Ok((req, respond)))) => {
-                            if gw.resets.over() {
+                            if gw.resets.flood().is_some() {
                                 // Closing: GOAWAY is on its way (the `calm` arm sends it).
                                 return Poll::Ready(Ok(true));
                             }

@@ -372,15 +372,17 @@ async fn drive(
             }
             () = &mut calm => {
                 calm.set(gw.resets.passed.notified());
-                if gw.resets.over() {
+                if let Some(flood) = gw.resets.flood() {
                     tracing::warn!(
                         name: "h3_rapid_reset",
                         client = %gw.client,
                         limit = gw.resets.limit,
-                        "HTTP/3: streams reset faster than --h2-max-resets per second: closed with H3_EXCESSIVE_LOAD",
+                        flood = flood.as_str(),
+                        "HTTP/3: {}: closed with H3_EXCESSIVE_LOAD",
+                        flood.why(),
                     );
-                    conn.close(quinn::VarInt::from_u32(0x107), b"reset flood");
-                    return "reset flood";
+                    conn.close(quinn::VarInt::from_u32(0x107), flood.as_str().as_bytes());
+                    return flood.as_str();
                 }
             }
             // Idle for --http-keepalive-timeout: never looked at later than it could come
