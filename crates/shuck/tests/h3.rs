@@ -205,6 +205,15 @@ fn a_client_whose_address_changes_keeps_its_connection_with_two_workers() {
         );
         let a = answers(&report);
         assert!(report["rebound_to"].as_u64().is_some(), "{report}");
+        // Before the new address answered its PATH_CHALLENGE, shuck sent it at most three
+        // times what came from it (RFC 9000 §8.2.1, §9.3; issue 45, finding 7): the first
+        // datagram back was 1 200 bytes for a 40-byte PING before.
+        let first = &report["rebound"][0];
+        let (size, sent) = (first[0].as_u64().unwrap(), first[1].as_u64().unwrap());
+        assert!(
+            size <= 3 * sent,
+            "run {run}: {size} bytes back for {sent}: {report}"
+        );
         let lengths: Vec<_> = a.iter().map(|r| r["length"].as_u64()).collect();
         assert_eq!(
             lengths,
@@ -223,6 +232,92 @@ fn a_client_whose_address_changes_keeps_its_connection_with_two_workers() {
     let (_, body) = scrape(stats, "/metrics");
     assert!(sample(&body, "shuck_quic_datagrams_total{dir=\"in\"}") >= 18.0);
     assert!(sample(&body, "shuck_quic_datagrams_total{dir=\"out\"}") >= 18.0);
+}
+
+/// RFC 9000 §8.1: to an address not yet validated, a server sends at most three times what
+/// it received from it, first flight and its loss probes (PTO) included (issue 45, finding
+/// 7: two full probes made it 3.13 times).
+#[test]
+fn a_first_flight_to_a_silent_address_is_at_most_three_times_its_initial() {
+    if !aioquic() {
+        return;
+    }
+    let origin = H1Origin::start(None);
+    // An RSA certificate: a first flight of two datagrams and some, so that its probes
+    // are what meets the limit.
+    let dir = TempDir::new("h3-first-flight");
+    let (pem, _) = openssl_cert(&dir, "rsa", Key::Rsa, &["localhost"]);
+    let (shuck, _stats) = gateway(&origin, &["--pem-file", pem.to_str().unwrap()]);
+    // A client Initial from a socket that then only listens, for several probe timeouts.
+    let script = format!(
+        r#"
+import socket, ssl, time
+from aioquic.h3.connection import H3_ALPN
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+cfg.verify_mode = ssl.CERT_NONE
+cfg.server_name = "localhost"
+c = QuicConnection(configuration=cfg)
+c.connect(("127.0.0.1", {port}), now=time.time())
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(0.2)
+sent = 0
+for data, addr in c.datagrams_to_send(now=time.time()):
+    s.sendto(data, addr)
+    sent += len(data)
+got = 0
+end = time.time() + 6
+while time.time() < end:
+    try:
+        got += len(s.recv(65536))
+    except socket.timeout:
+        pass
+print(sent, got)
+"#,
+        port = shuck.port
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let nums: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert_eq!(
+        nums.len(),
+        2,
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (sent, got) = (nums[0], nums[1]);
+    assert!(got > 0, "the server answered nothing");
+    assert!(got <= 3 * sent, "{got} bytes back for {sent}");
+}
+
+#[test]
+fn migration_off_keeps_a_connection_on_its_first_address() {
+    if !aioquic() {
+        return;
+    }
+    let origin = H1Origin::start(None);
+    let (shuck, stats) = gateway(&origin, &["--quic-migration=off"]);
+    let report = h3(
+        shuck.port,
+        json!([[{"path": "/size/100"}], [{"path": "/size/200", "timeout": 3}]]),
+        &["--rebind-after-group", "1", "--deadline", "20"],
+    );
+    // The PING from the new port is dropped: the client gives up on the connection.
+    assert!(report.get("error").is_some(), "{report}");
+    assert_eq!(
+        origin.requests().len(),
+        1,
+        "only the request before the move"
+    );
+    let migrated = sample(&scrape(stats, "/metrics").1, "shuck_quic_migrations_total");
+    assert_eq!(migrated, 0.0);
 }
 
 #[test]

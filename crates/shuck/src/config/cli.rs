@@ -260,6 +260,14 @@ pub struct Cli {
           default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
     pub quic_mtu_discovery: bool,
 
+    /// With --quic: follow a client whose address changes (a NAT rebinding, a phone moving
+    /// from Wi-Fi to mobile data) once the new address answers a PATH_CHALLENGE; until
+    /// then shuck sends it at most three times what it received from it (RFC 9000 §8.2,
+    /// §9.3). Off: a connection's packets from any other address are dropped.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
+    pub quic_migration: bool,
+
     /// With --quic: most request streams a client may have open at once on one QUIC
     /// connection (its initial_max_streams_bidi).
     #[arg(long, value_name = "NUM", default_value_t = 100)]

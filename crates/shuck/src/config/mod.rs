@@ -114,6 +114,8 @@ pub struct H3Limits {
     pub early_data: bool,
     /// `--quic-mtu-discovery`.
     pub mtu_discovery: bool,
+    /// `--quic-migration`.
+    pub migration: bool,
 }
 
 /// A validated configuration.

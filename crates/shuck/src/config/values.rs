@@ -170,6 +170,7 @@ pub(super) fn h3_limits(cli: &Cli) -> Result<super::H3Limits, ConfigError> {
         retry: cli.quic_retry,
         early_data: cli.quic_early_data,
         mtu_discovery: cli.quic_mtu_discovery,
+        migration: cli.quic_migration,
     })
 }
 

@@ -68,6 +68,21 @@ class Result:
         }
 
 
+class Counting:
+    """A datagram transport that counts the bytes sent through it."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def sendto(self, data, addr=None):
+        if Client.rebound is not None:
+            Client.rebound["sent"] += len(data)
+        self.inner.sendto(data, addr)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
 class Client(QuicConnectionProtocol):
     # --hold-finished: seconds the client's handshake end (its Finished) is held back, as
     # a slow uplink would, so that its 0-RTT requests surely reach the server first.
@@ -80,9 +95,14 @@ class Client(QuicConnectionProtocol):
         self._hold_until = None
 
     largest_datagram = 0
+    # After a rebind: the datagrams received on the new address, each with the bytes the
+    # client had sent from it when it came (the server's anti-amplification limit).
+    rebound = None
 
     def datagram_received(self, data, addr):
         Client.largest_datagram = max(Client.largest_datagram, len(data))
+        if Client.rebound is not None:
+            Client.rebound["received"].append([len(data), Client.rebound["sent"]])
         super().datagram_received(data, addr)
 
     def transmit(self):
@@ -238,10 +258,12 @@ async def run(args):
                 loop = asyncio.get_event_loop()
                 old = client._transport
                 transport, _ = await loop.create_datagram_endpoint(lambda: client, sock=sock)
-                client._transport = transport
+                Client.rebound = {"sent": 0, "received": []}
+                client._transport = Counting(transport)
                 old.close()
                 out["rebound_to"] = sock.getsockname()[1]
                 await asyncio.wait_for(client.ping(), 5)
+                out["rebound"] = Client.rebound["received"]
             if i in args.key_update_before_group:
                 # The group's requests leave in the next key phase; the server must follow
                 # (decrypt them, answer in it) or they go unanswered.

@@ -644,7 +644,9 @@ impl Connection {
                 // Finish current packet
                 if let Some(mut builder) = builder_storage.take() {
                     if pad_datagram {
-                        builder.pad_to(min_mtu);
+                        // Patched in by shuck (10): never past the datagram's room, which
+                        // the anti-amplification limit may have cut.
+                        builder.pad_to(padding_room(min_mtu, buf_capacity, datagram_start));
                     }
 
                     if num_datagrams > 1 || pad_datagram_to_mtu {
@@ -712,7 +714,7 @@ impl Connection {
                 }
 
                 // Allocate space for another datagram
-                let next_datagram_size_limit = match self.spaces[space_id].loss_probes {
+                let mut next_datagram_size_limit = match self.spaces[space_id].loss_probes {
                     0 => segment_size,
                     _ => {
                         self.spaces[space_id].loss_probes -= 1;
@@ -722,6 +724,21 @@ impl Connection {
                         std::cmp::min(segment_size, usize::from(min_mtu))
                     }
                 };
+                // Patched in by shuck (10): on a path not yet validated, a datagram is cut to
+                // what the anti-amplification limit leaves (RFC 9000 §8.1, §8.2.1, §9.3),
+                // instead of a whole one whenever a byte of budget is left: one 29-byte
+                // packet from a new address drew a 1 200-byte PATH_CHALLENGE datagram. A
+                // cut datagram is the last of its transmit (a GSO batch's are all alike).
+                if let Some(left) = self.path.amplification_left(buf.len() as u64) {
+                    let left = usize::try_from(left).unwrap_or(usize::MAX);
+                    if left < next_datagram_size_limit {
+                        if num_datagrams > 0 || left < MIN_PACKET_SPACE {
+                            trace!("blocked by anti-amplification");
+                            break;
+                        }
+                        next_datagram_size_limit = left;
+                    }
+                }
                 buf_capacity += next_datagram_size_limit;
                 if buf.capacity() < buf_capacity {
                     // We reserve the maximum space for sending `max_datagrams` upfront
@@ -919,7 +936,8 @@ impl Connection {
         // Finish the last packet
         if let Some(mut builder) = builder_storage {
             if pad_datagram {
-                builder.pad_to(min_mtu);
+                // Patched in by shuck (10): see above.
+                builder.pad_to(padding_room(min_mtu, buf_capacity, datagram_start));
             }
 
             // If this datagram is a loss probe and `segment_size` is larger than `min_mtu`,
@@ -4097,6 +4115,15 @@ const MAX_BACKOFF_EXPONENT: u32 = 16;
 /// datagram (because we coalesce in ascending packet space order and the only reason to split a
 /// packet is when packet space changes).
 const MIN_PACKET_SPACE: usize = MAX_HANDSHAKE_OR_0RTT_HEADER_SIZE + 32;
+
+/// Patched in by shuck (10): padding to `want` bytes, or to the room the datagram starting
+/// at `start` has in a buffer of `capacity` when that is less (a datagram cut by the
+/// anti-amplification limit: RFC 9000 §8.2.1 pads a PATH_CHALLENGE to 1 200 bytes "unless
+/// the anti-amplification limit for the path does not permit").
+fn padding_room(want: u16, capacity: usize, start: usize) -> u16 {
+    let room = u16::try_from(capacity.saturating_sub(start)).unwrap_or(u16::MAX);
+    cmp::min(want, room)
+}
 
 /// Largest amount of space that could be occupied by a Handshake or 0-RTT packet's header
 ///

@@ -160,6 +160,17 @@ impl PathData {
         !self.validated && self.total_recvd * 3 < self.total_sent + bytes_to_send
     }
 
+    /// Patched in by shuck (10): what a server may still send on this path before it is
+    /// validated, `pending` bytes of this transmit aside (three times what it received,
+    /// RFC 9000 §8.1 and §9.3); `None` once validated.
+    pub(super) fn amplification_left(&self, pending: u64) -> Option<u64> {
+        (!self.validated).then(|| {
+            (self.total_recvd.saturating_mul(3))
+                .saturating_sub(self.total_sent)
+                .saturating_sub(pending)
+        })
+    }
+
     /// Returns the path's current MTU
     pub(super) fn current_mtu(&self) -> u16 {
         self.mtud.current_mtu()

@@ -203,7 +203,7 @@ pub fn server_config(
         t.mtu_discovery_config(None);
     }
     config.transport_config(Arc::new(t));
-    config.migration(true);
+    config.migration(limits.h3.migration);
     config.max_incoming(limits.h3.max_incoming);
     Ok((config, early))
 }
