@@ -365,6 +365,22 @@ fn table() -> Vec<Shape> {
             "admin",
         ),
         plain(
+            "an empty segment (//) reaches the route",
+            "//admin/v",
+            "admin",
+        ),
+        plain(
+            "a percent-encoded letter reaches the route",
+            "/%61dmin/w",
+            "admin",
+        ),
+        plain("a dot segment reaches the route", "/./admin/u", "admin"),
+        plain(
+            "a .. segment leaves the route it names",
+            "/api/../admin/t",
+            "admin",
+        ),
+        plain(
             "a :// in the query does not reach another route",
             "/c/pub?u=://h/api/",
             "app",

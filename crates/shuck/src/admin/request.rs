@@ -303,9 +303,66 @@ fn unescape(seg: &str) -> Result<String, Refused> {
     String::from_utf8(out).map_err(|_| refused(400, format!("{seg:?} is not UTF-8")))
 }
 
+/// A JSON value none of whose objects names a key twice: serde_json keeps the last of
+/// two, so `{"state":"maint","state":"ready"}` would mean what a reader of the first did not
+/// expect.
+struct Strict(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(out.into())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            if out.contains_key(&k) {
+                return Err(serde::de::Error::custom(format!("the key {k:?} twice")));
+            }
+            let Strict(v) = map.next_value()?;
+            out.insert(k, v);
+        }
+        Ok(out.into())
+    }
+}
+
 /// The body of a server change: `{"state": …, "weight": …}`, at least one of them.
 fn server_change(body: &[u8]) -> Result<ServerChange, Refused> {
-    let v: serde_json::Value = serde_json::from_slice(body)
+    let Strict(v) = serde_json::from_slice(body)
         .map_err(|e| refused(400, format!("the body is not JSON: {e}")))?;
     let obj = v
         .as_object()
@@ -395,6 +452,22 @@ mod tests {
             400
         );
         assert_eq!(status("GET http://x/status HTTP/1.1\r\n\r\n"), 400);
+        // Issue 45, finding 8: what another reader could take two ways.
+        let dup = r#"{"state":"maint","state":"ready"}"#;
+        let put = |body: &str| {
+            format!(
+                "PUT /backends/a/servers/b HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+        };
+        assert_eq!(status(&put(dup)), 400, "a key twice");
+        assert_eq!(status(&put(r#"{"state":"maint","weight":3}"#)), 200);
+        assert_eq!(status(&put(r#"[{"a":1,"a":2}]"#)), 400);
+        assert_eq!(
+            status("PUT /backends/a/servers/b HTTP/1.1\r\nContent-Length: +2\r\n\r\n{}"),
+            400
+        );
+        assert_eq!(status("GET /status HTTP/1.1\nHost: x\n\n"), 400, "LF alone");
         assert_eq!(
             status(&format!("GET /{} HTTP/1.1\r\n", "a".repeat(MAX_HEAD + 1))),
             431

@@ -75,7 +75,8 @@ impl Chooser {
         if !Arc::ptr_eq(self.resolver.choose(Some(host)), &self.served) {
             return Choice::Misdirected;
         }
-        Choice::Backend(self.routing.for_request(self.fallback, host, path))
+        let path = super::path::for_matching(path);
+        Choice::Backend(self.routing.for_request(self.fallback, host, &path))
     }
 }
 

@@ -10,6 +10,7 @@ pub mod choose;
 pub mod chunked;
 pub mod fields;
 pub mod head;
+pub mod path;
 pub mod request;
 pub mod response;
 
