@@ -35,6 +35,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("store_value", store_value),
     ("acme", acme),
     ("admin_request", admin_request),
+    ("gateway_request", gateway_request),
 ];
 
 /// A PROXY v1/v2 header from the client side (`--proxy-proxy`).
@@ -295,6 +296,62 @@ pub fn admin_request(data: &[u8]) {
     assert!(v.get("message").is_some());
 }
 
+/// An HTTP/2 or HTTP/3 request's fields, one `name: value` a line (pseudo-header fields
+/// as the client sends them), through what the gateway core judges for every version: the
+/// request as h2 and h3 hand it over, its HTTP/1.1 head for the backend, the path its route
+/// matches. A head that passes names one Host, the `:authority`'s, and a declared body
+/// never comes with the stream already ended.
+pub fn gateway_request(data: &[u8]) {
+    use crate::proxy::gateway::request::{build, Body};
+    use crate::proxy::http::request::Forwarding;
+    let text = String::from_utf8_lossy(data);
+    let mut builder = http::Request::builder();
+    let mut uri = http::Uri::builder();
+    let mut protocol = None;
+    let mut fields = Vec::new();
+    for line in text.lines() {
+        let Some((name, value)) = line.split_once(": ") else {
+            continue;
+        };
+        match name {
+            ":method" => builder = builder.method(value),
+            ":scheme" => uri = uri.scheme(value),
+            ":authority" => uri = uri.authority(value),
+            ":path" => uri = uri.path_and_query(value),
+            ":protocol" => protocol = Some(h2::ext::Protocol::from(value)),
+            _ => fields.push((name, value)),
+        }
+    }
+    let Ok(uri) = uri.build() else {
+        return;
+    };
+    builder = builder.uri(uri);
+    for (n, v) in fields {
+        builder = builder.header(n, v);
+    }
+    let Ok(mut req) = builder.body(()) else {
+        return;
+    };
+    if let Some(p) = protocol {
+        req.extensions_mut().insert(p);
+    }
+    let (parts, ()) = req.into_parts();
+    let fwd = Forwarding::new(
+        IpAddr::V4(Ipv4Addr::new(203, 0, 113, 5)),
+        Some(("X-Client-Cert", Some("CN=fuzz"))),
+    );
+    for end_stream in [true, false] {
+        let mut out = Vec::new();
+        if let Ok((body, _)) = build(&parts, end_stream, &fwd, &mut out) {
+            let head = String::from_utf8_lossy(&out);
+            assert_eq!(head.matches("\r\nHost: ").count(), 1, "{head}");
+            assert!(!(end_stream && matches!(body, Body::Length(n) if n > 0)));
+        }
+    }
+    let _ = crate::proxy::http::path::for_matching(parts.uri.path());
+    let _ = crate::proxy::http::choose::split_target(&text);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,3 +380,4 @@ mod tests {
         assert_eq!(ring.decrypt(&sealed).as_deref(), Some(&b"session"[..]));
     }
 }
+
