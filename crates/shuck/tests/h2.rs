@@ -425,7 +425,7 @@ async fn websocket_over_h2_becomes_an_upgrade_and_echoes() {
 }
 
 /// RFC 9113 calls both malformed, and hyperium's h2 0.4.20 dropped what made them so without a
-/// word (vendor/h2/PATCHES.md): a fragment in `:path` and a pseudo-header field in trailers.
+/// word (vendor/patches/h2/): a fragment in `:path` and a pseudo-header field in trailers.
 /// Each resets its stream (`PROTOCOL_ERROR`); the next stream of the connection is served.
 #[tokio::test]
 async fn malformed_paths_and_trailers_are_refused() {
