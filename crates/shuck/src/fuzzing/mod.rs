@@ -380,4 +380,3 @@ mod tests {
         assert_eq!(ring.decrypt(&sealed).as_deref(), Some(&b"session"[..]));
     }
 }
-

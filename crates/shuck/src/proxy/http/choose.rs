@@ -72,7 +72,9 @@ impl Chooser {
         let Some(host) = host.map(without_port) else {
             return Choice::Backend(self.fallback);
         };
-        if !Arc::ptr_eq(self.resolver.choose(Some(host)), &self.served) {
+        // One certificate serves every name: nothing to look up.
+        let only = self.resolver.all().len() == 1;
+        if !only && !Arc::ptr_eq(self.resolver.choose(Some(host)), &self.served) {
             return Choice::Misdirected;
         }
         let path = super::path::for_matching(path);

@@ -11,7 +11,12 @@ use std::borrow::Cow;
 /// there is nothing to do, as for nearly every request.
 pub fn for_matching(path: &str) -> Cow<'_, str> {
     let path = path.split_once('?').map_or(path, |(p, _)| p);
-    let plain = !path.contains('%') && !path.contains("//") && !path.contains("/.");
+    // One pass: a `%`, or a `/` followed by `/` or `.`, is all that can need work.
+    let b = path.as_bytes();
+    let plain = b
+        .iter()
+        .enumerate()
+        .all(|(i, &c)| c != b'%' && (c != b'/' || !matches!(b.get(i + 1), Some(b'/' | b'.'))));
     if plain {
         return Cow::Borrowed(path);
     }
