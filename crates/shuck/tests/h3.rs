@@ -328,7 +328,7 @@ fn key_updates_from_the_client_are_followed() {
     let origin = H1Origin::start(None);
     let (shuck, _stats) = gateway(&origin, &[]);
     // Two updates (RFC 9001 §6): the first needs the next phase's keys, which the server
-    // derives only then (vendor/quinn-proto patch 8, vendor/rustls patch 2), the second the
+    // derives only then (vendor/quinn-proto patch 8), the second the
     // phase after. A request the server cannot decrypt, or answers in the old phase (which
     // aioquic then cannot decrypt), goes unanswered.
     let report = h3(
