@@ -133,6 +133,16 @@ impl Retry {
     }
 }
 
+/// How a stream's wait for a backend connection ended.
+enum Waited {
+    /// With one, or why not.
+    Got(Result<super::backends::BackendConn, crate::backend::ConnectError>),
+    /// The client reset the stream.
+    Reset,
+    /// The client's connection is being ended as hostile.
+    Closing,
+}
+
 /// Serves one stream whose request head is `head`.
 #[allow(clippy::too_many_arguments)]
 async fn serve<I: Inbound, O: Outbound>(
@@ -161,15 +171,22 @@ async fn serve<I: Inbound, O: Outbound>(
         let got = match gw.backends.idle(backend) {
             Some(c) => Ok(c),
             None => {
+                // A client being ended as hostile (a reset or stall flood) opens nothing more.
+                if gw.resets.flood().is_some() {
+                    return;
+                }
                 let wait = async {
                     tokio::select! {
-                        got = gw.backends.get(&gw.worker, backend) => Some(got),
-                        () = poll_fn(|cx| respond.poll_reset(cx)) => None,
+                        biased;
+                        () = gw.resets.closing.notified() => Waited::Closing,
+                        got = gw.backends.get(&gw.worker, backend) => Waited::Got(got),
+                        () = poll_fn(|cx| respond.poll_reset(cx)) => Waited::Reset,
                     }
                 };
                 match Box::pin(wait).await {
-                    Some(got) => got,
-                    None => return client_reset(gw),
+                    Waited::Got(got) => got,
+                    Waited::Reset => return client_reset(gw),
+                    Waited::Closing => return,
                 }
             }
         };

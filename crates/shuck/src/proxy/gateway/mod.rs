@@ -110,6 +110,9 @@ pub(super) struct ResetMeter {
     stall_limit: u32,
     /// Wakes the driver, to close the connection, when a limit is passed.
     pub(super) passed: Notify,
+    /// Wakes the streams waiting for a backend connection when a limit is passed: a
+    /// hostile client's streams take none more.
+    pub(super) closing: Notify,
 }
 
 impl ResetMeter {
@@ -121,6 +124,7 @@ impl ResetMeter {
             stalls: Cell::new(0),
             stall_limit,
             passed: Notify::new(),
+            closing: Notify::new(),
         }
     }
 
@@ -134,6 +138,7 @@ impl ResetMeter {
         self.count.set(self.count.get() + 1);
         if self.count.get() == self.limit.saturating_add(1) {
             self.passed.notify_one();
+            self.closing.notify_waiters();
         }
     }
 
@@ -147,6 +152,7 @@ impl ResetMeter {
         self.stalls.set(self.stalls.get() + 1);
         if self.stalls.get() == self.stall_limit.saturating_add(1) {
             self.passed.notify_one();
+            self.closing.notify_waiters();
         }
     }
 
