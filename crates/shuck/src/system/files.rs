@@ -91,37 +91,58 @@ fn record_answer<T: Clone>(
 /// The whole file, at most `max` bytes: a larger one is an error asking whether it is
 /// `what` ("a key file").
 pub fn read(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
+    read_recorded(path, max, what, nix::fcntl::OFlag::empty())
+}
+
+/// As [`read`], but a symbolic link at `path` is refused (`O_NOFOLLOW`): for the files
+/// shuck itself writes as root in a directory of its own (`--admin-certs`,
+/// `--admin-state`), where a link could only have been planted.
+pub fn read_no_link(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
+    read_recorded(path, max, what, nix::fcntl::OFlag::O_NOFOLLOW)
+}
+
+/// [`read_regular`] opened with `flags`, replayed or recorded as the mode says.
+fn read_recorded(
+    path: &Path,
+    max: u64,
+    what: &str,
+    flags: nix::fcntl::OFlag,
+) -> io::Result<Vec<u8>> {
     if let Some(r) = replayed(|r| replay_answer(path, r.files.get(path))) {
         return r.and_then(|b| within(b, max, what));
     }
-    let got = read_regular(path, max, what);
+    let got = read_regular(path, max, what, flags);
     record_answer(&got, |r, kept| {
         r.files.insert(path.to_owned(), kept);
     });
     got
 }
 
-/// Reads a regular file of at most `max` bytes. Opened non-blocking, so that a FIFO (or a
-/// device) planted in a certificate's place is refused at once instead of stalling the
-/// master, and measured before it is read, so that a huge file costs nothing.
-fn read_regular(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
-    let (f, len) = open_regular(path, max, what, nix::fcntl::OFlag::empty())?;
-    read_open(f, len, max, what)
-}
-
-/// Opens a regular file of at most `max` bytes (with `flags` besides `O_NONBLOCK`); the
-/// file and its length.
-fn open_regular(
+/// Reads a regular file of at most `max` bytes, opened with `flags` besides
+/// `O_NONBLOCK`. Non-blocking, so that a FIFO (or a device) planted in a certificate's place
+/// is refused at once instead of stalling the master, and measured before it is read, so
+/// that a huge file costs nothing.
+fn read_regular(
     path: &Path,
     max: u64,
     what: &str,
     flags: nix::fcntl::OFlag,
-) -> io::Result<(std::fs::File, u64)> {
+) -> io::Result<Vec<u8>> {
+    use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
+    let mut f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags((nix::fcntl::OFlag::O_NONBLOCK | flags).bits())
-        .open(path)?;
+        .open(path)
+        .map_err(|e| {
+            // Named before it is recorded, so that a worker replaying it says the same.
+            let link = e.raw_os_error() == Some(nix::libc::ELOOP);
+            if link && flags.contains(nix::fcntl::OFlag::O_NOFOLLOW) {
+                io::Error::other("a symbolic link: refused here, where only shuck writes")
+            } else {
+                e
+            }
+        })?;
     let meta = f.metadata()?;
     if !meta.is_file() {
         return Err(io::Error::other("not a regular file"));
@@ -132,13 +153,8 @@ fn open_regular(
             meta.len()
         )));
     }
-    Ok((f, meta.len()))
-}
-
-/// Reads an open file of `len` bytes, bounded by `max` even if it grows meanwhile.
-fn read_open(mut f: std::fs::File, len: u64, max: u64, what: &str) -> io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut b = Vec::with_capacity(len as usize);
+    let mut b = Vec::with_capacity(meta.len() as usize);
+    // Bounded even if the file grows while it is read.
     f.by_ref().take(max.saturating_add(1)).read_to_end(&mut b)?;
     within(b, max, what)
 }
@@ -257,28 +273,6 @@ pub fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
             Err(e)
         }
     }
-}
-
-/// As [`read`], but a symbolic link at `path` is refused (`O_NOFOLLOW`): for the files
-/// shuck itself writes as root in a directory of its own (`--admin-certs`,
-/// `--admin-state`), where a link could only have been planted.
-pub fn read_no_link(path: &Path, max: u64, what: &str) -> io::Result<Vec<u8>> {
-    if let Some(r) = replayed(|r| replay_answer(path, r.files.get(path))) {
-        return r.and_then(|b| within(b, max, what));
-    }
-    let got = open_regular(path, max, what, nix::fcntl::OFlag::O_NOFOLLOW)
-        .and_then(|(f, len)| read_open(f, len, max, what));
-    let got = got.map_err(|e| {
-        if e.raw_os_error() == Some(nix::libc::ELOOP) {
-            io::Error::other("a symbolic link: refused here, where only shuck writes")
-        } else {
-            e
-        }
-    });
-    record_answer(&got, |r, kept| {
-        r.files.insert(path.to_owned(), kept);
-    });
-    got
 }
 
 /// Why a directory root writes into is not safe to (as OpenSSH's StrictModes): it, and

@@ -137,8 +137,7 @@ impl ResetMeter {
         }
         self.count.set(self.count.get() + 1);
         if self.count.get() == self.limit.saturating_add(1) {
-            self.passed.notify_one();
-            self.closing.notify_waiters();
+            self.limit_passed();
         }
     }
 
@@ -151,9 +150,15 @@ impl ResetMeter {
     fn stalled(&self) {
         self.stalls.set(self.stalls.get() + 1);
         if self.stalls.get() == self.stall_limit.saturating_add(1) {
-            self.passed.notify_one();
-            self.closing.notify_waiters();
+            self.limit_passed();
         }
+    }
+
+    /// A limit just passed: the driver closes the connection, and the streams waiting for a
+    /// backend connection take none.
+    fn limit_passed(&self) {
+        self.passed.notify_one();
+        self.closing.notify_waiters();
     }
 
     /// A stream answered whole: the stalls before it were not in a row.
