@@ -205,15 +205,15 @@ fn a_client_whose_address_changes_keeps_its_connection_with_two_workers() {
         );
         let a = answers(&report);
         assert!(report["rebound_to"].as_u64().is_some(), "{report}");
-        // Before the new address answered its PATH_CHALLENGE, shuck sends it about three
+        // Before the new address answered its PATH_CHALLENGE, shuck sends it at most three
         // times what came from it (RFC 9000 §8.2.1, §9.3; issue 45, finding 7): the first
-        // datagram back was 1 200 bytes for a 62-byte PING before. A cut datagram can still
-        // pass the limit by a few bytes (99 for a 29-byte PING once in a dozen runs: issue
-        // 45 stays open for it), so this asserts under four times, which 1 200 is far over.
+        // datagram back was 1 200 bytes for a 62-byte PING before. (vendor/quinn-proto's
+        // `migration_respects_anti_amplification` holds the probes and timers after it to
+        // the same limit.)
         let first = &report["rebound"][0];
         let (size, sent) = (first[0].as_u64().unwrap(), first[1].as_u64().unwrap());
         assert!(
-            size < 4 * sent,
+            size <= 3 * sent,
             "run {run}: {size} bytes back for {sent}: {report}"
         );
         let lengths: Vec<_> = a.iter().map(|r| r["length"].as_u64()).collect();

@@ -75,12 +75,25 @@ class Counting:
         self.inner = inner
 
     def sendto(self, data, addr=None):
-        if Client.rebound is not None:
-            Client.rebound["sent"] += len(data)
+        Client.rebound["sent"] += len(data)
         self.inner.sendto(data, addr)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+
+class Rebound(asyncio.DatagramProtocol):
+    """The new socket's own protocol after a rebind: it records each datagram that socket
+    receives, with what the client had sent from it by then, and hands it to the client.
+    The client never takes the socket itself (connection_made), so nothing leaves it
+    uncounted, and what the old socket still receives is not counted as the new one's."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def datagram_received(self, data, addr):
+        Client.rebound["received"].append([len(data), Client.rebound["sent"]])
+        self.client.datagram_received(data, addr)
 
 
 class Client(QuicConnectionProtocol):
@@ -101,8 +114,6 @@ class Client(QuicConnectionProtocol):
 
     def datagram_received(self, data, addr):
         Client.largest_datagram = max(Client.largest_datagram, len(data))
-        if Client.rebound is not None:
-            Client.rebound["received"].append([len(data), Client.rebound["sent"]])
         super().datagram_received(data, addr)
 
     def transmit(self):
@@ -257,8 +268,10 @@ async def run(args):
                 sock.bind(("::", 0))
                 loop = asyncio.get_event_loop()
                 old = client._transport
-                transport, _ = await loop.create_datagram_endpoint(lambda: client, sock=sock)
                 Client.rebound = {"sent": 0, "received": []}
+                transport, _ = await loop.create_datagram_endpoint(
+                    lambda: Rebound(client), sock=sock
+                )
                 client._transport = Counting(transport)
                 old.close()
                 out["rebound_to"] = sock.getsockname()[1]

@@ -966,7 +966,10 @@ impl Connection {
         self.app_limited = buf.is_empty() && !congestion_blocked;
 
         // Send MTU probe if necessary
-        if buf.is_empty() && self.state.is_established() {
+        // Patched in by shuck (10): never on a path not yet validated, where a probe would
+        // be sent whole whatever the anti-amplification limit left (after a migration, a
+        // 1 452-byte probe followed the PATH_CHALLENGE to the new address).
+        if buf.is_empty() && self.state.is_established() && self.path.validated {
             let space_id = SpaceId::Data;
             let probe_size = self
                 .path

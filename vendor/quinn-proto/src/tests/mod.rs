@@ -4387,3 +4387,79 @@ fn preferred_address() {
     let mut pair = Pair::new(Arc::new(EndpointConfig::default()), server_config);
     pair.connect();
 }
+
+/// Patched in by shuck (10): after a migration, what the server sends to the new, unvalidated
+/// address stays within three times what it received from it (RFC 9000 §8.1, §9.3), whatever
+/// the server had pending: nothing, a stream in flight, or acknowledgements with gaps.
+#[test]
+fn migration_respects_anti_amplification() {
+    for state in ["idle", "stream", "gaps", "stream-gaps"] {
+        let _guard = subscribe();
+        let mut pair = Pair::default();
+        let (client_ch, server_ch) = pair.connect();
+        pair.drive();
+        if state.contains("gaps") {
+            // Client packets lost on the way: the server's ACK then carries ranges.
+            for _ in 0..6 {
+                pair.client_conn_mut(client_ch).ping();
+                pair.client.drive(pair.time, pair.server.addr);
+                pair.client.outbound.pop_front();
+                pair.client_conn_mut(client_ch).ping();
+                pair.drive_client();
+                pair.drive_server();
+            }
+            pair.drive();
+        }
+        if state.contains("stream") {
+            // Data the server has in flight and more it wants to send.
+            let s = pair.server_streams(server_ch).open(Dir::Uni).unwrap();
+            pair.server_send(server_ch, s).write(&[0xAB; 200_000]).unwrap();
+            pair.drive_server();
+        }
+        // What the server receives from here on comes from the new address.
+        assert!(pair.server.inbound.is_empty());
+        let new = SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            CLIENT_PORTS.lock().unwrap().next().unwrap(),
+        );
+        pair.client.addr = new;
+        pair.client_conn_mut(client_ch).ping();
+        pair.client.drive(pair.time, pair.server.addr);
+        let mut recvd = 0;
+        for (_, b) in pair.client.outbound.drain(..) {
+            recvd += b.len();
+            pair.server
+                .inbound
+                .push_back((pair.time, None, b.as_ref().into()));
+        }
+        pair.server.drive(pair.time, new);
+        let mut sent = 0;
+        let mut sizes = Vec::new();
+        for (t, b) in pair.server.outbound.drain(..) {
+            if t.destination == new {
+                sent += b.len();
+                sizes.push(b.len());
+            }
+        }
+        assert!(sent > 0, "{state}: no PATH_CHALLENGE");
+        // A spoofed address never answers: the server's timers (loss probes, MTU discovery,
+        // path validation) fire and what it sends there still keeps to the limit.
+        for _ in 0..20 {
+            let Some(t) = pair.server.next_wakeup() else {
+                break;
+            };
+            pair.time = pair.time.max(t);
+            pair.server.drive(pair.time, new);
+            for (t, b) in pair.server.outbound.drain(..) {
+                if t.destination == new {
+                    sent += b.len();
+                    sizes.push(b.len());
+                }
+            }
+        }
+        assert!(
+            sent <= 3 * recvd,
+            "{state}: {sizes:?} sent to the new address for {recvd} received"
+        );
+    }
+}
