@@ -650,17 +650,20 @@ fn pid_and_log_files_do_not_follow_a_planted_link_and_open_keys_are_warned_of() 
 }
 
 /// Every event shuck logs has a fixed name (`name:` where it is logged, the JSON `event`),
-/// written in snake_case, and the README's Log events section names each one.
+/// written in snake_case, and the manual's Log events section names each one.
 #[test]
 fn every_log_event_has_a_fixed_name_the_readme_lists() {
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let section = readme
+    let manual = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/manual/src/logs-metrics.md"
+    ))
+    .unwrap();
+    let section = manual
         .split("## Log events")
         .nth(1)
         .and_then(|r| r.split("\n## ").next())
-        .expect("README has a Log events section");
+        .expect("the manual has a Log events section");
     let mut files = vec![std::path::PathBuf::from(src)];
     let mut seen = 0;
     while let Some(p) = files.pop() {
@@ -693,7 +696,7 @@ fn every_log_event_has_a_fixed_name_the_readme_lists() {
                 );
                 assert!(
                     section.contains(&format!("`{name}`")),
-                    "{}:{line}: the README's Log events section does not list {name}",
+                    "{}:{line}: the manual's Log events section does not list {name}",
                     p.display()
                 );
                 seen += 1;

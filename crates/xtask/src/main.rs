@@ -6,7 +6,10 @@
 //!   `target/release/dist`, where the Debian package takes them from);
 //! - `cargo run -p xtask -- deb` builds the release binaries, writes the above and runs
 //!   `cargo deb` (install it with `cargo install cargo-deb`): `target/debian/shuck_*.deb`
-//!   and its debug symbols, `shuck-dbgsym_*.ddeb`.
+//!   and its debug symbols, `shuck-dbgsym_*.ddeb`;
+//! - `cargo run -p xtask -- book [--check]` writes the manual's option reference
+//!   (`docs/manual/src/options.md`); `--check` instead fails on a stale reference, an option
+//!   it lacks, or a link in the manual or the README that leads nowhere (CI runs it).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -15,6 +18,7 @@ use clap::{Arg, ArgAction, CommandFactory};
 use clap_complete::Shell;
 use shuck::config::Cli;
 
+mod book;
 mod conf;
 mod roff;
 
@@ -25,7 +29,9 @@ fn main() -> ExitCode {
         ["dist"] => dist(&target_dir(&root).join("release/dist")),
         ["dist", dir] => dist(Path::new(dir)),
         ["deb"] => deb(&root),
-        _ => Err("usage: cargo run -p xtask -- dist [DIR] | deb".into()),
+        ["book"] => book::write(&root),
+        ["book", "--check"] => book::check(&root),
+        _ => Err("usage: cargo run -p xtask -- dist [DIR] | deb | book [--check]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -202,7 +202,15 @@ fn the_debian_package_installs_what_an_operator_expects() {
         .unwrap()
         .lines()
         .map(|l| match l.strip_prefix("# ") {
-            Some(kv) if kv.contains(" = \"") && !kv.contains('<') => kv.to_owned(),
+            // A key line, `# KEY = "VALUE"`, not help text that quotes a block.
+            Some(kv)
+                if kv.split_once(" = \"").is_some_and(|(k, _)| {
+                    k.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                }) && !kv.contains('<') =>
+            {
+                kv.to_owned()
+            }
             _ => l.to_owned(),
         })
         .collect::<Vec<_>>()

@@ -1,6 +1,8 @@
 //! The command line: every option is defined once, here, with its help text. The flag names,
 //! short letters and value syntax follow hitch's `--help`, so a hitch command line keeps
-//! working; the README's option table is checked against this definition by a test.
+//! working. The manual's option reference (`docs/manual/src/options.md`), the man pages and the
+//! packaged `shuck.conf` are generated from this definition (`cargo run -p xtask -- book`,
+//! `dist`); each flag's first sentence is its `-h` line, the whole text its `--help`.
 
 // The doc comments below are clap's help text, where `[HOST]:PORT` is syntax, not a link.
 #![allow(rustdoc::broken_intra_doc_links)]
@@ -41,40 +43,74 @@ pub const LONG_VERSION: &str = concat!(
     args_override_self = true
 )]
 pub struct Cli {
-    /// Read settings from FILE (hitch.conf syntax: key = value, frontend = { ... } blocks);
-    /// flags given on the command line win over the file.
+    /// Read settings from a hitch.conf-style file (shuck.conf(5); the manual's Configuration
+    /// file).
+    ///
+    /// Flags given on the command line win over the file's keys. As in hitch, frontends and
+    /// certificates add up: the file's first, then the command line's (whose last
+    /// certificate is then the default); for `-b` and `-P` the command line's list replaces
+    /// the file's.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Check the configuration, certificates and keys, print the result and exit: 0 when
-    /// good, 2 when not (as hitch -t and nginx -t).
+    /// Check the configuration, certificates and keys, print `configuration OK: ...` and
+    /// exit 0, or the error and exit 1 (as `hitch -t`, `nginx -t`).
+    ///
+    /// Nothing is bound, but what start would fail on is found: two frontends on one
+    /// address (`[*]:443` twice, `[*]` beside `[0.0.0.0]` or `[::]`, `[127.0.0.1]` beside
+    /// `[::ffff:127.0.0.1]`: hitch's "redundant frontend"), and with `ocsp-verify-staple`
+    /// an OCSP response that does not verify.
     #[arg(short = 't', long)]
     pub test: bool,
 
-    /// PEM files, each holding a certificate chain and its private key (RSA, ECDSA or
-    /// Ed25519; PKCS#1, PKCS#8 or SEC1). As in hitch, the last one listed is the default
-    /// certificate. With none, shuck generates a self-signed certificate for localhost.
+    /// PEM files, each with a certificate chain and its private key (RSA, ECDSA
+    /// P-256/P-384, Ed25519; PKCS#1, PKCS#8 or SEC1; other sections such as DH parameters
+    /// are ignored).
+    ///
+    /// As in hitch, the **last** one given is the default certificate (served to clients
+    /// that send no name, or a name no certificate has); a frontend's own last certificate
+    /// is its default.
+    ///
+    /// Default: self-signed, only with no backend and no configuration file (else refused,
+    /// as in hitch).
     #[arg(value_name = "PEM")]
     pub pem_files: Vec<PathBuf>,
 
-    /// A certificate with options, repeatable, listed before the positional PEM files (a
-    /// configuration file's pem-file keys and blocks become these): CERT[,private-key=KEY]
-    /// [,ocsp-resp-file=DER][,ocsp-verify-staple=on|off][,client-verify=MODE]
-    /// [,client-verify-ca=FILE].
+    /// A certificate with what a hitch `pem-file = { }` block says of it, repeatable,
+    /// listed before the positional PEM files (a configuration file's `pem-file` keys and
+    /// blocks become these): `private-key=FILE` (the key in its own file; a key in CERT is
+    /// then not used), `ocsp-resp-file=DER`, `ocsp-verify-staple=on|off`,
+    /// `client-verify=none|optional|required` and `client-verify-ca=FILE` (this
+    /// certificate's own client verification, chosen by SNI: its own CA, else its
+    /// frontend's, else the global one).
     #[arg(long, value_name = "CERT[,KEY=VALUE...]")]
     pub pem_file: Vec<String>,
 
-    /// Load every regular file of DIR (in name order) after the positional PEM files; files
-    /// that hold no certificate are skipped with a warning.
+    /// Also load every regular file of DIR (symbolic links are not followed, as hitch), in
+    /// name order, after the PEM files given; a file that holds no certificate and key is
+    /// skipped with a warning.
+    ///
+    /// With no PEM file given, the directory's first certificate is the default.
     #[arg(long, value_name = "DIR")]
     pub pem_dir: Option<PathBuf>,
 
-    /// With --pem-dir, load only the files whose names match GLOB (e.g. "*.pem").
+    /// With `--pem-dir`, only the files whose names match GLOB (`*.pem`; hitch's `fnmatch`
+    /// patterns).
     #[arg(long, value_name = "GLOB")]
     pub pem_dir_glob: Option<String>,
 
-    /// Frontend listen endpoint, repeatable: [HOST]:PORT, [*]:PORT, [::1]:PORT or HOST:PORT;
-    /// [HOST]:PORT+cert.pem[+more.pem] gives the frontend its own certificates.
+    /// Listen endpoint, repeatable.
+    ///
+    /// `[*]:443`, `[127.0.0.1]:443`, `[::1]:443`, or bare `127.0.0.1:443`, `*:443`. `*` is
+    /// dual-stack when the host has IPv6. `+cert.pem` (repeatable, as hitch; each may carry
+    /// `--pem-file`'s `,key=value` options) gives this frontend its own certificates
+    /// instead of the global ones; `;key=value` gives it its own TLS settings: `ciphers`,
+    /// `ciphersuites`, `tls-protos`, `prefer-server-ciphers`, `sni-nomatch-abort`,
+    /// `client-verify`, `client-verify-ca`, `quic` (HTTP/3 on this frontend, over
+    /// `--quic`), and `match-global-certs=on` (serve the global certificates too), e.g. `-f
+    /// '[*]:8443+legacy.pem;tls-protos=TLSv1.2;ciphers=ECDHE-RSA-AES256-GCM-SHA384'`. The
+    /// session cache, ticket keys and OCSP are shared. Two frontends on the same address
+    /// are an error.
     #[arg(
         short = 'f',
         long = "frontend",
@@ -83,10 +119,21 @@ pub struct Cli {
     )]
     pub frontends: Vec<String>,
 
-    /// Backend server, repeatable: [HOST]:PORT or /PATH (a UNIX socket, as hitch 1.7),
-    /// then [,maxconn=N][,weight=W]. Connections are spread by weighted round robin over
-    /// servers that are up. With none, shuck starts a small built-in HTTP origin on a
-    /// loopback port and forwards to it.
+    /// A backend server, repeatable.
+    ///
+    /// Connections are spread by smooth weighted round robin (per worker, lock-free) over
+    /// the servers that are up. Names are resolved once at start. An absolute path is a
+    /// UNIX-domain socket (hitch 1.7; Varnish's `-a /run/varnish.sock,PROXY`), logged as
+    /// `unix:/PATH`; every preamble, `--http` and the queue work over it, `--write-ip` is
+    /// refused with it; with `--chroot` the path is looked up inside the chroot. `maxconn`:
+    /// most connections at once to that server; more wait in its FIFO queue. `weight`: 1 to
+    /// 1000 (default 1). `name=NAME`: the server's name in logs and metrics (else its
+    /// address). Its active health check, as HAProxy names it (the manual's Health
+    /// checks): `check`, `check-tls`, `check-http=/PATH`,
+    /// `check-status=LIST`, `check-interval=T`, `rise=N`, `fall=N`, `check-send-proxy`.
+    ///
+    /// Default: `[127.0.0.1]:8000` (hitch's); the built-in origin only when nothing at all
+    /// is given.
     #[arg(
         short = 'b',
         long = "backend",
@@ -94,216 +141,299 @@ pub struct Cli {
     )]
     pub backends: Vec<String>,
 
-    /// A named backend, repeatable: name=NAME;server=ADDRESS[,maxconn=N][,weight=W] (server
-    /// repeatable, as -b takes it), then [;write-proxy-v1|write-proxy-v2|write-ip|proxy-proxy=on]
-    /// [;connect-timeout=T] [;tls=on[;verify=required|none][;ca-file=F][;sni=NAME][;cert=F]
-    /// [;alpn=P,...]] (TLS to the backend). In the configuration file: a backend = { ... }
-    /// block. Chosen by a frontend's backend=NAME or by routes (--route), and -b stays the
-    /// default backend ("default").
+    /// A named backend, repeatable (in the file: a `backend = { }` block): its servers
+    /// (`server=` repeated, as `-b` takes them), its preamble (`write-proxy-v1`,
+    /// `write-proxy-v2`, `write-ip`, `proxy-proxy`; else the global one),
+    /// `connect-timeout`, and TLS to it (`tls=on`, `verify`, `ca-file`, `sni`, `cert`,
+    /// `alpn`).
+    ///
+    /// See the manual's Several services.
     #[arg(long = "named-backend", value_name = "name=NAME;server=ADDRESS;...")]
     pub named_backends: Vec<String>,
 
-    /// A route, repeatable: sni=NAME;backend=B (by the handshake's server name; *.NAME for
-    /// subdomains) or, with --http, host=NAME[;path-prefix=/P];backend=B (per request, by
-    /// Host or :authority). Exact names first, then the longest wildcard, then the longest
-    /// path prefix; else the frontend's backend, else the default. In the configuration
-    /// file: a route = { ... } block.
+    /// A route to a backend, repeatable (in the file: a `route = { }` block): by the
+    /// handshake's server name (`*.NAME` for subdomains), or with `--http` per request by
+    /// `Host`/`:authority` and path prefix.
+    ///
+    /// A frontend's own backend is `-f '[*]:443;backend=B'`.
     #[arg(long = "route", value_name = "sni=NAME;backend=B")]
     pub routes: Vec<String>,
 
-    /// Resolve backend names again every SECS (0: only at start); new connections go to
-    /// the new addresses, live ones stay.
+    /// Resolve backend names again every SECS (hitch's `backend-refresh`), off the data
+    /// path: new connections go to the new addresses, live ones stay; a lookup that fails
+    /// keeps the addresses in use, with a warning.
     #[arg(short = 'R', long, value_name = "SECS", default_value_t = 0)]
     pub backend_refresh: u64,
 
-    /// Most connections waiting for a server at its maxconn (per server); beyond, new ones
-    /// are closed at once.
+    /// Most connections waiting per server at its maxconn; beyond, new ones are closed at
+    /// once.
     #[arg(long, value_name = "NUM", default_value_t = 1024)]
     pub queue_size: usize,
 
-    /// Longest wait for a server at its maxconn; then the connection is closed (in --http
-    /// mode, after a 503).
+    /// Longest wait for a slot; then the connection is closed (in `--http` mode after `503
+    /// Service Unavailable`).
     #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_duration)]
     pub queue_timeout: Duration,
 
-    /// How long a server that refused or timed out stays marked down.
+    /// A server that refuses or times out is marked down this long; the connection is tried
+    /// on the next server, so one dead server loses no client.
+    ///
+    /// A connection that fails for shuck's own shortage (`EMFILE`, `ENFILE`, `ENOBUFS`,
+    /// `ENOMEM`, `EADDRNOTAVAIL`) marks nothing down (`shuck_local_resource_errors_total`).
     #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_duration)]
     pub backend_retry_after: Duration,
 
     /// Other servers a connection (or an HTTP request not yet sent) tries after a connect
-    /// to one fails or is refused, before it is answered 503 or closed.
+    /// to one is refused, times out or fails its TLS handshake (each failure marks that
+    /// server down for `--backend-retry-after`); then the client gets `503` (`--http`) or a
+    /// close.
+    ///
+    /// HAProxy's `retries` with `option redispatch`. 0 tries one server only.
     #[arg(long, value_name = "NUM", default_value_t = 3)]
     pub retries: usize,
 
-    /// Write a PROXY protocol v1 line (text) before the client's bytes.
+    /// Send a PROXY protocol v1 line before the client's bytes.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub write_proxy_v1: bool,
 
-    /// Write a PROXY protocol v2 header (binary, with ALPN, authority and SSL TLVs).
+    /// Send a PROXY protocol v2 header, with the ALPN, authority (SNI) and SSL (version,
+    /// cipher) TLVs, as hitch sends them.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub write_proxy_v2: bool,
 
-    /// As in hitch: the same as --write-proxy-v2 (stud users wanting v1: --write-proxy-v1).
+    /// hitch's name for `--write-proxy-v2` (in stud it meant v1: stud users write
+    /// `--write-proxy-v1`).
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub write_proxy: bool,
 
-    /// With --write-proxy-v2, send the server name the client asked for (SNI) in the
-    /// authority TLV (as hitch, on by default).
+    /// With `--write-proxy-v2`, send the server name the client asked for (SNI) in the
+    /// authority TLV, as hitch; off leaves it out.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
     pub proxy_authority: bool,
 
-    /// Write the client's IP address before its bytes as stud and hitch do: one octet of
-    /// address family (2 for IPv4, 10 for IPv6), then 4 or 16 bytes in network order.
+    /// stud's and hitch's write-ip: one octet of address family (`AF_INET` 2, `AF_INET6`
+    /// 10), then the client's IP address as 4 or 16 bytes, network order: 5 or 17 bytes
+    /// before the client's own.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub write_ip: bool,
 
-    /// Expect a PROXY v1 or v2 header from an L4 balancer in front, before TLS; the client
-    /// it names is the one passed on (the header itself is passed on when no --write-*
-    /// flag is given).
+    /// Expect a PROXY v1 or v2 header from an L4 balancer in front, before TLS.
+    ///
+    /// The client it names is the one passed on by `--write-*`; with no `--write-*` flag
+    /// the same header is passed on, encoded anew from what shuck parsed (same version,
+    /// addresses and TLVs; `UNKNOWN` lines as a bare `PROXY UNKNOWN`), so the backend never
+    /// sees bytes the balancer sent unchecked. Connections without a header, or with one
+    /// that does not parse (a v2 TLV area that does not parse, control bytes in a v1 line),
+    /// are refused.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub proxy_proxy: bool,
 
-    /// HTTP mode: on every request, remove the client's X-Forwarded-For, X-Forwarded-Proto
-    /// and Forwarded headers and add X-Forwarded-For and X-Forwarded-Proto: https.
+    /// HTTP mode (stud-http): on every request of a keep-alive connection, remove the
+    /// client's `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` headers (also
+    /// spelled with `_` for `-`, in any case, as CGI, WSGI and PHP backends read them),
+    /// also from chunked trailers, and any `Connection` nomination of them, add
+    /// `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https`.
+    ///
+    /// Bodies (Content-Length, chunked) and pipelined requests pass intact and in order;
+    /// after `101 Switching Protocols` the connection is a plain relay. Bytes the backend
+    /// writes past every answer owed (a body after a `HEAD`'s head, a second answer) never
+    /// reach the client, who would take them for its next answer: the connection is closed
+    /// instead (`shuck_http_backend_dropped_total{reason="stray_bytes"}`). `Upgrade: h2c`
+    /// is never passed on (as nginx: the rest of the connection would be HTTP/2 that nobody
+    /// rewrites): its token and `HTTP2-Settings` are dropped beside another protocol, and a
+    /// request asking for h2c alone gets `400`. Malformed, oversized or smuggling-prone
+    /// heads (Content-Length with Transfer-Encoding, differing Content-Lengths, obsolete
+    /// line folding, a Transfer-Encoding that does not end in chunked, a line ending in a
+    /// bare LF or a bare CR, an HTTP/1.1 request without exactly one `Host`, two `Host`
+    /// headers in any request, a `Host` that is not `uri-host[:port]` (spaces, commas, `/`,
+    /// `@`, non-ASCII, a port over 65535, an unclosed `[`; the same for HTTP/2's
+    /// `:authority`), an absolute-form target whose authority differs from `Host`, a
+    /// chunked trailer section with a line that is not a field, a control byte, or
+    /// `Content-Length`/`Transfer-Encoding`) get `400 Bad Request` and a close, and nothing
+    /// of them reaches the backend (a bad trailer section: nothing of it): a backend
+    /// connection is opened only once the first request head is accepted (also with
+    /// `--proxy-proxy`), so a refused or never-sent request costs none.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub http: bool,
 
-    /// Largest request head accepted in --http mode; larger ones get 400.
+    /// Largest request head in `--http` mode (over HTTP/2:
+    /// `SETTINGS_MAX_HEADER_LIST_SIZE`), and largest backend answer head.
     #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024)]
     pub max_header_bytes: usize,
 
-    /// In --http mode, time a whole request head gets from its first byte; a slower one
-    /// is answered 408 and closed (HAProxy's timeout http-request).
+    /// In `--http` mode, time a whole request head gets from its first byte (the first
+    /// request and every later one); a slower one (slowloris) is answered `408 Request
+    /// Timeout` and closed.
+    ///
+    /// HAProxy's `timeout http-request`.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
     pub http_request_timeout: Duration,
 
-    /// In --http mode, longest wait for the next request once a response is done; then the
-    /// connection closes (HAProxy's timeout http-keep-alive).
+    /// In `--http` mode, longest wait for the next request once nothing is outstanding
+    /// (also before the first); then the connection is closed without a word (over HTTP/2,
+    /// with `GOAWAY NO_ERROR`).
+    ///
+    /// HAProxy's `timeout http-keep-alive`.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_duration)]
     pub http_keepalive_timeout: Duration,
 
-    /// In --http mode, longest time an exchange under way may make no progress while shuck
-    /// waits on the client: a request body that stops arriving, an answer the client does
-    /// not take (HTTP/2: its window shut). HTTP/2 resets that stream and closes its backend
-    /// connection; HTTP/1.1 closes the connection (408 if no answer had begun). A backend
-    /// slow to answer is left to --idle-timeout.
+    /// In `--http` mode, longest time an exchange under way may make no progress while
+    /// shuck waits on the client: a request body that stops arriving, an answer the client
+    /// does not take (over HTTP/2, its window shut).
+    ///
+    /// HTTP/2 resets that stream (`CANCEL`) and closes its backend connection; HTTP/1.1
+    /// answers `408` when no answer had begun, and closes. A backend slow to answer is
+    /// `--idle-timeout`'s (`504`). HAProxy's `timeout client` for an exchange.
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_duration)]
     pub http_stall_timeout: Duration,
 
-    /// In --http mode over HTTP/2: most backend connections one client connection may have
-    /// open at once; its other streams wait for one of them, in order.
+    /// In `--http` mode over HTTP/2 and HTTP/3: most backend connections one client
+    /// connection may have open at once (1 to 65535); its other streams wait for one of
+    /// them, in order.
+    ///
+    /// More streams stalled in a row (`--http-stall-timeout`) than this ends the client's
+    /// connection as hostile.
     #[arg(long, value_name = "NUM", default_value_t = 16)]
     pub http_max_backend_conns: u32,
 
-    /// In --http mode over HTTP/2: most streams a client may have open at once on one
-    /// connection (SETTINGS_MAX_CONCURRENT_STREAMS; HAProxy's
-    /// tune.h2.max-concurrent-streams).
+    /// In `--http` mode over HTTP/2: most streams a client may have open at once on one
+    /// connection (`SETTINGS_MAX_CONCURRENT_STREAMS`; HAProxy's
+    /// `tune.h2.max-concurrent-streams`).
+    ///
+    /// 1 to 65535.
     #[arg(long, value_name = "NUM", default_value_t = 100)]
     pub h2_max_concurrent_streams: u32,
 
-    /// In --http mode over HTTP/2: most streams one connection may reset in a second; past
-    /// it the connection is closed with GOAWAY ENHANCE_YOUR_CALM (rapid reset,
-    /// CVE-2023-44487).
+    /// In `--http` mode over HTTP/2: most streams one connection may reset (or send
+    /// malformed) in a second; past it the connection is closed with `GOAWAY
+    /// ENHANCE_YOUR_CALM` and a warning naming the client (rapid reset, CVE-2023-44487).
     #[arg(long, value_name = "NUM", default_value_t = 100)]
     pub h2_max_resets: u32,
 
-    /// In --http mode over HTTP/2: the flow-control window each stream starts with
-    /// (SETTINGS_INITIAL_WINDOW_SIZE); a connection's window is 16 times it. It bounds
-    /// what a client may send ahead of a slow backend.
+    /// In `--http` mode over HTTP/2: the flow-control window each stream starts with
+    /// (`SETTINGS_INITIAL_WINDOW_SIZE`); a connection's is 16 times it.
+    ///
+    /// It bounds what a client may send ahead of a slow backend, so memory per connection.
+    /// 1024 to 2^27-1.
     #[arg(long, value_name = "BYTES", default_value_t = 65535)]
     pub h2_initial_window_size: u32,
 
-    /// In --http mode, also serve HTTP/3 over QUIC on every frontend, on UDP at the same
-    /// address and port (HAProxy's quic4@, nginx's listen ... quic); a frontend's own
-    /// `quic` setting overrides it. Its HTTP/1.1 and HTTP/2 answers then announce it
-    /// (Alt-Svc). Needs TLS 1.3 on the frontend; open the UDP port in the firewall.
+    /// In `--http` mode, also serve HTTP/3 over QUIC on every frontend, on UDP at the same
+    /// address and port (a frontend's `quic` setting overrides it); see
+    /// the manual's HTTP/3.
+    ///
+    /// Refused without `--http`, and on a frontend whose `tls-protos` or `ciphersuites`
+    /// leave no TLS 1.3.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub quic: bool,
 
-    /// With --quic: how long clients may remember that HTTP/3 is served (Alt-Svc's ma,
-    /// seconds); 0 leaves Alt-Svc out. A backend's own Alt-Svc is passed as it is.
+    /// With `--quic`: HTTP/1.1 and HTTP/2 answers carry `Alt-Svc: h3=":PORT"; ma=SECS`
+    /// unless the backend set one (HTTP/3's do not, as Caddy's: the client is there); 0
+    /// leaves it out.
     #[arg(long, value_name = "SECS", default_value_t = 86_400)]
     pub alt_svc_max_age: u64,
 
-    /// With --quic: when a new client must first prove its address with a Retry (a round
-    /// trip more, no state kept before it): always, never, or a number: when more new
-    /// connections than that arrive in a second at one worker. Retry tokens are sealed
-    /// under the farm key (--shared-cache-key) when there is one, so any host takes them.
+    /// With `--quic`: when a new client must first prove its address with a Retry (one
+    /// round trip more, nothing kept for it before): always, never, or once a worker takes
+    /// more than N new connections in a second (HAProxy's `quic-retry-threshold`).
+    ///
+    /// Tokens are sealed under a key derived from the farm key (`--shared-cache-key`) when
+    /// there is one, so a token from one host is taken by another; else under a key of the
+    /// process's own.
     #[arg(long, value_name = "always|never|N", default_value = "1000",
           value_parser = crate::config::values::parse_quic_retry)]
     pub quic_retry: crate::config::QuicRetry,
 
-    /// With --quic: accept 0-RTT (early data) from clients resuming a session: their first
-    /// requests arrive a round trip sooner. Only safe methods without a body are passed on
-    /// early, with `Early-Data: 1` (RFC 8470); others wait for the handshake, and a backend's
-    /// `425 Too Early` is retried once it completes. A ticket's early data is taken once
-    /// (farm-wide with --shared-store). Needs the session cache; not on frontends that
-    /// verify client certificates.
+    /// With `--quic`: accept 0-RTT from clients resuming a session, so that their first
+    /// requests arrive a round trip sooner; see the manual's 0-RTT.
+    ///
+    /// Needs the session cache (`--session-cache` above 0); not used on a frontend that
+    /// verifies client certificates.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub quic_early_data: bool,
 
-    /// With --quic: probe each connection's path for packets larger than 1200 bytes (up
-    /// to 1452, DPLPMTUD, RFC 8899) once it has sent 16 KiB. Bulk transfers then take fewer
-    /// packets; the search costs a probe packet, 1452 bytes first, and a binary search below
-    /// only if it is lost; shorter connections send no probe (off: every packet stays at
-    /// 1200 bytes).
+    /// With `--quic`: probe each connection's path for packets larger than 1 200 bytes, up
+    /// to 1 452 (DPLPMTUD, RFC 8899, as nginx and Caddy do): bulk transfers take fewer
+    /// packets; shuck probes the upper bound first, so on most paths one probe packet ends
+    /// the search (a binary search below it follows only if that probe is lost;
+    /// `bench/RESULTS.md`).
+    ///
+    /// The search starts once a connection has sent 16 KiB: shorter ones, most of a page's,
+    /// send no probe. Off: every packet stays at 1 200 bytes (HAProxy's way).
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
     pub quic_mtu_discovery: bool,
 
-    /// With --quic: follow a client whose address changes (a NAT rebinding, a phone moving
-    /// from Wi-Fi to mobile data) once the new address answers a PATH_CHALLENGE; until
-    /// then shuck sends it at most three times what it received from it (RFC 9000 §8.2,
-    /// §9.3). Off: a connection's packets from any other address are dropped.
+    /// With `--quic`: follow a client whose address changes (NAT rebinding, Wi-Fi to mobile
+    /// data) once the new address answers a PATH_CHALLENGE; until then shuck sends it at
+    /// most three times what came from it (RFC 9000 §8.2, §9.3).
+    ///
+    /// Off: packets of a connection from any other address are dropped (the client must
+    /// reconnect).
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
     pub quic_migration: bool,
 
-    /// With --quic: most request streams a client may have open at once on one QUIC
-    /// connection (its initial_max_streams_bidi).
+    /// With `--quic`: most request streams a client may have open at once on one QUIC
+    /// connection (`initial_max_streams_bidi`).
+    ///
+    /// 1 to 10000.
     #[arg(long, value_name = "NUM", default_value_t = 100)]
     pub h3_max_concurrent_streams: u32,
 
-    /// Number of workers, each a thread with its own listening socket (default: one per core).
+    /// Worker threads; each has its own runtime and its own `SO_REUSEPORT` socket per
+    /// frontend.
+    ///
+    /// Default: cores.
     #[arg(short = 'n', long, value_name = "NUM")]
     pub workers: Option<usize>,
 
-    /// Listen backlog size.
+    /// Listen backlog per socket.
     #[arg(short = 'B', long, value_name = "NUM", default_value_t = 1024)]
     pub backlog: u32,
 
-    /// Accept TCP Fast Open on the listening sockets (data in the SYN saves a round trip
-    /// for clients that had a cookie); the kernel's net.ipv4.tcp_fastopen must allow it
-    /// for servers (bit 2).
+    /// TCP Fast Open on the listening sockets (hitch's `tcp-fastopen`): a returning
+    /// client's ClientHello rides in its SYN, saving a round trip.
+    ///
+    /// The kernel must allow it for servers (`sysctl net.ipv4.tcp_fastopen=3`).
     #[arg(long, visible_alias = "enable-tcp-fastopen", value_name = "on|off", num_args = 0..=1,
           require_equals = true, default_value = "off", default_missing_value = "on",
           value_parser = parse_on_off)]
     pub tcp_fastopen: bool,
 
-    /// Accept a connection only once its first bytes (the ClientHello) have arrived
-    /// (TCP_DEFER_ACCEPT; HAProxy's defer-accept): a client that connects and sends nothing
-    /// costs no accept, no wake-up and no handshake deadline, and the kernel gives it up
-    /// after about --ssl-handshake-timeout.
+    /// Accept a connection only once its ClientHello has arrived (`TCP_DEFER_ACCEPT`,
+    /// HAProxy's `defer-accept`): a client that connects and sends nothing stays in the
+    /// kernel and costs no accept, no wake-up and no handshake timer; the kernel gives it
+    /// up after about `--ssl-handshake-timeout`.
+    ///
+    /// Config key `defer-accept`.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub defer_accept: bool,
 
-    /// TLS protocols to accept, separated by spaces or commas: TLSv1.2, TLSv1.3 (SSLv3,
-    /// TLSv1.0 and TLSv1.1 beside them are dropped with a warning).
+    /// Protocols, separated by spaces or commas.
+    ///
+    /// SSLv3, TLSv1.0 and TLSv1.1 beside TLSv1.2 or TLSv1.3 are dropped with one warning
+    /// (they are insecure); a list of them only is an error that names them.
     #[arg(long, value_name = "LIST", default_value = "TLSv1.2 TLSv1.3")]
     pub tls_protos: String,
 
-    /// hitch's deprecated switch for TLSv1.0 to TLSv1.3: shuck serves TLSv1.2 and TLSv1.3
-    /// of them. Cannot override tls-protos from a configuration file.
+    /// hitch's deprecated switches: TLSv1.0–TLSv1.3 and SSLv3–TLSv1.3, of which shuck
+    /// serves TLSv1.2 and TLSv1.3 (with `--tls-protos`' warning).
+    ///
+    /// As in hitch they are exclusive, and cannot override `tls-protos` (or `tls`, `ssl`)
+    /// from a configuration file; in a file, `tls = on`/`ssl = on` (top level or a frontend
+    /// block) are one of `tls`, `ssl`, `tls-protos`, given once per scope, and `= off` does
+    /// nothing but warn.
     #[arg(long, conflicts_with = "ssl")]
     pub tls: bool,
 
@@ -312,94 +442,154 @@ pub struct Cli {
     #[arg(long)]
     pub ssl: bool,
 
-    /// TLS 1.2 cipher list in OpenSSL syntax (names such as ECDHE-RSA-AES128-GCM-SHA256, or
-    /// expressions such as EECDH+AESGCM, separated by ':').
+    /// TLS 1.2 suites in OpenSSL syntax: exact names (`ECDHE-RSA-AES128-GCM-SHA256`) or
+    /// expressions (`EECDH+AESGCM`, `HIGH:!aECDSA`, `!`/`-`/`+` operators).
+    ///
+    /// As in OpenSSL, names that select nothing shuck serves (CBC, RC4, DHE, static RSA,
+    /// unknown names) are dropped, with one warning that lists them; a list that selects
+    /// nothing is an error. Served names: `ECDHE-ECDSA-AES128-GCM-SHA256`,
+    /// `ECDHE-ECDSA-AES256-GCM-SHA384`, `ECDHE-ECDSA-CHACHA20-POLY1305`,
+    /// `ECDHE-RSA-AES128-GCM-SHA256`, `ECDHE-RSA-AES256-GCM-SHA384`,
+    /// `ECDHE-RSA-CHACHA20-POLY1305`.
+    ///
+    /// Default: rustls defaults.
     #[arg(short = 'c', long, value_name = "SUITE")]
     pub ciphers: Option<String>,
 
-    /// TLS 1.3 cipher suites, separated by ':' (e.g. TLS_AES_128_GCM_SHA256).
+    /// TLS 1.3 suites, `:`-separated: `TLS_AES_128_GCM_SHA256`, `TLS_AES_256_GCM_SHA384`,
+    /// `TLS_CHACHA20_POLY1305_SHA256`; others (the CCM suites) are dropped with a warning,
+    /// as `--ciphers`.
+    ///
+    /// Default: all three.
     #[arg(long, value_name = "SUITES")]
     pub ciphersuites: Option<String>,
 
-    /// Key exchange groups in order of preference, separated by ':' or ','
-    /// (X25519, P-256, P-384, X25519MLKEM768).
+    /// Key exchange groups in preference order, `:` or `,` separated
+    /// (`prime256v1`/`secp256r1` and `secp384r1` accepted).
+    ///
+    /// Default: X25519, P-256, P-384, X25519MLKEM768.
     #[arg(long, visible_alias = "groups", value_name = "LIST")]
     pub ecdh_curve: Option<String>,
 
-    /// ALPN protocols to offer, separated by commas (e.g. h2,http/1.1).
+    /// ALPN protocols, comma-separated, e.g. `h2,http/1.1`.
+    ///
+    /// A client offering none of them is refused. With `--http`, `h2` means shuck
+    /// terminates HTTP/2 (the manual's HTTP gateway); without `--http` the bytes are
+    /// relayed whatever was negotiated, so an h2 backend speaks h2 itself.
+    ///
+    /// Default: none; `h2,http/1.1` with `--http`.
     #[arg(long, value_name = "LIST")]
     pub alpn_protos: Option<String>,
 
-    /// Choose the cipher suite by the server's order, not the client's.
+    /// Choose the suite by shuck's order, not the client's.
     #[arg(short = 'O', long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub prefer_server_ciphers: bool,
 
-    /// Abort the handshake with an unrecognized_name alert when the client asks for a
-    /// server name that no certificate serves.
+    /// Refuse a server name no certificate serves with the `unrecognized_name` alert.
+    ///
+    /// Clients that send no SNI get the default certificate.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub sni_nomatch_abort: bool,
 
-    /// Ask clients for a certificate: none, optional (a bad one is refused, none is
-    /// fine) or required.
+    /// Ask clients for a certificate.
+    ///
+    /// `optional` serves clients without one but refuses a certificate that does not chain
+    /// to `--client-verify-ca`; `required` refuses clients without one (TLS alert
+    /// `certificate_required`).
     #[arg(long, value_name = "none|optional|required", default_value = "none",
           value_parser = crate::tls::client_auth::Mode::parse)]
     pub client_verify: crate::tls::client_auth::Mode,
 
-    /// PEM file of the CAs that client certificates must chain to.
+    /// PEM file of the CAs client certificates must chain to (required with
+    /// `--client-verify`).
+    ///
+    /// As in hitch, a frontend (`;client-verify=...;client-verify-ca=...`, or the keys in
+    /// its block) and a certificate (`--pem-file`'s options, or its `pem-file` block) may
+    /// have their own; the certificate's wins, then the frontend's.
     #[arg(long, value_name = "FILE")]
     pub client_verify_ca: Option<PathBuf>,
 
-    /// Send the verified client certificate's subject to the backend in the PROXY v2 SSL
-    /// TLV (its common name, with the client-certificate flags), as hitch.
+    /// With `--write-proxy-v2`: the verified client certificate itself in TLV `0xE0` (PEM,
+    /// as hitch sends it) and its common name in the SSL TLV (`PP2_SUBTYPE_SSL_CN`).
+    ///
+    /// The SSL TLV's client flags say `CERT_CONN` and `CERT_SESS` and its verify field is 0
+    /// when a client certificate was presented and verified, 1 when none was (as hitch).
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub proxy_client_cert: bool,
 
-    /// In --http mode, send the verified client certificate's subject in this header (the
-    /// client's own copies are removed), e.g. X-SSL-Client-Subject.
+    /// With `--http`: every request carries `NAME: <subject>` (e.g. `X-SSL-Client-Subject:
+    /// CN=alice, O=Example`) when the client presented a verified certificate; the client's
+    /// own `NAME` headers are always removed.
     #[arg(long, value_name = "NAME")]
     pub client_cert_header: Option<String>,
 
-    /// Staple this OCSP response (DER) with certificate PEM, repeatable: PEM=DER. The
-    /// response is checked first (signature by the issuer in PEM's chain, certificate,
-    /// status, dates); one that fails is not stapled, and the log says why.
+    /// Staple this OCSP response (DER) with certificate PEM (as given on the command line),
+    /// repeatable.
+    ///
+    /// It is checked first: signed by the issuer (the next certificate in PEM's chain) or a
+    /// responder it delegated to, about this certificate, status good, dates current. One
+    /// that fails is not stapled, and the log says why. In a configuration file: `pem-file
+    /// = { cert = "x.pem" ocsp-resp-file = "x.der" }`.
     #[arg(long, value_name = "PEM=DER")]
     pub ocsp_resp_file: Vec<String>,
 
-    /// Fetch OCSP responses from each certificate's responder (its AIA URL), cache them
-    /// in DIR, staple them, and refresh them before they expire.
+    /// Fetch OCSP responses from each certificate's responder (the URL in its Authority
+    /// Information Access; the issuer must follow the certificate in its PEM file), check
+    /// them as `--ocsp-resp-file`'s, cache them in DIR (a restart staples the cached one at
+    /// once), staple them, and fetch again before they expire.
+    ///
+    /// New responses apply to new handshakes without a reload. Each certificate's fetch
+    /// runs on its own (up to 8 at once), so a responder that hangs delays no other
+    /// certificate's staple. With `--user`, DIR must be writable by that user (fetches run
+    /// after privileges are dropped).
     #[arg(long, value_name = "DIR")]
     pub ocsp_dir: Option<PathBuf>,
 
-    /// Longest time between two fetches of a certificate's OCSP response.
+    /// Longest time between two fetches for a certificate (sooner if the response's
+    /// nextUpdate comes first).
+    ///
+    /// A failed fetch is retried after 30 s; the last good response stays stapled until it
+    /// expires.
     #[arg(long, value_name = "SECS", default_value = "1800", value_parser = parse_duration)]
     pub ocsp_refresh_interval: Duration,
 
-    /// Time to connect to an OCSP responder.
+    /// Time to connect to a responder.
     #[arg(long, value_name = "SECS", default_value = "4", value_parser = parse_duration)]
     pub ocsp_connect_tmo: Duration,
 
-    /// Time for an OCSP responder's whole answer.
+    /// Time for a responder's whole answer.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
     pub ocsp_resp_tmo: Duration,
 
-    /// An OCSP response given by file that does not verify is an error (as hitch), and a
-    /// responder the issuer delegated to must chain to a trusted root (--ocsp-verify-ca, else
-    /// the system's store: SSL_CERT_FILE, SSL_CERT_DIR, the distribution's bundle). Off,
-    /// shuck still checks every response and staples none that fails, with a warning.
+    /// As in hitch: on, an OCSP response given by file (`--ocsp-resp-file`, a `pem-file`
+    /// block's `ocsp-resp-file`) that does not verify is an error at start and at `--test`,
+    /// and a response signed by a responder the issuer delegated to verifies only when that
+    /// responder's certificate chains to a trusted root (`--ocsp-verify-ca`, else the
+    /// system's store as OpenSSL finds it: `SSL_CERT_FILE`, `SSL_CERT_DIR`, else the
+    /// distribution's bundle such as `/etc/ssl/certs/ca-certificates.crt`); one signed by
+    /// the issuer in the PEM file needs no store, as in hitch.
+    ///
+    /// Responses `--ocsp-dir` fetches are held to the same trust (one that fails is not
+    /// stapled, and logged). Off, shuck still checks every response and staples none that
+    /// fails, with a warning. A `pem-file` block's own `ocsp-verify-staple` wins.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub ocsp_verify_staple: bool,
 
-    /// With --ocsp-verify-staple: the CA certificates (PEM) an OCSP responder's certificate
-    /// must chain to, instead of the system's trust store.
+    /// With `ocsp-verify-staple`: the CA certificates (PEM) a delegated OCSP responder must
+    /// chain to, instead of the system's trust store.
+    ///
+    /// A file without a certificate is an error naming it.
     #[arg(long, value_name = "FILE")]
     pub ocsp_verify_ca: Option<PathBuf>,
 
-    /// Session cache size in sessions, shared by all workers (TLS 1.2 session IDs and TLS 1.3
-    /// stateful tickets); 0 disables it.
+    /// One session cache for the whole process, shared by every worker: TLS 1.2 session IDs
+    /// and TLS 1.3 stateful tickets.
+    ///
+    /// LRU past NUM entries, sharded so workers rarely share a lock. 0 disables it.
     #[arg(
         short = 'C',
         long,
@@ -409,11 +599,14 @@ pub struct Cli {
     )]
     pub session_cache: usize,
 
-    /// Lifetime of a session, in the cache and in tickets.
+    /// Lifetime of a session, in the cache and in tickets alike.
     #[arg(long, value_name = "SECS", default_value = "300", value_parser = parse_duration)]
     pub session_timeout: Duration,
 
-    /// Issue stateless session tickets (TLS 1.2 RFC 5077 and TLS 1.3).
+    /// Stateless session tickets (TLS 1.2 RFC 5077, TLS 1.3).
+    ///
+    /// With them off, TLS 1.3 clients get stateful tickets kept in the cache. The last of
+    /// the two flags given wins.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "on", default_missing_value = "on", value_parser = parse_on_off,
           overrides_with = "no_tickets")]
@@ -423,227 +616,300 @@ pub struct Cli {
     #[arg(long, overrides_with = "tickets")]
     pub no_tickets: bool,
 
-    /// How often a new ticket key starts encrypting; each key decrypts for two periods.
+    /// A new random ticket key starts encrypting every SECS; each key still decrypts for
+    /// one more period (lifetime 2 × SECS), then is erased.
     #[arg(long, value_name = "SECS", default_value = "3600", value_parser = parse_duration)]
     pub ticket_rotate: Duration,
 
-    /// Ticket keys from FILE (HAProxy's tls-ticket-keys format: one base64 key of 48 or 80
-    /// bytes per line; the second-to-last encrypts, all decrypt), re-read on SIGHUP.
+    /// Ticket keys from FILE instead, to share across hosts: HAProxy's `tls-ticket-keys`
+    /// format, one base64 key of 48 or 80 bytes per line (`openssl rand 80 | openssl base64
+    /// -A`), `#` comments allowed.
+    ///
+    /// **The second-to-last line encrypts** (the last is the next key, distributed ahead of
+    /// time; with one line, it encrypts) and every line decrypts. Re-read on SIGHUP; a
+    /// malformed file is refused with its line number and the keys in use stay. Keys are
+    /// turned into AES-256-GCM keys with HKDF, so tickets are not interchangeable with
+    /// HAProxy's, only the file is.
     #[arg(long, value_name = "FILE")]
     pub ticket_keys: Option<PathBuf>,
 
-    /// Receive session replication datagrams on UDP [HOST]:PORT (and send from it). Use
-    /// [*]:PORT (or the group address) to receive multicast.
+    /// Turn on replication between hosts (the manual's Farms): receive on this UDP address
+    /// and send from it.
+    ///
+    /// To receive multicast, listen on `[*]:PORT` (or the group's address).
     #[arg(short = 'U', long, value_name = "[HOST]:PORT")]
     pub shared_cache_listen: Option<String>,
 
-    /// Send new sessions and ticket keys to this peer, repeatable: a host's [HOST]:PORT, or
-    /// a multicast group's (IPv4 or IPv6). Needs --shared-cache-listen and -key.
+    /// A peer to send new sessions and ticket keys to, repeatable: a host, or a multicast
+    /// group (IPv4 `224.0.0.0/4` or IPv6 `ff00::/8`), which is then also joined.
     #[arg(short = 'P', long, value_name = "[HOST]:PORT")]
     pub shared_cache_peer: Vec<String>,
 
-    /// Interface for multicast replication, with the multicast TTL (default 1).
+    /// Interface that multicast replication joins and leaves by, and the multicast TTL /
+    /// hop limit.
+    ///
+    /// Default: routing, TTL 1.
     #[arg(short = 'M', long, value_name = "IFACE[,TTL]")]
     pub shared_cache_if: Option<String>,
 
-    /// Pre-shared key sealing replication datagrams: a file holding base64 of 32 random
-    /// bytes (head -c 32 /dev/urandom | base64). Required: replication never runs unsealed.
+    /// Required with `-U`: the farm's pre-shared key, base64 of 32 random bytes (`head -c
+    /// 32 /dev/urandom | base64 > key; chmod 600 key`).
+    ///
+    /// Every datagram is sealed with AES-256-GCM under a key derived from it.
     #[arg(long, value_name = "FILE")]
     pub shared_cache_key: Option<PathBuf>,
 
-    /// Replication datagrams older than this, or this far in the future, are dropped
-    /// (bounds replay; hosts' clocks must agree within it).
+    /// Datagrams stamped older than this, or this far in the future, are dropped; hosts'
+    /// clocks must agree within it.
     #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_duration)]
     pub shared_cache_window: Duration,
 
-    /// Keep sessions and the ticket key ring in Redis (or Valkey), shared by every host
-    /// pointing at it: redis://[USER@]HOST:PORT[/DB], or rediss:// for TLS. Values are
-    /// sealed under --shared-cache-key. Works with or without -U/-P.
+    /// Keep sessions and the ticket key ring in Redis or Valkey (the manual's Farms):
+    /// `redis://[USER@]HOST:PORT[/DB]`, or `rediss://` for TLS.
+    ///
+    /// Needs `--shared-cache-key` (every value is sealed under it). Works with or without
+    /// `-U`. A password in the URL is refused.
     #[arg(long, value_name = "URL")]
     pub shared_store: Option<String>,
 
-    /// CA certificates (PEM) that the rediss:// server's certificate must chain to (default:
-    /// the system's roots).
+    /// PEM CA certificates the `rediss://` server's certificate must chain to.
+    ///
+    /// Default: system roots.
     #[arg(long, value_name = "FILE")]
     pub shared_store_ca: Option<PathBuf>,
 
-    /// The shared store's password, read from FILE (its first line), never from the
-    /// command line.
+    /// The store's password (its first line), never on the command line.
     #[arg(long, value_name = "FILE")]
     pub shared_store_auth_file: Option<PathBuf>,
 
-    /// Prefix of every key shuck writes in the shared store, so that farms can share one.
+    /// Prefix of every key shuck writes, so that several farms can share one Redis.
     #[arg(long, value_name = "PREFIX", default_value = "shuck:")]
     pub shared_store_prefix: String,
 
-    /// The most a handshake waits for the shared store; past it (or on any error) the
-    /// handshake goes on as a full one.
+    /// The most a handshake waits for a lookup; past it, or on any error, the handshake is
+    /// full.
+    ///
+    /// At most 1s.
     #[arg(long, value_name = "SECS", default_value = "5ms", value_parser = parse_duration)]
     pub shared_store_timeout: Duration,
 
-    /// Get and renew certificates from this ACME (RFC 8555) directory, e.g.
-    /// https://acme-v02.api.letsencrypt.org/directory. Needs --acme-domain and
-    /// --acme-agree-tos.
+    /// Get and renew certificates from this ACME (RFC 8555) CA (the manual's Farms), e.g.
+    /// `https://acme-v02.api.letsencrypt.org/directory`.
+    ///
+    /// Needs `--acme-domain` and `--acme-agree-tos`.
     #[arg(long, value_name = "URL")]
     pub acme_directory: Option<String>,
 
-    /// One certificate for these names (comma-separated; the first names it). Repeat for
-    /// more certificates. Chosen by SNI like any other certificate.
+    /// One certificate for these names (comma-separated; the first names it), repeatable.
+    ///
+    /// Chosen by SNI like any other certificate; never the default certificate.
     #[arg(long, value_name = "NAMES")]
     pub acme_domain: Vec<String>,
 
-    /// A contact for the ACME account (mailto:... or an address). Repeatable.
+    /// A contact for the account (`mailto:ops@example.com`, or a bare address), repeatable.
     #[arg(long, value_name = "URI")]
     pub acme_contact: Vec<String>,
 
-    /// Agree to the ACME CA's terms of service (required to create an account).
+    /// Agree to the CA's terms of service (required to create an account).
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub acme_agree_tos: bool,
 
-    /// Where the ACME account key, certificates and keys are kept (directories 0700,
-    /// keys 0600).
+    /// The account key, certificates and keys (directories 0700, files 0600).
+    ///
+    /// Created when missing; one that cannot be written is a start failure (exit 1) that
+    /// names it.
     #[arg(long, value_name = "DIR", default_value = "/var/lib/shuck/acme")]
     pub acme_state: PathBuf,
 
-    /// How the CA checks the names: tls-alpn-01 (answered on the frontends, no port 80
-    /// needed) or http-01 (answered on --acme-http-listen).
+    /// How the CA checks the names: tls-alpn-01 (RFC 8737) is answered on shuck's own
+    /// frontends, no port 80 needed; http-01 on `--acme-http-listen`.
     #[arg(long, value_name = "TYPE", default_value = "tls-alpn-01")]
     pub acme_challenge: String,
 
-    /// Listen for http-01 challenges on [HOST]:PORT (usually :80); every other request
-    /// there is redirected to https with 301.
+    /// Answer http-01 at `/.well-known/acme-challenge/` on this port (usually `:80`, bound
+    /// by the master as root); every other request gets `301` to the same URL in https.
     #[arg(long, value_name = "[HOST]:PORT")]
     pub acme_http_listen: Option<String>,
 
-    /// CA certificates (PEM) that the ACME server's own HTTPS certificate must chain to
-    /// (default: the system's roots). For private and test CAs.
+    /// PEM CA certificates the ACME server's own HTTPS certificate must chain to (private
+    /// and test CAs).
+    ///
+    /// Default: system roots.
     #[arg(long, value_name = "FILE")]
     pub acme_ca_file: Option<PathBuf>,
 
-    /// The key type of the certificates ordered: ecdsa-p256, ecdsa-p384, rsa-2048 or
-    /// rsa-3072.
+    /// Key of the certificates ordered: `ecdsa-p256`, `ecdsa-p384`, `rsa-2048`, `rsa-3072`.
     #[arg(long, value_name = "TYPE", default_value = "ecdsa-p256")]
     pub acme_key_type: String,
 
-    /// External account binding: the key identifier the CA gave.
+    /// External account binding (CAs that require one, e.g. ZeroSSL, Google): the key
+    /// identifier.
     #[arg(long, value_name = "KID")]
     pub acme_eab_kid: Option<String>,
 
-    /// External account binding: a file holding the HMAC key the CA gave (base64url).
+    /// External account binding: a file holding the HMAC key (base64url, as the CA gives
+    /// it).
     #[arg(long, value_name = "FILE")]
     pub acme_eab_hmac_key: Option<PathBuf>,
 
-    /// Serve Prometheus metrics at http://ADDR:PORT/metrics. A bare PORT listens on
-    /// 127.0.0.1 only.
+    /// Serve Prometheus metrics at `http://ADDR:PORT/metrics` (OpenMetrics text).
+    ///
+    /// A bare `PORT` listens on 127.0.0.1 only. A port already taken is a start-up error.
     #[arg(long, value_name = "[ADDR]:PORT")]
     pub stats: Option<String>,
 
-    /// Serve the admin API (HTTP/1.1 with JSON: status, reload, backends, certificates,
-    /// tickets, sessions) on the UNIX socket PATH, mode 0600, answered by the master
-    /// process; `shuck ctl` speaks to it.
+    /// Serve the admin API (HTTP/1.1 with JSON; see Operating it) on this UNIX socket, mode
+    /// 0600, answered by the master: `curl --unix-socket PATH http://shuck/status`, or
+    /// `shuck ctl`.
+    ///
+    /// Only root and the master's user may use it (checked by `SO_PEERCRED` too). A live
+    /// socket at PATH is a start-up error; a stale one is replaced. The Debian package
+    /// turns it on at `/run/shuck/admin.sock`.
     #[arg(long, value_name = "PATH")]
     pub admin_socket: Option<PathBuf>,
 
-    /// Serve the admin API on TCP too, at [ADDR]:PORT (a bare PORT listens on 127.0.0.1
-    /// only), to clients that send the bearer token of --admin-token-file.
+    /// Serve the admin API on TCP too (a bare `PORT` listens on 127.0.0.1 only), to
+    /// requests with `Authorization: Bearer TOKEN`; others get `401`.
+    ///
+    /// Needs `--admin-token-file`.
     #[arg(long, value_name = "[ADDR]:PORT")]
     pub admin_listen: Option<String>,
 
-    /// The bearer token the TCP admin API asks for: the first line of FILE, which only its
-    /// owner may read (0600).
+    /// The TCP admin API's token: FILE's first line, 16 printable characters at least; FILE
+    /// readable by its owner only (0600), else a start-up error.
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
 
-    /// Keep the operator's server states (drain, maint, weight, set through the admin API)
-    /// in FILE (0600), read at start: a restart or a binary upgrade keeps them, as
-    /// HAProxy's server-state-file.
+    /// Keep the operator's server states (`drain`, `maint`, weights set through the admin
+    /// API) in FILE (JSON, 0600, written whole after each change) and read them at start,
+    /// so that a restart or a binary upgrade keeps them, as HAProxy's `server-state-file`.
+    ///
+    /// A file that does not parse is named in a warning and every server starts ready.
+    /// Needs `--admin-socket` or `--admin-listen`.
     #[arg(long, value_name = "FILE")]
     pub admin_state: Option<PathBuf>,
 
-    /// Keep the certificates added through the admin API in DIR (NAME.pem each, 0600),
-    /// served at every start and reload after the configuration's own.
+    /// Where `PUT /certificates/NAME` keeps what it adds (`NAME.pem`, 0600; DIR made 0700):
+    /// served at once without a reload, and at every start and reload after the
+    /// configuration's own certificates (never the default one).
     #[arg(long, value_name = "DIR")]
     pub admin_certs: Option<PathBuf>,
 
-    /// Most client connections open at once over all workers (0: no limit). Beyond it new
-    /// connections wait in the kernel's backlog instead of being accepted.
+    /// Most client connections open at once over all workers.
+    ///
+    /// Beyond it shuck stops calling `accept()`, so new clients wait in the kernel backlog
+    /// instead of being accepted and dropped.
     #[arg(long, value_name = "NUM", default_value_t = 0)]
     pub max_conns: usize,
 
-    /// Time a client has to complete the TLS handshake.
+    /// Time a client has to finish the handshake (a client that sends nothing is cut then).
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
     pub ssl_handshake_timeout: Duration,
 
     /// Time to connect to the backend.
+    ///
+    /// On failure the client gets close_notify at once and the log names the backend and
+    /// the reason.
     #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_duration)]
     pub backend_connect_timeout: Duration,
 
-    /// Close a connection after this long without a byte in either direction.
+    /// Close a connection after this long with no byte either way.
     #[arg(long, value_name = "SECS", default_value = "3600", value_parser = parse_duration)]
     pub idle_timeout: Duration,
 
-    /// TCP keepalive idle time on client sockets, in seconds (0: off).
+    /// TCP keepalive idle time on client sockets; 0 turns it off.
     #[arg(short = 'k', long, value_name = "SECS", default_value_t = 3600)]
     pub keepalive: u64,
 
-    /// On SIGTERM or SIGINT, how long live connections may take to finish.
+    /// On SIGTERM/SIGINT shuck stops accepting at once and lets live connections finish for
+    /// this long, then exits 0. A second signal exits at once (status 1).
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
-    /// After binding the ports and reading the keys, run as this user (shuck must start as
-    /// root). Reloads then read files as this user.
+    /// The worker process runs as USER (shuck must start as root); the master process stays
+    /// root, so reloads still read root-only keys.
+    ///
+    /// All the worker's threads change; shuck checks root cannot be had back. Started as
+    /// root without `--user`, shuck serves (hitch would refuse) and warns that it runs as
+    /// root.
     #[arg(short = 'u', long, value_name = "USER")]
     pub user: Option<String>,
 
-    /// Run as this group (default: the primary group of the user).
+    /// Run as GROUP; supplementary groups are dropped.
+    ///
+    /// Default: USER's group.
     #[arg(short = 'g', long, value_name = "GROUP")]
     pub group: Option<String>,
 
-    /// Chroot into DIR after binding and reading keys (reloads then see paths inside DIR).
+    /// The worker process chroots into DIR; the master reads every file (also at reloads)
+    /// outside it, with paths as given.
     #[arg(short = 'r', long, value_name = "DIR", value_parser = any_path)]
     pub chroot: Option<PathBuf>,
 
-    /// Detach from the terminal once the ports are bound (log with --syslog or
-    /// --log-filename).
+    /// Detach once every port is bound (errors before that still reach the terminal): fork,
+    /// new session, stdio to /dev/null.
+    ///
+    /// Use with `--syslog` or `--log-filename`.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub daemon: bool,
 
-    /// Write the process id to FILE (removed at exit).
+    /// Write the master process's id (after detaching) to FILE; removed at exit.
+    ///
+    /// After a binary upgrade (SIGUSR2) it holds the new master's id. FILE (like
+    /// `--log-filename`'s) is never opened through a symbolic link: one in its place is an
+    /// error.
     #[arg(short = 'p', long, value_name = "FILE", value_parser = any_path)]
     pub pidfile: Option<PathBuf>,
 
-    /// Log to syslog (/dev/log) instead of stderr.
+    /// Log to the local syslog (`/dev/log`, RFC 3164, `shuck[pid]`) instead of stderr.
+    ///
+    /// As in hitch, a missing `/dev/log` does not stop shuck: it warns once and logs to
+    /// stderr until `/dev/log` appears (looked for at most once a second), and finds a
+    /// restarted syslog daemon again.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub syslog: bool,
 
-    /// syslog facility (daemon, local0 … local7, user, ...).
+    /// `daemon`, `user`, `local0` … `local7`, ...
     #[arg(long, value_name = "FACILITY", default_value = "daemon")]
     pub syslog_facility: String,
 
     /// Append log lines to FILE instead of stderr.
+    ///
+    /// With `--syslog` too, every line goes to both (as hitch takes them together).
     #[arg(long, value_name = "FILE", value_parser = any_path)]
     pub log_filename: Option<PathBuf>,
 
-    /// Log level: 0 (silence), 1 (errors), 2 (info) as in hitch, or a name: off, error,
-    /// warn, info, debug, trace.
+    /// hitch's numbers (0 silence, 1 errors, 2 info) or `off`, `error`, `warn`, `info`,
+    /// `debug`, `trace`.
+    ///
+    /// Logs go to stderr, one line per event. A release build shows at `trace` what it
+    /// shows at `debug`: the libraries' trace events (h2's and tokio's inner steps) are
+    /// compiled out for speed; a debug build (`cargo build`) keeps them.
     #[arg(short = 'L', long, value_name = "LEVEL", default_value = "info", value_parser = parse_log_level)]
     pub log_level: tracing::level_filters::LevelFilter,
 
-    /// How log lines are written: text (one line per event, as hitch) or json (one object per
-    /// line: time, level, event and the event's fields, the lines of --log-connections too; for
-    /// Loki or Elasticsearch pipelines).
+    /// `json`: one JSON object per line, for Loki or Elasticsearch pipelines: `time` (RFC
+    /// 3339, UTC), `level`, `event` (a fixed name, listed in the manual's Logs),
+    /// `message` (the text format's line), then the event's own fields by name (`client`,
+    /// `sni`, `backend`, `bytes_in`, `bytes_out`, `ms`, `error`, …; numbers as numbers),
+    /// `--log-connections`' line and start-up errors included.
+    ///
+    /// Config key `log-format`.
     #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
     pub log_format: crate::system::log::LogFormat,
 
-    /// Log only errors (as -L error).
+    /// Errors only.
     #[arg(short = 'q', long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub quiet: bool,
 
-    /// Log one line per connection when it closes (client, backend, bytes, duration).
+    /// One line per connection when it closes: worker, client, SNI, version, bytes each
+    /// way, duration.
+    ///
+    /// Without it, successful connections are not logged.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub log_connections: bool,

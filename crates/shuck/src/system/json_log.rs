@@ -1,7 +1,7 @@
 //! `--log-format json`: one JSON object per log line, for Loki or Elasticsearch pipelines.
 //! Field names are stable: `time` (RFC 3339, UTC), `level` (`error` … `trace`), `event`
 //! (a fixed name, e.g. `reload_done`, that pipelines match on: every event of shuck's has
-//! one, given as `name:` where it is logged, and the README lists them), `message` (the text
+//! one, given as `name:` where it is logged, and the manual lists them), `message` (the text
 //! of the text format), then the event's own values under their names (`client`, `sni`,
 //! `bytes_in`, …), numbers as numbers. A value named like one of the first four is written
 //! with a `field_` prefix, so it never hides them. An event from a library shuck uses has

@@ -71,7 +71,7 @@ impl<T> Kept<T> {
                 option = %option,
                 reason = %why,
                 dropped = %(self.dropped.join(", ")),
-                "{option}: dropped {} ({why}; see the README's migration table)",
+                "{option}: dropped {} ({why}; see the manual's Migrating to shuck)",
                 self.dropped.join(", "),
             );
         }
