@@ -1,5 +1,5 @@
 //! Why received datagrams, or packets within them, are discarded (shuck patch 2: see
-//! PATCHES.md). An application that wants counts sets [`EndpointConfig::drop_hook`];
+//! vendor/patches/quinn-proto). An application that wants counts sets [`EndpointConfig::drop_hook`];
 //! without one nothing is recorded.
 //!
 //! [`EndpointConfig::drop_hook`]: crate::EndpointConfig::drop_hook

@@ -576,7 +576,7 @@ impl Iter {
         let ty = self.bytes.get::<FrameType>()?;
         self.last_ty = Some(ty);
         Ok(match ty {
-            // A run of PADDING frames is taken in one step (vendor/quinn-proto/PATCHES.md):
+            // A run of PADDING frames is taken in one step (shuck patch 1):
             // a client's Initial is padded to 1200 bytes, a frame a byte.
             FrameType::PADDING => {
                 let run = self.bytes.iter().take_while(|&&b| b == 0).count();
