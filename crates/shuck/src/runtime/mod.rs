@@ -9,6 +9,7 @@ mod acme_child;
 mod channel;
 mod error;
 mod fork;
+mod inherit;
 mod master;
 mod rebuild;
 mod sockets;
@@ -23,18 +24,19 @@ use crate::session::Resumption;
 use crate::system::daemon::PidFile;
 
 pub use error::StartError;
-pub use master::InheritError;
+pub use inherit::InheritError;
 pub use master::{CRASH_LIMIT, CRASH_WINDOW};
 pub use rebuild::FrontendTlsError;
 
-use master::{Inherited, Listeners};
+use inherit::Inherited;
+use master::Listeners;
 use sockets::Sockets;
 
 /// Serves `config` until SIGTERM/SIGINT and the drain that follows; SIGHUP reads `source`
 /// again (in the master, as root) and the worker applies what it gives; SIGUSR2 starts the
 /// binary on disk and hands over to it.
 pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
-    raise_nofile_limit();
+    crate::system::limits::raise_nofile();
     let mut inherited =
         Inherited::take().map_err(|e| StartError::System(std::io::Error::other(e.to_string())))?;
 
@@ -110,14 +112,4 @@ pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
         predecessor: inherited.predecessor.take(),
         admin,
     })
-}
-
-/// A proxy holds two descriptors per connection: take all the system allows.
-fn raise_nofile_limit() {
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(n) => tracing::debug!(name: "nofile_raised", limit = n, "RLIMIT_NOFILE raised"),
-        Err(e) => {
-            tracing::warn!(name: "nofile_not_raised", error = %e, "cannot raise RLIMIT_NOFILE")
-        }
-    }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::channel::{Entry, Kind};
 use super::error::StartError;
-use super::master::inherit::Inherited;
+use super::inherit::Inherited;
 use crate::config::Config;
 use crate::session::sync::Replication;
 use crate::tls::ocsp::manager::{self as ocsp, Target};

@@ -1,10 +1,11 @@
 //! The process and its operating system: dropping privileges (`--user`, `--group`,
 //! `--chroot`), running as a daemon with a pid file, telling systemd how it goes
-//! (sd_notify), and logging to a file or to syslog.
+//! (sd_notify), logging to a file or to syslog, and the descriptor limit.
 
 pub mod daemon;
 pub mod files;
 pub mod json_log;
+pub mod limits;
 pub mod log;
 pub mod notify;
 pub mod privileges;

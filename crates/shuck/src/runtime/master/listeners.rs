@@ -5,12 +5,12 @@
 
 use std::os::fd::OwnedFd;
 
-use super::inherit::Inherited;
 use crate::config::Frontend;
 use crate::proxy::h3::steer;
 use crate::proxy::listener;
 use crate::runtime::channel::Entry;
 use crate::runtime::error::StartError;
+use crate::runtime::inherit::Inherited;
 use crate::runtime::sockets::FrontSockets;
 
 /// One frontend's sockets.

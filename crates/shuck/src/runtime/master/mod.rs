@@ -28,13 +28,11 @@ use nix::unistd::Pid;
 
 mod acme;
 mod admin;
-pub(super) mod inherit;
 mod listeners;
 mod reload;
 mod upgrade;
 mod worker;
 
-pub use inherit::{InheritError, Inherited};
 pub use listeners::Listeners;
 
 use crate::config::args::Source;

@@ -4,10 +4,10 @@
 use std::os::fd::OwnedFd;
 
 use super::upgrade::sockets_messages;
-use super::Inherited;
 use crate::runtime::channel::Entry;
 use crate::runtime::channel::Msg;
 use crate::runtime::error::StartError;
+use crate::runtime::inherit::Inherited;
 use crate::runtime::rebuild::{self, FrontendDiff, Reread};
 use crate::system::{files, notify};
 

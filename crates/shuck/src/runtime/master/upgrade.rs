@@ -8,10 +8,10 @@ use std::time::Instant;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::inherit::UPGRADE_ENV;
 use super::{Phase, Upgrade};
 use crate::runtime::channel::MAX_FDS;
 use crate::runtime::channel::{Channel, Entry, Msg};
+use crate::runtime::inherit::UPGRADE_ENV;
 
 impl super::Run {
     /// Sessions from the retiring worker go to the new master.
