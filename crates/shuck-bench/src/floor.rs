@@ -48,11 +48,9 @@ pub fn run(addr: SocketAddr, pem: &Path) -> anyhow::Result<()> {
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(quic));
     // shuck's transport settings where they change a short connection's packets.
     let mut transport = quinn::TransportConfig::default();
-    let mut mtud = quinn::MtuDiscoveryConfig::default();
-    mtud.minimum_sent(16 * 1024);
     transport
         .max_concurrent_uni_streams(4u32.into())
-        .mtu_discovery_config(Some(mtud));
+        .mtu_discovery_config(Some(quinn::MtuDiscoveryConfig::default()));
     server.transport_config(Arc::new(transport));
     let mut validation = quinn::ValidationTokenConfig::default();
     validation.sent(1);

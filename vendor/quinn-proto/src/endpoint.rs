@@ -393,7 +393,6 @@ impl Endpoint {
             },
             now,
             tls,
-            None,
             config.transport,
             SideArgs::Client {
                 token_store: config.token_store,
@@ -666,10 +665,6 @@ impl Endpoint {
 
         let tls = server_config.crypto.clone().start_session(version, &params);
         let transport_config = server_config.transport.clone();
-        // shuck patch 6: the Initial keys the first packet was opened with go to the
-        // connection, which derived them afresh (an HKDF extract and six expansions).
-        let crypto_config = server_config.crypto.clone();
-        let addresses = incoming.addresses;
         let mut conn = self.add_connection(
             ch,
             version,
@@ -679,7 +674,6 @@ impl Endpoint {
             incoming.addresses,
             incoming.received_at,
             tls,
-            Some(incoming.crypto),
             transport_config,
             SideArgs::Server {
                 server_config,
@@ -709,11 +703,11 @@ impl Endpoint {
             Err(e) => {
                 debug!("handshake failed: {}", e);
                 self.handle_event(ch, EndpointEvent(EndpointEventInner::Drained));
-                let response = match (&e, crypto_config.initial_keys(version, &dst_cid)) {
-                    (ConnectionError::TransportError(e), Ok(crypto)) => Some(self.initial_close(
+                let response = match e {
+                    ConnectionError::TransportError(ref e) => Some(self.initial_close(
                         version,
-                        addresses,
-                        &crypto,
+                        incoming.addresses,
+                        &incoming.crypto,
                         &src_cid,
                         e.clone(),
                         buf,
@@ -844,7 +838,6 @@ impl Endpoint {
         addresses: FourTuple,
         now: Instant,
         tls: Box<dyn crypto::Session>,
-        initial_keys: Option<Keys>,
         transport_config: Arc<TransportConfig>,
         side_args: SideArgs,
     ) -> Connection {
@@ -861,7 +854,6 @@ impl Endpoint {
             addresses.remote,
             addresses.local_ip,
             tls,
-            initial_keys,
             self.local_cid_generator.as_ref(),
             now,
             version,

@@ -363,12 +363,11 @@ pub struct Cli {
 
     /// With `--quic`: probe each connection's path for packets larger than 1 200 bytes, up
     /// to 1 452 (DPLPMTUD, RFC 8899, as nginx and Caddy do): bulk transfers take fewer
-    /// packets; shuck probes the upper bound first, so on most paths one probe packet ends
-    /// the search (a binary search below it follows only if that probe is lost;
-    /// `bench/RESULTS.md`).
+    /// packets.
     ///
-    /// The search starts once a connection has sent 16 KiB: shorter ones, most of a page's,
-    /// send no probe. Off: every packet stays at 1 200 bytes (HAProxy's way).
+    /// quinn's search: once the handshake is confirmed, a binary search between 1 200 and
+    /// 1 452, a probe packet and its acknowledgement a step, never on an address not yet
+    /// validated. Off: every packet stays at 1 200 bytes (HAProxy's way).
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "on", default_missing_value = "on", value_parser = parse_on_off)]
     pub quic_mtu_discovery: bool,

@@ -700,7 +700,6 @@ pub struct MtuDiscoveryConfig {
     pub(crate) upper_bound: u16,
     pub(crate) minimum_change: u16,
     pub(crate) black_hole_cooldown: Duration,
-    pub(crate) minimum_sent: u64,
 }
 
 impl MtuDiscoveryConfig {
@@ -742,17 +741,6 @@ impl MtuDiscoveryConfig {
         self.minimum_change = value;
         self
     }
-
-    /// Specifies how many bytes this side must have sent on a path before the path's first MTU
-    /// search starts. Defaults to 0: the search starts once the handshake is confirmed.
-    ///
-    /// A probe is a full-sized packet and its acknowledgement; a connection that never sends
-    /// much gains nothing from larger packets, so a threshold spares short connections the
-    /// probe (shuck patch 9).
-    pub fn minimum_sent(&mut self, value: u64) -> &mut Self {
-        self.minimum_sent = value;
-        self
-    }
 }
 
 impl Default for MtuDiscoveryConfig {
@@ -762,7 +750,6 @@ impl Default for MtuDiscoveryConfig {
             upper_bound: 1452,
             black_hole_cooldown: Duration::from_secs(60),
             minimum_change: 20,
-            minimum_sent: 0,
         }
     }
 }

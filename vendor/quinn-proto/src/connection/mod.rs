@@ -257,7 +257,6 @@ impl Connection {
         remote: SocketAddr,
         local_ip: Option<IpAddr>,
         crypto: Box<dyn crypto::Session>,
-        initial_keys: Option<crypto::Keys>,
         cid_gen: &dyn ConnectionIdGenerator,
         now: Instant,
         version: u32,
@@ -270,7 +269,7 @@ impl Connection {
         let connection_side = ConnectionSide::from(side_args);
         let side = connection_side.side();
         let initial_space = PacketSpace {
-            crypto: Some(initial_keys.unwrap_or_else(|| crypto.initial_keys(&init_cid, side))),
+            crypto: Some(crypto.initial_keys(&init_cid, side)),
             ..PacketSpace::new(now)
         };
         let state = State::Handshake(state::Handshake {
@@ -974,11 +973,7 @@ impl Connection {
             let probe_size = self
                 .path
                 .mtud
-                .poll_transmit(
-                    now,
-                    self.packet_number_filter.peek(&self.spaces[space_id]),
-                    self.path.total_sent,
-                )?;
+                .poll_transmit(now, self.packet_number_filter.peek(&self.spaces[space_id]))?;
 
             let buf_capacity = probe_size as usize;
             buf.reserve(buf_capacity);
@@ -2228,8 +2223,14 @@ impl Connection {
             "already reached packet space {space:?}"
         );
         trace!("{:?} keys ready", space);
-        // shuck patch 8: the first key update's keys are derived when first needed (a packet
-        // of the next key phase, or a key update of ours), not here for every connection.
+        if space == SpaceId::Data {
+            // Precompute the first key update
+            self.next_crypto = Some(
+                self.crypto
+                    .next_1rtt_keys()
+                    .expect("handshake should be complete"),
+            );
+        }
 
         self.spaces[space].crypto = Some(crypto);
         debug_assert!(space as usize > self.highest_space as usize);
@@ -3079,10 +3080,7 @@ impl Connection {
         if let Some(reason) = close {
             self.error = Some(reason.into());
             self.state = State::Draining;
-            // shuck patch 4: no CONNECTION_CLOSE in answer to the peer's. RFC 9000 §10.2.2
-            // allows one (MAY) and asks for nothing: the peer ends its closing period by its
-            // own timer either way, and a datagram a connection is spared.
-            self.close = false;
+            self.close = true;
         }
 
         if remote != self.path.remote
@@ -3583,15 +3581,6 @@ impl Connection {
         now: Instant,
         packet: &mut Packet,
     ) -> Result<Option<u64>, Option<TransportError>> {
-        // shuck patch 8: a 1-RTT packet of the other key phase may need the next keys.
-        if self.next_crypto.is_none()
-            && packet.header.is_protected()
-            && !packet.header.is_0rtt()
-            && packet.header.space() == SpaceId::Data
-            && packet.header.key_phase() != self.key_phase
-        {
-            self.next_crypto = self.crypto.next_1rtt_keys();
-        }
         let result = packet_crypto::decrypt_packet_body(
             packet,
             &self.spaces,
@@ -3624,10 +3613,6 @@ impl Connection {
 
     fn update_keys(&mut self, end_packet: Option<(u64, Instant)>, remote: bool) {
         trace!("executing key update");
-        // shuck patch 8: the keys of the phase we switch to, if no packet needed them yet.
-        if self.next_crypto.is_none() {
-            self.next_crypto = self.crypto.next_1rtt_keys();
-        }
         // Generate keys for the key phase after the one we're switching to, store them in
         // `next_crypto`, make the contents of `next_crypto` current, and move the current keys into
         // `prev_crypto`.

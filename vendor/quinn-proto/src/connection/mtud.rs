@@ -70,12 +70,11 @@ impl MtuDiscovery {
         self.current_mtu
     }
 
-    /// Returns the amount of bytes that should be sent as an MTU probe, if any; `sent` is what
-    /// this side has sent on the path so far (for [`MtuDiscoveryConfig::minimum_sent`])
-    pub(crate) fn poll_transmit(&mut self, now: Instant, next_pn: u64, sent: u64) -> Option<u16> {
+    /// Returns the amount of bytes that should be sent as an MTU probe, if any
+    pub(crate) fn poll_transmit(&mut self, now: Instant, next_pn: u64) -> Option<u16> {
         self.state
             .as_mut()
-            .and_then(|state| state.poll_transmit(now, self.current_mtu, next_pn, sent))
+            .and_then(|state| state.poll_transmit(now, self.current_mtu, next_pn))
     }
 
     /// Notifies the [`MtuDiscovery`] that the peer's `max_udp_payload_size` transport parameter has
@@ -186,19 +185,8 @@ impl EnabledMtuDiscovery {
     }
 
     /// Returns the amount of bytes that should be sent as an MTU probe, if any
-    fn poll_transmit(
-        &mut self,
-        now: Instant,
-        current_mtu: u16,
-        next_pn: u64,
-        sent: u64,
-    ) -> Option<u16> {
+    fn poll_transmit(&mut self, now: Instant, current_mtu: u16, next_pn: u64) -> Option<u16> {
         if let Phase::Initial = &self.phase {
-            // shuck patch 9: no search before the path has carried `minimum_sent` bytes
-            if sent < self.config.minimum_sent {
-                return None;
-            }
-
             // Start the first search
             self.phase = Phase::Searching(SearchState::new(
                 current_mtu,
@@ -307,8 +295,6 @@ struct SearchState {
     in_flight_probe: Option<u64>,
     /// Lost probes at the current probe size
     lost_probe_count: usize,
-    /// Whether the upper bound has been probed (the first probe of a search: shuck patch 3)
-    upper_probed: bool,
 }
 
 impl SearchState {
@@ -333,23 +319,12 @@ impl SearchState {
             // During initialization, we consider the lower bound to have already been
             // successfully probed
             last_probed_mtu: lower_bound,
-            upper_probed: false,
         }
     }
 
     /// Determines the next MTU to probe using binary search
     fn next_mtu_to_probe(&mut self, last_probe_succeeded: bool) -> Option<u16> {
         debug_assert_eq!(self.in_flight_probe, None);
-
-        // shuck patch 3: the upper bound first. Most paths carry it (an Ethernet MTU, the
-        // usual bound), so one probe ends the search where a binary search took four or five,
-        // each a datagram and an acknowledgement; if it is lost, the search goes on below it.
-        if !self.upper_probed {
-            self.upper_probed = true;
-            if self.upper_bound.saturating_sub(self.last_probed_mtu) >= self.minimum_change {
-                return Some(self.upper_bound);
-            }
-        }
 
         if last_probe_succeeded {
             self.lower_bound = self.last_probed_mtu;
@@ -577,7 +552,7 @@ mod tests {
     ) -> Vec<u16> {
         let mut probed_sizes = Vec::new();
         for probe_pn in 1..100 {
-            let result = mtud.poll_transmit(now, probe_pn, 0);
+            let result = mtud.poll_transmit(now, probe_pn);
 
             if completed(mtud) {
                 break;
@@ -632,21 +607,9 @@ mod tests {
     }
 
     #[test]
-    fn mtu_discovery_waits_for_minimum_sent() {
-        let mut config = MtuDiscoveryConfig::default();
-        config.minimum_sent(16_384);
-        let mut mtud = MtuDiscovery::new(1_200, 1_200, None, config);
-        let now = Instant::now();
-        assert_eq!(mtud.poll_transmit(now, 1, 0), None);
-        assert_eq!(mtud.poll_transmit(now, 2, 16_383), None);
-        // Once the path has carried that much, the search starts at its upper bound.
-        assert_eq!(mtud.poll_transmit(now, 3, 16_384), Some(1452));
-    }
-
-    #[test]
     fn mtu_discovery_disabled_does_nothing() {
         let mut mtud = MtuDiscovery::disabled(1_200, 1_200);
-        let probe_size = mtud.poll_transmit(Instant::now(), 0, 0);
+        let probe_size = mtud.poll_transmit(Instant::now(), 0);
         assert_eq!(probe_size, None);
     }
 
@@ -704,14 +667,14 @@ mod tests {
         drive_to_completion(&mut mtud, now, 1_500);
 
         // Polling right after completion does not cause new packets to be sent
-        assert_eq!(mtud.poll_transmit(now, 42, 0), None);
+        assert_eq!(mtud.poll_transmit(now, 42), None);
         assert!(completed(&mtud));
         assert_eq!(mtud.current_mtu, 1_471);
 
         // Polling after the interval has passed does (taking the current mtu as lower bound)
         assert_eq!(
-            mtud.poll_transmit(now + Duration::from_secs(600), 43, 0),
-            Some(9_000)
+            mtud.poll_transmit(now + Duration::from_secs(600), 43),
+            Some(5235)
         );
 
         match mtud.state.unwrap().phase {
@@ -730,7 +693,7 @@ mod tests {
         let mut mtud = default_mtud();
 
         let mut probe_sizes = (0..4).map(|i| {
-            let probe_size = mtud.poll_transmit(Instant::now(), i, 0);
+            let probe_size = mtud.poll_transmit(Instant::now(), i);
             assert!(probe_size.is_some(), "no probe returned for packet {i}");
 
             mtud.on_probe_lost();
@@ -761,8 +724,7 @@ mod tests {
 
         assert_eq!(mtud.state.as_ref().unwrap().peer_max_udp_payload_size, 1300);
         assert_eq!(mtud.current_mtu, 1300);
-        // The upper bound first (shuck patch 3), and it holds
-        let expected_probed_sizes = &[1300];
+        let expected_probed_sizes = &[1250, 1275, 1300];
         assert_eq!(probed_sizes, expected_probed_sizes);
         assert!(completed(&mtud));
     }
@@ -786,7 +748,7 @@ mod tests {
     #[should_panic(expected = "Transport parameters received after MTU probing started")]
     fn mtu_discovery_with_peer_max_udp_payload_size_during_search_panics() {
         let mut mtud = default_mtud();
-        assert!(mtud.poll_transmit(Instant::now(), 0, 0).is_some());
+        assert!(mtud.poll_transmit(Instant::now(), 0).is_some());
         assert!(matches!(
             mtud.state.as_ref().unwrap().phase,
             Phase::Searching(_)
@@ -800,8 +762,7 @@ mod tests {
 
         let probed_sizes = drive_to_completion(&mut mtud, Instant::now(), 1500);
 
-        // The upper bound first (shuck patch 3), and it holds
-        let expected_probed_sizes = &[1452];
+        let expected_probed_sizes = &[1326, 1389, 1420, 1452];
         assert_eq!(probed_sizes, expected_probed_sizes);
         assert_eq!(mtud.current_mtu, 1452);
         assert!(completed(&mtud));
@@ -815,10 +776,9 @@ mod tests {
 
         let probed_sizes = drive_to_completion(&mut mtud, Instant::now(), 1500);
 
-        // The upper bound first (shuck patch 3), lost three times, then the binary search
         let expected_probed_sizes = &[
-            10000, 10000, 10000, 5599, 5599, 5599, 3399, 3399, 3399, 2299, 2299, 2299, 1749, 1749,
-            1749, 1474, 1611, 1611, 1611, 1542, 1542, 1542, 1507, 1507, 1507,
+            5600, 5600, 5600, 3399, 3399, 3399, 2299, 2299, 2299, 1749, 1749, 1749, 1474, 1611,
+            1611, 1611, 1542, 1542, 1542, 1507, 1507, 1507,
         ];
         assert_eq!(probed_sizes, expected_probed_sizes);
         assert_eq!(mtud.current_mtu, 1474);
@@ -851,7 +811,7 @@ mod tests {
             let probe_pn = i * 2 - 1;
             let other_pn = i * 2;
 
-            let result = mtud.poll_transmit(Instant::now(), probe_pn, 0);
+            let result = mtud.poll_transmit(Instant::now(), probe_pn);
 
             if completed(&mtud) {
                 break;
@@ -862,7 +822,7 @@ mod tests {
             assert!(mtud.in_flight_mtu_probe().is_some());
 
             // Nothing else to send while the probe is in-flight
-            assert_matches!(mtud.poll_transmit(now, other_pn, 0), None);
+            assert_matches!(mtud.poll_transmit(now, other_pn), None);
 
             if i % 2 == 0 {
                 // ACK probe and ensure it results in an increase of current_mtu
@@ -879,8 +839,7 @@ mod tests {
             }
         }
 
-        // The upper bound is probed first (shuck patch 3) and acknowledged
-        assert_eq!(iterations, 3);
+        assert_eq!(iterations, 25);
         assert_eq!(mtud.current_mtu, 65527);
         assert!(completed(&mtud));
     }

@@ -101,8 +101,7 @@ pub(super) fn decrypt_packet_body(
         // lower-numbered packet. The key phase mismatch must therefore represent a new
         // remotely-initiated key update.
         crypto_update = true;
-        // shuck patch 8: derived on demand; none (no 1-RTT secrets) drops the packet.
-        &next_crypto.ok_or(None)?.remote
+        &next_crypto.unwrap().remote
     };
 
     crypto

@@ -24,13 +24,6 @@ use crate::counters::WorkerCounters;
 use crate::shutdown::Shutdown;
 use crate::tls::TlsState;
 
-/// Bytes a connection sends before its path MTU search starts (`--quic-mtu-discovery`): a
-/// probe is a 1 452-byte packet and an acknowledgement, which a short connection (most of a
-/// browser's, and every one a handshake benchmark makes) never earns back in larger packets;
-/// from 16 KiB on, a transfer is under way and its remaining packets grow (vendor/quinn-proto
-/// patch 9).
-const MTU_DISCOVERY_AFTER: u64 = 16 * 1024;
-
 /// Why a frontend's QUIC side could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum QuicError {
@@ -196,9 +189,7 @@ pub fn server_config(
         ))
         .send_window(u64::from(limits.h3.stream_window) * 8);
     if limits.h3.mtu_discovery {
-        let mut mtud = quinn::MtuDiscoveryConfig::default();
-        mtud.minimum_sent(MTU_DISCOVERY_AFTER);
-        t.mtu_discovery_config(Some(mtud));
+        t.mtu_discovery_config(Some(quinn::MtuDiscoveryConfig::default()));
     } else {
         t.mtu_discovery_config(None);
     }
