@@ -105,14 +105,15 @@ pub fn check(root: &Path) -> Result<(), String> {
     }
     let mut files = markdown(&root.join("docs/manual/src"));
     files.push(root.join("README.md"));
-    let mut anchors: BTreeMap<PathBuf, BTreeSet<String>> = BTreeMap::new();
+    let mut texts = Vec::new();
     for f in &files {
         let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
-        anchors.insert(canonical(f), ids(&text));
+        texts.push((f, text));
     }
-    for f in &files {
-        let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
-        for (line, target) in links(&text) {
+    let anchors: BTreeMap<PathBuf, BTreeSet<String>> =
+        texts.iter().map(|(f, t)| (canonical(f), ids(t))).collect();
+    for (f, text) in &texts {
+        for (line, target) in links(text) {
             if let Some(why) = broken(f, &target, &anchors) {
                 let shown = f.strip_prefix(root).unwrap_or(f).display().to_string();
                 problems.push(format!("{shown}:{line}: link {target:?}: {why}"));

@@ -2,7 +2,7 @@
 //! `serve` walks them: `admit` (the PROXY header in) → `accept_tls` (the handshake) →
 //! `told` (the preambles, and who serves the requests: the relay, or the gateway over
 //! HTTP/2) → the first request (HTTP mode) → `Ends::relay` (choose, connect, preamble,
-//! relay; again for each backend the requests move to) → `Ends::close`.
+//! relay; again for each backend the requests move to; `ends.rs`) → `Ends::close`.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
 mod client;
+mod ends;
 
 use super::client_io::ClientIo;
 use super::h2;
@@ -21,14 +22,14 @@ use super::handshake::{handshake, log_failure, HandshakeError};
 use super::http::choose::Chooser;
 use super::http::{self, Http};
 use super::preamble::{self, Origin, Preamble, Preambles, TlsFacts};
-use super::relay::{self, relay, RelayEnd};
-use super::route::{preamble_index, Backend, BackendId, Routing, PREAMBLES};
+use super::relay::RelayEnd;
+use super::route::{preamble_index, BackendId, Routing, PREAMBLES};
 use super::tls_stream::TlsStream;
-use super::upstream::{self, Upstream};
 use super::{FrontendState, Worker};
 use crate::counters::{FailReason, Failure, FrontendCounters, WorkerCounters};
 use crate::tls::TlsState;
 use client::{finish, first_request, CLOSE_GRACE};
+use ends::Ends;
 use rustls::HandshakeKind;
 
 /// Keeps the worker's live count right however the connection ends (including a task
@@ -320,252 +321,6 @@ fn told(
         h
     });
     Told::Relay(preambles, http)
-}
-
-/// The backend ends of one client connection: what choosing, connecting and relaying read.
-struct Ends<'a> {
-    worker: &'a Worker,
-    frontend: &'a FrontendState,
-    routing: &'a Routing,
-    preambles: &'a Preambles,
-    client: SocketAddr,
-}
-
-/// How the relay went, over every backend it met.
-struct Relayed {
-    out: relay::RelayOutcome,
-    /// The last backend and the route that chose it, for the log line.
-    id: BackendId,
-    route: &'static str,
-    served: Served,
-}
-
-impl Ends<'_> {
-    /// Chooses and connects a backend, writes its preamble and the first request, and
-    /// relays; again when the requests move to another backend, go again, or follow a
-    /// backend that closed. `None` when the connection ended on the way (answered,
-    /// counted and logged there).
-    async fn relay(
-        &self,
-        tls: &mut TlsStream,
-        mut http: Option<&mut Http>,
-        fallback: BackendId,
-        mut route: &'static str,
-        first: Vec<u8>,
-    ) -> Option<Relayed> {
-        let (worker, client) = (self.worker, self.client);
-        let counters = &worker.counters;
-        let idle = worker.state.limits.idle_timeout;
-        let mut id = http
-            .as_ref()
-            .and_then(|h| h.request.backend())
-            .unwrap_or(fallback);
-        if id != fallback {
-            route = "host";
-        }
-        let mut first = Some(first);
-        let (mut to_backend, mut to_client) = (0, 0);
-        let (out, served) = loop {
-            let b = self.routing.backend(id);
-            let pre = self.preambles.get(b.preamble);
-            let fe_counters = counters.frontend(self.frontend.slot);
-            let http_mode = worker.state.http.is_some();
-            let opened = open(worker, b, pre, client, tls, fe_counters, http_mode);
-            let (mut backend, lease) = opened.await?;
-            if let Some(h) = http.as_deref_mut() {
-                h.request.serving(lease.server_arc(), id);
-            }
-            // preamble (unless TLS to the backend sent it before its handshake), and the
-            // first request (or the one that moved the connection here)
-            let mut opening = match pre {
-                Some(p) if backend.is_plain() => p.to_vec(),
-                _ => Vec::new(),
-            };
-            match (first.take(), http.as_deref_mut()) {
-                (Some(f), _) => opening.extend_from_slice(&f),
-                (None, Some(h)) => {
-                    if let Err(e) = h.request.moved(&mut opening, &mut h.exchange) {
-                        finish(tls, &RelayEnd::BadRequest(e), client, Some(&*h)).await;
-                        return None;
-                    }
-                }
-                (None, None) => {}
-            }
-            if !opening.is_empty() {
-                if let Err(e) = backend.write_all(&opening).await {
-                    tracing::warn!(
-                        name: "conn_preamble_failed",
-                        client = %client,
-                        backend = %b.name,
-                        server = %lease.server().name(),
-                        error = %e,
-                        "cannot write the preamble",
-                    );
-                    return None;
-                }
-            }
-            drop(opening);
-
-            let out = relay(tls, &mut backend, idle, http.as_deref_mut()).await;
-            to_backend += out.client_to_backend;
-            to_client += out.backend_to_client;
-            match out.end {
-                // A request for another backend: this one has answered all it owed.
-                RelayEnd::Switch(next) => {
-                    id = next;
-                    route = "host";
-                    WorkerCounters::bump(&counters.http.backend_switches);
-                }
-                // The backend ended before answering a request that may go again: a new
-                // connection (the pool's next choice) gets it.
-                RelayEnd::SendAgain => {
-                    drop(backend);
-                    let again = http.as_deref_mut().and_then(|h| h.request.send_again());
-                    let Some(head) = again else {
-                        break (out, Served::Lease(lease));
-                    };
-                    WorkerCounters::bump(&counters.http.retries);
-                    first = Some(head);
-                }
-                // The backend closed between requests: the client's next request (read
-                // before any backend is chosen, as the first) goes to a new connection.
-                RelayEnd::BackendClosed => {
-                    drop(backend);
-                    let Some(h) = http.as_deref_mut() else {
-                        break (out, Served::Lease(lease));
-                    };
-                    // No slot or active count held on that server while the client thinks.
-                    let server = lease.server_arc();
-                    drop(lease);
-                    match first_request(tls, h, idle).await {
-                        Ok(bytes) => {
-                            first = Some(bytes);
-                            if let Some(b) = h.request.backend() {
-                                id = b;
-                            }
-                        }
-                        Err(end) => {
-                            let out = relay::RelayOutcome { end, ..out };
-                            break (out, Served::Gone(server));
-                        }
-                    }
-                }
-                _ => break (out, Served::Lease(lease)),
-            }
-        };
-        let out = relay::RelayOutcome {
-            client_to_backend: to_backend,
-            backend_to_client: to_client,
-            end: out.end,
-        };
-        Some(Relayed {
-            out,
-            id,
-            route,
-            served,
-        })
-    }
-    /// The counters, the end the client is told (close_notify, or an answer first), and
-    /// the connection's log line.
-    async fn close(
-        &self,
-        tls: &mut TlsStream,
-        http: Option<&Http>,
-        relayed: Relayed,
-        resumed: bool,
-        started: Instant,
-    ) {
-        let (worker, client) = (self.worker, self.client);
-        let (state, counters) = (&worker.state, &worker.counters);
-        let fe_counters = counters.frontend(self.frontend.slot);
-        let Relayed {
-            out,
-            id,
-            route,
-            served,
-        } = relayed;
-        WorkerCounters::add(&fe_counters.bytes_in, out.client_to_backend);
-        WorkerCounters::add(&fe_counters.bytes_out, out.backend_to_client);
-        if let Some(h) = http {
-            WorkerCounters::add(&counters.http.requests_h1, h.request.requests());
-        }
-        match out.end {
-            RelayEnd::HttpTimeout(http::Expired::Stall) => {
-                WorkerCounters::bump(&counters.http.stalled_h1)
-            }
-            RelayEnd::Stray => WorkerCounters::bump(&counters.http.backend_stray),
-            RelayEnd::Misdirected => WorkerCounters::bump(&counters.http.misdirected),
-            _ => {}
-        }
-        finish(tls, &out.end, client, http).await;
-        if state.log_connections {
-            let conn = tls.conn();
-            tracing::info!(
-                name: "connection_closed",
-                worker = worker.id,
-                client = %client,
-                backend = %self.routing.backend(id).name,
-                route,
-                server = %served.name(),
-                sni = tls.sni().unwrap_or("-"),
-                version = version_name(conn.protocol_version()).unwrap_or("-"),
-                protocol = if http.is_some() { "http/1.1" } else { "tcp" },
-                handshake = if resumed { "resumed" } else { "full" },
-                bytes_in = out.client_to_backend,
-                bytes_out = out.backend_to_client,
-                ms = started.elapsed().as_millis() as u64,
-                end = ?out.end,
-                "connection closed",
-            );
-        }
-    }
-}
-
-/// The server a connection was last served by, for its log line: still held, or let go
-/// while the client's next request was awaited (and none came).
-enum Served {
-    Lease(crate::backend::Lease),
-    Gone(std::sync::Arc<crate::backend::Server>),
-}
-
-impl Served {
-    fn name(&self) -> &str {
-        match self {
-            Served::Lease(l) => l.server().name(),
-            Served::Gone(s) => s.name(),
-        }
-    }
-}
-
-/// Connects to `backend` for `client` (with TLS, `preamble` goes before the handshake);
-/// when no server can be had, the failure is counted and logged, an HTTP client is told
-/// 503, and the connection is closed (`None`).
-async fn open<S>(
-    worker: &Worker,
-    backend: &Backend,
-    preamble: Option<&[u8]>,
-    client: SocketAddr,
-    tls: &mut S,
-    fe_counters: &FrontendCounters,
-    http: bool,
-) -> Option<(Upstream, crate::backend::Lease)>
-where
-    S: tokio::io::AsyncWrite + Unpin,
-{
-    match Box::pin(upstream::open(backend, &worker.picker, preamble)).await {
-        Ok(b) => Some(b),
-        Err(e) => {
-            worker.connect_failed(client, &e);
-            WorkerCounters::bump(&fe_counters.refused);
-            if http {
-                let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(http::SERVICE_UNAVAILABLE))
-                    .await;
-            }
-            // close_notify, then FIN: the client learns at once that nothing will come.
-            let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
-            None
-        }
-    }
 }
 
 /// HTTP mode over HTTP/2: the gateway serves the connection until it ends; then
