@@ -2,7 +2,9 @@
 //!
 //! The crate follows the data path of one connection (see docs/ARCHITECTURE.md): [`config`] turns flags
 //! into a validated [`config::Config`]; [`runtime`] binds the frontends and starts one worker
-//! per core; each worker runs [`proxy`]'s stages (listener → handshake → connect → relay)
+//! per core; each worker runs [`proxy`]'s stages (listener → handshake → connect → relay),
+//! the TCP terminator, and hands HTTP connections to [`gateway`], the HTTP gateway, both
+//! over what [`edge`] holds for them (the worker's state, routes, the way to a backend),
 //! with certificates from [`tls`] and servers from `backend`.
 
 // Two `unsafe` blocks in the crate, each allowed where it stands with its proof
@@ -20,7 +22,9 @@ pub mod codec;
 pub mod config;
 pub(crate) mod counters;
 pub mod ctl;
+pub mod edge;
 pub mod fuzzing;
+pub mod gateway;
 pub mod http_host;
 pub mod origin;
 pub mod proxy;

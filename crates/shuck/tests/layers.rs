@@ -1,8 +1,11 @@
 //! The layer rules of docs/ARCHITECTURE.md, checked on the source: every `crate::` and
 //! `super::` path of every module is an import edge; an edge from a lower layer to a higher
 //! one, or between two modules of one layer, fails, and so do two files that import each
-//! other, a phase of `runtime/` that reaches back into `runtime/mod.rs`, and a file of
-//! `runtime/` shared by the master and the worker that imports either of them.
+//! other, a phase of `runtime/` that reaches back into `runtime/mod.rs`, a file of
+//! `runtime/` shared by the master and the worker that imports either of them, a file of
+//! the gateway's core that imports an HTTP version's folder or a version's folder that
+//! imports another's, and a stage of the TCP terminator other than `conn/` and `relay.rs`
+//! (where HTTP is handed over) that imports the gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,6 +27,8 @@ const LAYERS: &[&[&str]] = &[
     &["tls"],
     &["acme"],
     &["config"],
+    &["edge"],
+    &["gateway"],
     &["proxy"],
     &["stats"],
     &["admin", "ctl"],
@@ -162,6 +167,36 @@ fn layers_import_one_way() {
                 {
                     problems.insert(format!(
                         "{}: reaches back into runtime/mod.rs for {}",
+                        f.display(),
+                        path.join("::")
+                    ));
+                }
+                // The gateway's core is shared by the versions, which never share with each
+                // other: gateway/h1, h2 and h3 import the core, never one another, and the
+                // core imports none of them.
+                let version = |m: &[String]| {
+                    (m.len() > 1
+                        && m[0] == "gateway"
+                        && ["h1", "h2", "h3"].contains(&m[1].as_str()))
+                    .then(|| m[1].clone())
+                };
+                if module[0] == "gateway" && path.len() > 1 && path[0] == "gateway" {
+                    let (mine, theirs) = (version(&module), version(&path));
+                    if theirs.is_some() && mine != theirs {
+                        problems.insert(format!(
+                            "{}: imports {} from another HTTP version's folder",
+                            f.display(),
+                            path.join("::")
+                        ));
+                    }
+                }
+                // The terminator's stages know nothing of HTTP but where a connection is
+                // handed to the gateway: conn/ (HTTP/2, the first HTTP/1.1 request) and the
+                // relay (HTTP/1.1's filter).
+                let hands_over = module.len() > 1 && (module[1] == "conn" || module[1] == "relay");
+                if module[0] == "proxy" && path[0] == "gateway" && !hands_over {
+                    problems.insert(format!(
+                        "{}: a TLS stage of the terminator imports {} from the gateway",
                         f.display(),
                         path.join("::")
                     ));

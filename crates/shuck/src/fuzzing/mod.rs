@@ -11,8 +11,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use rustls::server::ProducesTickets;
 
-use crate::proxy::http::chunked::Chunked;
-use crate::proxy::http::{Exchange, RequestRewriter, ResponseTracker};
+use crate::gateway::h1::chunked::Chunked;
+use crate::gateway::h1::{Exchange, RequestRewriter, ResponseTracker};
 use crate::session::tickets::TicketKeys;
 
 /// A parser's entry point: bytes in, nothing out but a panic if it has a bug.
@@ -40,7 +40,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
 
 /// A PROXY v1/v2 header from the client side (`--proxy-proxy`).
 pub fn proxy_header(data: &[u8]) {
-    let _ = crate::proxy::preamble::parse_received(data);
+    let _ = crate::edge::preamble::parse_received(data);
 }
 
 /// Request heads and bodies through the `--http` rewriter, whole and in small pieces.
@@ -67,7 +67,7 @@ pub fn http_response(data: &[u8]) {
     let mut ex = Exchange::new();
     for part in data.chunks(5) {
         // A request outstanding for each response, as when the client pipelines.
-        ex.pending.push_back(crate::proxy::http::Pending::Normal);
+        ex.pending.push_back(crate::gateway::h1::Pending::Normal);
         if t.observe(part, &mut ex).is_err() {
             break; // the relay ends there
         }
@@ -302,8 +302,8 @@ pub fn admin_request(data: &[u8]) {
 /// matches. A head that passes names one Host, the `:authority`'s, and a declared body
 /// never comes with the stream already ended.
 pub fn gateway_request(data: &[u8]) {
-    use crate::proxy::gateway::request::{build, Body};
-    use crate::proxy::http::request::Forwarding;
+    use crate::gateway::h1::request::Forwarding;
+    use crate::gateway::request::{build, Body};
     let text = String::from_utf8_lossy(data);
     let mut builder = http::Request::builder();
     let mut uri = http::Uri::builder();
@@ -348,8 +348,8 @@ pub fn gateway_request(data: &[u8]) {
             assert!(!(end_stream && matches!(body, Body::Length(n) if n > 0)));
         }
     }
-    let _ = crate::proxy::http::path::for_matching(parts.uri.path());
-    let _ = crate::proxy::http::choose::split_target(&text);
+    let _ = crate::gateway::path::for_matching(parts.uri.path());
+    let _ = crate::gateway::choose::split_target(&text);
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@ use tokio::net::TcpListener;
 
 use std::sync::Arc;
 
-use super::{conn, FrontendState, Worker};
+use super::conn;
+use crate::edge::{FrontendState, Worker};
 use crate::shutdown::Shutdown;
 
 /// How long a worker pauses accepting when the system is out of descriptors or buffers:

@@ -13,11 +13,14 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 
-use super::buffers;
-use super::http::request::{Hold, Rejected};
-use super::http::{Exchange, Expired, Http, RequestRewriter, ResponseTracker, Upgrade};
+use crate::edge::buffers;
+use crate::edge::upstream::Closing;
+use crate::gateway::h1::request::{Hold, Rejected};
+use crate::gateway::h1::{
+    self, Exchange, Expired, Http, RequestRewriter, ResponseTracker, Upgrade,
+};
 use tokio::time::Instant;
 
 /// Which side of the relay failed.
@@ -46,7 +49,7 @@ pub enum RelayEnd {
     Stray,
     /// HTTP mode with routes: the next request goes to this other backend, and the one
     /// connected has answered every request it was sent.
-    Switch(crate::proxy::route::BackendId),
+    Switch(crate::edge::route::BackendId),
     /// HTTP mode with routes: the next request names a host the connection's certificate
     /// does not cover (answered 421 once the answers owed are out).
     Misdirected,
@@ -67,23 +70,6 @@ pub struct RelayOutcome {
     pub backend_to_client: u64,
     /// Why it stopped.
     pub end: RelayEnd,
-}
-
-/// A side the relay writes to. When a direction ends after the other one, both sockets
-/// are closed next, and the close sends the FIN: that side is then ended without a
-/// `shutdown` system call ([`Closing::poll_close_last`]).
-pub trait Closing: AsyncWrite + Unpin {
-    /// Ends what this side is sent, as the relay's last act before the socket is closed:
-    /// what its protocol needs (TLS: close_notify), not the half-close.
-    fn poll_close_last(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.poll_shutdown(cx)
-    }
-}
-
-impl Closing for crate::backend::BackendStream {
-    fn poll_close_last(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.poll_flush(cx)
-    }
 }
 
 /// Copies `client` ⇄ `backend` until both directions end, one fails, or nothing moves for
@@ -263,7 +249,7 @@ impl Filter<'_> {
         let Filter::Response(r, ex, req) = self else {
             return false;
         };
-        super::http::at_rest(req, r, ex) || super::http::may_send_again(req, r, ex)
+        h1::at_rest(req, r, ex) || h1::may_send_again(req, r, ex)
     }
 }
 

@@ -13,7 +13,7 @@ pub mod summary;
 use std::sync::{Arc, Mutex};
 
 use crate::counters::Counters;
-use crate::proxy::{FrontendState, ProxyState};
+use crate::edge::{FrontendState, ProxyState};
 use crate::session::sync::SyncStats;
 use crate::session::Resumption;
 

@@ -10,6 +10,7 @@ pub mod ocsp;
 pub mod params;
 pub mod pem;
 pub mod quic_auth;
+pub mod quic_tokens;
 pub mod selfsigned;
 pub mod sni;
 pub mod upstream;

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 
 use tokio::io::AsyncWriteExt;
 
-use crate::proxy::http::choose::MISDIRECTED;
-use crate::proxy::http::{self, Http};
+use crate::gateway::choose::MISDIRECTED;
+use crate::gateway::h1::{self, Http};
 use crate::proxy::relay::RelayEnd;
 
 /// How long a closing message (400, 503, close_notify) may take to go out.
@@ -34,9 +34,9 @@ where
         RelayEnd::HttpTimeout(why) => {
             tracing::debug!(name: "conn_http_timeout", client = %client, ?why, "HTTP timeout");
             match why {
-                http::Expired::Request => Some(http::REQUEST_TIMEOUT),
-                http::Expired::KeepAlive => None,
-                http::Expired::Stall => http.and_then(Http::stall_answer),
+                h1::Expired::Request => Some(h1::REQUEST_TIMEOUT),
+                h1::Expired::KeepAlive => None,
+                h1::Expired::Stall => http.and_then(Http::stall_answer),
             }
         }
         RelayEnd::BadRequest(why) => {
@@ -46,7 +46,7 @@ where
                 error = %why,
                 "request refused",
             );
-            Some(http::BAD_REQUEST)
+            Some(h1::BAD_REQUEST)
         }
         RelayEnd::Stray => {
             tracing::debug!(
@@ -93,7 +93,7 @@ where
     use std::task::Poll;
     let start = tokio::time::Instant::now();
     let mut out = Vec::new();
-    use crate::proxy::http::request::Hold;
+    use crate::gateway::h1::request::Hold;
     while http.exchange.pending.is_empty() {
         match http.request.held() {
             Some(Hold::Misdirected) => return Err(RelayEnd::Misdirected),
@@ -110,7 +110,7 @@ where
         let due = http.deadline(start, false, false);
         let deadline = due.map_or(start + idle, |(at, _)| at.min(start + idle));
         let read = std::future::poll_fn(|cx| {
-            crate::proxy::buffers::with_scratch(|buf| {
+            crate::edge::buffers::with_scratch(|buf| {
                 let mut rb = tokio::io::ReadBuf::new(buf);
                 match std::pin::Pin::new(&mut *tls).poll_read(cx, &mut rb) {
                     Poll::Pending => Poll::Pending,

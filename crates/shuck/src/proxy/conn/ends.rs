@@ -9,13 +9,13 @@ use tokio::io::AsyncWriteExt;
 use super::client::{finish, first_request, CLOSE_GRACE};
 use super::version_name;
 use crate::counters::{FrontendCounters, WorkerCounters};
-use crate::proxy::http::{self, Http};
-use crate::proxy::preamble::Preambles;
+use crate::edge::preamble::Preambles;
+use crate::edge::route::{Backend, BackendId, Routing};
+use crate::edge::upstream::{self, Upstream};
+use crate::edge::{FrontendState, Worker};
+use crate::gateway::h1::{self, Http};
 use crate::proxy::relay::{self, relay, RelayEnd};
-use crate::proxy::route::{Backend, BackendId, Routing};
 use crate::proxy::tls_stream::TlsStream;
-use crate::proxy::upstream::{self, Upstream};
-use crate::proxy::{FrontendState, Worker};
 
 /// The backend ends of one client connection: what choosing, connecting and relaying read.
 pub(super) struct Ends<'a> {
@@ -185,7 +185,7 @@ impl Ends<'_> {
             WorkerCounters::add(&counters.http.requests_h1, h.request.requests());
         }
         match out.end {
-            RelayEnd::HttpTimeout(http::Expired::Stall) => {
+            RelayEnd::HttpTimeout(h1::Expired::Stall) => {
                 WorkerCounters::bump(&counters.http.stalled_h1)
             }
             RelayEnd::Stray => WorkerCounters::bump(&counters.http.backend_stray),
@@ -253,8 +253,8 @@ where
             worker.connect_failed(client, &e);
             WorkerCounters::bump(&fe_counters.refused);
             if http {
-                let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(http::SERVICE_UNAVAILABLE))
-                    .await;
+                let _ =
+                    tokio::time::timeout(CLOSE_GRACE, tls.write_all(h1::SERVICE_UNAVAILABLE)).await;
             }
             // close_notify, then FIN: the client learns at once that nothing will come.
             let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;

@@ -17,30 +17,20 @@ mod client;
 mod ends;
 
 use super::client_io::ClientIo;
-use super::h2;
 use super::handshake::{handshake, log_failure, HandshakeError};
-use super::http::choose::Chooser;
-use super::http::{self, Http};
-use super::preamble::{self, Origin, Preamble, Preambles, TlsFacts};
 use super::relay::RelayEnd;
-use super::route::{preamble_index, BackendId, Routing, PREAMBLES};
 use super::tls_stream::TlsStream;
-use super::{FrontendState, Worker};
 use crate::counters::{FailReason, Failure, FrontendCounters, WorkerCounters};
+use crate::edge::preamble::{self, Origin, Preamble, Preambles, TlsFacts};
+use crate::edge::route::{preamble_index, BackendId, Routing, PREAMBLES};
+use crate::edge::{FrontendState, Worker};
+use crate::gateway::choose::Chooser;
+use crate::gateway::h1::{self, Http};
+use crate::gateway::h2;
 use crate::tls::TlsState;
 use client::{finish, first_request, CLOSE_GRACE};
 use ends::Ends;
 use rustls::HandshakeKind;
-
-/// Keeps the worker's live count right however the connection ends (including a task
-/// dropped at the drain deadline).
-pub(in crate::proxy) struct LiveGuard<'a>(pub(in crate::proxy) &'a Worker);
-
-impl Drop for LiveGuard<'_> {
-    fn drop(&mut self) {
-        self.0.conn_closed();
-    }
-}
 
 /// Serves one accepted client connection, stage by stage. `_permit` is the `--max-conns`
 /// slot, released when the connection ends.
@@ -51,8 +41,7 @@ pub async fn serve(
     peer: SocketAddr,
     _permit: Option<OwnedSemaphorePermit>,
 ) {
-    worker.conn_opened();
-    let _live = LiveGuard(&worker);
+    let _live = worker.opened();
     let counters = &worker.counters;
     let _closed = ClosedGuard(counters.frontend(frontend.slot));
     let state = &worker.state;
@@ -242,7 +231,7 @@ enum Told {
     /// backends are told first, and the rewriter in HTTP mode.
     Relay(Preambles, Option<Http>),
     /// The gateway, over HTTP/2 (with the largest request head).
-    H2(crate::proxy::gateway::Client, usize),
+    H2(crate::gateway::Client, usize),
 }
 
 /// What the backends are told first and who serves the requests. The client certificate's
@@ -292,8 +281,8 @@ fn told(
             .then(|| Chooser::new(routing.clone(), fallback, &tls_state.resolver, tls.sni()))
     };
     if let (Some(max_head), Some(b"h2")) = (state.http, conn.alpn_protocol()) {
-        let fwd = http::request::Forwarding::new(client.ip(), cert_header);
-        let client = crate::proxy::gateway::Client {
+        let fwd = h1::request::Forwarding::new(client.ip(), cert_header);
+        let client = crate::gateway::Client {
             addr: client,
             preambles,
             fwd,
@@ -305,7 +294,7 @@ fn told(
         };
         return Told::H2(client, max_head);
     }
-    let timeouts = http::Timeouts {
+    let timeouts = h1::Timeouts {
         request: limits.http_request_timeout,
         keepalive: limits.http_keepalive_timeout,
         stall: limits.http_stall_timeout,
@@ -329,7 +318,7 @@ async fn serve_h2(
     worker: &Rc<Worker>,
     frontend: &FrontendState,
     mut tls: TlsStream,
-    client: crate::proxy::gateway::Client,
+    client: crate::gateway::Client,
     max_head: usize,
     resumed: bool,
     started: Instant,

@@ -4,7 +4,7 @@
 //! what an idle connection cost.)
 //!
 //! Reads wait for the socket to be readable before taking a receive buffer; writes encrypt
-//! straight into a send buffer. Both are lent by the worker (`proxy::buffers`) and given
+//! straight into a send buffer. Both are lent by the worker (`edge::buffers`) and given
 //! back once empty.
 
 use std::io;
@@ -19,9 +19,9 @@ use rustls::unbuffered::{
 use rustls::{AlertDescription, CommonState, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::buffers::{self, TLS_IN, TLS_OUT};
 use super::client_io::ClientIo;
 use super::record_guard::{RecordGuard, Refused};
+use crate::edge::buffers::{self, TLS_IN, TLS_OUT};
 
 mod hello;
 mod plaintext;

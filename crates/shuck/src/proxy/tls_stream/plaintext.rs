@@ -7,7 +7,7 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{Pumped, TlsStream, Want, MAX_WRITE};
-use crate::proxy::relay::Closing;
+use crate::edge::upstream::Closing;
 
 impl AsyncRead for TlsStream {
     fn poll_read(

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use super::{preamble::Preamble, FrontendState, ProxyState};
 use crate::counters::{FailReason, Failure, WorkerCounters};
+use crate::edge::{preamble::Preamble, FrontendState, ProxyState};
 use conn::{Conn, Phase};
 use op::{tag, untag, Op};
 

@@ -6,7 +6,7 @@
 use std::os::fd::OwnedFd;
 
 use crate::config::Frontend;
-use crate::proxy::h3::steer;
+use crate::gateway::h3::steer;
 use crate::proxy::listener;
 use crate::runtime::channel::Entry;
 use crate::runtime::error::StartError;

@@ -1,6 +1,6 @@
 //! Active health checks, once per server for the whole process: one thread, with its own
 //! current-thread runtime, looks every 50 ms at the backends of the moment (a reload's
-//! new ones included) and starts each due check (`proxy/check.rs`); a server that fails
+//! new ones included) and starts each due check (`edge/check.rs`); a server that fails
 //! `fall` in a row is taken out of rotation and one that passes `rise` brought back, said
 //! in the log (`backend_check_down`, `backend_check_up`) and the metrics.
 
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::check::Transition;
-use crate::proxy::ProxyState;
+use crate::edge::ProxyState;
 
 /// How often due checks are looked for.
 const TICK: Duration = Duration::from_millis(50);
@@ -90,7 +90,7 @@ fn run(state: &Arc<ProxyState>, mut stopped: tokio::sync::oneshot::Receiver<()>)
                         let Some((spec, st)) = &server.check else {
                             return;
                         };
-                        let result = crate::proxy::check::probe(&server, &backend, spec).await;
+                        let result = crate::edge::check::probe(&server, &backend, spec).await;
                         let change = st.record(result.is_ok(), spec, crate::clock::unix_ms());
                         st.in_flight.store(false, Relaxed);
                         match change {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::{Frontend, Limits};
-use crate::proxy::{Control, FrontendState};
+use crate::edge::{Control, FrontendState};
 use crate::runtime::error::StartError;
 use crate::runtime::sockets::FrontSockets;
 use crate::shutdown::{self, Trigger};
@@ -95,7 +95,7 @@ impl Frontends {
         let alt_svc = (fe.quic && limits.h3.alt_svc_max_age > 0)
             .then(|| fe.addrs.first())
             .flatten()
-            .map(|a| crate::proxy::h3::alt_svc(a.port(), limits.h3.alt_svc_max_age));
+            .map(|a| crate::gateway::h3::alt_svc(a.port(), limits.h3.alt_svc_max_age));
         let state = Arc::new(FrontendState::new(name, slot, tls, alt_svc));
         let (stop, stopped) = shutdown::channel();
         let per_worker = self.workers.len().max(1);

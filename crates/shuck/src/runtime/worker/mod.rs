@@ -21,8 +21,8 @@ use crate::backend::{Address, Pool, Server};
 use crate::config::args::Source;
 use crate::config::BackendTarget;
 use crate::config::Config;
-use crate::proxy::route::{self, Routing};
-use crate::proxy::ProxyState;
+use crate::edge::route::{self, Routing};
+use crate::edge::ProxyState;
 use crate::runtime::channel::{Channel, Msg};
 use crate::runtime::error::StartError;
 use crate::runtime::sockets::Sockets;
@@ -277,6 +277,6 @@ fn proxy_state(config: &Config, routing: Routing) -> ProxyState {
         proxy_authority: config.proxy_authority,
         client_cert_header: config.client_cert_header.clone(),
         maint: tokio::sync::Notify::new(),
-        quic_tokens: crate::proxy::h3::tokens(config.farm_key()),
+        quic_tokens: crate::tls::quic_tokens::tokens(config.farm_key()),
     }
 }

@@ -14,7 +14,7 @@ use super::frontends::Frontends;
 use crate::backend::Pool;
 use crate::config::args::Source;
 use crate::config::{BackendTarget, Config};
-use crate::proxy::ProxyState;
+use crate::edge::ProxyState;
 use crate::runtime::rebuild::{self, restart_only, FrontendDiff, Reread};
 use crate::session::Resumption;
 use crate::system::files::{self, Recording};
@@ -151,8 +151,8 @@ impl Reloader {
                 if new.backend_refresh.is_none()
                     && rebuild::default_backend_spec(a) != rebuild::default_backend_spec(b) =>
             {
-                let servers = b.iter().map(crate::proxy::route::server).collect();
-                Some(Pool::new(servers, crate::proxy::route::pool_limits(new)))
+                let servers = b.iter().map(crate::edge::route::server).collect();
+                Some(Pool::new(servers, crate::edge::route::pool_limits(new)))
             }
             _ => None,
         };

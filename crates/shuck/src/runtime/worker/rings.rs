@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::proxy::{uring, FrontendState, Worker};
+use crate::edge::{FrontendState, Worker};
+use crate::proxy::uring;
 use crate::shutdown::Shutdown;
 
 /// The rings one worker thread started.

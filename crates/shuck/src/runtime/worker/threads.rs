@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::counters::Counters;
-use crate::proxy::{listener, Control, ProxyState, Worker};
+use crate::edge::{Control, ProxyState, Worker};
+use crate::proxy::listener;
 use crate::shutdown::{self, Shutdown, Trigger};
 
 /// The channels to `n` workers: the senders for the frontends, the receivers for
@@ -113,7 +114,7 @@ async fn worker_main(
     tokio::task::spawn_local(async move {
         loop {
             state.maint.notified().await;
-            crate::proxy::gateway::wake_keepers();
+            crate::gateway::wake_keepers();
         }
     });
     // Sockets sent meanwhile wait in the channel; connections, in their backlog.
@@ -151,7 +152,7 @@ async fn worker_main(
                     }
                 }
                 Some(Control::Quic { frontend, socket, index, workers, stop }) => {
-                    tokio::task::spawn_local(crate::proxy::h3::serve(
+                    tokio::task::spawn_local(crate::gateway::h3::serve(
                         socket,
                         index,
                         workers,

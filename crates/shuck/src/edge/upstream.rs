@@ -14,7 +14,6 @@ use tokio_rustls::TlsConnector;
 
 use crate::backend::{self, BackendStream, ConnectError, Lease, Picker};
 
-use super::relay::Closing;
 use super::route::Backend;
 
 impl std::fmt::Debug for Upstream {
@@ -280,5 +279,22 @@ impl AsyncWrite for WriteHalf<'_> {
             WriteHalf::Plain(w) => Pin::new(w).poll_shutdown(cx),
             WriteHalf::Tls(t) => Pin::new(&mut *t.borrow_mut()).poll_shutdown(cx),
         }
+    }
+}
+
+/// A side the relay writes to. When a direction ends after the other one, both sockets
+/// are closed next, and the close sends the FIN: that side is then ended without a
+/// `shutdown` system call ([`Closing::poll_close_last`]).
+pub trait Closing: AsyncWrite + Unpin {
+    /// Ends what this side is sent, as the relay's last act before the socket is closed:
+    /// what its protocol needs (TLS: close_notify), not the half-close.
+    fn poll_close_last(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_shutdown(cx)
+    }
+}
+
+impl Closing for crate::backend::BackendStream {
+    fn poll_close_last(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_flush(cx)
     }
 }

@@ -3,13 +3,13 @@
 
 use std::net::IpAddr;
 
-use super::choose::{path_of, Choice, Chooser};
 use super::chunked::Chunked;
-use super::fields::{check_host, content_length, filter_trailer, is_forwarding};
-pub use super::fields::{Forwarding, Rejected};
 use super::head::{HeadBuf, Pushed};
 use super::{Exchange, Pending, Upgrade, MAX_PIPELINE};
-use crate::proxy::route::BackendId;
+use crate::edge::route::BackendId;
+use crate::gateway::choose::{path_of, Choice, Chooser};
+use crate::gateway::fields::{check_host, content_length, filter_trailer, is_forwarding};
+pub use crate::gateway::fields::{Forwarding, Rejected};
 
 #[derive(Debug)]
 enum State {

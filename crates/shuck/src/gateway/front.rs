@@ -1,7 +1,7 @@
 //! What the gateway core asks of one request stream of an HTTP version: its body coming in
 //! ([`Inbound`]) and its answer going out ([`Outbound`]), under that version's flow
-//! control. HTTP/2 implements them over h2's stream halves (`proxy/h2/stream.rs`), HTTP/3
-//! over h3's (`proxy/h3/stream.rs`).
+//! control. HTTP/2 implements them over h2's stream halves (`h2/stream.rs`), HTTP/3
+//! over h3's (`h3/stream.rs`).
 
 use std::future::Future;
 use std::task::{Context, Poll};

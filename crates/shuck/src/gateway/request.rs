@@ -1,5 +1,5 @@
 //! An HTTP/2 request as the HTTP/1.1 request head the backend gets, with exactly the
-//! hygiene of the HTTP/1.1 path (`proxy/http/request.rs`): the client's forwarding headers
+//! hygiene of the HTTP/1.1 path (`h1/request/`): the client's forwarding headers
 //! removed under any spelling, ours added. Connection-specific fields and a `TE` other
 //! than `trailers` make the request malformed (RFC 9113 §8.2.2); cookie crumbs are joined
 //! (§8.2.3); `Host` comes from `:authority` (§8.3.1).
@@ -7,8 +7,8 @@
 use http::request::Parts;
 use http::{header, Method, StatusCode};
 
-use crate::proxy::http::fields::content_length;
-use crate::proxy::http::request::Forwarding;
+use crate::gateway::fields::content_length;
+use crate::gateway::fields::Forwarding;
 
 /// Why a request is not passed on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -1,7 +1,7 @@
 //! HTTP/2 in `--http` mode: a gateway, as HAProxy's `mode http` with h2 clients and
 //! HTTP/1.1 servers. hyperium's `h2` speaks HTTP/2 to the client (framing, HPACK, flow
 //! control, and its limits on CONTINUATION, empty-frame and reset floods); each stream
-//! goes to the gateway core (`proxy/gateway/`) as one HTTP/1.1 exchange on a keep-alive
+//! goes to the gateway core (`gateway/`) as one HTTP/1.1 exchange on a keep-alive
 //! backend connection of this client's (`stream.rs` hands h2's stream halves to it).
 //! This driver owns the connection: its settings, the limits h2 leaves to its user (the
 //! rate of streams a client resets, a header block's time, an idle connection), and the
@@ -20,10 +20,10 @@ use h2::Reason;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
-use super::gateway::{self, Client, Gateway, Version};
-use super::Worker;
 use crate::config::Limits;
 use crate::counters::WorkerCounters;
+use crate::edge::Worker;
+use crate::gateway::{self, Client, Gateway, Version};
 use crate::shutdown::Shutdown;
 use watch::{Seen, Watched};
 

@@ -14,12 +14,11 @@ use tokio::time::Instant;
 
 use super::stream::{Answer, Body};
 use crate::counters::WorkerCounters;
-use crate::proxy::conn::LiveGuard;
-use crate::proxy::gateway::{self, Client, Gateway, Version};
-use crate::proxy::http::choose::Chooser;
-use crate::proxy::http::request::Forwarding;
-use crate::proxy::preamble::{self, Origin, TlsFacts};
-use crate::proxy::{FrontendState, Worker};
+use crate::edge::preamble::{self, Origin, TlsFacts};
+use crate::edge::{FrontendState, Worker};
+use crate::gateway::choose::Chooser;
+use crate::gateway::fields::Forwarding;
+use crate::gateway::{self, Client, Gateway, Version};
 
 /// How long a request without `Content-Length` is given to show whether a body follows
 /// (its stream's end nearly always comes in the head's own packet).
@@ -38,8 +37,7 @@ pub(super) async fn serve(
     local: Option<SocketAddr>,
     early: bool,
 ) {
-    worker.conn_opened();
-    let _live = LiveGuard(&worker);
+    let _live = worker.opened();
     let counters = &worker.counters;
     let state = &worker.state;
     let limits = &state.limits;

@@ -6,11 +6,9 @@
 //! connection into a plain tunnel (WebSocket): until the backend has answered an upgrade
 //! request, nothing more from the client is parsed as HTTP or passed on.
 
-pub mod choose;
 pub mod chunked;
-pub mod fields;
 pub mod head;
-pub mod path;
+
 pub mod request;
 pub mod response;
 

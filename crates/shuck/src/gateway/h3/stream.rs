@@ -10,7 +10,7 @@ use h3::error::Code;
 use h3::server::RequestStream;
 use http::{HeaderMap, Response};
 
-use crate::proxy::gateway::front::{Gone, Inbound, Outbound, Reset, SendError};
+use crate::gateway::front::{Gone, Inbound, Outbound, Reset, SendError};
 
 /// The sending half of a request stream.
 pub type Tx = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use rustls::sign::CertifiedKey;
 
-use crate::proxy::route::{BackendId, Routing};
+use crate::edge::route::{BackendId, Routing};
 use crate::tls::sni::SniResolver;
 use crate::tls::TlsState;
 

@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use super::request::Kind;
-use crate::proxy::http::fields::content_length;
+use crate::gateway::fields::content_length;
 
 /// Why a backend's answer cannot be passed on (the stream gets 502, or a reset once its
 /// head has gone).

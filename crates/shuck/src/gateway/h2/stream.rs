@@ -10,7 +10,7 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, Response};
 
-use crate::proxy::gateway::front::{Gone, Inbound, Outbound, Reset, SendError};
+use crate::gateway::front::{Gone, Inbound, Outbound, Reset, SendError};
 
 /// The request body: h2's receiving half.
 pub struct Body(pub RecvStream);

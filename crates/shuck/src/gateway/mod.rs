@@ -1,7 +1,15 @@
-//! The HTTP gateway core that HTTP/2 (`proxy/h2/`) and HTTP/3 (`proxy/h3/`) share: each
-//! request stream of a client connection becomes one HTTP/1.1 exchange on a keep-alive
-//! backend connection of that client's, as HAProxy's `mode http` does with h2 and h3
-//! clients in front of HTTP/1.1 servers. Here live what does not depend on the client's
+//! The HTTP gateway (`--http`), one of shuck's two jobs beside the TCP terminator
+//! (`proxy/`), which hands it its HTTP connections. A folder per client version: `h1/`
+//! (HTTP/1.1's wire: the request rewriter and response tracker that ride the terminator's
+//! relay), `h2/` and `h3/` (each drives its connection and hands each request stream to
+//! this core). What the three share is here, so that they judge a request alike: the
+//! backend and the 421 check for a request's host (`choose.rs`, `path.rs`), what a field
+//! may hold and the forwarding headers (`fields.rs`).
+//!
+//! The core that HTTP/2 and HTTP/3 share beyond that: each request stream of a client
+//! connection becomes one HTTP/1.1 exchange on a keep-alive backend connection of that
+//! client's, as HAProxy's `mode http` does with h2 and h3 clients in front of HTTP/1.1
+//! servers. Here live what does not depend on the client's
 //! framing: the request's hygiene (`request.rs`), routing and the exchange (`exchange.rs`),
 //! the client's backend connections (`backends.rs`), the backend's answer read
 //! (`response.rs`) and passed on (`answer.rs`), WebSockets (`tunnel.rs`), and how an
@@ -10,13 +18,19 @@
 
 mod answer;
 mod backends;
+pub mod choose;
 pub use backends::wake_keepers;
 mod early;
 pub use early::Handshake;
 mod exchange;
 pub use exchange::accept;
+pub mod fields;
 pub mod front;
+pub mod h1;
+pub mod h2;
+pub mod h3;
 mod outcome;
+pub mod path;
 pub mod request;
 pub mod response;
 mod tunnel;
@@ -30,14 +44,14 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::http::choose::Chooser;
-use super::http::request::Forwarding;
-use super::preamble::Preambles;
-use super::route::{BackendId, Routing};
-use super::Worker;
 use crate::config::Limits;
 use crate::counters::WorkerCounters;
+use crate::edge::preamble::Preambles;
+use crate::edge::route::{BackendId, Routing};
+use crate::edge::Worker;
 use backends::Backends;
+use choose::Chooser;
+use fields::Forwarding;
 
 /// The client's HTTP version, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

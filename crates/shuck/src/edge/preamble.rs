@@ -13,8 +13,8 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 pub use crate::config::Preamble;
-use crate::proxy::route::{preamble_index, PREAMBLES};
-use crate::proxy::ProxyState;
+use crate::edge::route::{preamble_index, PREAMBLES};
+use crate::edge::ProxyState;
 use crate::tls::client_auth::Subject;
 
 /// Who the client is: from the socket, or from a PROXY header received in front.

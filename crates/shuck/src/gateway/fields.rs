@@ -1,5 +1,5 @@
 //! What the fields of a request head may hold, and which the client may not set: the
-//! forwarding headers shuck writes (`Forwarding`, shared with HTTP/2), the names removed under
+//! forwarding headers shuck writes (`Forwarding`, shared by the three versions), the names removed under
 //! any spelling, a `Host` that is `uri-host[:port]`, a trailer section checked as a head.
 
 use std::net::IpAddr;
@@ -153,7 +153,7 @@ pub(super) fn check_host<'h>(
     if hosts.next().is_some() {
         return Err(Rejected("more than one Host header"));
     }
-    let (authority, _) = super::choose::split_target(target);
+    let (authority, _) = crate::gateway::choose::split_target(target);
     let Some(host) = host else {
         if version == 1 {
             return Err(Rejected("no Host header in an HTTP/1.1 request"));

@@ -23,8 +23,8 @@ use super::response;
 use super::tunnel::upgrade;
 use super::{Active, Gateway};
 use crate::counters::WorkerCounters;
-use crate::proxy::http::choose::Choice;
-use crate::proxy::route::BackendId;
+use crate::edge::route::BackendId;
+use crate::gateway::choose::Choice;
 
 /// Takes a stream in: its request (`parts`; `end_stream`: no body follows) refused at
 /// once, or the future that serves it (`body` brings the request's body, `respond` takes

@@ -25,10 +25,10 @@ use tokio::time::{Instant, Sleep};
 
 use crate::backend::{ConnectError, Lease};
 use crate::counters::WorkerCounters;
-use crate::proxy::preamble::Preambles;
-use crate::proxy::route::{BackendId, Routing};
-use crate::proxy::upstream::{self, Upstream};
-use crate::proxy::Worker;
+use crate::edge::preamble::Preambles;
+use crate::edge::route::{BackendId, Routing};
+use crate::edge::upstream::{self, Upstream};
+use crate::edge::Worker;
 
 /// One backend connection and what was read from it ahead.
 #[derive(Debug)]
