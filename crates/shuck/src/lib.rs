@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod acme;
 pub mod admin;
 pub(crate) mod backend;

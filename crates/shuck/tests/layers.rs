@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
         "http_host",
         "codec",
     ],
-    &["backend", "session"],
+    &["backend", "session", "access"],
     &["tls"],
     &["acme"],
     &["config"],

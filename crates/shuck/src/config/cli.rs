@@ -913,6 +913,39 @@ pub struct Cli {
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub log_connections: bool,
 
+    /// An access log line per HTTP request (HTTP/1.1, HTTP/2 and HTTP/3 alike) and per
+    /// connection in TCP mode: `stderr`, `syslog` (RFC 5424 to /dev/log), `udp://HOST:PORT`
+    /// (RFC 5424 to a syslog server), or a file.
+    ///
+    /// Off by default. A file is opened by the master before privileges are dropped, and
+    /// opened again on SIGUSR1 (for logrotate) and at every reload. Lines are written by a
+    /// thread of their own in batches: a sink that cannot keep up costs dropped lines,
+    /// counted in `shuck_access_log_dropped_total` and warned of once an episode, never a
+    /// slower request. Syslog's facility is `--syslog-facility`'s. Config key
+    /// `access-log`; the fields are listed in the manual's Logs chapter.
+    #[arg(long, value_name = "TARGET", value_parser = parse_access_target)]
+    pub access_log: Option<crate::access::Target>,
+
+    /// `combined` (NCSA combined, as nginx writes it: goaccess, awstats and fail2ban read
+    /// it), `json` (one object a line, fixed keys), or a template such as
+    /// `"{remote_addr} {request_method} {request_uri} {status} {request_us}"`.
+    ///
+    /// A template names fields in braces (`{{` and `}}` for a brace); what a client sent is
+    /// escaped as nginx escapes it, so a line stays one line. Config key
+    /// `access-log-format`.
+    #[arg(long, value_name = "FORMAT", default_value = "combined", value_parser = parse_access_format)]
+    pub access_log_format: crate::access::Format,
+
+    /// Log only errors: a status of 400 or more, or a request or connection that did not
+    /// end normally (its `cause`).
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub access_log_errors_only: bool,
+
+    /// Log one request in N (per worker thread); errors are always logged.
+    #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u32).range(1..))]
+    pub access_log_sample: u32,
+
     /// Warnings met while reading the configuration file, logged once logging is set up.
     #[arg(skip)]
     pub notes: Vec<String>,
@@ -949,6 +982,17 @@ impl Cli {
 /// A path, empty allowed (hitch's "not set"; see [`Cli::unset_empty`]).
 fn any_path(s: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(s))
+}
+
+/// `--access-log`'s target.
+fn parse_access_target(s: &str) -> Result<crate::access::Target, String> {
+    s.parse()
+}
+
+/// `--access-log-format`, its error naming the field or brace at fault.
+fn parse_access_format(s: &str) -> Result<crate::access::Format, String> {
+    s.parse()
+        .map_err(|e: crate::access::format::FormatError| e.to_string())
 }
 
 /// A boolean as hitch spells it, in any case: on/off, yes/no, y/n, true/false, t/f, 1/0.

@@ -152,6 +152,10 @@ pub struct Config {
     pub limits: Limits,
     /// Log one line per connection.
     pub log_connections: bool,
+    /// `--access-log`: where request lines go and what they say.
+    pub access_log: Option<crate::access::Settings>,
+    /// `--syslog-facility`'s code, for the access log's syslog targets.
+    pub syslog_facility: u8,
     /// What to write before the client's bytes.
     pub preamble: Preamble,
     /// Read a PROXY header from the client side first.
@@ -416,6 +420,13 @@ impl Config {
                 h3: h3_limits(cli)?,
             },
             log_connections: cli.log_connections,
+            access_log: values::access_log(cli)?,
+            syslog_facility: crate::system::log::facility(&cli.syslog_facility).map_err(
+                |reason| ConfigError::Invalid {
+                    option: "--syslog-facility",
+                    reason,
+                },
+            )?,
             preamble,
             proxy_proxy: cli.proxy_proxy,
             http: cli.http.then_some(cli.max_header_bytes),

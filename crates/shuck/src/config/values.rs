@@ -211,3 +211,34 @@ pub(super) fn h2_limits(cli: &Cli) -> Result<H2Limits, ConfigError> {
         max_backend_conns: cli.http_max_backend_conns,
     })
 }
+
+/// `--access-log` and the flags that shape it; those without `--access-log` are an error,
+/// not silently nothing.
+pub(super) fn access_log(cli: &Cli) -> Result<Option<crate::access::Settings>, ConfigError> {
+    use crate::access::{Format, Policy, Settings};
+    let policy = Policy {
+        format: cli.access_log_format.clone(),
+        errors_only: cli.access_log_errors_only,
+        sample: cli.access_log_sample,
+    };
+    match &cli.access_log {
+        Some(target) => Ok(Some(Settings {
+            target: target.clone(),
+            policy,
+        })),
+        None => {
+            let given = [
+                ("--access-log-format", policy.format != Format::Combined),
+                ("--access-log-errors-only", policy.errors_only),
+                ("--access-log-sample", policy.sample != 1),
+            ];
+            match given.iter().find(|g| g.1) {
+                Some((option, _)) => Err(ConfigError::Invalid {
+                    option,
+                    reason: "needs --access-log (where the lines go)".into(),
+                }),
+                None => Ok(None),
+            }
+        }
+    }
+}

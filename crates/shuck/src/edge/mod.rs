@@ -51,6 +51,8 @@ pub struct ProxyState {
     /// `--quic`: the key QUIC's Retry and NEW_TOKEN tokens are sealed under (the farm's,
     /// or this process's own) and the log of tokens used, the same for every worker thread.
     pub quic_tokens: crate::tls::quic_tokens::Tokens,
+    /// `--access-log`: a line per request (per connection in TCP mode).
+    pub access: Option<Arc<crate::access::AccessLog>>,
 }
 
 /// A frontend as the workers see it. A reload swaps its TLS state: connections accepted

@@ -16,7 +16,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::answer::answer;
 use super::backends::BackendConn;
 use super::early::{self, Early};
-use super::front::{Inbound, Outbound, Reset};
+use super::front::{Inbound, Note, Outbound, Reset};
 use super::outcome::{client_reset, stalled, write_head, Done, End};
 use super::request::{self, Body, Kind, Refusal};
 use super::response;
@@ -26,15 +26,50 @@ use crate::counters::WorkerCounters;
 use crate::edge::route::BackendId;
 use crate::gateway::choose::Choice;
 
+/// A stream's future: the version's own halves, or (`--access-log`) the same watched for
+/// the log. Either is boxed where it is made (see [`take`]).
+pub enum Stream<A, B> {
+    /// Without an access log.
+    Plain(Pin<Box<A>>),
+    /// With one.
+    Logged(Pin<Box<B>>),
+}
+
+impl<A: Future<Output = ()>, B: Future<Output = ()>> Future for Stream<A, B> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        match self.get_mut() {
+            Stream::Plain(f) => f.as_mut().poll(cx),
+            Stream::Logged(f) => f.as_mut().poll(cx),
+        }
+    }
+}
+
 /// Takes a stream in: its request (`parts`; `end_stream`: no body follows) refused at
 /// once, or the future that serves it (`body` brings the request's body, `respond` takes
-/// the answer). Done before the future is made, so that the request (its
+/// the answer). With `--access-log`, both halves are watched for the stream's line.
+pub fn accept<I: Inbound, O: Outbound>(
+    active: Active,
+    parts: Parts,
+    end_stream: bool,
+    body: I,
+    respond: O,
+) -> Option<Stream<impl Future<Output = ()>, impl Future<Output = ()>>> {
+    let Some((log, conn)) = &active.0.log else {
+        return take(active, parts, end_stream, body, respond).map(Stream::Plain);
+    };
+    let (body, respond) = super::logged::watch(log.clone(), conn.clone(), &parts, body, respond);
+    take(active, parts, end_stream, body, respond).map(Stream::Logged)
+}
+
+/// [`accept`]'s work. Done before the future is made, so that the request (its
 /// fields, a quarter of a kilobyte) is not carried in it.
 ///
 /// The future is boxed here, where it is made: a task's future is moved whole at its
 /// spawn and twice more as it ends (tokio's task stages), and 1.5 KB moved four times a
 /// stream cost more than the allocation (callgrind: 8 % fewer instructions boxed).
-pub fn accept<I: Inbound, O: Outbound>(
+fn take<I: Inbound, O: Outbound>(
     active: Active,
     parts: Parts,
     end_stream: bool,
@@ -69,6 +104,7 @@ pub fn accept<I: Inbound, O: Outbound>(
             }
         }
     };
+    respond.note(Note::Backend(gw.backends.name(backend)));
     let mut head = Vec::with_capacity(512);
     let (framing, kind) = match request::build(&parts, end_stream, &gw.fwd, &mut head) {
         Ok(r) => r,
@@ -166,6 +202,7 @@ async fn serve<I: Inbound, O: Outbound>(
     let max_tries = gw.worker.state.limits.retries.max(1);
     let mut tries = 0;
     loop {
+        let asked = std::time::Instant::now();
         // An idle connection of this client's, else (boxed, as it is large and rare once
         // the connections are warm) a new one or a wait for one.
         let got = match gw.backends.idle(backend) {
@@ -197,6 +234,10 @@ async fn serve<I: Inbound, O: Outbound>(
                 return reply(&mut respond, StatusCode::SERVICE_UNAVAILABLE);
             }
         };
+        respond.note(Note::Connection {
+            server: conn.server(),
+            waited: asked.elapsed(),
+        });
         // The stream's future is copied whole into its box (see `accept`): the paths with
         // a body or a tunnel are boxed apart so that the common one, a request without a
         // body, stays small (2.3 KB with all three inline).
@@ -236,6 +277,7 @@ async fn serve<I: Inbound, O: Outbound>(
             Err(End::Unsent) if conn.reused && tries < max_tries => {
                 tries += 1;
                 WorkerCounters::bump(&gw.worker.counters.http.retries);
+                respond.note(Note::Retry);
             }
             // Closed or reset without a byte of answer (reused, or a server that died under
             // load): an idempotent request without a body goes to another connection (the
@@ -243,6 +285,7 @@ async fn serve<I: Inbound, O: Outbound>(
             Err(End::Stale) if tries < max_tries && again == Retry::Unanswered => {
                 tries += 1;
                 WorkerCounters::bump(&gw.worker.counters.http.retries);
+                respond.note(Note::Retry);
             }
             // The backend would not take it early: again once the handshake is done (the
             // connection, its answer unread, is dropped).

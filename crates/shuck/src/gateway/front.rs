@@ -37,6 +37,25 @@ pub enum SendError {
     Stalled,
 }
 
+/// What the core tells a stream's answer side of the exchange behind it, for the access
+/// log (`gateway/log.rs`); the versions' own halves take no note.
+#[derive(Debug, Clone, Copy)]
+pub enum Note<'a> {
+    /// The backend chosen.
+    Backend(&'a str),
+    /// A backend connection to `server`, had after `waited` (0 for an idle one).
+    Connection {
+        /// The server's address.
+        server: &'a str,
+        /// The wait for a slot and the connect.
+        waited: Duration,
+    },
+    /// The request goes again on a new connection.
+    Retry,
+    /// shuck gives up on the exchange, for this reason.
+    Failed(crate::access::Cause),
+}
+
 /// The request's body, as the client sends it.
 pub trait Inbound {
     /// Its next bytes: `None` at its end, `Err` once the client reset the stream.
@@ -78,4 +97,6 @@ pub trait Outbound {
     fn reset(&mut self, why: Reset);
     /// The stream's number, for logs.
     fn id(&self) -> u64;
+    /// Told what the exchange behind the answer did (the access log's).
+    fn note(&mut self, _note: Note<'_>) {}
 }

@@ -23,12 +23,13 @@ pub use backends::wake_keepers;
 mod early;
 pub use early::Handshake;
 mod exchange;
-pub use exchange::accept;
+pub use exchange::{accept, Stream};
 pub mod fields;
 pub mod front;
 pub mod h1;
 pub mod h2;
 pub mod h3;
+mod logged;
 mod outcome;
 pub mod path;
 pub mod request;
@@ -107,6 +108,8 @@ pub struct Gateway {
     pub(super) streams: Cell<u64>,
     /// HTTP/3 with 0-RTT: the handshake its early requests wait on.
     handshake: Option<Rc<Handshake>>,
+    /// `--access-log`: where each stream's line goes, and the connection's part of it.
+    log: Option<(Arc<crate::access::AccessLog>, Rc<crate::access::Conn>)>,
 }
 
 /// Streams reset by the client (or refused as malformed) in the current second, and
@@ -211,6 +214,8 @@ pub struct Client {
     pub alt_svc: Option<http::HeaderValue>,
     /// `--quic-early-data`: the handshake, while requests may come before it completes.
     pub handshake: Option<Rc<Handshake>>,
+    /// `--access-log`: the connection's facts, the same on each of its lines.
+    pub log: Option<Rc<crate::access::Conn>>,
 }
 
 impl Gateway {
@@ -223,6 +228,7 @@ impl Gateway {
         max_head: usize,
     ) -> Self {
         let counters = worker.counters.clone();
+        let log = worker.state.access.clone().zip(client.log);
         Gateway {
             worker,
             client: client.addr,
@@ -246,6 +252,7 @@ impl Gateway {
             idle_since: Cell::new(Instant::now()),
             streams: Cell::new(0),
             handshake: client.handshake,
+            log,
         }
     }
 

@@ -69,6 +69,14 @@ pub enum StartError {
     /// Threads, runtimes or signal handlers could not be set up.
     #[error("cannot start: {0}")]
     System(#[from] io::Error),
+    /// `--access-log`'s file cannot be opened.
+    #[error("--access-log {}: {source}", path.display())]
+    AccessLog {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: io::Error,
+    },
 }
 
 impl StartError {

@@ -96,6 +96,7 @@ pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
         Some(a) => Some(crate::admin::AdminServer::bind(a, upgrading)?),
         None => None,
     };
+    let access_file = master::access_log::open_file(&config)?;
     let pidfile = match &config.pidfile {
         Some(p) => Some(PidFile::write(p)?),
         None => None,
@@ -111,5 +112,6 @@ pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
         pidfile,
         predecessor: inherited.predecessor.take(),
         admin,
+        access_file,
     })
 }

@@ -166,6 +166,8 @@ pub fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
             },
         ),
         ("timeouts and limits", format!("{:?}", c.limits)),
+        // The writer thread starts with the worker; its target and policy follow a reload.
+        ("access-log on or off", c.access_log.is_some().to_string()),
         ("backlog", c.backlog.to_string()),
         // The master binds the admin API once (the token is never written out).
         (

@@ -8,6 +8,7 @@
 
 pub mod chunked;
 pub mod head;
+pub mod log;
 
 pub mod request;
 pub mod response;
@@ -52,6 +53,8 @@ pub struct Exchange {
     pub upgrade: Upgrade,
     /// The response stream could not be followed (malformed); upgrades are then refused.
     pub lost: bool,
+    /// `--access-log`: the connection's lines.
+    pub log: Option<Box<log::H1Log>>,
 }
 
 /// Most requests in flight (pipelined) on one connection.
@@ -64,6 +67,7 @@ impl Exchange {
             pending: VecDeque::new(),
             upgrade: Upgrade::None,
             lost: false,
+            log: None,
         }
     }
 }

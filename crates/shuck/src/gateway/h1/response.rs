@@ -78,6 +78,12 @@ impl ResponseTracker {
                     let take = (*left).min((input.len() - i) as u64) as usize;
                     i += take;
                     *left -= take as u64;
+                    if let Some(l) = &ex.log {
+                        l.received(take);
+                        if *left == 0 {
+                            l.answer_done();
+                        }
+                    }
                     if *left == 0 {
                         self.state = State::Head;
                     }
@@ -85,6 +91,12 @@ impl ResponseTracker {
                 State::Chunked(c) => match c.advance(&input[i..]) {
                     Ok(n) => {
                         i += n;
+                        if let Some(l) = &ex.log {
+                            l.received(n);
+                            if c.is_done() {
+                                l.answer_done();
+                            }
+                        }
                         if c.is_done() {
                             self.state = State::Head;
                         }
@@ -129,6 +141,9 @@ impl ResponseTracker {
         };
         let code = resp.code.unwrap_or(0);
         if code == 101 {
+            if let Some(l) = &ex.log {
+                l.answered(101);
+            }
             ex.pending.pop_front();
             ex.upgrade = Upgrade::Tunnel;
             self.state = State::Opaque;
@@ -142,6 +157,9 @@ impl ResponseTracker {
         };
         if req == Pending::Upgrade {
             ex.upgrade = Upgrade::None; // refused: the client's bytes are HTTP again
+        }
+        if let Some(l) = &ex.log {
+            l.answered(code);
         }
         let mut length = None;
         let mut chunked = false;
@@ -174,6 +192,9 @@ impl ResponseTracker {
                 None => State::Opaque,
             }
         };
+        if let (State::Head, Some(l)) = (&self.state, &ex.log) {
+            l.answer_done();
+        }
     }
 }
 

@@ -57,7 +57,8 @@ pub(super) async fn serve(
     let Some(max_head) = state.http else {
         return; // --quic is refused without --http; a reload cannot turn it off under us
     };
-    let deadline = Instant::now() + limits.handshake_timeout;
+    let began = Instant::now();
+    let deadline = began + limits.handshake_timeout;
     let failed = |e: &dyn std::fmt::Display| {
         WorkerCounters::bump(&counters.http.h3.handshake_failures);
         tracing::debug!(
@@ -116,6 +117,19 @@ pub(super) async fn serve(
     }
     let mut client = client(&worker, &frontend, &conn, sni.as_deref(), suite, local);
     client.handshake = handshake.as_ref().map(|(h, _)| h.clone());
+    if worker.state.access.is_some() {
+        client.log = Some(Rc::new(crate::access::Conn {
+            client: peer,
+            frontend: frontend.name.clone(),
+            sni: sni.clone(),
+            tls_version: Some("TLSv1.3"),
+            cipher: suite.and_then(|s| s.as_str()),
+            // quinn does not say whether a handshake resumed a session.
+            resumed: None,
+            protocol: "HTTP/3.0",
+            handshake_us: Some(u64::try_from((started - began).as_micros()).unwrap_or(u64::MAX)),
+        }));
+    }
     let gw = Rc::new(Gateway::new(
         worker.clone(),
         Version::H3,
@@ -303,6 +317,7 @@ fn client(
         // QPACK-encoded afresh, a tenth of an answer's instructions by callgrind).
         alt_svc: None,
         handshake: None,
+        log: None,
     }
 }
 

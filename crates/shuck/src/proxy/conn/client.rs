@@ -20,6 +20,9 @@ pub(super) async fn finish<S>(tls: &mut S, end: &RelayEnd, client: SocketAddr, h
 where
     S: tokio::io::AsyncWrite + Unpin,
 {
+    if let Some(l) = http.and_then(|h| h.exchange.log.as_deref()) {
+        log_end(l, end, http.and_then(Http::stall_answer).is_some(), http);
+    }
     let answer = match end {
         RelayEnd::Error(side, e) => {
             tracing::debug!(
@@ -77,6 +80,40 @@ where
         tls.shutdown().await
     })
     .await;
+}
+
+/// The access log's lines of an HTTP/1.1 connection that ends with `end`: the answer
+/// under way, the requests never answered, and shuck's own answer (`stalled_408`: a stall
+/// answered 408).
+fn log_end(l: &h1::log::H1Log, end: &RelayEnd, stalled_408: bool, http: Option<&Http>) {
+    use crate::access::Cause as C;
+    use crate::proxy::relay::Side;
+    let (cut, unanswered, own) = match end {
+        RelayEnd::Closed | RelayEnd::Stray => (C::Normal, C::BackendReset, None),
+        RelayEnd::IdleTimeout => (C::BackendTimeout, C::BackendTimeout, None),
+        RelayEnd::Error(Side::Client, _) => (C::ClientClosed, C::ClientClosed, None),
+        RelayEnd::Error(Side::Backend, _) => (C::AnswerCut, C::BackendReset, None),
+        RelayEnd::BadRequest(_) => (C::BadRequest, C::BadRequest, Some((400, C::BadRequest))),
+        RelayEnd::HttpTimeout(h1::Expired::Request) => (
+            C::RequestTimeout,
+            C::RequestTimeout,
+            Some((408, C::RequestTimeout)),
+        ),
+        RelayEnd::HttpTimeout(h1::Expired::KeepAlive) => (C::Normal, C::ClientTimeout, None),
+        RelayEnd::HttpTimeout(h1::Expired::Stall) => (
+            C::ClientTimeout,
+            C::ClientTimeout,
+            stalled_408.then_some((408, C::ClientTimeout)),
+        ),
+        RelayEnd::Misdirected => {
+            let head = http.map_or(&[][..], |h| h.request.held_head());
+            return l.ended_held(head, C::Normal, C::Misdirected, (421, C::Misdirected));
+        }
+        RelayEnd::Switch(_) | RelayEnd::BackendClosed | RelayEnd::SendAgain => {
+            (C::Normal, C::BackendReset, None)
+        }
+    };
+    l.ended(cut, unanswered, own, None);
 }
 
 /// HTTP mode: reads the client until its first request head is accepted, and returns it

@@ -8,6 +8,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::client::{finish, first_request, CLOSE_GRACE};
 use super::version_name;
+use crate::access::{self, Cause};
 use crate::counters::{FrontendCounters, WorkerCounters};
 use crate::edge::preamble::Preambles;
 use crate::edge::route::{Backend, BackendId, Routing};
@@ -24,6 +25,10 @@ pub(super) struct Ends<'a> {
     pub(super) routing: &'a Routing,
     pub(super) preambles: &'a Preambles,
     pub(super) client: SocketAddr,
+    /// `--access-log`: the connection's facts.
+    pub(super) log: Option<&'a access::Conn>,
+    /// The connection's accept.
+    pub(super) started: Instant,
 }
 
 /// How the relay went, over every backend it met.
@@ -66,9 +71,27 @@ impl Ends<'_> {
             let b = self.routing.backend(id);
             let pre = self.preambles.get(b.preamble);
             let opened = open(worker, b, pre, client, tls, fe_counters, http_mode);
-            let (mut backend, lease) = opened.await?;
+            let Some((mut backend, lease)) = opened.await else {
+                if let Some(l) = http.as_deref().and_then(|h| h.exchange.log.as_deref()) {
+                    let refused = Some((503, Cause::BackendRefused));
+                    l.serving(&b.name, "-");
+                    l.ended(Cause::Normal, Cause::BackendRefused, refused, None);
+                }
+                if !http_mode {
+                    let out = relay::RelayOutcome {
+                        client_to_backend: to_backend,
+                        backend_to_client: to_client,
+                        end: RelayEnd::Closed,
+                    };
+                    self.log_tcp(&out, Some(&b.name), None, Cause::BackendRefused);
+                }
+                return None;
+            };
             if let Some(h) = http.as_deref_mut() {
                 h.request.serving(lease.server_arc(), id);
+                if let Some(l) = &h.exchange.log {
+                    l.serving(&b.name, lease.server().name());
+                }
             }
             // preamble (unless TLS to the backend sent it before its handshake), and the
             // first request (or the one that moved the connection here)
@@ -96,6 +119,9 @@ impl Ends<'_> {
                         error = %e,
                         "cannot write the preamble",
                     );
+                    if let Some(l) = http.as_deref().and_then(|h| h.exchange.log.as_deref()) {
+                        l.ended(Cause::Normal, Cause::BackendReset, None, None);
+                    }
                     return None;
                 }
             }
@@ -193,6 +219,14 @@ impl Ends<'_> {
             _ => {}
         }
         finish(tls, &out.end, client, http).await;
+        if http.is_none() {
+            self.log_tcp(
+                &out,
+                Some(&self.routing.backend(id).name),
+                Some(served.name()),
+                cause_of(&out.end),
+            );
+        }
         if state.log_connections {
             let conn = tls.conn();
             tracing::info!(
@@ -213,6 +247,55 @@ impl Ends<'_> {
                 "connection closed",
             );
         }
+    }
+}
+
+impl Ends<'_> {
+    /// TCP mode's access log line: the connection's whole life.
+    fn log_tcp(
+        &self,
+        out: &relay::RelayOutcome,
+        backend: Option<&str>,
+        server: Option<&str>,
+        cause: Cause,
+    ) {
+        let (Some(log), Some(conn)) = (&self.worker.state.access, self.log) else {
+            return;
+        };
+        let took = self.started.elapsed();
+        log.log(&access::Record {
+            start: std::time::SystemTime::now() - took,
+            conn,
+            method: b"",
+            authority: b"",
+            path: b"",
+            user_agent: b"",
+            referer: b"",
+            status: 0,
+            bytes_in: out.client_to_backend,
+            bytes_out: out.backend_to_client,
+            backend,
+            server,
+            retries: 0,
+            request_id: b"",
+            timings: access::Timings {
+                connect: None,
+                head: None,
+                total: u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            },
+            cause,
+        });
+    }
+}
+
+/// How a TCP relay's end reads in the access log.
+fn cause_of(end: &RelayEnd) -> Cause {
+    match end {
+        RelayEnd::Closed => Cause::Normal,
+        RelayEnd::IdleTimeout => Cause::ClientTimeout,
+        RelayEnd::Error(relay::Side::Client, _) => Cause::ClientClosed,
+        RelayEnd::Error(relay::Side::Backend, _) => Cause::BackendReset,
+        _ => Cause::Normal,
     }
 }
 

@@ -20,6 +20,7 @@ use super::client_io::ClientIo;
 use super::handshake::{handshake, log_failure, HandshakeError};
 use super::relay::RelayEnd;
 use super::tls_stream::TlsStream;
+use crate::access;
 use crate::counters::{FailReason, Failure, FrontendCounters, WorkerCounters};
 use crate::edge::preamble::{self, Origin, Preamble, Preambles, TlsFacts};
 use crate::edge::route::{preamble_index, BackendId, Routing, PREAMBLES};
@@ -64,12 +65,20 @@ pub async fn serve(
     };
     let resumed = tls.conn().handshake_kind() == Some(HandshakeKind::Resumed);
     counters.handshake_done(resumed);
+    let log = access_conn(state, &frontend, &tls, client, started.elapsed());
 
     // The connection's own backend: its server name's route, its frontend's, the default;
     // what the backends are told first; and who serves the requests.
     let (fallback, route) = routing.for_connection(&frontend.name, tls.sni());
     let (preambles, mut http) = match told(
-        &worker, &frontend, &routing, &tls_state, &tls, &origin, fallback,
+        &worker,
+        &frontend,
+        &routing,
+        &tls_state,
+        &tls,
+        &origin,
+        fallback,
+        log.clone(),
     ) {
         Told::Relay(preambles, http) => (preambles, http),
         // HTTP/2 negotiated in HTTP mode: the gateway serves the connection. Boxed: its
@@ -107,6 +116,8 @@ pub async fn serve(
         routing: &routing,
         preambles: &preambles,
         client,
+        log: log.as_deref(),
+        started,
     };
     let Some(relayed) = ends
         .relay(&mut tls, http.as_mut(), fallback, route, first)
@@ -237,6 +248,7 @@ enum Told {
 /// What the backends are told first and who serves the requests. The client certificate's
 /// subject is only needed to build them, so it does not stay in the connection's task while
 /// the connection idles.
+#[allow(clippy::too_many_arguments)]
 fn told(
     worker: &Worker,
     frontend: &FrontendState,
@@ -245,6 +257,7 @@ fn told(
     tls: &TlsStream,
     origin: &Origin,
     fallback: BackendId,
+    log: Option<Rc<access::Conn>>,
 ) -> Told {
     let state = &worker.state;
     let limits = &state.limits;
@@ -291,6 +304,7 @@ fn told(
             chooser: chooser(),
             alt_svc: frontend.alt_svc.clone(),
             handshake: None,
+            log,
         };
         return Told::H2(client, max_head);
     }
@@ -306,6 +320,9 @@ fn told(
         }
         if let Some(c) = chooser() {
             h.request.route(c);
+        }
+        if let (Some(access), Some(conn)) = (&state.access, &log) {
+            h.exchange.log = Some(Box::new(h1::log::H1Log::new(access.clone(), conn.clone())));
         }
         h
     });
@@ -366,6 +383,35 @@ impl Drop for ClosedGuard<'_> {
     fn drop(&mut self) {
         WorkerCounters::bump(&self.0.closed);
     }
+}
+
+/// The access log's facts of this connection, when there is an access log.
+fn access_conn(
+    state: &crate::edge::ProxyState,
+    frontend: &FrontendState,
+    tls: &TlsStream,
+    client: SocketAddr,
+    handshake: std::time::Duration,
+) -> Option<Rc<access::Conn>> {
+    state.access.as_ref()?;
+    let conn = tls.conn();
+    let protocol = match (state.http, conn.alpn_protocol()) {
+        (Some(_), Some(b"h2")) => "HTTP/2.0",
+        (Some(_), _) => "HTTP/1.1",
+        (None, _) => "TCP",
+    };
+    Some(Rc::new(access::Conn {
+        client,
+        frontend: frontend.name.clone(),
+        sni: tls.sni().map(str::to_owned),
+        tls_version: version_name(conn.protocol_version()),
+        cipher: conn
+            .negotiated_cipher_suite()
+            .and_then(|s| s.suite().as_str()),
+        resumed: Some(conn.handshake_kind() == Some(HandshakeKind::Resumed)),
+        protocol,
+        handshake_us: Some(u64::try_from(handshake.as_micros()).unwrap_or(u64::MAX)),
+    }))
 }
 
 fn version_name(v: Option<rustls::ProtocolVersion>) -> Option<&'static str> {

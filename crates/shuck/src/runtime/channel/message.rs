@@ -58,6 +58,10 @@ pub enum Msg {
     Handover,
     /// Sockets, with their descriptors (at most [`MAX_FDS`]).
     Sockets(Vec<Entry>, Vec<OwnedFd>),
+    /// Master → worker: the `--access-log` file, opened again (SIGUSR1, a reload).
+    AccessLog(OwnedFd),
+    /// Worker → master: SIGUSR1 reached the worker (open the log files again).
+    Reopen,
     /// Master → worker: apply the configuration read while recording this (the sockets
     /// of new frontends came just before, in [`Msg::Sockets`]).
     Apply(Recording),
@@ -234,6 +238,8 @@ pub(super) fn encode(msg: &Msg) -> (u8, Vec<u8>) {
             20
         }
         Msg::PredecessorGone => 21,
+        Msg::AccessLog(_) => 22,
+        Msg::Reopen => 23,
     };
     (tag, w)
 }
@@ -425,6 +431,18 @@ pub(super) fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, 
             body: r.bytes_u32("admin answer")?.to_vec(),
         },
         21 => Msg::PredecessorGone,
+        22 => {
+            r.end()?;
+            let mut fds = fds.into_iter();
+            return match (fds.next(), fds.next()) {
+                (Some(fd), None) => Ok(Msg::AccessLog(fd)),
+                (got, _) => Err(ChannelError::SocketsMismatch {
+                    named: 1,
+                    passed: usize::from(got.is_some()) * 2,
+                }),
+            };
+        }
+        23 => Msg::Reopen,
         t => return Err(ChannelError::Unknown(t)),
     };
     if !fds.is_empty() {

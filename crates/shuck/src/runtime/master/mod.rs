@@ -26,6 +26,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+pub(crate) mod access_log;
 mod acme;
 mod admin;
 mod listeners;
@@ -102,6 +103,8 @@ pub struct Master {
     pub predecessor: Option<Channel>,
     /// The admin API's sockets, when asked for.
     pub admin: Option<crate::admin::AdminServer>,
+    /// `--access-log`'s file, opened by the master (as root), when the target is one.
+    pub access_file: Option<std::fs::File>,
 }
 
 /// The master's running state.
@@ -201,6 +204,7 @@ pub fn run(m: Master) -> Result<(), StartError> {
         Signal::SIGINT,
         Signal::SIGHUP,
         Signal::SIGUSR2,
+        Signal::SIGUSR1,
         Signal::SIGCHLD,
     ] {
         mask.add(s);
@@ -329,6 +333,7 @@ impl Run {
                     let _ = self.reload();
                 }
                 Ok(Signal::SIGUSR2) => self.start_upgrade(),
+                Ok(Signal::SIGUSR1) => self.reopen_access_log(),
                 Ok(Signal::SIGTERM | Signal::SIGINT) => self.stop(),
                 _ => {}
             }

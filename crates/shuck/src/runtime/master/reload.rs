@@ -88,6 +88,8 @@ impl super::Run {
         for m in sockets_messages(fresh) {
             self.to_worker(&m);
         }
+        // The worker takes the access log's file before the configuration that names it.
+        self.hand_access_file(&new);
         self.to_worker(&Msg::Apply(rec));
         self.m.config = new;
         self.m.tls = built;

@@ -38,6 +38,7 @@ impl super::Run {
             }
             Ok(Msg::AdminReply { id, status, body }) => self.on_admin_reply(id, status, &body),
             Ok(Msg::Upgrade) => self.start_upgrade(),
+            Ok(Msg::Reopen) => self.reopen_access_log(),
             Ok(m @ (Msg::Sessions(_) | Msg::SessionsEnd)) => self.to_successor(&m),
             Ok(m @ (Msg::AcmeAnswered(_) | Msg::Farm(_))) => self.to_acme(&m),
             Ok(m) => {
@@ -107,6 +108,10 @@ impl super::Run {
             channel: theirs,
             await_sessions: self.phase == (Phase::Starting { takeover: true }),
             hold_quic: self.m.predecessor.is_some(),
+            access_file: match &self.m.access_file {
+                Some(f) => Some(f.try_clone().map_err(StartError::System)?),
+                None => None,
+            },
         };
         match fork_single_threaded().map_err(StartError::System)? {
             Forked::Child => {

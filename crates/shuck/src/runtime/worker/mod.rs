@@ -59,6 +59,8 @@ pub struct Start {
     /// Leave the QUIC sockets unread until the previous process has exited (binary
     /// upgrade): they are the same sockets, and its connections are still draining.
     pub hold_quic: bool,
+    /// `--access-log`'s file, opened by the master.
+    pub access_file: Option<std::fs::File>,
 }
 
 /// Runs the worker process; returns its exit status.
@@ -84,6 +86,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         channel,
         await_sessions,
         hold_quic,
+        access_file,
     } = start;
     // A master killed outright takes its worker along at once: an orphan draining would
     // hold the ports a restarted service needs.
@@ -114,7 +117,8 @@ fn serve(start: Start) -> Result<(), StartError> {
             "no certificate given: serving a self-signed certificate generated at start",
         );
     }
-    let state = Arc::new(proxy_state(&config, Routing::new(&config, pool)));
+    let access = access_log(&config, access_file)?;
+    let state = Arc::new(proxy_state(&config, Routing::new(&config, pool), access));
     let supervisor = Supervisor::catch_signals()?;
 
     let (controls, control_rxs) = threads::channels(config.workers);
@@ -165,6 +169,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         served: frontends.served.clone(),
         acme: config.acme.as_ref().map(|_| Default::default()),
     });
+    let access = sources.state.access.clone();
     let reloader = Reloader::new(
         config,
         source,
@@ -172,7 +177,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         resumption.clone(),
         services.ocsp_updates.take(),
     );
-    supervisor.run(Supervised {
+    let served = supervisor.run(Supervised {
         frontends,
         reloader,
         services,
@@ -184,7 +189,14 @@ fn serve(start: Start) -> Result<(), StartError> {
         start,
         await_sessions,
         quic_start,
-    })
+    });
+    // The worker threads have handed on their last lines: they are written before exit.
+    if let Some(a) = access {
+        if !a.flush(std::time::Duration::from_secs(2)) {
+            tracing::warn!(name: "access_log_unflushed", "access log: the last lines could not be written within 2 s");
+        }
+    }
+    served
 }
 
 /// The backend servers, or the built-in origin started on a loopback port.
@@ -264,7 +276,32 @@ fn drop_privileges(target: &crate::system::privileges::Target) -> Result<(), Sta
 }
 
 /// What every connection reads.
-fn proxy_state(config: &Config, routing: Routing) -> ProxyState {
+/// `--access-log`'s writer thread, on the master's file or a target of the worker's own.
+fn access_log(
+    config: &Config,
+    file: Option<std::fs::File>,
+) -> Result<Option<Arc<crate::access::AccessLog>>, StartError> {
+    use crate::access::{sink, AccessLog, Opened};
+    let Some(settings) = &config.access_log else {
+        return Ok(None);
+    };
+    let to = match file {
+        Some(f) => Opened::File(f),
+        None => sink::open(&settings.target, config.syslog_facility).map_err(|source| {
+            StartError::AccessLog {
+                path: format!("{:?}", settings.target).into(),
+                source,
+            }
+        })?,
+    };
+    Ok(Some(AccessLog::start(to, settings.policy.clone())?))
+}
+
+fn proxy_state(
+    config: &Config,
+    routing: Routing,
+    access: Option<Arc<crate::access::AccessLog>>,
+) -> ProxyState {
     ProxyState {
         routing: arc_swap::ArcSwap::from_pointee(routing),
         proxy_proxy: config.proxy_proxy,
@@ -278,5 +315,6 @@ fn proxy_state(config: &Config, routing: Routing) -> ProxyState {
         client_cert_header: config.client_cert_header.clone(),
         maint: tokio::sync::Notify::new(),
         quic_tokens: crate::tls::quic_tokens::tokens(config.farm_key()),
+        access,
     }
 }

@@ -284,6 +284,37 @@ impl Reloader {
             if closed.is_empty() { String::new() } else { format!(", closed {closed}") },
         );
         self.follow_ocsp(&new);
+        self.follow_access_log(&new);
         self.current = new;
+    }
+
+    /// The master's access log file, opened again: written to from now on.
+    pub fn access_file(&self, fd: std::os::fd::OwnedFd) {
+        if let Some(a) = &self.state.access {
+            a.reopen(crate::access::Opened::File(fd.into()));
+        }
+    }
+
+    /// A reload's access log: its policy, and a target other than a file (a file comes
+    /// from the master, before the configuration).
+    fn follow_access_log(&self, new: &Config) {
+        let (Some(log), Some(settings)) = (&self.state.access, &new.access_log) else {
+            return;
+        };
+        log.set_policy(settings.policy.clone());
+        let old = self.current.access_log.as_ref().map(|a| &a.target);
+        if old != Some(&settings.target)
+            && !matches!(settings.target, crate::access::Target::File(_))
+        {
+            match crate::access::sink::open(&settings.target, new.syslog_facility) {
+                Ok(to) => log.reopen(to),
+                Err(e) => tracing::warn!(
+                    name: "access_log_reopen_failed",
+                    error = %e,
+                    "SIGHUP: access log {:?}: {e}; still writing where it was",
+                    settings.target,
+                ),
+            }
+        }
     }
 }

@@ -41,6 +41,7 @@ pub struct Supervisor {
     term: Signal,
     int: Signal,
     hup: Signal,
+    usr1: Signal,
     usr2: Signal,
 }
 
@@ -121,6 +122,7 @@ impl Supervisor {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
             hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
             usr2: signal(SignalKind::user_defined2())?,
             rt,
         })
@@ -133,6 +135,7 @@ impl Supervisor {
             mut term,
             mut int,
             mut hup,
+            mut usr1,
             mut usr2,
         } = self;
         let Supervised {
@@ -193,6 +196,7 @@ impl Supervisor {
                     Some(()) = services.restaple.recv() => reloader.restaple(&frontends),
                     _ = hup.recv() => master.send(&Msg::Reload),
                     _ = usr2.recv() => master.send(&Msg::Upgrade),
+                    _ = usr1.recv() => master.send(&Msg::Reopen),
                     _ = &mut sessions_wait, if waiting => {
                         tracing::warn!(
                             name: "takeover_sessions_late",
@@ -219,6 +223,7 @@ impl Supervisor {
                             }
                         }
                         Some(Msg::Apply(rec)) => reloader.apply(&mut frontends, rec, &mut given),
+                        Some(Msg::AccessLog(fd)) => reloader.access_file(fd),
                         Some(Msg::Tickets(state)) => {
                             if let Some(t) = &resumption.tickets {
                                 t.install(&state);

@@ -117,6 +117,17 @@ async fn worker_main(
             crate::gateway::wake_keepers();
         }
     });
+    // The access log's lines of this thread are handed on at least this often.
+    if let Some(log) = worker.state.access.clone() {
+        tokio::task::spawn_local(async move {
+            let mut tick = tokio::time::interval(crate::access::FLUSH_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tick.tick().await;
+                log.flush_thread();
+            }
+        });
+    }
     // Sockets sent meanwhile wait in the channel; connections, in their backlog.
     tokio::select! {
         _ = start.recv() => {}
@@ -179,4 +190,7 @@ async fn worker_main(
     }
     #[cfg(feature = "io-uring")]
     rings.stop();
+    if let Some(log) = &worker.state.access {
+        log.flush_thread();
+    }
 }

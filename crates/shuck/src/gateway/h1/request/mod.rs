@@ -138,6 +138,12 @@ impl RequestRewriter {
     }
 
     /// A request waiting for the answers owed before it, and why.
+    /// The head of a request held (for another backend, or misdirected).
+    pub fn held_head(&self) -> &[u8] {
+        &self.held
+    }
+
+    /// What is held, if anything.
     pub fn held(&self) -> Option<Hold> {
         match self.state {
             State::Held(h) => Some(h),
@@ -250,6 +256,9 @@ impl RequestRewriter {
                     out.extend_from_slice(&input[i..i + take]);
                     i += take;
                     *left -= take as u64;
+                    if let Some(l) = &ex.log {
+                        l.sent(take);
+                    }
                     if *left == 0 {
                         self.after_message(ex);
                     }
@@ -261,6 +270,9 @@ impl RequestRewriter {
                         self.trailer.extend_from_slice(&input[i..i + n]);
                     } else {
                         out.extend_from_slice(&input[i..i + n]);
+                    }
+                    if let Some(l) = &ex.log {
+                        l.sent(n);
                     }
                     i += n;
                     if c.is_done() {
@@ -465,6 +477,12 @@ impl RequestRewriter {
         self.requests += 1;
         self.closing = close;
         let upgrade = upgrade_header && connection_upgrade && version == 1;
+        if let Some(l) = &ex.log {
+            l.asked(
+                &super::log::Asked::of(method, path, req.headers),
+                head.len(),
+            );
+        }
         ex.pending.push_back(if upgrade {
             Pending::Upgrade
         } else if method.eq_ignore_ascii_case("HEAD") {

@@ -1,0 +1,604 @@
+//! The three ways a line is written (`--access-log-format`): NCSA `combined` (what
+//! goaccess, awstats and fail2ban read), `json` (one object a line, keys fixed), or a
+//! template of named fields. Whatever a client sent, a line stays one line: `combined` and
+//! templates escape as nginx does (`"`, `\`, and bytes outside 0x20..=0x7e as `\xHH`),
+//! JSON as JSON requires (and bytes that are not UTF-8 as `\xHH` text, so that every line
+//! parses).
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::record::Record;
+
+/// At most this many bytes of a path, a host, a User-Agent or a Referer are written: a
+/// 64 KB request target makes a line of a few kilobytes, never of 64.
+pub const FIELD_CAP: usize = 2048;
+
+/// A line's fields by name, for templates; the README's table lists them (nginx's variable
+/// names where nginx has one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// ISO 8601, UTC, microseconds.
+    Time,
+    /// `[28/Nov/2026:07:45:01 +0000]`'s inside, as `combined` writes it.
+    TimeLocal,
+    /// The client's address.
+    RemoteAddr,
+    /// The client's port.
+    RemotePort,
+    /// The frontend.
+    Frontend,
+    /// The server name asked for.
+    SslServerName,
+    /// The TLS version.
+    SslProtocol,
+    /// The cipher suite.
+    SslCipher,
+    /// `r` when resumed, `.` when not (nginx's `$ssl_session_reused`).
+    SslSessionReused,
+    /// `HTTP/1.1`, `HTTP/2.0`, `HTTP/3.0`, `TCP`.
+    ServerProtocol,
+    /// The method.
+    RequestMethod,
+    /// `:authority` or `Host`.
+    Host,
+    /// The path and query.
+    RequestUri,
+    /// The answer's status.
+    Status,
+    /// Body bytes from the client (HAProxy's `%U` counts them).
+    BytesReceived,
+    /// Body bytes to the client.
+    BodyBytesSent,
+    /// The backend's name.
+    Backend,
+    /// The server's address.
+    UpstreamAddr,
+    /// Times sent again.
+    Retries,
+    /// The request's ID.
+    RequestId,
+    /// The TLS handshake, µs.
+    HandshakeUs,
+    /// Connecting, µs.
+    ConnectUs,
+    /// Until the answer's head, µs.
+    HeaderUs,
+    /// Until the end, µs.
+    RequestUs,
+    /// HAProxy's two letters.
+    TerminationState,
+    /// The termination state in words.
+    Cause,
+    /// `User-Agent`.
+    HttpUserAgent,
+    /// `Referer`.
+    HttpReferer,
+}
+
+/// Every field with its name, in the order JSON writes them.
+pub const FIELDS: &[(&str, Field)] = &[
+    ("time", Field::Time),
+    ("time_local", Field::TimeLocal),
+    ("remote_addr", Field::RemoteAddr),
+    ("remote_port", Field::RemotePort),
+    ("frontend", Field::Frontend),
+    ("ssl_server_name", Field::SslServerName),
+    ("ssl_protocol", Field::SslProtocol),
+    ("ssl_cipher", Field::SslCipher),
+    ("ssl_session_reused", Field::SslSessionReused),
+    ("server_protocol", Field::ServerProtocol),
+    ("request_method", Field::RequestMethod),
+    ("host", Field::Host),
+    ("request_uri", Field::RequestUri),
+    ("status", Field::Status),
+    ("bytes_received", Field::BytesReceived),
+    ("body_bytes_sent", Field::BodyBytesSent),
+    ("backend", Field::Backend),
+    ("upstream_addr", Field::UpstreamAddr),
+    ("retries", Field::Retries),
+    ("request_id", Field::RequestId),
+    ("handshake_us", Field::HandshakeUs),
+    ("connect_us", Field::ConnectUs),
+    ("header_us", Field::HeaderUs),
+    ("request_us", Field::RequestUs),
+    ("termination_state", Field::TerminationState),
+    ("cause", Field::Cause),
+    ("http_user_agent", Field::HttpUserAgent),
+    ("http_referer", Field::HttpReferer),
+];
+
+/// A template's pieces: text as written, and fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// Written as it is.
+    Text(String),
+    /// Written escaped, `-` when it has no value.
+    Field(Field),
+}
+
+/// How lines are written.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Format {
+    /// NCSA combined.
+    #[default]
+    Combined,
+    /// One JSON object a line.
+    Json,
+    /// A template.
+    Template(Vec<Piece>),
+}
+
+/// Why a format could not be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FormatError {
+    /// `{name}` names no field.
+    #[error("unknown field {{{name}}} at byte {at} (fields: {})", FIELDS.iter().map(|f| f.0).collect::<Vec<_>>().join(", "))]
+    Unknown {
+        /// The name.
+        name: String,
+        /// Where it starts.
+        at: usize,
+    },
+    /// A `{` without its `}`, or a `}` alone.
+    #[error("unbalanced {what} at byte {at} (write {{{{ or }}}} for a brace)")]
+    Unbalanced {
+        /// `{` or `}`.
+        what: char,
+        /// Where.
+        at: usize,
+    },
+    /// A template with no field.
+    #[error("a template needs at least one {{field}}")]
+    NoField,
+}
+
+impl std::str::FromStr for Format {
+    type Err = FormatError;
+
+    /// `combined`, `json`, or a template such as `{remote_addr} {request_method} {status}`.
+    fn from_str(s: &str) -> Result<Self, FormatError> {
+        match s {
+            "combined" => return Ok(Format::Combined),
+            "json" => return Ok(Format::Json),
+            _ => {}
+        }
+        let mut pieces = Vec::new();
+        let mut text = String::new();
+        let mut rest = s.char_indices().peekable();
+        while let Some((at, c)) = rest.next() {
+            match c {
+                '{' if rest.peek().map(|p| p.1) == Some('{') => {
+                    rest.next();
+                    text.push('{');
+                }
+                '}' if rest.peek().map(|p| p.1) == Some('}') => {
+                    rest.next();
+                    text.push('}');
+                }
+                '}' => return Err(FormatError::Unbalanced { what: '}', at }),
+                '{' => {
+                    let end = s[at..]
+                        .find('}')
+                        .ok_or(FormatError::Unbalanced { what: '{', at })?;
+                    let name = &s[at + 1..at + end];
+                    let field = FIELDS
+                        .iter()
+                        .find(|f| f.0 == name)
+                        .ok_or_else(|| FormatError::Unknown {
+                            name: name.to_owned(),
+                            at,
+                        })?
+                        .1;
+                    if !text.is_empty() {
+                        pieces.push(Piece::Text(std::mem::take(&mut text)));
+                    }
+                    pieces.push(Piece::Field(field));
+                    while rest.peek().is_some_and(|p| p.0 <= at + end) {
+                        rest.next();
+                    }
+                }
+                c => text.push(c),
+            }
+        }
+        if !text.is_empty() {
+            pieces.push(Piece::Text(text));
+        }
+        if !pieces.iter().any(|p| matches!(p, Piece::Field(_))) {
+            return Err(FormatError::NoField);
+        }
+        Ok(Format::Template(pieces))
+    }
+}
+
+impl Format {
+    /// Appends `rec`'s line, newline included, to `out`.
+    pub fn write(&self, rec: &Record<'_>, out: &mut Vec<u8>) {
+        match self {
+            Format::Combined => combined(rec, out),
+            Format::Json => json(rec, out),
+            Format::Template(pieces) => {
+                for p in pieces {
+                    match p {
+                        Piece::Text(t) => out.extend_from_slice(t.as_bytes()),
+                        Piece::Field(f) => value(rec, *f, out, Escape::Nginx),
+                    }
+                }
+            }
+        }
+        out.push(b'\n');
+    }
+}
+
+/// `$remote_addr - - [$time_local] "$request" $status $body_bytes_sent "$http_referer"
+/// "$http_user_agent"`, as nginx writes it.
+fn combined(rec: &Record<'_>, out: &mut Vec<u8>) {
+    value(rec, Field::RemoteAddr, out, Escape::Nginx);
+    out.extend_from_slice(b" - - [");
+    value(rec, Field::TimeLocal, out, Escape::Nginx);
+    out.extend_from_slice(b"] \"");
+    if rec.method.is_empty() {
+        out.push(b'-');
+    } else {
+        nginx(rec.method, out);
+        out.push(b' ');
+        nginx(cap(rec.path), out);
+        out.push(b' ');
+        out.extend_from_slice(rec.conn.protocol.as_bytes());
+    }
+    out.extend_from_slice(b"\" ");
+    value(rec, Field::Status, out, Escape::Nginx);
+    out.push(b' ');
+    value(rec, Field::BodyBytesSent, out, Escape::Nginx);
+    out.extend_from_slice(b" \"");
+    value(rec, Field::HttpReferer, out, Escape::Nginx);
+    out.extend_from_slice(b"\" \"");
+    value(rec, Field::HttpUserAgent, out, Escape::Nginx);
+    out.push(b'"');
+}
+
+fn json(rec: &Record<'_>, out: &mut Vec<u8>) {
+    out.push(b'{');
+    for (i, (name, field)) in FIELDS.iter().enumerate() {
+        if *field == Field::TimeLocal {
+            continue;
+        }
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":");
+        value(rec, *field, out, Escape::Json);
+    }
+    out.push(b'}');
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Escape {
+    Nginx,
+    Json,
+}
+
+/// One field's value: a string quoted in JSON, a number bare; no value is `-` (JSON: null).
+fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
+    let c = rec.conn;
+    let text = |out: &mut Vec<u8>, s: &[u8]| match esc {
+        Escape::Nginx if s.is_empty() => out.push(b'-'),
+        Escape::Nginx => nginx(cap(s), out),
+        Escape::Json => {
+            out.push(b'"');
+            json_str(cap(s), out);
+            out.push(b'"');
+        }
+    };
+    let none = |out: &mut Vec<u8>| match esc {
+        Escape::Nginx => out.push(b'-'),
+        Escape::Json => out.extend_from_slice(b"null"),
+    };
+    let opt_text = |out: &mut Vec<u8>, s: Option<&str>| match s {
+        Some(s) => text(out, s.as_bytes()),
+        None => none(out),
+    };
+    let opt_num = |out: &mut Vec<u8>, n: Option<u64>| match n {
+        Some(n) => number(n, out),
+        None => none(out),
+    };
+    match field {
+        Field::Time => {
+            if esc == Escape::Json {
+                out.push(b'"');
+            }
+            stamp(rec.start, out, false);
+            if esc == Escape::Json {
+                out.push(b'"');
+            }
+        }
+        Field::TimeLocal => stamp(rec.start, out, true),
+        Field::RemoteAddr => ip(c.client, out, esc),
+        Field::RemotePort => number(u64::from(c.client.port()), out),
+        Field::Frontend => text(out, c.frontend.as_bytes()),
+        Field::SslServerName => opt_text(out, c.sni.as_deref()),
+        Field::SslProtocol => opt_text(out, c.tls_version),
+        Field::SslCipher => opt_text(out, c.cipher),
+        Field::SslSessionReused => match (esc, c.resumed) {
+            (_, None) => none(out),
+            (Escape::Json, Some(r)) => out.extend_from_slice(if r { b"true" } else { b"false" }),
+            (Escape::Nginx, Some(r)) => out.push(if r { b'r' } else { b'.' }),
+        },
+        Field::ServerProtocol => text(out, c.protocol.as_bytes()),
+        Field::RequestMethod => text(out, rec.method),
+        Field::Host => text(out, rec.authority),
+        Field::RequestUri => text(out, rec.path),
+        Field::Status => opt_num(out, (rec.status != 0).then_some(u64::from(rec.status))),
+        Field::BytesReceived => number(rec.bytes_in, out),
+        Field::BodyBytesSent => number(rec.bytes_out, out),
+        Field::Backend => opt_text(out, rec.backend),
+        Field::UpstreamAddr => opt_text(out, rec.server),
+        Field::Retries => number(u64::from(rec.retries), out),
+        Field::RequestId => text(out, rec.request_id),
+        Field::HandshakeUs => opt_num(out, c.handshake_us),
+        Field::ConnectUs => opt_num(out, rec.timings.connect),
+        Field::HeaderUs => opt_num(out, rec.timings.head),
+        Field::RequestUs => number(rec.timings.total, out),
+        Field::TerminationState => text(out, rec.cause.code().as_bytes()),
+        Field::Cause => text(out, rec.cause.name().as_bytes()),
+        Field::HttpUserAgent => text(out, rec.user_agent),
+        Field::HttpReferer => text(out, rec.referer),
+    }
+}
+
+fn cap(s: &[u8]) -> &[u8] {
+    &s[..s.len().min(FIELD_CAP)]
+}
+
+fn ip(a: SocketAddr, out: &mut Vec<u8>, esc: Escape) {
+    use std::io::Write;
+    if esc == Escape::Json {
+        out.push(b'"');
+    }
+    let _ = write!(out, "{}", a.ip().to_canonical());
+    if esc == Escape::Json {
+        out.push(b'"');
+    }
+}
+
+fn number(mut n: u64, out: &mut Vec<u8>) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// nginx's default escaping: `"`, `\` and bytes outside 0x20..=0x7e as `\xHH`.
+fn nginx(s: &[u8], out: &mut Vec<u8>) {
+    for &b in s {
+        if b == b'"' || b == b'\\' || !(0x20..=0x7e).contains(&b) {
+            out.extend_from_slice(&[
+                b'\\',
+                b'x',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 15)],
+            ]);
+        } else {
+            out.push(b);
+        }
+    }
+}
+
+/// A JSON string's inside: UTF-8 passes, controls as `\u00HH`, `"` and `\` escaped, and each
+/// byte of an invalid sequence as the text `\xHH` (its backslash escaped), so that any
+/// bytes make valid JSON and nothing is lost.
+fn json_str(mut s: &[u8], out: &mut Vec<u8>) {
+    loop {
+        match std::str::from_utf8(s) {
+            Ok(valid) => return json_valid(valid, out),
+            Err(e) => {
+                let (good, bad) = s.split_at(e.valid_up_to());
+                json_valid(std::str::from_utf8(good).unwrap_or(""), out);
+                let n = e.error_len().unwrap_or(bad.len());
+                for &b in &bad[..n] {
+                    out.extend_from_slice(&[
+                        b'\\',
+                        b'\\',
+                        b'x',
+                        HEX[usize::from(b >> 4)],
+                        HEX[usize::from(b & 15)],
+                    ]);
+                }
+                s = &bad[n..];
+            }
+        }
+    }
+}
+
+fn json_valid(s: &str, out: &mut Vec<u8>) {
+    for &b in s.as_bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0..=0x1f | 0x7f => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 15)],
+            ]),
+            _ => out.push(b),
+        }
+    }
+}
+
+/// The second last formatted on this thread, both ways, so that a busy worker formats a
+/// date once a second.
+struct Stamp {
+    second: u64,
+    iso: [u8; 19],
+    local: [u8; 26],
+}
+
+thread_local! {
+    static STAMP: RefCell<Stamp> = const { RefCell::new(Stamp { second: u64::MAX, iso: [0; 19], local: [0; 26] }) };
+}
+
+/// `2026-11-28T07:45:01.123456Z`, or `local`: `28/Nov/2026:07:45:01 +0000`.
+fn stamp(t: SystemTime, out: &mut Vec<u8>, local: bool) {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let second = since.as_secs();
+    STAMP.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.second != second {
+            let dt = time::OffsetDateTime::from_unix_timestamp(second as i64)
+                .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+            let (y, mo, d) = (dt.year(), u8::from(dt.month()), dt.day());
+            let (h, mi, se) = (dt.hour(), dt.minute(), dt.second());
+            let iso = format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{se:02}");
+            const MONTHS: [&str; 12] = [
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+            ];
+            let name = MONTHS[usize::from(mo.saturating_sub(1)).min(11)];
+            let loc = format!("{d:02}/{name}/{y:04}:{h:02}:{mi:02}:{se:02} +0000");
+            if iso.len() == 19 && loc.len() == 26 {
+                s.iso.copy_from_slice(iso.as_bytes());
+                s.local.copy_from_slice(loc.as_bytes());
+                s.second = second;
+            }
+        }
+        if local {
+            out.extend_from_slice(&s.local);
+        } else {
+            out.extend_from_slice(&s.iso);
+            let micros = since.subsec_micros();
+            out.push(b'.');
+            let mut digits = [b'0'; 6];
+            let mut m = micros;
+            for d in digits.iter_mut().rev() {
+                *d = b'0' + (m % 10) as u8;
+                m /= 10;
+            }
+            out.extend_from_slice(&digits);
+            out.push(b'Z');
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::record::{Cause, Conn, Timings};
+
+    fn conn() -> Conn {
+        Conn {
+            client: "192.0.2.7:40000".parse().unwrap(),
+            frontend: "*:443".into(),
+            sni: Some("www.example.com".into()),
+            tls_version: Some("TLSv1.3"),
+            cipher: Some("TLS13_AES_128_GCM_SHA256"),
+            resumed: Some(false),
+            protocol: "HTTP/2.0",
+            handshake_us: Some(900),
+        }
+    }
+
+    fn rec<'a>(c: &'a Conn, path: &'a [u8], ua: &'a [u8]) -> Record<'a> {
+        Record {
+            start: UNIX_EPOCH + std::time::Duration::from_micros(1_795_851_901_000_042),
+            conn: c,
+            method: b"GET",
+            authority: b"www.example.com",
+            path,
+            user_agent: ua,
+            referer: b"",
+            status: 200,
+            bytes_in: 40,
+            bytes_out: 1234,
+            backend: Some("default"),
+            server: Some("127.0.0.1:8080"),
+            retries: 0,
+            request_id: b"",
+            timings: Timings {
+                total: 1500,
+                ..Timings::default()
+            },
+            cause: Cause::Normal,
+        }
+    }
+
+    #[test]
+    fn combined_is_nginx_s_line_and_escapes_what_a_client_sends() {
+        let c = conn();
+        let mut out = Vec::new();
+        Format::Combined.write(&rec(&c, b"/a\"b\n\\c\xff", b"curl/8"), &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "192.0.2.7 - - [28/Nov/2026:07:45:01 +0000] \"GET /a\\x22b\\x0A\\x5Cc\\xFF HTTP/2.0\" 200 1234 \"-\" \"curl/8\"\n"
+        );
+    }
+
+    #[test]
+    fn json_lines_parse_for_any_bytes() {
+        let c = conn();
+        let junk: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+        for path in [
+            &b"/plain"[..],
+            b"/\"\\\n\r\t\x00\x7f",
+            b"/\xc3\xa9\xff\xfe",
+            &junk,
+        ] {
+            let mut out = Vec::new();
+            Format::Json.write(&rec(&c, path, &junk), &mut out);
+            assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
+            assert!(out.len() < 3 * 4 * FIELD_CAP, "{} bytes", out.len());
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["status"], 200);
+            assert_eq!(v["remote_addr"], "192.0.2.7");
+            assert_eq!(v["time"], "2026-11-28T07:45:01.000042Z");
+            assert_eq!(v["upstream_addr"], "127.0.0.1:8080");
+            assert_eq!(v["connect_us"], serde_json::Value::Null);
+            assert_eq!(v["termination_state"], "--");
+        }
+        let mut out = Vec::new();
+        Format::Json.write(&rec(&c, b"/\xc3\xa9\xff", b""), &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["request_uri"], "/\u{e9}\\xFF");
+    }
+
+    #[test]
+    fn templates_name_their_fields_and_refuse_unknown_ones() {
+        let f: Format =
+            "{remote_addr}:{remote_port} {{{status}}} {cause} {request_us}us {connect_us}"
+                .parse()
+                .unwrap();
+        let c = conn();
+        let mut out = Vec::new();
+        f.write(&rec(&c, b"/", b""), &mut out);
+        assert_eq!(out, b"192.0.2.7:40000 {200} normal 1500us -\n");
+        assert!(matches!(
+            "{client} {status}".parse::<Format>(),
+            Err(FormatError::Unknown { name, at: 0 }) if name == "client"
+        ));
+        assert!(matches!(
+            "{status".parse::<Format>(),
+            Err(FormatError::Unbalanced { what: '{', at: 0 })
+        ));
+        assert!(matches!(
+            "a } b".parse::<Format>(),
+            Err(FormatError::Unbalanced { what: '}', at: 2 })
+        ));
+        assert_eq!("plain".parse::<Format>(), Err(FormatError::NoField));
+    }
+}

@@ -1,0 +1,152 @@
+//! What one access log line says: a request's (HTTP/1.1, HTTP/2, HTTP/3 alike) or a TCP
+//! connection's facts, borrowed from where they already are, so that a line is formatted
+//! without copying them first.
+
+use std::net::SocketAddr;
+use std::time::SystemTime;
+
+/// How a request or connection ended, as HAProxy's termination state says it: who ended it
+/// and where it stood. Its [`code`](Cause::code) is HAProxy's two letters, its
+/// [`name`](Cause::name) the JSON and template spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cause {
+    /// Answered and passed on whole (or, in TCP mode, both sides closed).
+    #[default]
+    Normal,
+    /// The client went away or reset its stream before the answer was whole.
+    ClientClosed,
+    /// The client sent nothing for a timeout (an idle connection, a slow head or body).
+    ClientTimeout,
+    /// No backend connection could be made: refused, unreachable, or no server up (`503`).
+    BackendRefused,
+    /// The backend did not answer within `--idle-timeout` (`504`).
+    BackendTimeout,
+    /// The backend closed or reset its connection before the answer's head, or sent one
+    /// that cannot be passed on (`502`).
+    BackendReset,
+    /// The backend's answer was cut short after its head went out.
+    AnswerCut,
+    /// shuck refused the request as malformed (`400`, or a reset stream).
+    BadRequest,
+    /// The request's head came too slowly (`408`).
+    RequestTimeout,
+    /// The request named a host the connection's certificate does not cover (`421`).
+    Misdirected,
+}
+
+impl Cause {
+    /// HAProxy's termination state: the first letter who ended it (`C` client, `S` server,
+    /// `P` shuck itself; lower case for a timeout), the second where it stood (`R` the
+    /// request, `C` connecting, `H` waiting for the answer's head, `D` passing data).
+    pub fn code(self) -> &'static str {
+        match self {
+            Cause::Normal => "--",
+            Cause::ClientClosed => "CD",
+            Cause::ClientTimeout => "cD",
+            Cause::BackendRefused => "SC",
+            Cause::BackendTimeout => "sH",
+            Cause::BackendReset => "SH",
+            Cause::AnswerCut => "SD",
+            Cause::BadRequest => "PR",
+            Cause::RequestTimeout => "cR",
+            Cause::Misdirected => "PR",
+        }
+    }
+
+    /// The cause in words, for JSON and templates.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::Normal => "normal",
+            Cause::ClientClosed => "client_closed",
+            Cause::ClientTimeout => "client_timeout",
+            Cause::BackendRefused => "backend_refused",
+            Cause::BackendTimeout => "backend_timeout",
+            Cause::BackendReset => "backend_reset",
+            Cause::AnswerCut => "answer_cut",
+            Cause::BadRequest => "bad_request",
+            Cause::RequestTimeout => "request_timeout",
+            Cause::Misdirected => "misdirected",
+        }
+    }
+}
+
+/// Microseconds spent in each step; `None` where the step did not happen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Getting the backend connection: 0 for an idle one; for a new one, the wait for a
+    /// slot (`--http-max-backend-conns`, a server's `maxconn` queue) and the connect.
+    pub connect: Option<u64>,
+    /// From the request's head until the answer's head.
+    pub head: Option<u64>,
+    /// From the request's head (a connection's accept in TCP mode) until the end.
+    pub total: u64,
+}
+
+/// The connection a request came on: made once per connection (only with an access log),
+/// the same for all its requests.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    /// The client (the PROXY header's source with `--proxy-proxy`).
+    pub client: SocketAddr,
+    /// The frontend, as written.
+    pub frontend: String,
+    /// The server name the client asked for.
+    pub sni: Option<String>,
+    /// `TLSv1.3`, `TLSv1.2`.
+    pub tls_version: Option<&'static str>,
+    /// The cipher suite, by its IANA name.
+    pub cipher: Option<&'static str>,
+    /// Resumed (a ticket or a session ID) rather than a full handshake; `None` where the
+    /// TLS library does not say (QUIC).
+    pub resumed: Option<bool>,
+    /// `HTTP/1.1`, `HTTP/2.0`, `HTTP/3.0`, or `TCP`.
+    pub protocol: &'static str,
+    /// The TLS handshake, µs.
+    pub handshake_us: Option<u64>,
+}
+
+/// One line's facts. Byte strings are what the client sent, unchecked: each format escapes
+/// them as it must.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    /// When the request (in TCP mode, the connection) began.
+    pub start: SystemTime,
+    /// The connection it came on.
+    pub conn: &'a Conn,
+    /// The method; empty in TCP mode.
+    pub method: &'a [u8],
+    /// `:authority` or `Host`.
+    pub authority: &'a [u8],
+    /// The path and query, as sent.
+    pub path: &'a [u8],
+    /// `User-Agent`.
+    pub user_agent: &'a [u8],
+    /// `Referer`.
+    pub referer: &'a [u8],
+    /// The answer's status; 0 when none was sent (a reset stream, TCP mode).
+    pub status: u16,
+    /// Body bytes from the client (in TCP mode, all its plaintext).
+    pub bytes_in: u64,
+    /// Body bytes to the client (in TCP mode, all the plaintext it was sent).
+    pub bytes_out: u64,
+    /// The backend's name (`default` for `-b`), if one was chosen.
+    pub backend: Option<&'a str>,
+    /// The server's address, if one was connected.
+    pub server: Option<&'a str>,
+    /// Times the request was sent again on a new connection.
+    pub retries: u32,
+    /// The request's ID (`--request-id-header`).
+    pub request_id: &'a [u8],
+    /// What each step took.
+    pub timings: Timings,
+    /// How it ended.
+    pub cause: Cause,
+}
+
+impl Record<'_> {
+    /// An error for `--access-log-errors-only` and sampling: a status of 400 or more, or
+    /// any end but a normal one.
+    pub fn is_error(&self) -> bool {
+        self.status >= 400 || self.cause != Cause::Normal
+    }
+}

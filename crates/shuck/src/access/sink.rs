@@ -1,0 +1,224 @@
+//! Where lines go (`--access-log`): stderr, a file (opened by the master, as root, before
+//! the worker gives up its privileges; opened again on SIGUSR1 and at every reload, as
+//! nginx's `-s reopen`), or syslog (RFC 5424 datagrams to `/dev/log` or to
+//! `udp://HOST:PORT`, as HAProxy sends them). One writer thread per process writes what the
+//! worker threads hand it; it alone ever waits on the sink.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Shared;
+
+/// Where `--access-log` writes, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `stderr`.
+    Stderr,
+    /// A file, appended to.
+    File(PathBuf),
+    /// `syslog`: `/dev/log`.
+    DevLog,
+    /// `udp://HOST:PORT`: a syslog server.
+    Udp(SocketAddr),
+}
+
+impl std::str::FromStr for Target {
+    type Err = String;
+
+    /// `stderr`, `syslog`, `udp://HOST:PORT`, or a file's path.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "" => Err("an empty target: give stderr, syslog, udp://HOST:PORT or a file".into()),
+            "stderr" => Ok(Target::Stderr),
+            "syslog" => Ok(Target::DevLog),
+            _ => match s.strip_prefix("udp://") {
+                Some(hp) => hp
+                    .to_socket_addrs()
+                    .map_err(|e| format!("{s}: {e} (udp://HOST:PORT)"))?
+                    .next()
+                    .map(Target::Udp)
+                    .ok_or_else(|| format!("{s}: no address")),
+                None if s.contains("://") => Err(format!(
+                    "{s}: only udp:// is a network target (or give stderr, syslog, a file)"
+                )),
+                None => Ok(Target::File(PathBuf::from(s))),
+            },
+        }
+    }
+}
+
+/// A target made ready to write to.
+#[derive(Debug)]
+pub enum Opened {
+    /// stderr.
+    Stderr,
+    /// The file, opened to append.
+    File(File),
+    /// Datagrams to a syslog.
+    Syslog(Syslog),
+}
+
+/// A syslog reached by datagrams, each line one RFC 5424 message.
+#[derive(Debug)]
+pub struct Syslog {
+    to: SyslogTo,
+    /// `<PRI>` for the facility, at severity info.
+    pri: u8,
+    /// This host's name and this process's ID, the header's HOSTNAME and PROCID.
+    host: String,
+    pid: u32,
+}
+
+#[derive(Debug)]
+enum SyslogTo {
+    /// /dev/log, connected when it is there (looked for again at most once a second).
+    DevLog(Option<UnixDatagram>, Option<Instant>),
+    Udp(UdpSocket, SocketAddr),
+}
+
+/// Opens `target`: a file to append to (created 0640, never through a link), a socket for
+/// syslog (facility `facility`, `--syslog-facility`'s code).
+pub fn open(target: &Target, facility: u8) -> io::Result<Opened> {
+    let syslog = |to| Syslog {
+        to,
+        pri: facility * 8 + 6,
+        host: nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "-".into()),
+        pid: std::process::id(),
+    };
+    Ok(match target {
+        Target::Stderr => Opened::Stderr,
+        Target::File(p) => Opened::File(crate::system::files::create_nofollow(p, true)?),
+        Target::DevLog => Opened::Syslog(syslog(SyslogTo::DevLog(None, None))),
+        Target::Udp(a) => {
+            let any: SocketAddr = if a.is_ipv4() {
+                ([0, 0, 0, 0], 0).into()
+            } else {
+                ([0u16; 8], 0).into()
+            };
+            Opened::Syslog(syslog(SyslogTo::Udp(UdpSocket::bind(any)?, *a)))
+        }
+    })
+}
+
+/// What the worker threads hand the writer.
+#[derive(Debug)]
+pub(super) enum Item {
+    /// Lines, each ending in a newline, and how many.
+    Lines(Vec<u8>, u64),
+    /// Write to this from now on (SIGUSR1, a reload).
+    Reopen(Opened),
+    /// Answered once everything before it is written.
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+/// The writer thread's loop: until every sender is gone.
+pub(super) fn run(rx: Receiver<Item>, mut to: Opened, shared: Arc<Shared>) {
+    while let Ok(item) = rx.recv() {
+        match item {
+            Item::Lines(bytes, lines) => {
+                if let Err(e) = write(&mut to, &bytes) {
+                    shared.dropped(lines, &e.to_string());
+                } else {
+                    shared.written();
+                }
+            }
+            Item::Reopen(o) => to = o,
+            Item::Flush(done) => {
+                if let Opened::File(f) = &mut to {
+                    let _ = f.flush();
+                }
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+fn write(to: &mut Opened, bytes: &[u8]) -> io::Result<()> {
+    match to {
+        Opened::Stderr => io::stderr().lock().write_all(bytes),
+        Opened::File(f) => f.write_all(bytes),
+        Opened::Syslog(s) => s.send(bytes),
+    }
+}
+
+impl Syslog {
+    /// Each line as one datagram: `<PRI>1 TIMESTAMP HOST shuck PID access - LINE`.
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let now = time::OffsetDateTime::now_utc();
+        let stamp = now
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_else(|_| "-".into());
+        let mut msg = Vec::with_capacity(256);
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            msg.clear();
+            let _ = write!(
+                msg,
+                "<{}>1 {stamp} {} shuck {} access - ",
+                self.pri, self.host, self.pid
+            );
+            msg.extend_from_slice(line);
+            match &mut self.to {
+                SyslogTo::Udp(sock, to) => {
+                    sock.send_to(&msg, *to)?;
+                }
+                SyslogTo::DevLog(sock, tried) => {
+                    if sock.is_none() && tried.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+                    {
+                        *tried = Some(Instant::now());
+                        let s = UnixDatagram::unbound()?;
+                        if s.connect("/dev/log").is_ok() {
+                            *sock = Some(s);
+                        }
+                    }
+                    let Some(s) = sock else {
+                        return Err(io::Error::new(
+                            io::ErrorKind::NotFound,
+                            "/dev/log is not there",
+                        ));
+                    };
+                    if let Err(e) = s.send(&msg) {
+                        // A syslog daemon that restarted is found again on the next line.
+                        *sock = None;
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// `lines` were lost (`why`): counted, and warned of once an episode.
+    pub(super) fn dropped(&self, lines: u64, why: &str) {
+        self.dropped.fetch_add(lines, Relaxed);
+        if !self.episode.swap(true, Relaxed) {
+            tracing::warn!(
+                name: "access_log_dropping",
+                error = why,
+                "access log: lines dropped ({why}); counted in shuck_access_log_dropped_total until the sink takes lines again",
+            );
+        }
+    }
+
+    /// A batch went out: an episode of drops, if one was on, is over.
+    pub(super) fn written(&self) {
+        if self.episode.load(Relaxed) && self.episode.swap(false, Relaxed) {
+            tracing::info!(
+                name: "access_log_recovered",
+                dropped_total = self.dropped.load(Relaxed),
+                "access log: the sink takes lines again",
+            );
+        }
+    }
+}

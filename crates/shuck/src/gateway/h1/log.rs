@@ -1,0 +1,251 @@
+//! The access log's view of an HTTP/1.1 connection: a line per request, opened when its
+//! head is accepted, given its status when the answer's head passes, and written when the
+//! answer ends, or when the connection does (with the cause its end gives). Only with
+//! `--access-log`: without it the exchange has no log and none of this runs.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::access::{AccessLog, Cause, Conn, Record, Timings};
+
+/// One request's line in the making.
+#[derive(Debug)]
+struct Line {
+    start: SystemTime,
+    began: Instant,
+    /// The method, `Host`, target, User-Agent and Referer, one after the other, and where
+    /// each ends.
+    text: Vec<u8>,
+    ends: [usize; 5],
+    status: u16,
+    head_at: Option<Instant>,
+    bytes_in: u64,
+    bytes_out: u64,
+    server: Option<String>,
+}
+
+/// A connection's lines: requests whose answers have not begun, oldest first, and the
+/// answer being passed on.
+#[derive(Debug)]
+pub struct H1Log {
+    log: Arc<AccessLog>,
+    conn: Rc<Conn>,
+    lines: RefCell<Lines>,
+}
+
+#[derive(Debug, Default)]
+struct Lines {
+    waiting: VecDeque<Line>,
+    answering: Option<Line>,
+    /// The backend and server requests go to now.
+    backend: Option<String>,
+    server: Option<String>,
+}
+
+/// A request head's fields the line keeps.
+pub struct Asked<'a> {
+    /// The method.
+    pub method: &'a [u8],
+    /// `Host`.
+    pub host: &'a [u8],
+    /// The request target.
+    pub target: &'a [u8],
+    /// `User-Agent`.
+    pub user_agent: &'a [u8],
+    /// `Referer`.
+    pub referer: &'a [u8],
+}
+
+impl Asked<'_> {
+    /// The fields of a head as httparse read it.
+    pub fn of<'a>(
+        method: &'a str,
+        target: &'a str,
+        headers: &'a [httparse::Header<'a>],
+    ) -> Asked<'a> {
+        let field = |name: &str| {
+            headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+                .map_or(&b""[..], |h| h.value)
+        };
+        Asked {
+            method: method.as_bytes(),
+            host: field("host"),
+            target: target.as_bytes(),
+            user_agent: field("user-agent"),
+            referer: field("referer"),
+        }
+    }
+}
+
+impl H1Log {
+    /// A connection's log, its lines going to `log`.
+    pub fn new(log: Arc<AccessLog>, conn: Rc<Conn>) -> Self {
+        H1Log {
+            log,
+            conn,
+            lines: RefCell::new(Lines::default()),
+        }
+    }
+
+    /// The backend and server the next requests go to.
+    pub fn serving(&self, backend: &str, server: &str) {
+        let mut l = self.lines.borrow_mut();
+        l.backend = Some(backend.to_owned());
+        l.server = Some(server.to_owned());
+    }
+
+    /// A request's head was accepted (`head` bytes of it).
+    pub fn asked(&self, a: &Asked<'_>, head: usize) {
+        let mut text = Vec::with_capacity(96);
+        let mut ends = [0; 5];
+        for (i, piece) in [a.method, a.host, a.target, a.user_agent, a.referer]
+            .into_iter()
+            .enumerate()
+        {
+            text.extend_from_slice(&piece[..piece.len().min(crate::access::format::FIELD_CAP)]);
+            ends[i] = text.len();
+        }
+        let mut l = self.lines.borrow_mut();
+        let server = l.server.clone();
+        l.waiting.push_back(Line {
+            start: SystemTime::now(),
+            began: Instant::now(),
+            text,
+            ends,
+            status: 0,
+            head_at: None,
+            bytes_in: head as u64,
+            bytes_out: 0,
+            server,
+        });
+    }
+
+    /// Body bytes of the latest request went to the backend.
+    pub fn sent(&self, n: usize) {
+        if let Some(line) = self.lines.borrow_mut().waiting.back_mut() {
+            line.bytes_in += n as u64;
+        }
+    }
+
+    /// The oldest request's answer began with `status` (a final one, or 101).
+    pub fn answered(&self, status: u16) {
+        let mut l = self.lines.borrow_mut();
+        if let Some(done) = l.answering.take() {
+            self.write(&l, &done, Cause::Normal);
+        }
+        if let Some(mut line) = l.waiting.pop_front() {
+            line.status = status;
+            line.head_at = Some(Instant::now());
+            l.answering = Some(line);
+        }
+    }
+
+    /// Body bytes of the answer went to the client.
+    pub fn received(&self, n: usize) {
+        if let Some(line) = self.lines.borrow_mut().answering.as_mut() {
+            line.bytes_out += n as u64;
+        }
+    }
+
+    /// The answer being passed on is whole.
+    pub fn answer_done(&self) {
+        let mut l = self.lines.borrow_mut();
+        if let Some(done) = l.answering.take() {
+            self.write(&l, &done, Cause::Normal);
+        }
+    }
+
+    /// The connection ends: the answer under way ends with `cut` (its cause when it did
+    /// not end whole), each request still waiting with `unanswered`, and shuck's own
+    /// answer (`own`: its status and cause) goes on the line of a request it refused
+    /// before accepting it (`refused`: what is known of it), or else on the oldest
+    /// waiting one.
+    pub fn ended(
+        &self,
+        cut: Cause,
+        unanswered: Cause,
+        own: Option<(u16, Cause)>,
+        refused: Option<&Asked<'_>>,
+    ) {
+        const NOTHING: Asked<'static> = Asked {
+            method: b"",
+            host: b"",
+            target: b"",
+            user_agent: b"",
+            referer: b"",
+        };
+        let own_line =
+            refused.is_some() || (own.is_some() && self.lines.borrow().waiting.is_empty());
+        if own_line {
+            self.asked(refused.unwrap_or(&NOTHING), 0);
+        }
+        let mut l = self.lines.borrow_mut();
+        if let Some(done) = l.answering.take() {
+            self.write(&l, &done, cut);
+        }
+        // shuck's own answer goes to the request it refused, else to the oldest waiting.
+        let target = if own_line {
+            l.waiting.len().saturating_sub(1)
+        } else {
+            0
+        };
+        let mut i = 0;
+        while let Some(mut line) = l.waiting.pop_front() {
+            match own {
+                Some((status, cause)) if i == target => {
+                    line.status = status;
+                    line.head_at = Some(Instant::now());
+                    self.write(&l, &line, cause);
+                }
+                _ => self.write(&l, &line, unanswered),
+            }
+            i += 1;
+        }
+    }
+
+    /// [`ended`](Self::ended) with shuck's own answer to a request held whole, never
+    /// passed on (`head`: a 421's request).
+    pub fn ended_held(&self, head: &[u8], cut: Cause, unanswered: Cause, own: (u16, Cause)) {
+        let mut headers = [httparse::EMPTY_HEADER; 128];
+        let mut req = httparse::Request::new(&mut headers);
+        let _ = req.parse(head);
+        let asked = Asked::of(
+            req.method.unwrap_or(""),
+            req.path.unwrap_or(""),
+            req.headers,
+        );
+        self.ended(cut, unanswered, Some(own), Some(&asked));
+    }
+
+    fn write(&self, l: &Lines, line: &Line, cause: Cause) {
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let piece = |i: usize| &line.text[if i == 0 { 0 } else { line.ends[i - 1] }..line.ends[i]];
+        self.log.log(&Record {
+            start: line.start,
+            conn: &self.conn,
+            method: piece(0),
+            authority: piece(1),
+            path: piece(2),
+            user_agent: piece(3),
+            referer: piece(4),
+            status: line.status,
+            bytes_in: line.bytes_in,
+            bytes_out: line.bytes_out,
+            backend: l.backend.as_deref(),
+            server: line.server.as_deref(),
+            retries: 0,
+            request_id: b"",
+            timings: Timings {
+                connect: None,
+                head: line.head_at.map(|h| micros(h - line.began)),
+                total: micros(line.began.elapsed()),
+            },
+            cause,
+        });
+    }
+}

@@ -1,0 +1,285 @@
+//! The access log's view of an HTTP/2 or HTTP/3 stream: its answer ([`Logged`], an
+//! [`Outbound`] around the version's own) and its body ([`Counted`], an [`Inbound`]) are
+//! watched as the core serves them, and the line is written when the answer side is
+//! dropped, however the stream ended. Only with `--access-log`: without it the core
+//! serves the version's own halves, and none of this is in a stream's way.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, Response};
+
+use super::front::{Gone, Inbound, Note, Outbound, Reset, SendError};
+use crate::access::{AccessLog, Cause, Conn, Record, Timings};
+
+/// What the log keeps of one stream until it ends.
+struct Trail {
+    log: Arc<AccessLog>,
+    conn: Rc<Conn>,
+    start: SystemTime,
+    began: Instant,
+    /// The method, authority, path, User-Agent and Referer, one after the other, and where
+    /// each ends.
+    text: Vec<u8>,
+    ends: [usize; 5],
+    status: u16,
+    head_at: Option<Instant>,
+    bytes_in: Rc<Cell<u64>>,
+    bytes_out: u64,
+    backend: Option<String>,
+    server: Option<String>,
+    retries: u32,
+    connect: Option<Duration>,
+    finished: bool,
+    cause: Option<Cause>,
+}
+
+/// A stream's answer side, watched for the log.
+pub(super) struct Logged<O> {
+    inner: O,
+    trail: Box<Trail>,
+}
+
+/// A stream's body, its bytes counted for the log.
+pub(super) struct Counted<I> {
+    inner: I,
+    count: Rc<Cell<u64>>,
+}
+
+/// Wraps a stream's halves for the log, its request's facts taken from `parts`.
+pub(super) fn watch<I: Inbound, O: Outbound>(
+    log: Arc<AccessLog>,
+    conn: Rc<Conn>,
+    parts: &Parts,
+    body: I,
+    respond: O,
+) -> (Counted<I>, Logged<O>) {
+    let mut text = Vec::with_capacity(128);
+    let mut ends = [0; 5];
+    let header = |name| parts.headers.get(name).map_or(&b""[..], |v| v.as_bytes());
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| a.as_str().as_bytes())
+        .unwrap_or_else(|| header(http::header::HOST));
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or(&b""[..], |p| p.as_str().as_bytes());
+    for (i, piece) in [
+        parts.method.as_str().as_bytes(),
+        authority,
+        path,
+        header(http::header::USER_AGENT),
+        header(http::header::REFERER),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        text.extend_from_slice(&piece[..piece.len().min(crate::access::format::FIELD_CAP)]);
+        ends[i] = text.len();
+    }
+    let count = Rc::new(Cell::new(0));
+    let trail = Box::new(Trail {
+        log,
+        conn,
+        start: SystemTime::now(),
+        began: Instant::now(),
+        text,
+        ends,
+        status: 0,
+        head_at: None,
+        bytes_in: count.clone(),
+        bytes_out: 0,
+        backend: None,
+        server: None,
+        retries: 0,
+        connect: None,
+        finished: false,
+        cause: None,
+    });
+    (
+        Counted { inner: body, count },
+        Logged {
+            inner: respond,
+            trail,
+        },
+    )
+}
+
+impl Trail {
+    /// The first cause seen is the one logged.
+    fn ended(&mut self, cause: Cause) {
+        self.cause.get_or_insert(cause);
+    }
+}
+
+/// What an answer of shuck's own says of how the request ended.
+fn own_answer(status: u16) -> Cause {
+    match status {
+        400 => Cause::BadRequest,
+        408 => Cause::RequestTimeout,
+        421 => Cause::Misdirected,
+        502 => Cause::BackendReset,
+        503 => Cause::BackendRefused,
+        504 => Cause::BackendTimeout,
+        _ => Cause::Normal,
+    }
+}
+
+fn sent<T>(t: &mut Trail, r: &Result<T, SendError>) {
+    match r {
+        Ok(_) => {}
+        Err(SendError::Client) => t.ended(Cause::ClientClosed),
+        Err(SendError::Stalled) => t.ended(Cause::ClientTimeout),
+    }
+}
+
+impl<O: Outbound> Outbound for Logged<O> {
+    fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let p = self.inner.poll_reset(cx);
+        if p.is_ready() {
+            self.trail.ended(Cause::ClientClosed);
+        }
+        p
+    }
+
+    fn informational(&mut self, resp: Response<()>) -> impl Future<Output = ()> {
+        self.inner.informational(resp)
+    }
+
+    fn respond(&mut self, resp: Response<()>, end: bool) -> Result<(), Gone> {
+        let t = &mut self.trail;
+        t.status = resp.status().as_u16();
+        t.head_at = Some(Instant::now());
+        let r = self.inner.respond(resp, end);
+        match r {
+            Ok(()) => t.finished |= end,
+            Err(Gone) => t.ended(Cause::ClientClosed),
+        }
+        r
+    }
+
+    async fn flush_head(&mut self, stall: Duration) -> Result<(), SendError> {
+        let r = self.inner.flush_head(stall).await;
+        sent(&mut self.trail, &r);
+        r
+    }
+
+    async fn send(&mut self, data: Bytes, last: bool, stall: Duration) -> Result<(), SendError> {
+        let n = data.len() as u64;
+        let r = self.inner.send(data, last, stall).await;
+        let t = &mut self.trail;
+        sent(t, &r);
+        if r.is_ok() {
+            t.bytes_out += n;
+            t.finished |= last;
+        }
+        r
+    }
+
+    async fn trailers(&mut self, trailers: HeaderMap) -> Result<(), Gone> {
+        let r = self.inner.trailers(trailers).await;
+        match r {
+            Ok(()) => self.trail.finished = true,
+            Err(Gone) => self.trail.ended(Cause::ClientClosed),
+        }
+        r
+    }
+
+    fn answer_now(&mut self, resp: Response<()>, body: Bytes) {
+        let t = &mut self.trail;
+        t.status = resp.status().as_u16();
+        t.head_at = Some(Instant::now());
+        t.bytes_out += body.len() as u64;
+        t.finished = true;
+        t.ended(own_answer(t.status));
+        self.inner.answer_now(resp, body);
+    }
+
+    fn reset(&mut self, why: Reset) {
+        self.trail.ended(match why {
+            Reset::Malformed => Cause::BadRequest,
+            Reset::Cancel => Cause::ClientTimeout,
+            Reset::Internal => Cause::AnswerCut,
+        });
+        self.inner.reset(why);
+    }
+
+    fn id(&self) -> u64 {
+        self.inner.id()
+    }
+
+    fn note(&mut self, note: Note<'_>) {
+        let t = &mut self.trail;
+        match note {
+            Note::Backend(name) => t.backend = Some(name.to_owned()),
+            Note::Connection { server, waited } => {
+                t.server = Some(server.to_owned());
+                t.connect = Some(waited);
+            }
+            Note::Retry => t.retries += 1,
+            Note::Failed(cause) => t.ended(cause),
+        }
+    }
+}
+
+impl<I: Inbound> Inbound for Counted<I> {
+    async fn data(&mut self) -> Option<Result<Bytes, Gone>> {
+        let r = self.inner.data().await;
+        if let Some(Ok(b)) = &r {
+            self.count.set(self.count.get() + b.len() as u64);
+        }
+        r
+    }
+
+    fn release(&mut self, n: usize) {
+        self.inner.release(n);
+    }
+
+    fn trailers(&mut self) -> impl Future<Output = Result<Option<HeaderMap>, Gone>> {
+        self.inner.trailers()
+    }
+}
+
+impl<O> Drop for Logged<O> {
+    fn drop(&mut self) {
+        let t = &mut *self.trail;
+        let cause = match t.cause {
+            Some(c) => c,
+            None if t.finished => Cause::Normal,
+            // Dropped under way: the client went (its connection, or the drain deadline).
+            None => Cause::ClientClosed,
+        };
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let piece = |i: usize| &t.text[if i == 0 { 0 } else { t.ends[i - 1] }..t.ends[i]];
+        t.log.log(&Record {
+            start: t.start,
+            conn: &t.conn,
+            method: piece(0),
+            authority: piece(1),
+            path: piece(2),
+            user_agent: piece(3),
+            referer: piece(4),
+            status: t.status,
+            bytes_in: t.bytes_in.get(),
+            bytes_out: t.bytes_out,
+            backend: t.backend.as_deref(),
+            server: t.server.as_deref(),
+            retries: t.retries,
+            request_id: b"",
+            timings: Timings {
+                connect: t.connect.map(micros),
+                head: t.head_at.map(|h| micros(h - t.began)),
+                total: micros(t.began.elapsed()),
+            },
+            cause,
+        });
+    }
+}
