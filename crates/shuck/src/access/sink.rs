@@ -83,7 +83,7 @@ enum SyslogTo {
     Udp(UdpSocket, SocketAddr),
 }
 
-/// Opens `target`: a file to append to (created 0640, never through a link), a socket for
+/// Opens `target`: a file to append to (created 0644, never through a link), a socket for
 /// syslog (facility `facility`, `--syslog-facility`'s code).
 pub fn open(target: &Target, facility: u8) -> io::Result<Opened> {
     let syslog = |to| Syslog {

@@ -155,12 +155,15 @@ impl<O: Outbound> Outbound for Logged<O> {
     }
 
     fn respond(&mut self, resp: Response<()>, end: bool) -> Result<(), Gone> {
-        let t = &mut self.trail;
-        t.status = resp.status().as_u16();
-        t.head_at = Some(Instant::now());
+        let status = resp.status().as_u16();
         let r = self.inner.respond(resp, end);
+        let t = &mut self.trail;
         match r {
-            Ok(()) => t.finished |= end,
+            Ok(()) => {
+                t.status = status;
+                t.head_at = Some(Instant::now());
+                t.finished |= end;
+            }
             Err(Gone) => t.ended(Cause::ClientClosed),
         }
         r

@@ -222,6 +222,14 @@ impl prometheus_client::collector::Collector for Exposition {
         if sources.state.http.is_some() {
             http_metrics(&mut enc, &t.http)?;
         }
+        if let Some(log) = &sources.state.access {
+            counter(
+                &mut enc,
+                "shuck_access_log_dropped",
+                "Access log lines lost because the sink did not keep up or failed (--access-log).",
+                &[(&[], log.dropped())],
+            )?;
+        }
 
         if tls.cache.is_some() {
             gauge(

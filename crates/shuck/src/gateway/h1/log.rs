@@ -97,10 +97,14 @@ impl H1Log {
         let mut l = self.lines.borrow_mut();
         l.backend = Some(backend.to_owned());
         l.server = Some(server.to_owned());
+        // The request read before any backend was chosen goes to this one.
+        for line in l.waiting.iter_mut().filter(|w| w.server.is_none()) {
+            line.server = Some(server.to_owned());
+        }
     }
 
-    /// A request's head was accepted (`head` bytes of it).
-    pub fn asked(&self, a: &Asked<'_>, head: usize) {
+    /// A request's head was accepted.
+    pub fn asked(&self, a: &Asked<'_>) {
         let mut text = Vec::with_capacity(96);
         let mut ends = [0; 5];
         for (i, piece) in [a.method, a.host, a.target, a.user_agent, a.referer]
@@ -119,7 +123,7 @@ impl H1Log {
             ends,
             status: 0,
             head_at: None,
-            bytes_in: head as u64,
+            bytes_in: 0,
             bytes_out: 0,
             server,
         });
@@ -182,7 +186,7 @@ impl H1Log {
         let own_line =
             refused.is_some() || (own.is_some() && self.lines.borrow().waiting.is_empty());
         if own_line {
-            self.asked(refused.unwrap_or(&NOTHING), 0);
+            self.asked(refused.unwrap_or(&NOTHING));
         }
         let mut l = self.lines.borrow_mut();
         if let Some(done) = l.answering.take() {

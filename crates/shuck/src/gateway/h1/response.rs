@@ -47,6 +47,12 @@ impl ResponseTracker {
         self.announce.as_ref()
     }
 
+    /// An answer framed by the backend's close (or no longer followed): its end is the
+    /// connection's, not a cut.
+    pub fn reads_to_close(&self) -> bool {
+        matches!(self.state, State::Opaque)
+    }
+
     /// True between two responses: nothing of one is on its way (a 408 may go out).
     pub fn between_messages(&self) -> bool {
         matches!(self.state, State::Head) && self.head.is_empty()

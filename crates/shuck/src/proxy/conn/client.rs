@@ -88,8 +88,15 @@ where
 fn log_end(l: &h1::log::H1Log, end: &RelayEnd, stalled_408: bool, http: Option<&Http>) {
     use crate::access::Cause as C;
     use crate::proxy::relay::Side;
+    // An answer still under way when both sides closed was cut, unless its end is the
+    // close (no length given).
+    let closed = if http.is_some_and(|h| h.response.reads_to_close()) {
+        C::Normal
+    } else {
+        C::AnswerCut
+    };
     let (cut, unanswered, own) = match end {
-        RelayEnd::Closed | RelayEnd::Stray => (C::Normal, C::BackendReset, None),
+        RelayEnd::Closed | RelayEnd::Stray => (closed, C::BackendReset, None),
         RelayEnd::IdleTimeout => (C::BackendTimeout, C::BackendTimeout, None),
         RelayEnd::Error(Side::Client, _) => (C::ClientClosed, C::ClientClosed, None),
         RelayEnd::Error(Side::Backend, _) => (C::AnswerCut, C::BackendReset, None),

@@ -478,10 +478,7 @@ impl RequestRewriter {
         self.closing = close;
         let upgrade = upgrade_header && connection_upgrade && version == 1;
         if let Some(l) = &ex.log {
-            l.asked(
-                &super::log::Asked::of(method, path, req.headers),
-                head.len(),
-            );
+            l.asked(&super::log::Asked::of(method, path, req.headers));
         }
         ex.pending.push_back(if upgrade {
             Pending::Upgrade

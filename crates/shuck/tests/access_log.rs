@@ -1,0 +1,766 @@
+//! The access log (`--access-log`) through real clients and real consumers of its formats:
+//! curl over HTTP/1.1 and HTTP/2 and aioquic over HTTP/3, each request its own line with its
+//! fields and timings; goaccess reading the combined log; lines that stay one line whatever
+//! a client sends; the termination cause of a client abort, a cut answer, a backend
+//! timeout, a 503, a 400 and a 421; TCP mode's line per connection; a file rotated by
+//! logrotate under load with SIGUSR1 losing no line; a sink nobody reads costing counted
+//! drops and no request; syslog over UDP; errors only and sampling; the flags' errors.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufReader, Read, Write};
+use std::net::UdpSocket;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::h1origin::H1Origin;
+use common::h3::{aioquic, answers, h3};
+use common::*;
+use serde_json::{json, Value};
+
+/// The file's lines once there are at least `n` (lines are handed on every 100 ms), and
+/// then no more come for a moment.
+fn lines(path: &std::path::Path, n: usize) -> Vec<String> {
+    let read = || {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while read().len() < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let got = read();
+    assert_eq!(
+        got.len(),
+        n,
+        "{} lines, not {n}:\n{}",
+        got.len(),
+        got.join("\n")
+    );
+    got
+}
+
+fn json_lines(path: &std::path::Path, n: usize) -> Vec<Value> {
+    lines(path, n)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+/// curl over `version` (`--http1.1`, `--http2`) to each path in turn on one connection;
+/// the statuses.
+fn curl(shuck: &Shuck, version: &str, paths: &[&str], extra: &[&str]) -> String {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sk", version, "--max-time", "10", "-w", "%{http_code} "]);
+    cmd.args(extra);
+    for p in paths {
+        cmd.arg(format!("https://127.0.0.1:{}{p}", shuck.port))
+            .args(["-o", "/dev/null"]);
+    }
+    String::from_utf8(cmd.output().unwrap().stdout).unwrap()
+}
+
+fn by_path<'a>(lines: &'a [Value], proto: &str, path: &str) -> &'a Value {
+    lines
+        .iter()
+        .find(|l| l["server_protocol"] == proto && l["request_uri"] == path)
+        .unwrap_or_else(|| panic!("no {proto} line for {path}: {lines:#?}"))
+}
+
+fn opts_for(sni: &str) -> ClientOpts {
+    ClientOpts {
+        sni: Some(sni.into()),
+        ..ClientOpts::default()
+    }
+}
+
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn each_request_of_each_http_version_is_a_line_with_its_fields() {
+    if !require("curl", "curl") || !aioquic() {
+        return;
+    }
+    let dir = TempDir::new("access-versions");
+    let log = dir.path("access.log");
+    let origin = H1Origin::start(None);
+    let shuck = Shuck::start(&[
+        "--http",
+        "--quic",
+        "-b",
+        &origin.spec,
+        "--access-log",
+        log.to_str().unwrap(),
+        "--access-log-format",
+        "json",
+    ]);
+    let h1 = curl(
+        &shuck,
+        "--http1.1",
+        &["/size/10", "/size/20"],
+        &["-A", "agent/1"],
+    );
+    assert_eq!(h1, "200 200 ");
+    let post = curl(
+        &shuck,
+        "--http1.1",
+        &["/sum"],
+        &["--data-binary", "hello world"],
+    );
+    assert_eq!(post, "200 ");
+    let h2 = curl(
+        &shuck,
+        "--http2",
+        &["/size/100", "/size/200", "/sum?q=1"],
+        &["-e", "https://ref.example/"],
+    );
+    assert_eq!(h2, "200 200 200 ");
+    let report = h3(
+        shuck.port,
+        json!([
+            {"path": "/size/300"},
+            {"method": "POST", "path": "/sum", "body": "twelve bytes"},
+        ]),
+        &[],
+    );
+    assert_eq!(answers(&report).len(), 2, "{report}");
+    let all = json_lines(&log, 8);
+    for l in &all {
+        assert_eq!(l["remote_addr"], "127.0.0.1", "{l}");
+        assert_eq!(l["ssl_protocol"], "TLSv1.3", "{l}");
+        assert_eq!(l["cause"], "normal", "{l}");
+        assert_eq!(l["termination_state"], "--", "{l}");
+        assert_eq!(l["status"], 200, "{l}");
+        assert_eq!(l["backend"], "default", "{l}");
+        assert!(
+            l["upstream_addr"].as_str().unwrap().contains(&origin.spec),
+            "{l}"
+        );
+        let (head, total) = (num(&l["header_us"]), num(&l["request_us"]));
+        assert!(head <= total, "the answer's head within the request: {l}");
+        assert!(num(&l["handshake_us"]) > 0, "{l}");
+        assert!(l["time"].as_str().unwrap().ends_with('Z'), "{l}");
+    }
+    let l = by_path(&all, "HTTP/1.1", "/size/20");
+    assert_eq!(
+        (&l["request_method"], num(&l["body_bytes_sent"])),
+        (&json!("GET"), 20)
+    );
+    assert_eq!(l["http_user_agent"], "agent/1");
+    let l = by_path(&all, "HTTP/1.1", "/sum");
+    assert_eq!(
+        (num(&l["bytes_received"]), &l["request_method"]),
+        (11, &json!("POST"))
+    );
+    let l = by_path(&all, "HTTP/2.0", "/size/200");
+    assert_eq!(num(&l["body_bytes_sent"]), 200);
+    assert_eq!(l["http_referer"], "https://ref.example/");
+    assert_eq!(l["host"], format!("127.0.0.1:{}", shuck.port));
+    by_path(&all, "HTTP/2.0", "/sum?q=1");
+    let l = by_path(&all, "HTTP/3.0", "/size/300");
+    assert_eq!(num(&l["body_bytes_sent"]), 300);
+    let l = by_path(&all, "HTTP/3.0", "/sum");
+    assert_eq!(num(&l["bytes_received"]), 12);
+    // One connection's requests share its port; the second curl's is another.
+    let port = |p: &str, proto: &str| by_path(&all, proto, p)["remote_port"].clone();
+    assert_eq!(port("/size/10", "HTTP/1.1"), port("/size/20", "HTTP/1.1"));
+    assert_ne!(port("/size/10", "HTTP/1.1"), port("/sum", "HTTP/1.1"));
+    assert_eq!(port("/size/100", "HTTP/2.0"), port("/sum?q=1", "HTTP/2.0"));
+}
+
+#[test]
+fn goaccess_reads_the_combined_log() {
+    if !require("curl", "curl") || !require("goaccess", "goaccess") {
+        return;
+    }
+    let dir = TempDir::new("access-goaccess");
+    let log = dir.path("access.log");
+    let origin = H1Origin::start(None);
+    let shuck = Shuck::start(&[
+        "--http",
+        "-b",
+        &origin.spec,
+        "--access-log",
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        curl(&shuck, "--http1.1", &["/a", "/b", "/c"], &[]),
+        "200 200 200 "
+    );
+    assert_eq!(
+        curl(
+            &shuck,
+            "--http2",
+            &["/d", "/e"],
+            &["-A", "Mozilla/5.0 \"quoted\""]
+        ),
+        "200 200 "
+    );
+    let got = lines(&log, 5);
+    assert!(got[0].starts_with("127.0.0.1 - - ["), "{}", got[0]);
+    assert!(got[0].contains("\"GET /a HTTP/1.1\" 200 "), "{}", got[0]);
+    let report = dir.path("report.json");
+    let out = Command::new("goaccess")
+        .arg(&log)
+        .args(["--log-format=COMBINED", "--no-global-config", "-o"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "goaccess: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let general = &r["general"];
+    assert_eq!(general["total_requests"], 5, "{general}");
+    assert_eq!(general["valid_requests"], 5, "{general}");
+    assert_eq!(general["failed_requests"], 0, "{general}");
+}
+
+/// Sends raw HTTP/1.1 on one TLS connection; what came back.
+fn raw_h1(shuck: &Shuck, req: &[u8]) -> Vec<u8> {
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(req).unwrap();
+    c.flush().unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    out
+}
+
+#[test]
+fn what_a_client_sends_never_breaks_a_line() {
+    let dir = TempDir::new("access-escape");
+    let log = dir.path("access.log");
+    let jlog = dir.path("access.json");
+    // In front of the built-in origin (it answers a head over its limit 431).
+    let start = |log: &std::path::Path, format: &str| {
+        Shuck::start(&[
+            "--http",
+            "--max-header-bytes",
+            "131072",
+            "--access-log",
+            log.to_str().unwrap(),
+            "--access-log-format",
+            format,
+        ])
+    };
+    let nasty = b"GET /a\"b\\c?x=%0a HTTP/1.1\r\nHost: h\r\nUser-Agent: q\"uote\\ \t tab \xff\xfe\r\nConnection: close\r\n\r\n";
+    let junk: Vec<u8> = (0x80..=0xffu8).cycle().take(64 * 1024).collect();
+    let mut long = b"GET /long HTTP/1.1\r\nHost: h\r\nReferer: ".to_vec();
+    long.extend_from_slice(&junk);
+    long.extend_from_slice(b"\r\nConnection: close\r\n\r\n");
+
+    let shuck = start(&log, "combined");
+    let answer = raw_h1(&shuck, nasty);
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let answer = raw_h1(&shuck, &long);
+    assert!(
+        answer.starts_with(b"HTTP/1.1 "),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // Two connections, maybe two worker threads: their lines in either order.
+    let mut got = lines(&log, 2);
+    got.sort_by_key(|l| l.contains("/long"));
+    assert!(
+        got[0].contains("\"GET /a\\x22b\\x5Cc?x=%0a HTTP/1.1\" 200 "),
+        "{}",
+        got[0]
+    );
+    assert!(
+        got[0].ends_with("\"q\\x22uote\\x5C \\x09 tab \\xFF\\xFE\""),
+        "{}",
+        got[0]
+    );
+    for l in &got {
+        assert!(
+            l.is_ascii() && l.len() < 4 * 2048 + 200,
+            "{} bytes",
+            l.len()
+        );
+    }
+    assert!(got[1].contains("\"GET /long HTTP/1.1\""), "{}", got[1]);
+
+    // The same in JSON: every line parses, the bytes that are not UTF-8 kept as text.
+    let shuck = start(&jlog, "json");
+    raw_h1(&shuck, nasty);
+    raw_h1(&shuck, &long);
+    let mut got = json_lines(&jlog, 2);
+    got.sort_by_key(|l| l["request_uri"] == "/long");
+    assert_eq!(got[0]["http_user_agent"], "q\"uote\\ \t tab \\xFF\\xFE");
+    assert_eq!(got[0]["request_uri"], "/a\"b\\c?x=%0a");
+    assert_eq!(
+        got[1]["http_referer"].as_str().unwrap().len(),
+        4 * 2048,
+        "capped at 2048 bytes, each written \\xHH"
+    );
+}
+
+#[test]
+fn each_end_has_its_cause() {
+    if !require("curl", "curl") {
+        return;
+    }
+    let dir = TempDir::new("access-causes");
+    let log = dir.path("access.log");
+    let origin = H1Origin::start(None);
+    let (other, _) = rcgen_cert(&dir, "c", &["c.test"], false);
+    let (cert, _) = rcgen_cert(&dir, "a", &["a.test"], false);
+    let shuck = Shuck::start(&[
+        "--http",
+        "--pem-file",
+        other.to_str().unwrap(),
+        "--pem-file",
+        cert.to_str().unwrap(),
+        "-b",
+        &origin.spec,
+        "--route",
+        "host=a.test;backend=default",
+        "--idle-timeout",
+        "1",
+        "--access-log",
+        log.to_str().unwrap(),
+        "--access-log-format",
+        "{server_protocol} {request_uri} {status} {cause} {termination_state}",
+    ]);
+    let resolve = format!("a.test:{}:127.0.0.1", shuck.port);
+    let url = |p: &str| format!("https://a.test:{}{p}", shuck.port);
+    for v in ["--http1.1", "--http2"] {
+        // The answer cut by the backend, the backend silent past --idle-timeout.
+        for p in ["/cut", "/slow/3000"] {
+            let _ = Command::new("curl")
+                .args([
+                    "-sk",
+                    v,
+                    "--max-time",
+                    "5",
+                    "--resolve",
+                    &resolve,
+                    "-o",
+                    "/dev/null",
+                ])
+                .arg(url(p))
+                .output()
+                .unwrap();
+        }
+    }
+    // The client gone before the answer (HTTP/2: its stream's end is seen at once).
+    let _ = Command::new("curl")
+        .args(["-sk", "--http2", "--max-time", "0.3", "--resolve", &resolve])
+        .args(["-o", "/dev/null"])
+        .arg(url("/slow/800"))
+        .output()
+        .unwrap();
+    // The client gone in the middle of a large answer (HTTP/1.1: a half-close is no abort;
+    // the writes that fail after it are).
+    {
+        let mut c = tls_connect(shuck.addr(), &opts_for("a.test")).unwrap();
+        c.write_all(b"GET /size/100000000 HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            .unwrap();
+        let mut first = [0u8; 4096];
+        c.read_exact(&mut first).unwrap();
+    }
+    // A name another certificate covers: 421.
+    let mut opts = ClientOpts {
+        sni: Some("a.test".into()),
+        ..ClientOpts::default()
+    };
+    let mut c = tls_connect(shuck.addr(), &opts).unwrap();
+    c.write_all(b"GET /other HTTP/1.1\r\nHost: c.test\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(c);
+    let head = read_http_head(&mut r).unwrap();
+    assert!(head.starts_with("HTTP/1.1 421"), "{head}");
+    // A malformed head: 400.
+    opts.sni = None;
+    let answer = raw_h1(&shuck, b"GET / HTTP/1.1\r\nHost: x\r\nno colon\r\n\r\n");
+    assert!(answer.starts_with(b"HTTP/1.1 400"));
+    let got = lines(&log, 8);
+    let has = |want: &str| {
+        assert!(
+            got.iter().any(|l| l == want),
+            "no line {want:?} in\n{}",
+            got.join("\n")
+        )
+    };
+    has("HTTP/1.1 /cut 200 answer_cut SD");
+    has("HTTP/2.0 /cut 200 answer_cut SD");
+    has("HTTP/2.0 /slow/3000 504 backend_timeout sH");
+    has("HTTP/1.1 /slow/3000 - backend_timeout sH");
+    has("HTTP/1.1 /size/100000000 200 client_closed CD");
+    has("HTTP/2.0 /slow/800 - client_closed CD");
+    has("HTTP/1.1 /other 421 misdirected PR");
+    has("HTTP/1.1 - 400 bad_request PR");
+}
+
+#[test]
+fn no_server_is_a_503_line_and_tcp_mode_logs_each_connection() {
+    if !require("curl", "curl") {
+        return;
+    }
+    let dir = TempDir::new("access-503");
+    let log = dir.path("access.log");
+    let closed = format!("[127.0.0.1]:{}", free_port());
+    let shuck = Shuck::start(&[
+        "--http",
+        "-b",
+        &closed,
+        "--access-log",
+        log.to_str().unwrap(),
+        "--access-log-format",
+        "json",
+    ]);
+    assert_eq!(curl(&shuck, "--http1.1", &["/h1"], &[]), "503 ");
+    assert_eq!(curl(&shuck, "--http2", &["/h2"], &[]), "503 ");
+    let got = json_lines(&log, 2);
+    for l in &got {
+        assert_eq!(
+            (&l["status"], &l["cause"]),
+            (&json!(503), &json!("backend_refused")),
+            "{l}"
+        );
+        assert_eq!(l["termination_state"], "SC");
+    }
+    drop(shuck);
+
+    // TCP mode: a line per connection, its bytes each way; a refused backend's too.
+    let tlog = dir.path("tcp.log");
+    let echo = Origin::echo();
+    let spec = echo.addr();
+    let shuck = Shuck::start(&[
+        "-b",
+        &spec,
+        "--access-log",
+        tlog.to_str().unwrap(),
+        "--access-log-format",
+        "json",
+    ]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    c.write_all(&[7u8; 1000]).unwrap();
+    let mut back = [0u8; 1000];
+    c.read_exact(&mut back).unwrap();
+    c.conn.send_close_notify();
+    c.flush().unwrap();
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    let l = &json_lines(&tlog, 1)[0];
+    assert_eq!(l["server_protocol"], "TCP", "{l}");
+    assert_eq!(
+        (num(&l["bytes_received"]), num(&l["body_bytes_sent"])),
+        (1000, 1000),
+        "{l}"
+    );
+    assert_eq!(
+        (&l["status"], &l["request_method"]),
+        (&Value::Null, &json!("")),
+        "{l}"
+    );
+    assert_eq!(l["cause"], "normal", "{l}");
+    drop(shuck);
+    let rlog = dir.path("refused.log");
+    let shuck = Shuck::start(&["-b", &closed, "--access-log", rlog.to_str().unwrap()]);
+    let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
+    let _ = c.read_to_end(&mut Vec::new());
+    let got = lines(&rlog, 1);
+    assert!(got[0].contains("\"-\" - 0 "), "{}", got[0]);
+    let shuck_json = Shuck::start(&[
+        "-b",
+        &closed,
+        "--access-log",
+        rlog.to_str().unwrap(),
+        "--access-log-format",
+        "{server_protocol} {cause}",
+    ]);
+    let mut c = tls_connect(shuck_json.addr(), &ClientOpts::default()).unwrap();
+    let _ = c.read_to_end(&mut Vec::new());
+    let got = lines(&rlog, 2);
+    assert_eq!(got[1], "TCP backend_refused");
+}
+
+#[test]
+fn errors_only_and_sampling_choose_the_lines() {
+    if !require("curl", "curl") {
+        return;
+    }
+    let dir = TempDir::new("access-filters");
+    let origin = H1Origin::start(None);
+    let log = dir.path("errors.log");
+    let shuck = Shuck::start(&[
+        "--http",
+        "-b",
+        &origin.spec,
+        "--access-log",
+        log.to_str().unwrap(),
+        "--access-log-errors-only",
+        "--access-log-format",
+        "{request_uri} {status}",
+    ]);
+    assert_eq!(
+        curl(&shuck, "--http2", &["/a", "/b", "/bad", "/c"], &[]),
+        "200 200 502 200 "
+    );
+    assert_eq!(lines(&log, 1), ["/bad 502"]);
+    drop(shuck);
+    let log = dir.path("sampled.log");
+    let shuck = Shuck::start(&[
+        "--http",
+        "-n",
+        "1",
+        "-b",
+        &origin.spec,
+        "--access-log",
+        log.to_str().unwrap(),
+        "--access-log-sample",
+        "3",
+        "--access-log-format",
+        "{request_uri} {status}",
+    ]);
+    let paths: Vec<String> = (1..=9).map(|i| format!("/size/{i}")).collect();
+    let mut paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    paths.push("/bad");
+    assert_eq!(
+        curl(&shuck, "--http2", &paths, &[]),
+        "200 200 200 200 200 200 200 200 200 502 "
+    );
+    assert_eq!(
+        lines(&log, 4),
+        ["/size/3 200", "/size/6 200", "/size/9 200", "/bad 502"]
+    );
+}
+
+#[test]
+fn logrotate_and_sigusr1_lose_no_line_under_load() {
+    if !require("logrotate", "logrotate") {
+        return;
+    }
+    let dir = TempDir::new("access-rotate");
+    let log = dir.path("access.log");
+    let origin = H1Origin::start(None);
+    // One worker thread: its lines reach the file in the order of the requests.
+    let shuck = Shuck::start(&[
+        "--http",
+        "-n",
+        "1",
+        "-b",
+        &origin.spec,
+        "--access-log",
+        log.to_str().unwrap(),
+        "--access-log-format",
+        "{request_uri}",
+    ]);
+    let conf = dir.path("rotate.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "{} {{\n  rotate 5\n  missingok\n  postrotate\n    kill -USR1 {}\n  endscript\n}}\n",
+            log.display(),
+            shuck.pid()
+        ),
+    )
+    .unwrap();
+    let state = dir.path("rotate.state");
+    let addr = shuck.addr();
+    // 600 requests on keep-alive connections of 100 each, while the log is rotated twice.
+    let load = std::thread::spawn(move || {
+        for conn in 0..6 {
+            let c = tls_connect(addr, &ClientOpts::default()).unwrap();
+            let mut r = BufReader::new(c);
+            for i in 0..100 {
+                let req = format!("GET /n/{} HTTP/1.1\r\nHost: x\r\n\r\n", conn * 100 + i);
+                r.get_mut().write_all(req.as_bytes()).unwrap();
+                let head = read_http_head(&mut r).unwrap();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
+                let mut body = vec![0; len];
+                r.read_exact(&mut body).unwrap();
+            }
+        }
+    });
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(150));
+        let out = Command::new("logrotate")
+            .arg("-f")
+            .arg("-s")
+            .arg(&state)
+            .arg(&conf)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "logrotate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    load.join().unwrap();
+    assert!(
+        shuck.wait_log("access log opened again", Duration::from_secs(5)),
+        "{}",
+        shuck.log()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let mut seen = Vec::new();
+    for f in [
+        dir.path("access.log.2"),
+        dir.path("access.log.1"),
+        log.clone(),
+    ] {
+        seen.extend(
+            std::fs::read_to_string(&f)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_owned),
+        );
+    }
+    let want: Vec<String> = (0..600).map(|i| format!("/n/{i}")).collect();
+    assert_eq!(
+        seen, want,
+        "every request once, in order, across the rotated files"
+    );
+    assert!(
+        std::fs::metadata(dir.path("access.log.1")).is_ok(),
+        "logrotate rotated the file"
+    );
+}
+
+#[test]
+fn a_sink_nobody_reads_costs_counted_drops_not_requests() {
+    if !require("h2load", "nghttp2-client") {
+        return;
+    }
+    let dir = TempDir::new("access-stall");
+    let fifo = dir.path("fifo");
+    sh(&format!("mkfifo {}", fifo.display()));
+    // A reader that opens the FIFO and never reads: writes block once its 64 KiB are full.
+    let mut reader = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec 3<{}; sleep 120", fifo.display()))
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = reader.try_wait();
+    let _reader = Kill(reader);
+    let origin = H1Origin::start(None);
+    let stats = free_port();
+    let stats_s = stats.to_string();
+    let shuck = Shuck::start(&[
+        "--http",
+        "-b",
+        &origin.spec,
+        "--stats",
+        &stats_s,
+        "--access-log",
+        fifo.to_str().unwrap(),
+        "--access-log-format",
+        "json",
+    ]);
+    let out = Command::new("h2load")
+        .args(["-n", "40000", "-c", "4", "-m", "20", "-T", "30"])
+        .arg(format!("https://127.0.0.1:{}/size/1", shuck.port))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("40000 succeeded, 0 failed, 0 errored"),
+        "every request answered while the log stalls: {text}"
+    );
+    let (_, m) = scrape(stats, "/metrics");
+    let dropped = sample(&m, "shuck_access_log_dropped_total");
+    assert!(dropped > 10_000.0, "drops counted: {dropped}\n{m}");
+    assert!(shuck.wait_log("access log: lines dropped", Duration::from_secs(5)));
+    assert_eq!(
+        shuck.log().matches("access log: lines dropped").count(),
+        1,
+        "warned once an episode"
+    );
+}
+
+#[test]
+fn syslog_over_udp_gets_rfc5424_lines() {
+    if !require("curl", "curl") {
+        return;
+    }
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let target = format!("udp://{}", sock.local_addr().unwrap());
+    let origin = H1Origin::start(None);
+    let shuck = Shuck::start(&[
+        "--http",
+        "-b",
+        &origin.spec,
+        "--access-log",
+        &target,
+        "--syslog-facility",
+        "local0",
+    ]);
+    assert_eq!(curl(&shuck, "--http1.1", &["/size/3"], &[]), "200 ");
+    let mut buf = [0u8; 2048];
+    let n = sock.recv(&mut buf).unwrap();
+    let msg = String::from_utf8_lossy(&buf[..n]);
+    // local0 (16) at info (6): PRI 134; version 1; then the line.
+    assert!(msg.starts_with("<134>1 "), "{msg}");
+    assert!(msg.contains(" shuck "), "{msg}");
+    assert!(msg.contains(" access - 127.0.0.1 - - ["), "{msg}");
+    assert!(
+        msg.contains("\"GET /size/3 HTTP/1.1\" 200 3 \"-\" \"curl/"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn bad_access_log_flags_are_named() {
+    let (code, err) = run_to_exit(&[
+        "--access-log",
+        "stderr",
+        "--access-log-format",
+        "{client} {status}",
+        "--test",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("unknown field {client} at byte 0"), "{err}");
+    let (code, err) = run_to_exit(&["--access-log-sample", "3", "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--access-log-sample: needs --access-log"),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(&["--access-log", "tcp://127.0.0.1:514", "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("only udp:// is a network target"), "{err}");
+    let dir = TempDir::new("access-conf");
+    let conf = dir.path("shuck.conf");
+    std::fs::write(
+        &conf,
+        "access-log = \"stderr\"\naccess-log-format = \"{status\"\n",
+    )
+    .unwrap();
+    let (code, err) = run_to_exit(&["--config", conf.to_str().unwrap(), "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("line 2") && err.contains("unbalanced {"),
+        "{err}"
+    );
+}
