@@ -3,6 +3,7 @@
 # worker's task polls only (tokio's LocalSet ticks: no start-up, no aws-lc entropy).
 #
 #   bench/callgrind-h2.sh [SHUCK] [SHUCK_BENCH] [SIZE]   (defaults: target/release/..., 0)
+#   SHUCK_ARGS="--access-log F" bench/callgrind-h2.sh    (the same, with more shuck flags)
 #
 # The figure is a difference of two runs with fixed work, so the handshakes cancel:
 # h2load with 10 connections of 10 streams each, 12 000 requests minus 2 000, divided by
@@ -29,7 +30,7 @@ count() {
     valgrind --tool=callgrind --collect-atstart=no \
         --toggle-collect='tokio::task::local::LocalSet::tick' \
         --callgrind-out-file="$out.%p" \
-        "$shuck" -n 1 --http -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q "$pem" \
+        "$shuck" -n 1 --http -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q ${SHUCK_ARGS:-} "$pem" \
         2>"$work/vg.log" &
     pid=$!
     wait_port "$port"

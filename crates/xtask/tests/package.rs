@@ -113,6 +113,7 @@ fn the_debian_package_installs_what_an_operator_expects() {
         "./usr/share/doc/shuck/copyright",
         "./usr/share/doc/shuck/changelog.Debian.gz",
         "./usr/share/shuck/grafana/shuck.json",
+        "./etc/logrotate.d/shuck",
     ] {
         assert!(
             listing.lines().any(|l| l.ends_with(&format!(" {path}"))),

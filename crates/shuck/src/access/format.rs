@@ -354,11 +354,24 @@ fn cap(s: &[u8]) -> &[u8] {
 }
 
 fn ip(a: SocketAddr, out: &mut Vec<u8>, esc: Escape) {
-    use std::io::Write;
     if esc == Escape::Json {
         out.push(b'"');
     }
-    let _ = write!(out, "{}", a.ip().to_canonical());
+    match a.ip().to_canonical() {
+        // The common case without the formatting machinery: four numbers and dots.
+        std::net::IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                number(u64::from(o), out);
+            }
+        }
+        v6 => {
+            use std::io::Write;
+            let _ = write!(out, "{v6}");
+        }
+    }
     if esc == Escape::Json {
         out.push(b'"');
     }
@@ -380,19 +393,23 @@ fn number(mut n: u64, out: &mut Vec<u8>) {
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
-/// nginx's default escaping: `"`, `\` and bytes outside 0x20..=0x7e as `\xHH`.
-fn nginx(s: &[u8], out: &mut Vec<u8>) {
-    for &b in s {
-        if b == b'"' || b == b'\\' || !(0x20..=0x7e).contains(&b) {
-            out.extend_from_slice(&[
-                b'\\',
-                b'x',
-                HEX[usize::from(b >> 4)],
-                HEX[usize::from(b & 15)],
-            ]);
-        } else {
-            out.push(b);
-        }
+/// nginx's default escaping: `"`, `\` and bytes outside 0x20..=0x7e as `\xHH`. Runs of
+/// plain bytes are copied whole.
+fn nginx(mut s: &[u8], out: &mut Vec<u8>) {
+    let plain = |b: &u8| *b != b'"' && *b != b'\\' && (0x20..=0x7e).contains(b);
+    loop {
+        let run = s.iter().position(|b| !plain(b)).unwrap_or(s.len());
+        out.extend_from_slice(&s[..run]);
+        let Some((&b, rest)) = s[run..].split_first() else {
+            return;
+        };
+        out.extend_from_slice(&[
+            b'\\',
+            b'x',
+            HEX[usize::from(b >> 4)],
+            HEX[usize::from(b & 15)],
+        ]);
+        s = rest;
     }
 }
 
@@ -423,14 +440,24 @@ fn json_str(mut s: &[u8], out: &mut Vec<u8>) {
 }
 
 fn json_valid(s: &str, out: &mut Vec<u8>) {
-    for &b in s.as_bytes() {
+    let mut s = s.as_bytes();
+    loop {
+        // Runs of bytes that need nothing are copied whole (UTF-8 past ASCII included).
+        let run = s
+            .iter()
+            .position(|&b| b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f)
+            .unwrap_or(s.len());
+        out.extend_from_slice(&s[..run]);
+        let Some((&b, rest)) = s[run..].split_first() else {
+            return;
+        };
         match b {
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
             b'\n' => out.extend_from_slice(b"\\n"),
             b'\r' => out.extend_from_slice(b"\\r"),
             b'\t' => out.extend_from_slice(b"\\t"),
-            0..=0x1f | 0x7f => out.extend_from_slice(&[
+            _ => out.extend_from_slice(&[
                 b'\\',
                 b'u',
                 b'0',
@@ -438,8 +465,8 @@ fn json_valid(s: &str, out: &mut Vec<u8>) {
                 HEX[usize::from(b >> 4)],
                 HEX[usize::from(b & 15)],
             ]),
-            _ => out.push(b),
         }
+        s = rest;
     }
 }
 

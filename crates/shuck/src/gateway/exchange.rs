@@ -202,7 +202,7 @@ async fn serve<I: Inbound, O: Outbound>(
     let max_tries = gw.worker.state.limits.retries.max(1);
     let mut tries = 0;
     loop {
-        let asked = std::time::Instant::now();
+        let asked = respond.noting().then(std::time::Instant::now);
         // An idle connection of this client's, else (boxed, as it is large and rare once
         // the connections are warm) a new one or a wait for one.
         let got = match gw.backends.idle(backend) {
@@ -234,10 +234,12 @@ async fn serve<I: Inbound, O: Outbound>(
                 return reply(&mut respond, StatusCode::SERVICE_UNAVAILABLE);
             }
         };
-        respond.note(Note::Connection {
-            server: conn.server(),
-            waited: asked.elapsed(),
-        });
+        if let Some(asked) = asked {
+            respond.note(Note::Connection {
+                server: conn.server(),
+                waited: asked.elapsed(),
+            });
+        }
         // The stream's future is copied whole into its box (see `accept`): the paths with
         // a body or a tunnel are boxed apart so that the common one, a request without a
         // body, stays small (2.3 KB with all three inline).

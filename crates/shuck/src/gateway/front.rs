@@ -99,4 +99,8 @@ pub trait Outbound {
     fn id(&self) -> u64;
     /// Told what the exchange behind the answer did (the access log's).
     fn note(&mut self, _note: Note<'_>) {}
+    /// Whether [`note`](Outbound::note) is heard: the core times nothing for nobody.
+    fn noting(&self) -> bool {
+        false
+    }
 }

@@ -219,6 +219,10 @@ impl<O: Outbound> Outbound for Logged<O> {
         self.inner.id()
     }
 
+    fn noting(&self) -> bool {
+        true
+    }
+
     fn note(&mut self, note: Note<'_>) {
         let t = &mut self.trail;
         match note {
