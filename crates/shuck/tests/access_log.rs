@@ -225,6 +225,99 @@ fn goaccess_reads_the_combined_log() {
     assert_eq!(general["failed_requests"], 0, "{general}");
 }
 
+#[test]
+fn fail2bans_nginx_filters_match_the_combined_log() {
+    if !require("curl", "curl") || !require("fail2ban-regex", "fail2ban") {
+        return;
+    }
+    let dir = TempDir::new("access-fail2ban");
+    let log = dir.path("access.log");
+    let origin = H1Origin::start(None);
+    let shuck = Shuck::start(&[
+        "--http",
+        "-b",
+        &origin.spec,
+        "--access-log",
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        curl(&shuck, "--http1.1", &["/wp-login.php", "/ok"], &[]),
+        "404 200 "
+    );
+    assert_eq!(curl(&shuck, "--http2", &["/wp-admin.php"], &[]), "404 ");
+    for _ in 0..2 {
+        let answer = raw_h1(&shuck, b"GET / HTTP/1.1\r\nHost: x\r\nno colon\r\n\r\n");
+        assert!(answer.starts_with(b"HTTP/1.1 400"));
+    }
+    lines(&log, 5);
+    let matched = |filter: &str| {
+        let out = Command::new("fail2ban-regex")
+            .arg(&log)
+            .arg(format!("/etc/fail2ban/filter.d/{filter}.conf"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("Lines: "))
+            .unwrap_or_else(|| panic!("fail2ban-regex {filter}: {text}"))
+            .to_owned();
+        line
+    };
+    assert!(
+        matched("nginx-botsearch").contains("2 matched"),
+        "{}",
+        matched("nginx-botsearch")
+    );
+    assert!(
+        matched("nginx-bad-request").contains("2 matched"),
+        "{}",
+        matched("nginx-bad-request")
+    );
+}
+
+#[test]
+fn a_reload_moves_the_log_and_changes_its_format() {
+    if !require("curl", "curl") {
+        return;
+    }
+    let dir = TempDir::new("access-reload");
+    let (first, second) = (dir.path("first.log"), dir.path("second.log"));
+    let origin = H1Origin::start(None);
+    let port = free_port();
+    let (pem, _) = rcgen_cert(&dir, "c", &["localhost"], false);
+    let conf = dir.path("shuck.conf");
+    let write = |log: &std::path::Path, format: &str| {
+        let text = format!(
+            "frontend = \"[127.0.0.1]:{port}\"\nbackend = \"{}\"\npem-file = \"{}\"\nhttp = on\naccess-log = \"{}\"\naccess-log-format = \"{format}\"\n",
+            origin.spec,
+            pem.display(),
+            log.display()
+        );
+        let tmp = dir.path("shuck.conf.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &conf).unwrap();
+    };
+    write(&first, "{request_uri} first");
+    let shuck = Shuck::start_raw(&["--config", conf.to_str().unwrap()], port);
+    assert_eq!(curl(&shuck, "--http2", &["/before"], &[]), "200 ");
+    assert_eq!(lines(&first, 1), ["/before first"]);
+    write(&second, "{request_uri} {status} second");
+    shuck.signal("HUP");
+    assert!(
+        shuck.wait_log("SIGHUP: configuration reloaded", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    assert_eq!(curl(&shuck, "--http1.1", &["/after"], &[]), "200 ");
+    assert_eq!(lines(&second, 1), ["/after 200 second"]);
+    assert_eq!(
+        lines(&first, 1),
+        ["/before first"],
+        "nothing more in the first file"
+    );
+}
+
 /// Sends raw HTTP/1.1 on one TLS connection; what came back.
 fn raw_h1(shuck: &Shuck, req: &[u8]) -> Vec<u8> {
     let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();

@@ -297,6 +297,10 @@ fn serve(s: TcpStream, id: usize, shared: &Shared) -> io::Result<()> {
                 ok(&mut w, "flaky")?;
             }
             "/304" => w.write_all(b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n")?,
+            // No PHP here: what scanners probe for is not found.
+            p if p.ends_with(".php") => {
+                w.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")?
+            }
             "/cut" => {
                 w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789")?;
                 return Ok(());
