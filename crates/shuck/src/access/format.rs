@@ -293,6 +293,16 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
             out.push(b'"');
         }
     };
+    // shuck's own words (a TLS version's, a cipher's, a cause's name): nothing to escape.
+    let own = |out: &mut Vec<u8>, s: &str| {
+        if esc == Escape::Json {
+            out.push(b'"');
+            out.extend_from_slice(s.as_bytes());
+            out.push(b'"');
+        } else {
+            out.extend_from_slice(s.as_bytes());
+        }
+    };
     let none = |out: &mut Vec<u8>| match esc {
         Escape::Nginx => out.push(b'-'),
         Escape::Json => out.extend_from_slice(b"null"),
@@ -320,14 +330,20 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
         Field::RemotePort => number(u64::from(c.client.port()), out),
         Field::Frontend => text(out, c.frontend.as_bytes()),
         Field::SslServerName => opt_text(out, c.sni.as_deref()),
-        Field::SslProtocol => opt_text(out, c.tls_version),
-        Field::SslCipher => opt_text(out, c.cipher),
+        Field::SslProtocol => match c.tls_version {
+            Some(v) => own(out, v),
+            None => none(out),
+        },
+        Field::SslCipher => match c.cipher {
+            Some(v) => own(out, v),
+            None => none(out),
+        },
         Field::SslSessionReused => match (esc, c.resumed) {
             (_, None) => none(out),
             (Escape::Json, Some(r)) => out.extend_from_slice(if r { b"true" } else { b"false" }),
             (Escape::Nginx, Some(r)) => out.push(if r { b'r' } else { b'.' }),
         },
-        Field::ServerProtocol => text(out, c.protocol.as_bytes()),
+        Field::ServerProtocol => own(out, c.protocol),
         Field::RequestMethod => text(out, rec.method),
         Field::Host => text(out, rec.authority),
         Field::RequestUri => text(out, rec.path),
@@ -342,8 +358,8 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
         Field::ConnectUs => opt_num(out, rec.timings.connect),
         Field::HeaderUs => opt_num(out, rec.timings.head),
         Field::RequestUs => number(rec.timings.total, out),
-        Field::TerminationState => text(out, rec.cause.code().as_bytes()),
-        Field::Cause => text(out, rec.cause.name().as_bytes()),
+        Field::TerminationState => own(out, rec.cause.code()),
+        Field::Cause => own(out, rec.cause.name()),
         Field::HttpUserAgent => text(out, rec.user_agent),
         Field::HttpReferer => text(out, rec.referer),
     }
@@ -417,7 +433,14 @@ fn nginx(mut s: &[u8], out: &mut Vec<u8>) {
 /// byte of an invalid sequence as the text `\xHH` (its backslash escaped), so that any
 /// bytes make valid JSON and nothing is lost.
 fn json_str(mut s: &[u8], out: &mut Vec<u8>) {
-    loop {
+    // Most values are printable ASCII without a quote or backslash: one pass copies them.
+    let plain = s
+        .iter()
+        .position(|&b| !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\')
+        .unwrap_or(s.len());
+    out.extend_from_slice(&s[..plain]);
+    s = &s[plain..];
+    while !s.is_empty() {
         match std::str::from_utf8(s) {
             Ok(valid) => return json_valid(valid, out),
             Err(e) => {
