@@ -319,6 +319,110 @@ fn a_reload_moves_the_log_and_changes_its_format() {
     );
 }
 
+/// curl's answer head for one request.
+fn curl_head(shuck: &Shuck, version: &str, path: &str, extra: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args([
+            "-sk",
+            version,
+            "--max-time",
+            "10",
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+        ])
+        .args(extra)
+        .arg(format!("https://127.0.0.1:{}{path}", shuck.port))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_ascii_lowercase()
+}
+
+#[test]
+fn request_ids_pass_or_are_made_and_come_back() {
+    if !require("curl", "curl") || !aioquic() {
+        return;
+    }
+    let dir = TempDir::new("access-ids");
+    let log = dir.path("access.log");
+    let origin = H1Origin::start(None);
+    let shuck = Shuck::start(&[
+        "--http",
+        "--quic",
+        "-b",
+        &origin.spec,
+        "--request-id-header",
+        "X-Request-ID",
+        "--request-id-response",
+        "--access-log",
+        log.to_str().unwrap(),
+        "--access-log-format",
+        "{server_protocol} {request_uri} {request_id}",
+    ]);
+    let h1 = curl_head(
+        &shuck,
+        "--http1.1",
+        "/h1-given",
+        &["-H", "X-Request-ID: client-1"],
+    );
+    assert!(h1.contains("x-request-id: client-1\r\n"), "{h1}");
+    let bad = curl_head(
+        &shuck,
+        "--http1.1",
+        "/h1-bad",
+        &["-H", "X-Request-ID: two words"],
+    );
+    let h2 = curl_head(&shuck, "--http2", "/h2-none", &[]);
+    let report = h3(
+        shuck.port,
+        json!([{"path": "/h3-given", "headers": [["x-request-id", "quic-7"]]}, {"path": "/h3-none"}]),
+        &[],
+    );
+    let a = answers(&report);
+    let from_h3 = |i: usize| {
+        common::h3::header(&a[i], "x-request-id")
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(from_h3(0), "quic-7");
+    let made = |head: &str| {
+        let v = head
+            .lines()
+            .find_map(|l| l.strip_prefix("x-request-id: "))
+            .unwrap_or_else(|| panic!("no id in {head}"))
+            .trim()
+            .to_owned();
+        assert!(
+            v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{v}"
+        );
+        v
+    };
+    let ids = [
+        ("HTTP/1.1", "/h1-given", "client-1".to_owned()),
+        ("HTTP/1.1", "/h1-bad", made(&bad)),
+        ("HTTP/2.0", "/h2-none", made(&h2)),
+        ("HTTP/3.0", "/h3-given", "quic-7".to_owned()),
+        ("HTTP/3.0", "/h3-none", from_h3(1)),
+    ];
+    assert_eq!(from_h3(1).len(), 32);
+    let got = lines(&log, 5);
+    let seen = origin.requests();
+    for (proto, path, id) in &ids {
+        let line = format!("{proto} {path} {id}");
+        assert!(got.contains(&line), "no {line:?} in {got:?}");
+        let s = seen.iter().find(|s| s.path == *path).unwrap();
+        assert_eq!(
+            s.all("x-request-id"),
+            [id.as_str()],
+            "the backend gets the one ID: {s:?}"
+        );
+    }
+    let distinct: std::collections::HashSet<&String> = ids.iter().map(|i| &i.2).collect();
+    assert_eq!(distinct.len(), 5);
+}
+
 /// Sends raw HTTP/1.1 on one TLS connection; what came back.
 fn raw_h1(shuck: &Shuck, req: &[u8]) -> Vec<u8> {
     let mut c = tls_connect(shuck.addr(), &ClientOpts::default()).unwrap();
@@ -835,6 +939,21 @@ fn bad_access_log_flags_are_named() {
     ]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("unknown field {client} at byte 0"), "{err}");
+    let (code, err) = run_to_exit(&["--request-id-response", "--http", "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--request-id-response: needs --request-id-header"),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(&["--request-id-header", "X Id", "--http", "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("a header name is 1 to 64 letters, digits and -"),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(&["--request-id-header", "X-Id", "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("needs --http"), "{err}");
     let (code, err) = run_to_exit(&["--access-log-sample", "3", "--test"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(

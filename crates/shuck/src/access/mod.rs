@@ -8,6 +8,7 @@
 
 pub mod format;
 pub mod record;
+pub mod request_id;
 pub mod sink;
 
 use std::cell::RefCell;

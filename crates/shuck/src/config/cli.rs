@@ -946,6 +946,21 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u32).range(1..))]
     pub access_log_sample: u32,
 
+    /// `--http`: each request gets an ID in this header (e.g. `X-Request-ID`), sent to the
+    /// backend and written in the access log's `request_id`.
+    ///
+    /// A client's well-formed value (visible ASCII, 1 to 64 bytes; the first such header)
+    /// passes; any other is replaced, and a request without one gets a new one (128 bits as
+    /// 32 hex digits, unique across workers and hosts without coordination). Config key
+    /// `request-id-header`; off by default.
+    #[arg(long, value_name = "NAME", value_parser = parse_header_name)]
+    pub request_id_header: Option<String>,
+
+    /// Answers carry their request's ID back in `--request-id-header`'s header.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub request_id_response: bool,
+
     /// Warnings met while reading the configuration file, logged once logging is set up.
     #[arg(skip)]
     pub notes: Vec<String>,
@@ -982,6 +997,16 @@ impl Cli {
 /// A path, empty allowed (hitch's "not set"; see [`Cli::unset_empty`]).
 fn any_path(s: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(s))
+}
+
+/// A header's name: letters, digits and `-`, at most 64; kept lower case.
+fn parse_header_name(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 64 || !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return Err(format!(
+            "{s:?}: a header name is 1 to 64 letters, digits and -"
+        ));
+    }
+    Ok(s.to_ascii_lowercase())
 }
 
 /// `--access-log`'s target.

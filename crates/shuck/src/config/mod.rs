@@ -156,6 +156,8 @@ pub struct Config {
     pub access_log: Option<crate::access::Settings>,
     /// `--syslog-facility`'s code, for the access log's syslog targets.
     pub syslog_facility: u8,
+    /// `--request-id-header` and `--request-id-response`.
+    pub request_id: Option<std::sync::Arc<crate::access::request_id::Spec>>,
     /// What to write before the client's bytes.
     pub preamble: Preamble,
     /// Read a PROXY header from the client side first.
@@ -421,6 +423,7 @@ impl Config {
             },
             log_connections: cli.log_connections,
             access_log: values::access_log(cli)?,
+            request_id: values::request_id(cli)?,
             syslog_facility: crate::system::log::facility(&cli.syslog_facility).map_err(
                 |reason| ConfigError::Invalid {
                     option: "--syslog-facility",

@@ -242,3 +242,25 @@ pub(super) fn access_log(cli: &Cli) -> Result<Option<crate::access::Settings>, C
         }
     }
 }
+
+/// `--request-id-header` and `--request-id-response`: HTTP mode's, the second only with the
+/// first.
+pub(super) fn request_id(
+    cli: &Cli,
+) -> Result<Option<std::sync::Arc<crate::access::request_id::Spec>>, ConfigError> {
+    match (&cli.request_id_header, cli.request_id_response) {
+        (None, false) => Ok(None),
+        (None, true) => Err(ConfigError::Invalid {
+            option: "--request-id-response",
+            reason: "needs --request-id-header (the header the ID goes in)".into(),
+        }),
+        (Some(_), _) if !cli.http => Err(ConfigError::Invalid {
+            option: "--request-id-header",
+            reason: "needs --http (a TCP relay has no requests)".into(),
+        }),
+        (Some(name), respond) => Ok(Some(std::sync::Arc::new(crate::access::request_id::Spec {
+            name: name.clone(),
+            respond,
+        }))),
+    }
+}

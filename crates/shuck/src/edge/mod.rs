@@ -53,6 +53,8 @@ pub struct ProxyState {
     pub quic_tokens: crate::tls::quic_tokens::Tokens,
     /// `--access-log`: a line per request (per connection in TCP mode).
     pub access: Option<Arc<crate::access::AccessLog>>,
+    /// `--request-id-header`: each request's ID, and whether answers carry it back.
+    pub request_id: Option<Arc<crate::access::request_id::Spec>>,
 }
 
 /// A frontend as the workers see it. A reload swaps its TLS state: connections accepted

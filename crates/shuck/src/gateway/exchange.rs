@@ -22,6 +22,7 @@ use super::request::{self, Body, Kind, Refusal};
 use super::response;
 use super::tunnel::upgrade;
 use super::{Active, Gateway};
+use crate::access::request_id::RequestId;
 use crate::counters::WorkerCounters;
 use crate::edge::route::BackendId;
 use crate::gateway::choose::Choice;
@@ -56,11 +57,22 @@ pub fn accept<I: Inbound, O: Outbound>(
     body: I,
     respond: O,
 ) -> Option<Stream<impl Future<Output = ()>, impl Future<Output = ()>>> {
-    let Some((log, conn)) = &active.0.log else {
-        return take(active, parts, end_stream, body, respond).map(Stream::Plain);
-    };
-    let (body, respond) = super::logged::watch(log.clone(), conn.clone(), &parts, body, respond);
-    take(active, parts, end_stream, body, respond).map(Stream::Logged)
+    let gw = &active.0;
+    let id = gw.fwd.request_id.as_ref().map(|spec| {
+        let given = parts.headers.get_all(spec.name.as_str()).iter();
+        RequestId::of(given.map(|v| v.as_bytes()))
+    });
+    let echo = gw.fwd.request_id.as_ref().is_some_and(|s| s.respond);
+    if gw.log.is_none() && !echo {
+        return take(active, parts, end_stream, id, body, respond).map(Stream::Plain);
+    }
+    let spec = gw.fwd.request_id.as_deref().filter(|s| s.respond);
+    let echo = spec.zip(id).and_then(|(s, id)| {
+        let name = http::HeaderName::from_bytes(s.name.as_bytes()).ok()?;
+        Some((name, http::HeaderValue::from_bytes(id.as_bytes()).ok()?))
+    });
+    let (body, respond) = super::logged::watch(gw.log.clone(), echo, id, &parts, body, respond);
+    take(active, parts, end_stream, id, body, respond).map(Stream::Logged)
 }
 
 /// [`accept`]'s work. Done before the future is made, so that the request (its
@@ -73,6 +85,7 @@ fn take<I: Inbound, O: Outbound>(
     active: Active,
     parts: Parts,
     end_stream: bool,
+    id: Option<RequestId>,
     body: I,
     mut respond: O,
 ) -> Option<Pin<Box<impl Future<Output = ()>>>> {
@@ -106,7 +119,8 @@ fn take<I: Inbound, O: Outbound>(
     };
     respond.note(Note::Backend(gw.backends.name(backend)));
     let mut head = Vec::with_capacity(512);
-    let (framing, kind) = match request::build(&parts, end_stream, &gw.fwd, &mut head) {
+    let (framing, kind) = match request::build(&parts, end_stream, &gw.fwd, id.as_ref(), &mut head)
+    {
         Ok(r) => r,
         Err(Refusal::Malformed(why)) => {
             malformed(gw, &mut respond, why);

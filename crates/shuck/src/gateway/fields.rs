@@ -18,6 +18,8 @@ pub struct Forwarding {
     pub lines: String,
     /// `--client-cert-header`'s name.
     pub strip: Option<String>,
+    /// `--request-id-header`: the client's header is replaced by the request's ID.
+    pub request_id: Option<std::sync::Arc<crate::access::request_id::Spec>>,
 }
 
 impl Forwarding {
@@ -36,7 +38,20 @@ impl Forwarding {
             strip = Some(name.to_owned());
         }
         lines.push_str("\r\n");
-        Forwarding { lines, strip }
+        Forwarding {
+            lines,
+            strip,
+            request_id: None,
+        }
+    }
+
+    /// With `--request-id-header`.
+    pub fn with_request_id(
+        mut self,
+        spec: Option<std::sync::Arc<crate::access::request_id::Spec>>,
+    ) -> Self {
+        self.request_id = spec;
+        self
     }
 
     /// Whether the client's header `name` must be removed.

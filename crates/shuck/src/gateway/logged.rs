@@ -16,6 +16,7 @@ use http::request::Parts;
 use http::{HeaderMap, Response};
 
 use super::front::{Gone, Inbound, Note, Outbound, Reset, SendError};
+use crate::access::request_id::RequestId;
 use crate::access::{AccessLog, Cause, Conn, Record, Timings};
 
 /// What the log keeps of one stream until it ends.
@@ -38,12 +39,15 @@ struct Trail {
     connect: Option<Duration>,
     finished: bool,
     cause: Option<Cause>,
+    id: Option<RequestId>,
 }
 
-/// A stream's answer side, watched for the log.
+/// A stream's answer side, watched for the log (when there is one) and carrying the
+/// request's ID back (`--request-id-response`).
 pub(super) struct Logged<O> {
     inner: O,
-    trail: Box<Trail>,
+    trail: Option<Box<Trail>>,
+    echo: Option<(http::HeaderName, http::HeaderValue)>,
 }
 
 /// A stream's body, its bytes counted for the log.
@@ -52,14 +56,27 @@ pub(super) struct Counted<I> {
     count: Rc<Cell<u64>>,
 }
 
-/// Wraps a stream's halves for the log, its request's facts taken from `parts`.
+/// Wraps a stream's halves for the log (`log`: where lines go and the connection's part of
+/// them), its request's facts taken from `parts`, and for the ID its answer carries back.
 pub(super) fn watch<I: Inbound, O: Outbound>(
-    log: Arc<AccessLog>,
-    conn: Rc<Conn>,
+    log: Option<(Arc<AccessLog>, Rc<Conn>)>,
+    echo: Option<(http::HeaderName, http::HeaderValue)>,
+    id: Option<RequestId>,
     parts: &Parts,
     body: I,
     respond: O,
 ) -> (Counted<I>, Logged<O>) {
+    let count = Rc::new(Cell::new(0));
+    let Some((log, conn)) = log else {
+        return (
+            Counted { inner: body, count },
+            Logged {
+                inner: respond,
+                trail: None,
+                echo,
+            },
+        );
+    };
     let mut text = Vec::with_capacity(128);
     let mut ends = [0; 5];
     let header = |name| parts.headers.get(name).map_or(&b""[..], |v| v.as_bytes());
@@ -85,7 +102,6 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
         text.extend_from_slice(&piece[..piece.len().min(crate::access::format::FIELD_CAP)]);
         ends[i] = text.len();
     }
-    let count = Rc::new(Cell::new(0));
     let trail = Box::new(Trail {
         log,
         conn,
@@ -103,12 +119,14 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
         connect: None,
         finished: false,
         cause: None,
+        id,
     });
     (
         Counted { inner: body, count },
         Logged {
             inner: respond,
-            trail,
+            trail: Some(trail),
+            echo,
         },
     )
 }
@@ -133,7 +151,8 @@ fn own_answer(status: u16) -> Cause {
     }
 }
 
-fn sent<T>(t: &mut Trail, r: &Result<T, SendError>) {
+fn sent<T>(t: Option<&mut Trail>, r: &Result<T, SendError>) {
+    let Some(t) = t else { return };
     match r {
         Ok(_) => {}
         Err(SendError::Client) => t.ended(Cause::ClientClosed),
@@ -144,8 +163,8 @@ fn sent<T>(t: &mut Trail, r: &Result<T, SendError>) {
 impl<O: Outbound> Outbound for Logged<O> {
     fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let p = self.inner.poll_reset(cx);
-        if p.is_ready() {
-            self.trail.ended(Cause::ClientClosed);
+        if let (true, Some(t)) = (p.is_ready(), self.trail.as_mut()) {
+            t.ended(Cause::ClientClosed);
         }
         p
     }
@@ -154,10 +173,15 @@ impl<O: Outbound> Outbound for Logged<O> {
         self.inner.informational(resp)
     }
 
-    fn respond(&mut self, resp: Response<()>, end: bool) -> Result<(), Gone> {
+    fn respond(&mut self, mut resp: Response<()>, end: bool) -> Result<(), Gone> {
+        if let Some((name, value)) = &self.echo {
+            resp.headers_mut().insert(name.clone(), value.clone());
+        }
         let status = resp.status().as_u16();
         let r = self.inner.respond(resp, end);
-        let t = &mut self.trail;
+        let Some(t) = self.trail.as_mut() else {
+            return r;
+        };
         match r {
             Ok(()) => {
                 t.status = status;
@@ -171,16 +195,15 @@ impl<O: Outbound> Outbound for Logged<O> {
 
     async fn flush_head(&mut self, stall: Duration) -> Result<(), SendError> {
         let r = self.inner.flush_head(stall).await;
-        sent(&mut self.trail, &r);
+        sent(self.trail.as_deref_mut(), &r);
         r
     }
 
     async fn send(&mut self, data: Bytes, last: bool, stall: Duration) -> Result<(), SendError> {
         let n = data.len() as u64;
         let r = self.inner.send(data, last, stall).await;
-        let t = &mut self.trail;
-        sent(t, &r);
-        if r.is_ok() {
+        sent(self.trail.as_deref_mut(), &r);
+        if let (true, Some(t)) = (r.is_ok(), self.trail.as_mut()) {
             t.bytes_out += n;
             t.finished |= last;
         }
@@ -189,29 +212,37 @@ impl<O: Outbound> Outbound for Logged<O> {
 
     async fn trailers(&mut self, trailers: HeaderMap) -> Result<(), Gone> {
         let r = self.inner.trailers(trailers).await;
-        match r {
-            Ok(()) => self.trail.finished = true,
-            Err(Gone) => self.trail.ended(Cause::ClientClosed),
+        if let Some(t) = self.trail.as_mut() {
+            match r {
+                Ok(()) => t.finished = true,
+                Err(Gone) => t.ended(Cause::ClientClosed),
+            }
         }
         r
     }
 
-    fn answer_now(&mut self, resp: Response<()>, body: Bytes) {
-        let t = &mut self.trail;
-        t.status = resp.status().as_u16();
-        t.head_at = Some(Instant::now());
-        t.bytes_out += body.len() as u64;
-        t.finished = true;
-        t.ended(own_answer(t.status));
+    fn answer_now(&mut self, mut resp: Response<()>, body: Bytes) {
+        if let Some((name, value)) = &self.echo {
+            resp.headers_mut().insert(name.clone(), value.clone());
+        }
+        if let Some(t) = self.trail.as_mut() {
+            t.status = resp.status().as_u16();
+            t.head_at = Some(Instant::now());
+            t.bytes_out += body.len() as u64;
+            t.finished = true;
+            t.ended(own_answer(t.status));
+        }
         self.inner.answer_now(resp, body);
     }
 
     fn reset(&mut self, why: Reset) {
-        self.trail.ended(match why {
-            Reset::Malformed => Cause::BadRequest,
-            Reset::Cancel => Cause::ClientTimeout,
-            Reset::Internal => Cause::AnswerCut,
-        });
+        if let Some(t) = self.trail.as_mut() {
+            t.ended(match why {
+                Reset::Malformed => Cause::BadRequest,
+                Reset::Cancel => Cause::ClientTimeout,
+                Reset::Internal => Cause::AnswerCut,
+            });
+        }
         self.inner.reset(why);
     }
 
@@ -220,11 +251,11 @@ impl<O: Outbound> Outbound for Logged<O> {
     }
 
     fn noting(&self) -> bool {
-        true
+        self.trail.is_some()
     }
 
     fn note(&mut self, note: Note<'_>) {
-        let t = &mut self.trail;
+        let Some(t) = self.trail.as_mut() else { return };
         match note {
             Note::Backend(name) => t.backend = Some(name.to_owned()),
             Note::Connection { server, waited } => {
@@ -257,7 +288,9 @@ impl<I: Inbound> Inbound for Counted<I> {
 
 impl<O> Drop for Logged<O> {
     fn drop(&mut self) {
-        let t = &mut *self.trail;
+        let Some(t) = self.trail.as_deref_mut() else {
+            return;
+        };
         let cause = match t.cause {
             Some(c) => c,
             None if t.finished => Cause::Normal,
@@ -280,7 +313,7 @@ impl<O> Drop for Logged<O> {
             backend: t.backend.as_deref(),
             server: t.server.as_deref(),
             retries: t.retries,
-            request_id: b"",
+            request_id: t.id.as_ref().map_or(&b""[..], RequestId::as_bytes),
             timings: Timings {
                 connect: t.connect.map(micros),
                 head: t.head_at.map(|h| micros(h - t.began)),

@@ -65,6 +65,7 @@ pub fn build(
     req: &Parts,
     end_stream: bool,
     fwd: &Forwarding,
+    id: Option<&crate::access::request_id::RequestId>,
     out: &mut Vec<u8>,
 ) -> Result<(Body, Kind), Refusal> {
     let protocol = req.extensions.get::<h2::ext::Protocol>();
@@ -173,6 +174,13 @@ pub fn build(
         if fwd.strips(name.as_str().as_bytes()) {
             continue; // the client's own claims: never passed on
         }
+        if fwd
+            .request_id
+            .as_ref()
+            .is_some_and(|r| r.name == name.as_str())
+        {
+            continue; // the request's ID, written below
+        }
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -219,6 +227,9 @@ pub fn build(
         }
         k => k,
     };
+    if let (Some(id), Some(spec)) = (id, &fwd.request_id) {
+        id.write_line(&spec.name, out);
+    }
     out.extend_from_slice(fwd.lines.as_bytes());
     Ok((body, kind))
 }
@@ -255,7 +266,7 @@ mod tests {
         let fwd = Forwarding::new("203.0.113.5".parse().unwrap(), Some(("X-Client", None)));
         let (parts, ()) = req.into_parts();
         let mut out = Vec::new();
-        let (body, _) = build(&parts, end_stream, &fwd, &mut out)?;
+        let (body, _) = build(&parts, end_stream, &fwd, None, &mut out)?;
         Ok((String::from_utf8(out).unwrap(), body))
     }
 

@@ -402,15 +402,15 @@ impl Pump {
             self.moved = true;
             match filter {
                 Filter::None => {}
-                Filter::Response(t, ex, _) if t.announced().is_some() => {
-                    // `--quic`: answers get an Alt-Svc line, so the bytes go through
-                    // `pending` (the plain path below is the one without --quic).
-                    let line = t.announced().cloned().unwrap_or_default();
+                Filter::Response(t, ex, _) if t.adds_lines() => {
+                    // `--quic`, `--request-id-response`: answers get lines (Alt-Svc, the
+                    // request's ID), so the bytes go through `pending` (the plain path
+                    // below is the one without them).
                     let mut from = 0;
                     let pending = &mut self.pending;
-                    let seen = t.observe_with(&scratch[..n], ex, |at| {
+                    let seen = t.observe_with(&scratch[..n], ex, |at, lines| {
                         pending.extend_from_slice(&scratch[from..at]);
-                        pending.extend_from_slice(&line);
+                        pending.extend_from_slice(lines);
                         from = at;
                     });
                     let to = match seen {

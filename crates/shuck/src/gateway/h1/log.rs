@@ -16,10 +16,10 @@ use crate::access::{AccessLog, Cause, Conn, Record, Timings};
 struct Line {
     start: SystemTime,
     began: Instant,
-    /// The method, `Host`, target, User-Agent and Referer, one after the other, and where
-    /// each ends.
+    /// The method, `Host`, target, User-Agent, Referer and request ID, one after the
+    /// other, and where each ends.
     text: Vec<u8>,
-    ends: [usize; 5],
+    ends: [usize; 6],
     status: u16,
     head_at: Option<Instant>,
     bytes_in: u64,
@@ -57,6 +57,8 @@ pub struct Asked<'a> {
     pub user_agent: &'a [u8],
     /// `Referer`.
     pub referer: &'a [u8],
+    /// The request's ID (`--request-id-header`).
+    pub request_id: &'a [u8],
 }
 
 impl Asked<'_> {
@@ -78,6 +80,7 @@ impl Asked<'_> {
             target: target.as_bytes(),
             user_agent: field("user-agent"),
             referer: field("referer"),
+            request_id: b"",
         }
     }
 }
@@ -106,10 +109,17 @@ impl H1Log {
     /// A request's head was accepted.
     pub fn asked(&self, a: &Asked<'_>) {
         let mut text = Vec::with_capacity(96);
-        let mut ends = [0; 5];
-        for (i, piece) in [a.method, a.host, a.target, a.user_agent, a.referer]
-            .into_iter()
-            .enumerate()
+        let mut ends = [0; 6];
+        for (i, piece) in [
+            a.method,
+            a.host,
+            a.target,
+            a.user_agent,
+            a.referer,
+            a.request_id,
+        ]
+        .into_iter()
+        .enumerate()
         {
             text.extend_from_slice(&piece[..piece.len().min(crate::access::format::FIELD_CAP)]);
             ends[i] = text.len();
@@ -182,6 +192,7 @@ impl H1Log {
             target: b"",
             user_agent: b"",
             referer: b"",
+            request_id: b"",
         };
         let own_line =
             refused.is_some() || (own.is_some() && self.lines.borrow().waiting.is_empty());
@@ -243,7 +254,7 @@ impl H1Log {
             backend: l.backend.as_deref(),
             server: line.server.as_deref(),
             retries: 0,
-            request_id: b"",
+            request_id: piece(5),
             timings: Timings {
                 connect: None,
                 head: line.head_at.map(|h| micros(h - line.began)),

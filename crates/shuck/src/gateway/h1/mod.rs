@@ -55,6 +55,8 @@ pub struct Exchange {
     pub lost: bool,
     /// `--access-log`: the connection's lines.
     pub log: Option<Box<log::H1Log>>,
+    /// `--request-id-response`: the IDs of the requests whose answers have not begun.
+    pub ids: VecDeque<crate::access::request_id::RequestId>,
 }
 
 /// Most requests in flight (pipelined) on one connection.
@@ -68,6 +70,7 @@ impl Exchange {
             upgrade: Upgrade::None,
             lost: false,
             log: None,
+            ids: VecDeque::new(),
         }
     }
 }

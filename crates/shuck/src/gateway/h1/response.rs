@@ -22,8 +22,12 @@ pub struct ResponseTracker {
     head: HeadBuf,
     /// `--quic`: the `Alt-Svc` line final answers get when they have none.
     announce: Option<bytes::Bytes>,
-    /// The head just complete is a final answer without `Alt-Svc`.
+    /// The head just complete is a final answer that gets `extra`.
     wants_line: bool,
+    /// `--request-id-response`: the header that carries each request's ID back.
+    echo: Option<std::sync::Arc<crate::access::request_id::Spec>>,
+    /// The lines the answer whose head just completed gets: `Alt-Svc`, its request's ID.
+    extra: Vec<u8>,
 }
 
 impl ResponseTracker {
@@ -34,6 +38,8 @@ impl ResponseTracker {
             head: HeadBuf::new(max_head),
             announce: None,
             wants_line: false,
+            echo: None,
+            extra: Vec::new(),
         }
     }
 
@@ -45,6 +51,17 @@ impl ResponseTracker {
     /// The line to add, when announcing.
     pub fn announced(&self) -> Option<&bytes::Bytes> {
         self.announce.as_ref()
+    }
+
+    /// Final answers carry their request's ID back in `spec`'s header.
+    pub fn echo_ids(&mut self, spec: std::sync::Arc<crate::access::request_id::Spec>) {
+        self.echo = Some(spec);
+    }
+
+    /// Whether answers' heads get lines (`Alt-Svc`, the request's ID): their bytes then go
+    /// through [`observe_with`](Self::observe_with).
+    pub fn adds_lines(&self) -> bool {
+        self.announce.is_some() || self.echo.is_some()
     }
 
     /// An answer framed by the backend's close (or no longer followed): its end is the
@@ -62,16 +79,16 @@ impl ResponseTracker {
     /// an answer no request asked for (every answer owed is complete): they must not reach
     /// the client, who would take them for the answer to its next request.
     pub fn observe(&mut self, input: &[u8], ex: &mut Exchange) -> Result<(), usize> {
-        self.observe_with(input, ex, |_| {})
+        self.observe_with(input, ex, |_, _| {})
     }
 
     /// [`observe`](Self::observe), telling `at_end` where in `input` each final answer's
-    /// head that should carry the announced line ends (before its blank line's CRLF).
+    /// head that gets lines ends (before its blank line's CRLF), and the lines.
     pub fn observe_with(
         &mut self,
         input: &[u8],
         ex: &mut Exchange,
-        mut at_end: impl FnMut(usize),
+        mut at_end: impl FnMut(usize, &[u8]),
     ) -> Result<(), usize> {
         let mut i = 0;
         while i < input.len() {
@@ -119,7 +136,7 @@ impl ResponseTracker {
                         // Where the blank line's CRLF is in this input (not when its CR
                         // came in the previous read: that answer goes without).
                         if std::mem::take(&mut self.wants_line) && used >= 2 {
-                            at_end(i - 2);
+                            at_end(i - 2, &self.extra);
                         }
                     }
                     Pushed::TooLarge | Pushed::BareLineEnd => {
@@ -137,6 +154,7 @@ impl ResponseTracker {
         self.state = State::Opaque;
         self.head.clear();
         ex.lost = true;
+        ex.ids.clear();
     }
 
     fn start_response(&mut self, head: &[u8], ex: &mut Exchange) {
@@ -151,6 +169,7 @@ impl ResponseTracker {
                 l.answered(101);
             }
             ex.pending.pop_front();
+            ex.ids.pop_front();
             ex.upgrade = Upgrade::Tunnel;
             self.state = State::Opaque;
             return;
@@ -169,11 +188,20 @@ impl ResponseTracker {
         }
         let mut length = None;
         let mut chunked = false;
-        self.wants_line = self.announce.is_some()
-            && !resp
+        self.extra.clear();
+        if let Some(line) = &self.announce {
+            if !resp
                 .headers
                 .iter()
-                .any(|h| h.name.eq_ignore_ascii_case("alt-svc"));
+                .any(|h| h.name.eq_ignore_ascii_case("alt-svc"))
+            {
+                self.extra.extend_from_slice(line);
+            }
+        }
+        if let (Some(spec), Some(id)) = (&self.echo, ex.ids.pop_front()) {
+            id.write_line(&spec.name, &mut self.extra);
+        }
+        self.wants_line = !self.extra.is_empty();
         for h in resp.headers.iter() {
             if h.name.eq_ignore_ascii_case("content-length") {
                 length = std::str::from_utf8(h.value)
@@ -239,7 +267,7 @@ mod tests {
         let mut out = Vec::new();
         let line = t.announced().cloned().unwrap();
         let mut from = 0;
-        t.observe_with(stream, &mut ex, |at| {
+        t.observe_with(stream, &mut ex, |at, _| {
             out.extend_from_slice(&stream[from..at]);
             out.extend_from_slice(&line);
             from = at;

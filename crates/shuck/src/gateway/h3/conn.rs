@@ -309,7 +309,7 @@ fn client(
     Client {
         addr: peer,
         preambles,
-        fwd: Forwarding::new(peer.ip(), cert_header),
+        fwd: Forwarding::new(peer.ip(), cert_header).with_request_id(state.request_id.clone()),
         routing,
         fallback,
         chooser,

@@ -294,7 +294,8 @@ fn told(
             .then(|| Chooser::new(routing.clone(), fallback, &tls_state.resolver, tls.sni()))
     };
     if let (Some(max_head), Some(b"h2")) = (state.http, conn.alpn_protocol()) {
-        let fwd = h1::request::Forwarding::new(client.ip(), cert_header);
+        let fwd = h1::request::Forwarding::new(client.ip(), cert_header)
+            .with_request_id(state.request_id.clone());
         let client = crate::gateway::Client {
             addr: client,
             preambles,
@@ -320,6 +321,12 @@ fn told(
         }
         if let Some(c) = chooser() {
             h.request.route(c);
+        }
+        if let Some(spec) = &state.request_id {
+            h.request.request_ids(spec.clone());
+            if spec.respond {
+                h.response.echo_ids(spec.clone());
+            }
         }
         if let (Some(access), Some(conn)) = (&state.access, &log) {
             h.exchange.log = Some(Box::new(h1::log::H1Log::new(access.clone(), conn.clone())));

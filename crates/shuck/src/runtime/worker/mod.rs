@@ -316,5 +316,6 @@ fn proxy_state(
         maint: tokio::sync::Notify::new(),
         quic_tokens: crate::tls::quic_tokens::tokens(config.farm_key()),
         access,
+        request_id: config.request_id.clone(),
     }
 }

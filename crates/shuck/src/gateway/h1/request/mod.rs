@@ -67,6 +67,8 @@ pub struct RequestRewriter {
     retry_head: Vec<u8>,
     /// `retry_head` holds the last request and it was not sent again yet.
     retryable: bool,
+    /// `--request-id-header`.
+    request_id: Option<std::sync::Arc<crate::access::request_id::Spec>>,
 }
 
 /// What the request side is waiting for, for HTTP mode's timeouts.
@@ -103,6 +105,7 @@ impl RequestRewriter {
         let Forwarding {
             lines: forwarded,
             strip,
+            ..
         } = Forwarding::new(ip, cert_header);
         RequestRewriter {
             state: State::Head,
@@ -119,7 +122,13 @@ impl RequestRewriter {
             closing: false,
             retry_head: Vec::new(),
             retryable: false,
+            request_id: None,
         }
+    }
+
+    /// Each request gets an ID in `spec`'s header (`--request-id-header`).
+    pub fn request_ids(&mut self, spec: std::sync::Arc<crate::access::request_id::Spec>) {
+        self.request_id = Some(spec);
     }
 
     /// The requests now go to `server` of backend `id`.
@@ -389,10 +398,16 @@ impl RequestRewriter {
             b" HTTP/1.1\r\n"
         });
         let strip = self.strip.as_deref();
+        let id_name = self.request_id.as_ref().map(|r| r.name.as_str());
+        let mut given_id = None;
         for h in req.headers.iter() {
             let name = h.name;
             if is_forwarding(name.as_bytes(), strip) {
                 continue; // the client's own claims: never passed on
+            }
+            if id_name.is_some_and(|n| name.eq_ignore_ascii_case(n)) {
+                given_id = given_id.or(Some(h.value)); // the first; written below
+                continue;
             }
             if name.eq_ignore_ascii_case("connection") {
                 // A nomination of a forwarding header would make the next hop strip ours.
@@ -472,13 +487,25 @@ impl RequestRewriter {
         if te_seen && (!chunked || version == 0) {
             return Err(Rejected("unsupported Transfer-Encoding"));
         }
+        let id = self.request_id.as_ref().map(|spec| {
+            let id = crate::access::request_id::RequestId::of(given_id.into_iter());
+            id.write_line(&spec.name, out);
+            if spec.respond {
+                ex.ids.push_back(id);
+            }
+            id
+        });
         out.extend_from_slice(self.forwarded.as_bytes());
 
         self.requests += 1;
         self.closing = close;
         let upgrade = upgrade_header && connection_upgrade && version == 1;
         if let Some(l) = &ex.log {
-            l.asked(&super::log::Asked::of(method, path, req.headers));
+            let mut asked = super::log::Asked::of(method, path, req.headers);
+            if let Some(id) = &id {
+                asked.request_id = id.as_bytes();
+            }
+            l.asked(&asked);
         }
         ex.pending.push_back(if upgrade {
             Pending::Upgrade
