@@ -146,8 +146,21 @@ fn the_debian_package_installs_what_an_operator_expects() {
         postinst.contains("install -d -m 0700 -o root -g root /var/lib/shuck"),
         "{postinst}"
     );
+    assert!(
+        postinst.contains("install -d -m 0750 -o root -g adm /var/log/shuck"),
+        "{postinst}"
+    );
+    // The configuration and logrotate's file are the operator's to edit: conffiles.
     let conffiles = std::fs::read_to_string(control.join("conffiles")).unwrap();
-    assert_eq!(conffiles.trim(), "/etc/shuck/shuck.conf");
+    assert_eq!(
+        conffiles.trim(),
+        "/etc/shuck/shuck.conf\n/etc/logrotate.d/shuck"
+    );
+    let rotate = std::fs::read_to_string(tree.join("etc/logrotate.d/shuck")).unwrap();
+    assert!(
+        rotate.contains("/var/log/shuck/*.log") && rotate.contains("kill -s USR1"),
+        "{rotate}"
+    );
     let control_text = std::fs::read_to_string(control.join("control")).unwrap();
     assert!(control_text.contains("Depends: adduser"), "{control_text}");
 

@@ -258,18 +258,26 @@ fn combined(rec: &Record<'_>, out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
+/// JSON's keys as written before each value (`{"time":`, `,"remote_addr":`, ...), made once:
+/// a line then writes one slice a field for its key.
+fn json_keys() -> &'static [(Vec<u8>, Field)] {
+    static KEYS: std::sync::OnceLock<Vec<(Vec<u8>, Field)>> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| {
+        FIELDS
+            .iter()
+            .filter(|(_, f)| *f != Field::TimeLocal)
+            .enumerate()
+            .map(|(i, (name, f))| {
+                let lead = if i == 0 { "{" } else { "," };
+                (format!("{lead}\"{name}\":").into_bytes(), *f)
+            })
+            .collect()
+    })
+}
+
 fn json(rec: &Record<'_>, out: &mut Vec<u8>) {
-    out.push(b'{');
-    for (i, (name, field)) in FIELDS.iter().enumerate() {
-        if *field == Field::TimeLocal {
-            continue;
-        }
-        if i > 0 {
-            out.push(b',');
-        }
-        out.push(b'"');
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b"\":");
+    for (key, field) in json_keys() {
+        out.extend_from_slice(key);
         value(rec, *field, out, Escape::Json);
     }
     out.push(b'}');

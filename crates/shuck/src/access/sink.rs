@@ -29,6 +29,18 @@ pub enum Target {
     Udp(SocketAddr),
 }
 
+impl std::fmt::Display for Target {
+    /// As `--access-log` takes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Stderr => f.write_str("stderr"),
+            Target::File(p) => write!(f, "{}", p.display()),
+            Target::DevLog => f.write_str("syslog"),
+            Target::Udp(a) => write!(f, "udp://{a}"),
+        }
+    }
+}
+
 impl std::str::FromStr for Target {
     type Err = String;
 

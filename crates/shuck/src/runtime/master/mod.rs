@@ -11,6 +11,8 @@
 //! - SIGUSR2 (or a worker's `Upgrade`): start the binary on disk with the same arguments,
 //!   hand it the sockets and the ticket keys; once its worker serves, this worker stops
 //!   accepting, sends its session cache over, drains, and this master exits.
+//! - SIGUSR1 (or a worker's `Reopen`): open `--access-log`'s file again and hand it to the
+//!   worker (`access_log.rs`), for logrotate.
 //! - SIGTERM/SIGINT: the worker drains and the master exits after it.
 
 use std::collections::VecDeque;

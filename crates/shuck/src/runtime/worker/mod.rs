@@ -289,7 +289,7 @@ fn access_log(
         Some(f) => Opened::File(f),
         None => sink::open(&settings.target, config.syslog_facility).map_err(|source| {
             StartError::AccessLog {
-                path: format!("{:?}", settings.target).into(),
+                path: settings.target.to_string().into(),
                 source,
             }
         })?,

@@ -311,7 +311,7 @@ impl Reloader {
                 Err(e) => tracing::warn!(
                     name: "access_log_reopen_failed",
                     error = %e,
-                    "SIGHUP: access log {:?}: {e}; still writing where it was",
+                    "SIGHUP: access log {}: {e}; still writing where it was",
                     settings.target,
                 ),
             }
