@@ -24,7 +24,7 @@ struct Line {
     head_at: Option<Instant>,
     bytes_in: u64,
     bytes_out: u64,
-    server: Option<String>,
+    server: Option<Rc<str>>,
 }
 
 /// A connection's lines: requests whose answers have not begun, oldest first, and the
@@ -41,8 +41,8 @@ struct Lines {
     waiting: VecDeque<Line>,
     answering: Option<Line>,
     /// The backend and server requests go to now.
-    backend: Option<String>,
-    server: Option<String>,
+    backend: Option<Rc<str>>,
+    server: Option<Rc<str>>,
 }
 
 /// A request head's fields the line keeps.
@@ -98,11 +98,13 @@ impl H1Log {
     /// The backend and server the next requests go to.
     pub fn serving(&self, backend: &str, server: &str) {
         let mut l = self.lines.borrow_mut();
-        l.backend = Some(backend.to_owned());
-        l.server = Some(server.to_owned());
+        // Shared by the lines of the requests it serves: a count, not a copy, each.
+        let server: Rc<str> = Rc::from(server);
+        l.backend = Some(Rc::from(backend));
+        l.server = Some(server.clone());
         // The request read before any backend was chosen goes to this one.
         for line in l.waiting.iter_mut().filter(|w| w.server.is_none()) {
-            line.server = Some(server.to_owned());
+            line.server = Some(server.clone());
         }
     }
 
