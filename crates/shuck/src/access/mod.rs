@@ -10,6 +10,7 @@ pub mod format;
 pub mod record;
 pub mod request_id;
 pub mod sink;
+mod write;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

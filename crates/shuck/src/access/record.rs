@@ -5,6 +5,10 @@
 use std::net::SocketAddr;
 use std::time::SystemTime;
 
+/// At most this many bytes of a path, a host, a User-Agent or a Referer are written: a
+/// 64 KB request target makes a line of a few kilobytes, never of 64.
+pub const FIELD_CAP: usize = 2048;
+
 /// How a request or connection ended, as HAProxy's termination state says it: who ended it
 /// and where it stood. Its [`code`](Cause::code) is HAProxy's two letters, its
 /// [`name`](Cause::name) the JSON and template spelling.
@@ -148,5 +152,57 @@ impl Record<'_> {
     /// any end but a normal one.
     pub fn is_error(&self) -> bool {
         self.status >= 400 || self.cause != Cause::Normal
+    }
+}
+
+/// A duration as the log writes it: microseconds (saturating).
+pub fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// What a request said that its line keeps until it is written, each field cut at
+/// [`FIELD_CAP`]: one allocation for all of them.
+#[derive(Debug)]
+pub struct Said {
+    text: Vec<u8>,
+    ends: [usize; 6],
+}
+
+impl Said {
+    /// The method, authority, path, User-Agent, Referer and request ID, in that order.
+    pub fn new(fields: [&[u8]; 6]) -> Self {
+        let mut text = Vec::with_capacity(128);
+        let mut ends = [0; 6];
+        for (i, f) in fields.into_iter().enumerate() {
+            text.extend_from_slice(&f[..f.len().min(FIELD_CAP)]);
+            ends[i] = text.len();
+        }
+        Said { text, ends }
+    }
+
+    fn get(&self, i: usize) -> &[u8] {
+        &self.text[if i == 0 { 0 } else { self.ends[i - 1] }..self.ends[i]]
+    }
+
+    /// A record of these fields over `conn`; the rest is the caller's to fill.
+    pub fn record<'a>(&'a self, conn: &'a Conn, start: SystemTime, cause: Cause) -> Record<'a> {
+        Record {
+            start,
+            conn,
+            method: self.get(0),
+            authority: self.get(1),
+            path: self.get(2),
+            user_agent: self.get(3),
+            referer: self.get(4),
+            status: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            backend: None,
+            server: None,
+            retries: 0,
+            request_id: self.get(5),
+            timings: Timings::default(),
+            cause,
+        }
     }
 }

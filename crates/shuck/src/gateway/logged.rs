@@ -16,6 +16,7 @@ use http::request::Parts;
 use http::{HeaderMap, Response};
 
 use super::front::{Gone, Inbound, Note, Outbound, Reset, SendError};
+use crate::access::record::{micros, Said};
 use crate::access::request_id::RequestId;
 use crate::access::{AccessLog, Cause, Conn, Record, Timings};
 
@@ -25,10 +26,8 @@ struct Trail {
     conn: Rc<Conn>,
     start: SystemTime,
     began: Instant,
-    /// The method, authority, path, User-Agent and Referer, one after the other, and where
-    /// each ends.
-    text: Vec<u8>,
-    ends: [usize; 5],
+    /// What the request said.
+    said: Said,
     status: u16,
     head_at: Option<Instant>,
     bytes_in: Rc<Cell<u64>>,
@@ -39,7 +38,6 @@ struct Trail {
     connect: Option<Duration>,
     finished: bool,
     cause: Option<Cause>,
-    id: Option<RequestId>,
 }
 
 /// A stream's answer side, watched for the log (when there is one) and carrying the
@@ -77,8 +75,6 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
             },
         );
     };
-    let mut text = Vec::with_capacity(128);
-    let mut ends = [0; 5];
     let header = |name| parts.headers.get(name).map_or(&b""[..], |v| v.as_bytes());
     let authority = parts
         .uri
@@ -89,26 +85,20 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
         .uri
         .path_and_query()
         .map_or(&b""[..], |p| p.as_str().as_bytes());
-    for (i, piece) in [
+    let said = Said::new([
         parts.method.as_str().as_bytes(),
         authority,
         path,
         header(http::header::USER_AGENT),
         header(http::header::REFERER),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        text.extend_from_slice(&piece[..piece.len().min(crate::access::format::FIELD_CAP)]);
-        ends[i] = text.len();
-    }
+        id.as_ref().map_or(&b""[..], RequestId::as_bytes),
+    ]);
     let trail = Box::new(Trail {
         log,
         conn,
         start: SystemTime::now(),
         began: Instant::now(),
-        text,
-        ends,
+        said,
         status: 0,
         head_at: None,
         bytes_in: count.clone(),
@@ -119,7 +109,6 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
         connect: None,
         finished: false,
         cause: None,
-        id,
     });
     (
         Counted { inner: body, count },
@@ -297,29 +286,19 @@ impl<O> Drop for Logged<O> {
             // Dropped under way: the client went (its connection, or the drain deadline).
             None => Cause::ClientClosed,
         };
-        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let piece = |i: usize| &t.text[if i == 0 { 0 } else { t.ends[i - 1] }..t.ends[i]];
         t.log.log(&Record {
-            start: t.start,
-            conn: &t.conn,
-            method: piece(0),
-            authority: piece(1),
-            path: piece(2),
-            user_agent: piece(3),
-            referer: piece(4),
             status: t.status,
             bytes_in: t.bytes_in.get(),
             bytes_out: t.bytes_out,
             backend: t.backend.as_deref(),
             server: t.server.as_deref(),
             retries: t.retries,
-            request_id: t.id.as_ref().map_or(&b""[..], RequestId::as_bytes),
             timings: Timings {
                 connect: t.connect.map(micros),
                 head: t.head_at.map(|h| micros(h - t.began)),
                 total: micros(t.began.elapsed()),
             },
-            cause,
+            ..t.said.record(&t.conn, t.start, cause)
         });
     }
 }

@@ -7,8 +7,9 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
+use crate::access::record::{micros, Said};
 use crate::access::{AccessLog, Cause, Conn, Record, Timings};
 
 /// One request's line in the making.
@@ -16,10 +17,8 @@ use crate::access::{AccessLog, Cause, Conn, Record, Timings};
 struct Line {
     start: SystemTime,
     began: Instant,
-    /// The method, `Host`, target, User-Agent, Referer and request ID, one after the
-    /// other, and where each ends.
-    text: Vec<u8>,
-    ends: [usize; 6],
+    /// What the request said.
+    said: Said,
     status: u16,
     head_at: Option<Instant>,
     bytes_in: u64,
@@ -110,29 +109,20 @@ impl H1Log {
 
     /// A request's head was accepted.
     pub fn asked(&self, a: &Asked<'_>) {
-        let mut text = Vec::with_capacity(96);
-        let mut ends = [0; 6];
-        for (i, piece) in [
+        let said = Said::new([
             a.method,
             a.host,
             a.target,
             a.user_agent,
             a.referer,
             a.request_id,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            text.extend_from_slice(&piece[..piece.len().min(crate::access::format::FIELD_CAP)]);
-            ends[i] = text.len();
-        }
+        ]);
         let mut l = self.lines.borrow_mut();
         let server = l.server.clone();
         l.waiting.push_back(Line {
             start: SystemTime::now(),
             began: Instant::now(),
-            text,
-            ends,
+            said,
             status: 0,
             head_at: None,
             bytes_in: 0,
@@ -240,29 +230,18 @@ impl H1Log {
     }
 
     fn write(&self, l: &Lines, line: &Line, cause: Cause) {
-        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let piece = |i: usize| &line.text[if i == 0 { 0 } else { line.ends[i - 1] }..line.ends[i]];
         self.log.log(&Record {
-            start: line.start,
-            conn: &self.conn,
-            method: piece(0),
-            authority: piece(1),
-            path: piece(2),
-            user_agent: piece(3),
-            referer: piece(4),
             status: line.status,
             bytes_in: line.bytes_in,
             bytes_out: line.bytes_out,
             backend: l.backend.as_deref(),
             server: line.server.as_deref(),
-            retries: 0,
-            request_id: piece(5),
             timings: Timings {
                 connect: None,
                 head: line.head_at.map(|h| micros(h - line.began)),
                 total: micros(line.began.elapsed()),
             },
-            cause,
+            ..line.said.record(&self.conn, line.start, cause)
         });
     }
 }

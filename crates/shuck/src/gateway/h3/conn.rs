@@ -127,7 +127,7 @@ pub(super) async fn serve(
             // quinn does not say whether a handshake resumed a session.
             resumed: None,
             protocol: "HTTP/3.0",
-            handshake_us: Some(u64::try_from((started - began).as_micros()).unwrap_or(u64::MAX)),
+            handshake_us: Some(crate::access::record::micros(started - began)),
         }));
     }
     let gw = Rc::new(Gateway::new(

@@ -281,7 +281,7 @@ impl Ends<'_> {
             timings: access::Timings {
                 connect: None,
                 head: None,
-                total: u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+                total: access::record::micros(took),
             },
             cause,
         });

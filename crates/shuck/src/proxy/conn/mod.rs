@@ -417,7 +417,7 @@ fn access_conn(
             .and_then(|s| s.suite().as_str()),
         resumed: Some(conn.handshake_kind() == Some(HandshakeKind::Resumed)),
         protocol,
-        handshake_us: Some(u64::try_from(handshake.as_micros()).unwrap_or(u64::MAX)),
+        handshake_us: Some(access::record::micros(handshake)),
     }))
 }
 

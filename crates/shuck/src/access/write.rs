@@ -1,0 +1,201 @@
+//! How one value of a line is written: numbers, addresses and times without the formatting
+//! machinery (a busy worker formats a date once a second), and the two escapings of what a
+//! client sent: nginx's (`"`, `\` and bytes outside 0x20..=0x7e as `\xHH`) and JSON's
+//! (valid for any bytes: one that is not UTF-8 becomes the text `\xHH`).
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::record::FIELD_CAP;
+
+/// Which escaping a value gets.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Escape {
+    /// `combined` and templates.
+    Nginx,
+    /// JSON.
+    Json,
+}
+
+/// At most [`FIELD_CAP`] bytes of what a client sent.
+pub(super) fn cap(s: &[u8]) -> &[u8] {
+    &s[..s.len().min(FIELD_CAP)]
+}
+
+pub(super) fn ip(a: SocketAddr, out: &mut Vec<u8>, esc: Escape) {
+    if esc == Escape::Json {
+        out.push(b'"');
+    }
+    match a.ip().to_canonical() {
+        // The common case without the formatting machinery: four numbers and dots.
+        std::net::IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                number(u64::from(o), out);
+            }
+        }
+        v6 => {
+            use std::io::Write;
+            let _ = write!(out, "{v6}");
+        }
+    }
+    if esc == Escape::Json {
+        out.push(b'"');
+    }
+}
+
+pub(super) fn number(mut n: u64, out: &mut Vec<u8>) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// nginx's default escaping: `"`, `\` and bytes outside 0x20..=0x7e as `\xHH`. Runs of
+/// plain bytes are copied whole.
+pub(super) fn nginx(mut s: &[u8], out: &mut Vec<u8>) {
+    let plain = |b: &u8| *b != b'"' && *b != b'\\' && (0x20..=0x7e).contains(b);
+    loop {
+        let run = s.iter().position(|b| !plain(b)).unwrap_or(s.len());
+        out.extend_from_slice(&s[..run]);
+        let Some((&b, rest)) = s[run..].split_first() else {
+            return;
+        };
+        out.extend_from_slice(&[
+            b'\\',
+            b'x',
+            HEX[usize::from(b >> 4)],
+            HEX[usize::from(b & 15)],
+        ]);
+        s = rest;
+    }
+}
+
+/// A JSON string's inside: UTF-8 passes, controls as `\u00HH`, `"` and `\` escaped, and each
+/// byte of an invalid sequence as the text `\xHH` (its backslash escaped), so that any
+/// bytes make valid JSON and nothing is lost.
+pub(super) fn json_str(mut s: &[u8], out: &mut Vec<u8>) {
+    // Most values are printable ASCII without a quote or backslash: one pass copies them.
+    let plain = s
+        .iter()
+        .position(|&b| !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\')
+        .unwrap_or(s.len());
+    out.extend_from_slice(&s[..plain]);
+    s = &s[plain..];
+    while !s.is_empty() {
+        match std::str::from_utf8(s) {
+            Ok(valid) => return json_valid(valid, out),
+            Err(e) => {
+                let (good, bad) = s.split_at(e.valid_up_to());
+                json_valid(std::str::from_utf8(good).unwrap_or(""), out);
+                let n = e.error_len().unwrap_or(bad.len());
+                for &b in &bad[..n] {
+                    out.extend_from_slice(&[
+                        b'\\',
+                        b'\\',
+                        b'x',
+                        HEX[usize::from(b >> 4)],
+                        HEX[usize::from(b & 15)],
+                    ]);
+                }
+                s = &bad[n..];
+            }
+        }
+    }
+}
+
+fn json_valid(s: &str, out: &mut Vec<u8>) {
+    let mut s = s.as_bytes();
+    loop {
+        // Runs of bytes that need nothing are copied whole (UTF-8 past ASCII included).
+        let run = s
+            .iter()
+            .position(|&b| b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f)
+            .unwrap_or(s.len());
+        out.extend_from_slice(&s[..run]);
+        let Some((&b, rest)) = s[run..].split_first() else {
+            return;
+        };
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 15)],
+            ]),
+        }
+        s = rest;
+    }
+}
+
+/// The second last formatted on this thread, both ways, so that a busy worker formats a
+/// date once a second.
+struct Stamp {
+    second: u64,
+    iso: [u8; 19],
+    local: [u8; 26],
+}
+
+thread_local! {
+    static STAMP: RefCell<Stamp> = const { RefCell::new(Stamp { second: u64::MAX, iso: [0; 19], local: [0; 26] }) };
+}
+
+/// `2026-11-28T07:45:01.123456Z`, or `local`: `28/Nov/2026:07:45:01 +0000`.
+pub(super) fn stamp(t: SystemTime, out: &mut Vec<u8>, local: bool) {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let second = since.as_secs();
+    STAMP.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.second != second {
+            let dt = time::OffsetDateTime::from_unix_timestamp(second as i64)
+                .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+            let (y, mo, d) = (dt.year(), u8::from(dt.month()), dt.day());
+            let (h, mi, se) = (dt.hour(), dt.minute(), dt.second());
+            let iso = format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{se:02}");
+            const MONTHS: [&str; 12] = [
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+            ];
+            let name = MONTHS[usize::from(mo.saturating_sub(1)).min(11)];
+            let loc = format!("{d:02}/{name}/{y:04}:{h:02}:{mi:02}:{se:02} +0000");
+            if iso.len() == 19 && loc.len() == 26 {
+                s.iso.copy_from_slice(iso.as_bytes());
+                s.local.copy_from_slice(loc.as_bytes());
+                s.second = second;
+            }
+        }
+        if local {
+            out.extend_from_slice(&s.local);
+        } else {
+            out.extend_from_slice(&s.iso);
+            let micros = since.subsec_micros();
+            out.push(b'.');
+            let mut digits = [b'0'; 6];
+            let mut m = micros;
+            for d in digits.iter_mut().rev() {
+                *d = b'0' + (m % 10) as u8;
+                m /= 10;
+            }
+            out.extend_from_slice(&digits);
+            out.push(b'Z');
+        }
+    });
+}
