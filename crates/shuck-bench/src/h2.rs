@@ -28,6 +28,10 @@ pub struct H2Opts {
         default_value = "shuck,haproxy,nginx,caddy"
     )]
     pub targets: Vec<String>,
+    /// Clients speak HTTP/1.1 (h2load's `--h1`; with `--streams 1`, one request at a
+    /// time on each keep-alive connection) instead of HTTP/2.
+    #[arg(long)]
+    pub h1: bool,
     /// The load and its runs.
     #[command(flatten)]
     pub runs: Runs,
@@ -107,6 +111,10 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
     let origin_port = free_port()?;
     let _origin = Origin::start(origin_port, pin)?;
     let key = dir.join("unused.key");
+    // HAProxy's syslog lines (haproxy-log) go here: bound, never read, so that sending them
+    // costs what it costs and reading them costs nothing on the server's CPU.
+    let syslog = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    let syslog_port = syslog.local_addr()?.port();
     let mut rows: Vec<Row> = Vec::new();
     let mut versions = Vec::new();
     // All servers are started first and measured in turn, one run each per round, so that
@@ -119,7 +127,11 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             "haproxy" => (Target::Haproxy, "haproxy-h2.cfg"),
             "nginx" => (Target::Nginx, "nginx-h2.conf"),
             "caddy" => (Target::Caddy, "Caddyfile-h2"),
-            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy, nginx or caddy"),
+            // The same with each one's access log on, to measure what a line costs.
+            "shuck-log" => (Target::Shuck, "shuck-h2-log.args"),
+            "haproxy-log" => (Target::Haproxy, "haproxy-h2-log.cfg"),
+            "nginx-log" => (Target::Nginx, "nginx-h2-log.conf"),
+            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy, nginx or caddy (with -log for its access log on, but caddy)"),
         };
         let program = match peers::ensure_installed(target, &shuck) {
             Ok(p) => {
@@ -143,7 +155,7 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             dir: &dir,
             sync: SyncParams {
                 port: 0,
-                slow_peer: 0,
+                slow_peer: syslog_port,
                 key: &key,
                 redis_port: 0,
             },
@@ -237,6 +249,9 @@ fn run_h2load(
         &format!("{}", seconds.ceil().max(1.0) as u64),
         url,
     ]);
+    if o.h1 {
+        cmd.arg("--h1");
+    }
     let cpu0 = procfs::cpu_us(server, ticks);
     let start = std::time::Instant::now();
     let out = cmd.output().context("cannot run h2load")?;
@@ -289,7 +304,8 @@ fn render(o: &H2Opts, rows: &[Row], versions: &[String], machine: &str, pin: boo
     let _ = writeln!(s, "- machine: {machine}");
     let _ = writeln!(
         s,
-        "- load: h2load, {} connections × {} streams, {} s per run, median of {} (the servers measured in turn, a run each per round); TLS 1.3, ECDSA P-256",
+        "- load: h2load{}, {} connections × {} streams, {} s per run, median of {} (the servers measured in turn, a run each per round); TLS 1.3, ECDSA P-256",
+        if o.h1 { " --h1 (HTTP/1.1 clients)" } else { "" },
         o.runs.connections, o.runs.streams, o.runs.duration, o.runs.repeats
     );
     let _ = writeln!(

@@ -19,6 +19,13 @@ use common::h3::{aioquic, answers, h3};
 use common::*;
 use serde_json::{json, Value};
 
+/// A scratch folder named after `tag`, the access log's path in it, and an origin.
+fn started(tag: &str) -> (TempDir, std::path::PathBuf, H1Origin) {
+    let dir = TempDir::new(tag);
+    let log = dir.path("access.log");
+    (dir, log, H1Origin::start(None))
+}
+
 /// The file's lines once there are at least `n` (lines are handed on every 100 ms), and
 /// then no more come for a moment.
 fn lines(path: &std::path::Path, n: usize) -> Vec<String> {
@@ -88,9 +95,7 @@ fn each_request_of_each_http_version_is_a_line_with_its_fields() {
     if !require("curl", "curl") || !aioquic() {
         return;
     }
-    let dir = TempDir::new("access-versions");
-    let log = dir.path("access.log");
-    let origin = H1Origin::start(None);
+    let (dir, log, origin) = started("access-versions");
     let shuck = Shuck::start(&[
         "--http",
         "--quic",
@@ -154,6 +159,13 @@ fn each_request_of_each_http_version_is_a_line_with_its_fields() {
         (&json!("GET"), 20)
     );
     assert_eq!(l["http_user_agent"], "agent/1");
+    // The connection's second request rode the backend connection the first opened.
+    assert_eq!((num(&l["connect_us"]), num(&l["queue_us"])), (0, 0), "{l}");
+    let first = by_path(&all, "HTTP/1.1", "/size/10");
+    assert!(
+        first["connect_us"].is_u64() && first["queue_us"] == 0,
+        "{first}"
+    );
     let l = by_path(&all, "HTTP/1.1", "/sum");
     assert_eq!(
         (num(&l["bytes_received"]), &l["request_method"]),
@@ -164,6 +176,9 @@ fn each_request_of_each_http_version_is_a_line_with_its_fields() {
     assert_eq!(l["http_referer"], "https://ref.example/");
     assert_eq!(l["host"], format!("127.0.0.1:{}", shuck.port));
     by_path(&all, "HTTP/2.0", "/sum?q=1");
+    for l in all.iter().filter(|l| l["server_protocol"] != "HTTP/1.1") {
+        assert!(l["connect_us"].is_u64() && l["queue_us"].is_u64(), "{l}");
+    }
     let l = by_path(&all, "HTTP/3.0", "/size/300");
     assert_eq!(num(&l["body_bytes_sent"]), 300);
     let l = by_path(&all, "HTTP/3.0", "/sum");
@@ -180,9 +195,7 @@ fn goaccess_reads_the_combined_log() {
     if !require("curl", "curl") || !require("goaccess", "goaccess") {
         return;
     }
-    let dir = TempDir::new("access-goaccess");
-    let log = dir.path("access.log");
-    let origin = H1Origin::start(None);
+    let (dir, log, origin) = started("access-goaccess");
     let shuck = Shuck::start(&[
         "--http",
         "-b",
@@ -231,9 +244,7 @@ fn fail2bans_nginx_filters_match_the_combined_log() {
     if !require("curl", "curl") || !require("fail2ban-regex", "fail2ban") {
         return;
     }
-    let dir = TempDir::new("access-fail2ban");
-    let log = dir.path("access.log");
-    let origin = H1Origin::start(None);
+    let (dir, log, origin) = started("access-fail2ban");
     let shuck = Shuck::start(&[
         "--http",
         "-b",
@@ -344,9 +355,7 @@ fn request_ids_pass_or_are_made_and_come_back() {
     if !require("curl", "curl") || !aioquic() {
         return;
     }
-    let dir = TempDir::new("access-ids");
-    let log = dir.path("access.log");
-    let origin = H1Origin::start(None);
+    let (dir, log, origin) = started("access-ids");
     let shuck = Shuck::start(&[
         "--http",
         "--quic",
@@ -374,9 +383,21 @@ fn request_ids_pass_or_are_made_and_come_back() {
         &["-H", "X-Request-ID: two words"],
     );
     let h2 = curl_head(&shuck, "--http2", "/h2-none", &[]);
+    let h2_bad = curl_head(
+        &shuck,
+        "--http2",
+        "/h2-bad",
+        &["-H", "X-Request-ID: two words"],
+    );
+    // Longer than the 64 bytes an ID may have.
+    let long = "q".repeat(65);
     let report = h3(
         shuck.port,
-        json!([{"path": "/h3-given", "headers": [["x-request-id", "quic-7"]]}, {"path": "/h3-none"}]),
+        json!([
+            {"path": "/h3-given", "headers": [["x-request-id", "quic-7"]]},
+            {"path": "/h3-none"},
+            {"path": "/h3-bad", "headers": [["x-request-id", long]]},
+        ]),
         &[],
     );
     let a = answers(&report);
@@ -405,9 +426,16 @@ fn request_ids_pass_or_are_made_and_come_back() {
         ("HTTP/2.0", "/h2-none", made(&h2)),
         ("HTTP/3.0", "/h3-given", "quic-7".to_owned()),
         ("HTTP/3.0", "/h3-none", from_h3(1)),
+        ("HTTP/2.0", "/h2-bad", made(&h2_bad)),
+        ("HTTP/3.0", "/h3-bad", from_h3(2)),
     ];
     assert_eq!(from_h3(1).len(), 32);
-    let got = lines(&log, 5);
+    assert_eq!(
+        from_h3(2).len(),
+        32,
+        "a malformed ID over HTTP/3 is replaced"
+    );
+    let got = lines(&log, 7);
     let seen = origin.requests();
     for (proto, path, id) in &ids {
         let line = format!("{proto} {path} {id}");
@@ -420,7 +448,7 @@ fn request_ids_pass_or_are_made_and_come_back() {
         );
     }
     let distinct: std::collections::HashSet<&String> = ids.iter().map(|i| &i.2).collect();
-    assert_eq!(distinct.len(), 5);
+    assert_eq!(distinct.len(), 7);
 }
 
 /// Sends raw HTTP/1.1 on one TLS connection; what came back.
@@ -511,9 +539,7 @@ fn each_end_has_its_cause() {
     if !require("curl", "curl") {
         return;
     }
-    let dir = TempDir::new("access-causes");
-    let log = dir.path("access.log");
-    let origin = H1Origin::start(None);
+    let (dir, log, origin) = started("access-causes");
     let (other, _) = rcgen_cert(&dir, "c", &["c.test"], false);
     let (cert, _) = rcgen_cert(&dir, "a", &["a.test"], false);
     let shuck = Shuck::start(&[
@@ -633,13 +659,15 @@ fn no_server_is_a_503_line_and_tcp_mode_logs_each_connection() {
     }
     drop(shuck);
 
-    // TCP mode: a line per connection, its bytes each way; a refused backend's too.
+    // TCP mode: a line per connection, its bytes each way; a refused backend's too. With
+    // --log-connections too, the access log's line is the connection's, not one more.
     let tlog = dir.path("tcp.log");
     let echo = Origin::echo();
     let spec = echo.addr();
     let shuck = Shuck::start(&[
         "-b",
         &spec,
+        "--log-connections",
         "--access-log",
         tlog.to_str().unwrap(),
         "--access-log-format",
@@ -666,6 +694,16 @@ fn no_server_is_a_503_line_and_tcp_mode_logs_each_connection() {
         "{l}"
     );
     assert_eq!(l["cause"], "normal", "{l}");
+    assert_eq!(
+        (num(&l["queue_us"]), l["connect_us"].is_u64()),
+        (0, true),
+        "{l}"
+    );
+    assert!(
+        !shuck.log().contains("connection closed"),
+        "{}",
+        shuck.log()
+    );
     drop(shuck);
     let rlog = dir.path("refused.log");
     let shuck = Shuck::start(&["-b", &closed, "--access-log", rlog.to_str().unwrap()]);
@@ -743,9 +781,7 @@ fn logrotate_and_sigusr1_lose_no_line_under_load() {
     if !require("logrotate", "logrotate") {
         return;
     }
-    let dir = TempDir::new("access-rotate");
-    let log = dir.path("access.log");
-    let origin = H1Origin::start(None);
+    let (dir, log, origin) = started("access-rotate");
     // One worker thread: its lines reach the file in the order of the requests.
     let shuck = Shuck::start(&[
         "--http",
@@ -905,15 +941,11 @@ fn syslog_over_udp_gets_rfc5424_lines() {
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let target = format!("udp://{}", sock.local_addr().unwrap());
     let origin = H1Origin::start(None);
-    let shuck = Shuck::start(&[
-        "--http",
-        "-b",
-        &origin.spec,
-        "--access-log",
-        &target,
-        "--syslog-facility",
-        "local0",
-    ]);
+    let start = |target: &str, more: &[&str]| {
+        let args = ["--http", "-b", &origin.spec, "--access-log", target];
+        Shuck::start(&[&args[..], more].concat())
+    };
+    let shuck = start(&target, &["--syslog-facility", "local0"]);
     assert_eq!(curl(&shuck, "--http1.1", &["/size/3"], &[]), "200 ");
     let mut buf = [0u8; 2048];
     let n = sock.recv(&mut buf).unwrap();
@@ -925,6 +957,26 @@ fn syslog_over_udp_gets_rfc5424_lines() {
     assert!(
         msg.contains("\"GET /size/3 HTTP/1.1\" 200 3 \"-\" \"curl/"),
         "{msg}"
+    );
+    drop(shuck);
+
+    // A syslog's datagram socket (`syslog` is /dev/log's, this machine's own).
+    let dir = TempDir::new("access-unix");
+    let path = dir.path("log.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let target = format!("unix:{}", path.display());
+    let shuck = start(&target, &["--access-log-format", "json"]);
+    assert_eq!(curl(&shuck, "--http2", &["/size/4"], &[]), "200 ");
+    let n = sock.recv(&mut buf).unwrap();
+    let msg = String::from_utf8_lossy(&buf[..n]);
+    // The default facility (daemon, 3) at info: PRI 30.
+    let (head, line) = msg.split_once(" access - ").unwrap();
+    assert!(head.starts_with("<30>1 "), "{msg}");
+    let v: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(
+        (&v["request_uri"], &v["status"]),
+        (&json!("/size/4"), &json!(200))
     );
 }
 
@@ -963,6 +1015,12 @@ fn bad_access_log_flags_are_named() {
     let (code, err) = run_to_exit(&["--access-log", "tcp://127.0.0.1:514", "--test"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("only udp:// is a network target"), "{err}");
+    let (code, err) = run_to_exit(&["--access-log", "unix:", "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("unix: needs the syslog socket's path"),
+        "{err}"
+    );
     let dir = TempDir::new("access-conf");
     let conf = dir.path("shuck.conf");
     std::fs::write(
@@ -976,4 +1034,68 @@ fn bad_access_log_flags_are_named() {
         err.contains("line 2") && err.contains("unbalanced {"),
         "{err}"
     );
+}
+
+#[test]
+fn a_wait_for_a_server_s_slot_is_queue_time_not_connect_time() {
+    if !require("curl", "curl") {
+        return;
+    }
+    let (dir, log, origin) = started("access-queue");
+    // One connection at a time to the server: of two requests at once, one waits.
+    let spec = format!("{},maxconn=1", origin.spec);
+    let shuck = Shuck::start(&[
+        "--http",
+        "-b",
+        &spec,
+        "--queue-timeout",
+        "10",
+        "--access-log",
+        log.to_str().unwrap(),
+        "--access-log-format",
+        "json",
+    ]);
+    // HTTP/1.1: two clients at once, the second's connection waits for the first's to
+    // end (each holds its backend connection while it lasts).
+    std::thread::scope(|s| {
+        let both = ["/slow/700", "/slow/701"].map(|p| {
+            let shuck = &shuck;
+            s.spawn(move || curl(shuck, "--http1.1", &[p], &[]))
+        });
+        for t in both {
+            assert_eq!(t.join().unwrap(), "200 ");
+        }
+    });
+    // HTTP/2: two streams of one connection; the second waits for the first's backend
+    // connection.
+    let got = curl(
+        &shuck,
+        "--http2",
+        &["/slow/700", "/slow/701"],
+        &["--parallel", "--parallel-max", "2"],
+    );
+    assert_eq!(got, "200 200 ");
+    let all = json_lines(&log, 4);
+    for proto in ["HTTP/1.1", "HTTP/2.0"] {
+        let two: Vec<&Value> = all
+            .iter()
+            .filter(|l| l["server_protocol"] == proto)
+            .collect();
+        assert_eq!(two.len(), 2, "{all:?}");
+        let mut queued: Vec<u64> = two.iter().map(|l| num(&l["queue_us"])).collect();
+        queued.sort();
+        // The second waited for the first's answer (700 ms), in the queue; connecting
+        // took no such time for either.
+        assert!(
+            queued[0] < 200_000 && queued[1] >= 400_000,
+            "{proto}: {two:?}"
+        );
+        for l in &two {
+            assert!(num(&l["connect_us"]) < 200_000, "{l}");
+            assert!(
+                num(&l["queue_us"]) + num(&l["connect_us"]) <= num(&l["request_us"]),
+                "{l}"
+            );
+        }
+    }
 }

@@ -56,6 +56,8 @@ pub enum Field {
     RequestId,
     /// The TLS handshake, µs.
     HandshakeUs,
+    /// Waiting in a queue for a backend connection, µs.
+    QueueUs,
     /// Connecting, µs.
     ConnectUs,
     /// Until the answer's head, µs.
@@ -72,37 +74,83 @@ pub enum Field {
     HttpReferer,
 }
 
-/// Every field with its name, in the order JSON writes them.
-pub const FIELDS: &[(&str, Field)] = &[
-    ("time", Field::Time),
-    ("time_local", Field::TimeLocal),
-    ("remote_addr", Field::RemoteAddr),
-    ("remote_port", Field::RemotePort),
-    ("frontend", Field::Frontend),
-    ("ssl_server_name", Field::SslServerName),
-    ("ssl_protocol", Field::SslProtocol),
-    ("ssl_cipher", Field::SslCipher),
-    ("ssl_session_reused", Field::SslSessionReused),
-    ("server_protocol", Field::ServerProtocol),
-    ("request_method", Field::RequestMethod),
-    ("host", Field::Host),
-    ("request_uri", Field::RequestUri),
-    ("status", Field::Status),
-    ("bytes_received", Field::BytesReceived),
-    ("body_bytes_sent", Field::BodyBytesSent),
-    ("backend", Field::Backend),
-    ("upstream_addr", Field::UpstreamAddr),
-    ("retries", Field::Retries),
-    ("request_id", Field::RequestId),
-    ("handshake_us", Field::HandshakeUs),
-    ("connect_us", Field::ConnectUs),
-    ("header_us", Field::HeaderUs),
-    ("request_us", Field::RequestUs),
-    ("termination_state", Field::TerminationState),
-    ("cause", Field::Cause),
-    ("http_user_agent", Field::HttpUserAgent),
-    ("http_referer", Field::HttpReferer),
-];
+/// Declares [`FIELDS`] and JSON's writer from one list, so that a key is spelled once. JSON
+/// writes them in the list's order: the time, the connection's fields (rendered once a
+/// connection, [`Conn::rendered`](super::record::Conn::rendered)), then the request's; `time_local` is not in JSON.
+macro_rules! fields {
+    (
+        line: $($name:literal => $f:ident,)*
+        conn: $($cname:literal => $cf:ident,)*
+        request: $($rname:literal => $rf:ident,)*
+        not_json: $($xname:literal => $xf:ident,)*
+    ) => {
+        /// Every field with its name, in the order JSON writes them.
+        pub const FIELDS: &[(&str, Field)] = &[
+            $(($name, Field::$f),)* $(($cname, Field::$cf),)* $(($rname, Field::$rf),)*
+            $(($xname, Field::$xf),)*
+        ];
+
+        /// One JSON object. Each key is a constant the compiler writes in place, and each
+        /// `value` call, its field known, folds to that field's arm.
+        fn json(rec: &Record<'_>, out: &mut Vec<u8>) {
+            out.push(b'{');
+            $(
+                out.extend_from_slice(concat!("\"", $name, "\":").as_bytes());
+                value(rec, Field::$f, out, Escape::Json);
+            )*
+            let conn = rec.conn.rendered.get_or_init(|| {
+                let mut c = Vec::with_capacity(256);
+                $(
+                    c.extend_from_slice(concat!(",\"", $cname, "\":").as_bytes());
+                    value(rec, Field::$cf, &mut c, Escape::Json);
+                )*
+                c.into_boxed_slice()
+            });
+            out.extend_from_slice(conn);
+            $(
+                out.extend_from_slice(concat!(",\"", $rname, "\":").as_bytes());
+                value(rec, Field::$rf, out, Escape::Json);
+            )*
+            out.push(b'}');
+        }
+    };
+}
+
+fields! {
+    line:
+        "time" => Time,
+    conn:
+        "remote_addr" => RemoteAddr,
+        "remote_port" => RemotePort,
+        "frontend" => Frontend,
+        "ssl_server_name" => SslServerName,
+        "ssl_protocol" => SslProtocol,
+        "ssl_cipher" => SslCipher,
+        "ssl_session_reused" => SslSessionReused,
+        "server_protocol" => ServerProtocol,
+        "handshake_us" => HandshakeUs,
+    request:
+        "request_method" => RequestMethod,
+        "host" => Host,
+        "request_uri" => RequestUri,
+        "status" => Status,
+        "bytes_received" => BytesReceived,
+        "body_bytes_sent" => BodyBytesSent,
+        "backend" => Backend,
+        "upstream_addr" => UpstreamAddr,
+        "retries" => Retries,
+        "request_id" => RequestId,
+        "queue_us" => QueueUs,
+        "connect_us" => ConnectUs,
+        "header_us" => HeaderUs,
+        "request_us" => RequestUs,
+        "termination_state" => TerminationState,
+        "cause" => Cause,
+        "http_user_agent" => HttpUserAgent,
+        "http_referer" => HttpReferer,
+    not_json:
+        "time_local" => TimeLocal,
+}
 
 /// A template's pieces: text as written, and fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,37 +301,15 @@ fn combined(rec: &Record<'_>, out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
-/// JSON's keys as written before each value (`{"time":`, `,"remote_addr":`, ...), made once:
-/// a line then writes one slice a field for its key.
-fn json_keys() -> &'static [(Vec<u8>, Field)] {
-    static KEYS: std::sync::OnceLock<Vec<(Vec<u8>, Field)>> = std::sync::OnceLock::new();
-    KEYS.get_or_init(|| {
-        FIELDS
-            .iter()
-            .filter(|(_, f)| *f != Field::TimeLocal)
-            .enumerate()
-            .map(|(i, (name, f))| {
-                let lead = if i == 0 { "{" } else { "," };
-                (format!("{lead}\"{name}\":").into_bytes(), *f)
-            })
-            .collect()
-    })
-}
-
-fn json(rec: &Record<'_>, out: &mut Vec<u8>) {
-    for (key, field) in json_keys() {
-        out.extend_from_slice(key);
-        value(rec, *field, out, Escape::Json);
-    }
-    out.push(b'}');
-}
-
 /// One field's value: a string quoted in JSON, a number bare; no value is `-` (JSON: null).
+#[inline(always)]
 fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
     let c = rec.conn;
     let text = |out: &mut Vec<u8>, s: &[u8]| match esc {
         Escape::Nginx if s.is_empty() => out.push(b'-'),
         Escape::Nginx => nginx(cap(s), out),
+        // Often so (no User-Agent, Referer or request ID): no scan.
+        Escape::Json if s.is_empty() => out.extend_from_slice(b"\"\""),
         Escape::Json => {
             out.push(b'"');
             json_str(cap(s), out);
@@ -352,6 +378,7 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
         Field::Retries => number(u64::from(rec.retries), out),
         Field::RequestId => text(out, rec.request_id),
         Field::HandshakeUs => opt_num(out, c.handshake_us),
+        Field::QueueUs => opt_num(out, rec.timings.queue),
         Field::ConnectUs => opt_num(out, rec.timings.connect),
         Field::HeaderUs => opt_num(out, rec.timings.head),
         Field::RequestUs => number(rec.timings.total, out),
@@ -378,6 +405,7 @@ mod tests {
             resumed: Some(false),
             protocol: "HTTP/2.0",
             handshake_us: Some(900),
+            rendered: Default::default(),
         }
     }
 

@@ -2,8 +2,9 @@
 //! connection's facts, borrowed from where they already are, so that a line is formatted
 //! without copying them first.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 /// At most this many bytes of a path, a host, a User-Agent or a Referer are written: a
 /// 64 KB request target makes a line of a few kilobytes, never of 64.
@@ -77,8 +78,10 @@ impl Cause {
 /// Microseconds spent in each step; `None` where the step did not happen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Timings {
-    /// Getting the backend connection: 0 for an idle one; for a new one, the wait for a
-    /// slot (`--http-max-backend-conns`, a server's `maxconn` queue) and the connect.
+    /// Waiting for a backend connection's slot: a server's `maxconn` queue, and (HTTP/2,
+    /// HTTP/3) `--http-max-backend-conns`; 0 when none was waited for.
+    pub queue: Option<u64>,
+    /// Connecting (with TLS to the backend, its handshake too): 0 for an idle connection.
     pub connect: Option<u64>,
     /// From the request's head until the answer's head.
     pub head: Option<u64>,
@@ -107,6 +110,9 @@ pub struct Conn {
     pub protocol: &'static str,
     /// The TLS handshake, µs.
     pub handshake_us: Option<u64>,
+    /// Its fields as JSON writes them, made by its first JSON line: a connection's many
+    /// requests copy them as one slice. Start it empty (`Default::default()`).
+    pub rendered: std::cell::OnceCell<Box<[u8]>>,
 }
 
 /// One line's facts. Byte strings are what the client sent, unchecked: each format escapes
@@ -153,6 +159,25 @@ impl Record<'_> {
     pub fn is_error(&self) -> bool {
         self.status >= 400 || self.cause != Cause::Normal
     }
+}
+
+/// The wall-clock time of `at`, from this thread's reading of both clocks taken at most a
+/// second before: a request's line needs its monotonic start anyway, and one clock read
+/// a request is saved. A step of the wall clock shows within a second.
+pub fn wall_clock(at: Instant) -> SystemTime {
+    thread_local! {
+        static ANCHOR: Cell<Option<(Instant, SystemTime)>> = const { Cell::new(None) };
+    }
+    ANCHOR.with(|a| match a.get() {
+        Some((i, w)) if at >= i && at - i < Duration::from_secs(1) => w + (at - i),
+        _ => {
+            let now = (Instant::now(), SystemTime::now());
+            a.set(Some(now));
+            now.1
+                .checked_sub(now.0.saturating_duration_since(at))
+                .unwrap_or(now.1)
+        }
+    })
 }
 
 /// A duration as the log writes it: microseconds (saturating).
@@ -203,6 +228,28 @@ impl Said {
             request_id: self.get(5),
             timings: Timings::default(),
             cause,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wall_clock;
+    use std::time::{Duration, Instant, SystemTime};
+
+    #[test]
+    fn wall_clock_follows_the_system_clock() {
+        let near = |a: SystemTime, b: SystemTime| {
+            a.duration_since(b).or_else(|e| Ok::<_, ()>(e.duration()))
+                < Ok(Duration::from_millis(50))
+        };
+        let now = Instant::now();
+        assert!(near(wall_clock(now), SystemTime::now()));
+        // Again from the anchor just taken, and for a time before it.
+        assert!(near(wall_clock(Instant::now()), SystemTime::now()));
+        if let Some(before) = now.checked_sub(Duration::from_secs(5)) {
+            let w = wall_clock(before);
+            assert!(near(w + Duration::from_secs(5), SystemTime::now()));
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Where lines go (`--access-log`): stderr, a file (opened by the master, as root, before
 //! the worker gives up its privileges; opened again on SIGUSR1 and at every reload, as
-//! nginx's `-s reopen`), or syslog (RFC 5424 datagrams to `/dev/log` or to
+//! nginx's `-s reopen`), or syslog (RFC 5424 datagrams to `/dev/log`, another socket, or to
 //! `udp://HOST:PORT`, as HAProxy sends them). One writer thread per process writes what the
 //! worker threads hand it; it alone ever waits on the sink.
 
@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
@@ -23,8 +23,8 @@ pub enum Target {
     Stderr,
     /// A file, appended to.
     File(PathBuf),
-    /// `syslog`: `/dev/log`.
-    DevLog,
+    /// `syslog` (`/dev/log`) or `unix:PATH`: a syslog's datagram socket.
+    Unix(PathBuf),
     /// `udp://HOST:PORT`: a syslog server.
     Udp(SocketAddr),
 }
@@ -35,7 +35,8 @@ impl std::fmt::Display for Target {
         match self {
             Target::Stderr => f.write_str("stderr"),
             Target::File(p) => write!(f, "{}", p.display()),
-            Target::DevLog => f.write_str("syslog"),
+            Target::Unix(p) if p == Path::new(DEV_LOG) => f.write_str("syslog"),
+            Target::Unix(p) => write!(f, "unix:{}", p.display()),
             Target::Udp(a) => write!(f, "udp://{a}"),
         }
     }
@@ -44,12 +45,17 @@ impl std::fmt::Display for Target {
 impl std::str::FromStr for Target {
     type Err = String;
 
-    /// `stderr`, `syslog`, `udp://HOST:PORT`, or a file's path.
+    /// `stderr`, `syslog`, `unix:PATH`, `udp://HOST:PORT`, or a file's path.
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "" => Err("an empty target: give stderr, syslog, udp://HOST:PORT or a file".into()),
+            "" => Err(
+                "an empty target: give stderr, syslog, unix:PATH, udp://HOST:PORT or a file"
+                    .into(),
+            ),
             "stderr" => Ok(Target::Stderr),
-            "syslog" => Ok(Target::DevLog),
+            "syslog" => Ok(Target::Unix(PathBuf::from(DEV_LOG))),
+            "unix:" => Err("unix: needs the syslog socket's path (unix:/dev/log)".into()),
+            _ if s.starts_with("unix:") => Ok(Target::Unix(PathBuf::from(&s[5..]))),
             _ => match s.strip_prefix("udp://") {
                 Some(hp) => hp
                     .to_socket_addrs()
@@ -58,13 +64,16 @@ impl std::str::FromStr for Target {
                     .map(Target::Udp)
                     .ok_or_else(|| format!("{s}: no address")),
                 None if s.contains("://") => Err(format!(
-                    "{s}: only udp:// is a network target (or give stderr, syslog, a file)"
+                    "{s}: only udp:// is a network target (or give stderr, syslog, unix:PATH, a file)"
                 )),
                 None => Ok(Target::File(PathBuf::from(s))),
             },
         }
     }
 }
+
+/// The system's syslog socket, `syslog`'s target.
+const DEV_LOG: &str = "/dev/log";
 
 /// A target made ready to write to.
 #[derive(Debug)]
@@ -90,8 +99,9 @@ pub struct Syslog {
 
 #[derive(Debug)]
 enum SyslogTo {
-    /// /dev/log, connected when it is there (looked for again at most once a second).
-    DevLog(Option<UnixDatagram>, Option<Instant>),
+    /// A datagram socket (`/dev/log`), connected when it is there (looked for again at
+    /// most once a second).
+    Unix(PathBuf, Option<UnixDatagram>, Option<Instant>),
     Udp(UdpSocket, SocketAddr),
 }
 
@@ -110,7 +120,7 @@ pub fn open(target: &Target, facility: u8) -> io::Result<Opened> {
     Ok(match target {
         Target::Stderr => Opened::Stderr,
         Target::File(p) => Opened::File(crate::system::files::create_nofollow(p, true)?),
-        Target::DevLog => Opened::Syslog(syslog(SyslogTo::DevLog(None, None))),
+        Target::Unix(p) => Opened::Syslog(syslog(SyslogTo::Unix(p.clone(), None, None))),
         Target::Udp(a) => {
             let any: SocketAddr = if a.is_ipv4() {
                 ([0, 0, 0, 0], 0).into()
@@ -137,12 +147,14 @@ pub(super) enum Item {
 pub(super) fn run(rx: Receiver<Item>, mut to: Opened, shared: Arc<Shared>) {
     while let Ok(item) = rx.recv() {
         match item {
-            Item::Lines(bytes, lines) => {
+            Item::Lines(mut bytes, lines) => {
                 if let Err(e) = write(&mut to, &bytes) {
                     shared.dropped(lines, &e.to_string());
                 } else {
                     shared.written();
                 }
+                bytes.clear();
+                shared.give_back(bytes);
             }
             Item::Reopen(o) => to = o,
             Item::Flush(done) => {
@@ -183,19 +195,19 @@ impl Syslog {
                 SyslogTo::Udp(sock, to) => {
                     sock.send_to(&msg, *to)?;
                 }
-                SyslogTo::DevLog(sock, tried) => {
+                SyslogTo::Unix(path, sock, tried) => {
                     if sock.is_none() && tried.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
                     {
                         *tried = Some(Instant::now());
                         let s = UnixDatagram::unbound()?;
-                        if s.connect("/dev/log").is_ok() {
+                        if s.connect(&*path).is_ok() {
                             *sock = Some(s);
                         }
                     }
                     let Some(s) = sock else {
                         return Err(io::Error::new(
                             io::ErrorKind::NotFound,
-                            "/dev/log is not there",
+                            format!("{} is not there", path.display()),
                         ));
                     };
                     if let Err(e) = s.send(&msg) {
@@ -220,6 +232,15 @@ impl Shared {
                 error = why,
                 "access log: lines dropped ({why}); counted in shuck_access_log_dropped_total until the sink takes lines again",
             );
+        }
+    }
+
+    /// A written batch's buffer, for a worker thread's next batch (a few are kept).
+    pub(super) fn give_back(&self, bytes: Vec<u8>) {
+        if let Ok(mut spare) = self.spare.lock() {
+            if spare.len() < super::SPARE {
+                spare.push(bytes);
+            }
         }
     }
 

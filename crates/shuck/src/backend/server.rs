@@ -111,12 +111,18 @@ impl Admin {
 pub struct Lease {
     server: Arc<Server>,
     _slot: Option<OwnedSemaphorePermit>,
+    queued: Duration,
 }
 
 impl Lease {
     /// The server this lease is on.
     pub fn server(&self) -> &Server {
         &self.server
+    }
+
+    /// How long it waited in the server's queue (maxconn): zero when a slot was free.
+    pub fn queued(&self) -> Duration {
+        self.queued
     }
 
     /// The server this lease is on, to keep.
@@ -265,11 +271,13 @@ impl Server {
         timeout: Duration,
         queue_size: usize,
     ) -> Result<Lease, ConnectError> {
-        let slot = match &self.slots {
-            None => None,
+        let (slot, queued) = match &self.slots {
+            None => (None, Duration::ZERO),
             Some(sem) => match sem.clone().try_acquire_owned() {
-                Ok(p) => Some(p),
+                Ok(p) => (Some(p), Duration::ZERO),
                 Err(_) => {
+                    // Only a wait reads the clock: a free slot costs nothing more.
+                    let began = std::time::Instant::now();
                     let waiting = self.stats.queued.fetch_add(1, Relaxed);
                     let _unqueue = Unqueue(&self.stats.queued);
                     if waiting >= queue_size {
@@ -297,7 +305,7 @@ impl Server {
                         }
                     };
                     match waited {
-                        Ok(Ok(p)) => Some(p),
+                        Ok(Ok(p)) => (Some(p), began.elapsed()),
                         _ => {
                             self.stats.queue_timeouts.fetch_add(1, Relaxed);
                             return Err(ConnectError::QueueTimeout {
@@ -314,6 +322,7 @@ impl Server {
         Ok(Lease {
             server: self.clone(),
             _slot: slot,
+            queued,
         })
     }
 

@@ -908,14 +908,17 @@ pub struct Cli {
     /// One line per connection when it closes: worker, client, SNI, version, bytes each
     /// way, duration.
     ///
-    /// Without it, successful connections are not logged.
+    /// Without it, successful connections are not logged. In TCP mode with
+    /// `--access-log`, the access log's line is the connection's, in its format: this one
+    /// is not written too.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
     pub log_connections: bool,
 
     /// An access log line per HTTP request (HTTP/1.1, HTTP/2 and HTTP/3 alike) and per
-    /// connection in TCP mode: `stderr`, `syslog` (RFC 5424 to /dev/log), `udp://HOST:PORT`
-    /// (RFC 5424 to a syslog server), or a file.
+    /// connection in TCP mode: `stderr`, `syslog` (RFC 5424 to /dev/log), `unix:PATH`
+    /// (the same to another syslog socket), `udp://HOST:PORT` (RFC 5424 to a syslog
+    /// server), or a file.
     ///
     /// Off by default. A file is opened by the master before privileges are dropped, and
     /// opened again on SIGUSR1 (for logrotate) and at every reload. Lines are written by a

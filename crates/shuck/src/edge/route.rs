@@ -19,7 +19,7 @@ use crate::config::{BackendEndpoint, BackendSpec, Config, NamedBackend, Preamble
 #[derive(Debug)]
 pub struct Backend {
     /// As routes, logs and metrics name it (`default` for `-b`'s).
-    pub name: Box<str>,
+    pub name: std::sync::Arc<str>,
     /// Its servers, queues and down-marking.
     pub pool: Pool,
     /// What is written before the client's bytes.

@@ -47,6 +47,9 @@ pub struct BackendConn {
     _slot: Slot,
     /// The backend it belongs to, in the client connection's routing.
     pub backend: BackendId,
+    /// How long its connect took (its server's queue left out), for the first stream's
+    /// log line; taken by it, so that a reuse reads none.
+    pub connect: Option<Duration>,
 }
 
 /// How long a backend may keep an exchange waiting (`--idle-timeout`, and [`PATIENCE`]
@@ -137,6 +140,11 @@ impl BackendConn {
     /// The server it is on, for logs.
     pub fn server(&self) -> &str {
         self.lease.server().name()
+    }
+
+    /// Its server, to keep (a count, not a copy).
+    pub fn server_arc(&self) -> std::sync::Arc<crate::backend::Server> {
+        self.lease.server_arc()
     }
 }
 
@@ -297,7 +305,7 @@ impl Backends {
     }
 
     /// The name of backend `id`, for logs.
-    pub fn name(&self, id: BackendId) -> &str {
+    pub fn name(&self, id: BackendId) -> &std::sync::Arc<str> {
         &self.routing.backend(id).name
     }
 
@@ -365,6 +373,7 @@ impl Backends {
             let slot = Slot::take(shared);
             let b = self.routing.backend(backend);
             let pre = self.preambles.get(b.preamble);
+            let began = Instant::now();
             let connect = upstream::open(b, &worker.picker, pre);
             tokio::pin!(connect);
             loop {
@@ -383,7 +392,9 @@ impl Backends {
                                 return Err(ConnectError::Io { to, source });
                             }
                         }
+                        let took = began.elapsed().saturating_sub(lease.queued());
                         return Ok(BackendConn {
+                            connect: Some(took),
                             tcp,
                             buf: BytesMut::with_capacity(READ_SIZE),
                             reused: false,

@@ -249,9 +249,11 @@ async fn serve<I: Inbound, O: Outbound>(
             }
         };
         if let Some(asked) = asked {
+            let connect = conn.connect.take().unwrap_or_default();
             respond.note(Note::Connection {
-                server: conn.server(),
+                server: conn.server_arc(),
                 waited: asked.elapsed(),
+                connect,
             });
         }
         // The stream's future is copied whole into its box (see `accept`): the paths with

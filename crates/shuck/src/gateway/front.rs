@@ -39,16 +39,18 @@ pub enum SendError {
 
 /// What the core tells a stream's answer side of the exchange behind it, for the access
 /// log (`gateway/log.rs`); the versions' own halves take no note.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Note<'a> {
     /// The backend chosen.
-    Backend(&'a str),
+    Backend(&'a std::sync::Arc<str>),
     /// A backend connection to `server`, had after `waited` (0 for an idle one).
     Connection {
-        /// The server's address.
-        server: &'a str,
+        /// The server.
+        server: std::sync::Arc<crate::backend::Server>,
         /// The wait for a slot and the connect.
         waited: Duration,
+        /// Of it, the connect (0 for an idle connection); the rest was a queue.
+        connect: Duration,
     },
     /// The request goes again on a new connection.
     Retry,

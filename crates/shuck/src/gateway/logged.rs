@@ -16,7 +16,7 @@ use http::request::Parts;
 use http::{HeaderMap, Response};
 
 use super::front::{Gone, Inbound, Note, Outbound, Reset, SendError};
-use crate::access::record::{micros, Said};
+use crate::access::record::{micros, wall_clock, Said};
 use crate::access::request_id::RequestId;
 use crate::access::{AccessLog, Cause, Conn, Record, Timings};
 
@@ -32,9 +32,10 @@ struct Trail {
     head_at: Option<Instant>,
     bytes_in: Rc<Cell<u64>>,
     bytes_out: u64,
-    backend: Option<String>,
-    server: Option<String>,
+    backend: Option<Arc<str>>,
+    server: Option<Arc<crate::backend::Server>>,
     retries: u32,
+    queue: Option<Duration>,
     connect: Option<Duration>,
     finished: bool,
     cause: Option<Cause>,
@@ -93,11 +94,12 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
         header(http::header::REFERER),
         id.as_ref().map_or(&b""[..], RequestId::as_bytes),
     ]);
+    let began = Instant::now();
     let trail = Box::new(Trail {
         log,
         conn,
-        start: SystemTime::now(),
-        began: Instant::now(),
+        start: wall_clock(began),
+        began,
         said,
         status: 0,
         head_at: None,
@@ -106,6 +108,7 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
         backend: None,
         server: None,
         retries: 0,
+        queue: None,
         connect: None,
         finished: false,
         cause: None,
@@ -246,10 +249,15 @@ impl<O: Outbound> Outbound for Logged<O> {
     fn note(&mut self, note: Note<'_>) {
         let Some(t) = self.trail.as_mut() else { return };
         match note {
-            Note::Backend(name) => t.backend = Some(name.to_owned()),
-            Note::Connection { server, waited } => {
-                t.server = Some(server.to_owned());
-                t.connect = Some(waited);
+            Note::Backend(name) => t.backend = Some(name.clone()),
+            Note::Connection {
+                server,
+                waited,
+                connect,
+            } => {
+                t.server = Some(server);
+                t.queue = Some(waited.saturating_sub(connect));
+                t.connect = Some(connect);
             }
             Note::Retry => t.retries += 1,
             Note::Failed(cause) => t.ended(cause),
@@ -291,9 +299,10 @@ impl<O> Drop for Logged<O> {
             bytes_in: t.bytes_in.get(),
             bytes_out: t.bytes_out,
             backend: t.backend.as_deref(),
-            server: t.server.as_deref(),
+            server: t.server.as_ref().map(|s| s.name()),
             retries: t.retries,
             timings: Timings {
+                queue: t.queue.map(micros),
                 connect: t.connect.map(micros),
                 head: t.head_at.map(|h| micros(h - t.began)),
                 total: micros(t.began.elapsed()),

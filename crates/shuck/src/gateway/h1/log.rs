@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use crate::access::record::{micros, Said};
+use crate::access::record::{micros, wall_clock, Said};
 use crate::access::{AccessLog, Cause, Conn, Record, Timings};
 
 /// One request's line in the making.
@@ -24,6 +24,10 @@ struct Line {
     bytes_in: u64,
     bytes_out: u64,
     server: Option<Rc<str>>,
+    /// The wait for the backend connection's slot and its connect, µs: 0 on one that
+    /// was open already.
+    queue: Option<u64>,
+    connect: Option<u64>,
 }
 
 /// A connection's lines: requests whose answers have not begun, oldest first, and the
@@ -42,6 +46,15 @@ struct Lines {
     /// The backend and server requests go to now.
     backend: Option<Rc<str>>,
     server: Option<Rc<str>>,
+}
+
+/// How a backend connection was had: its wait in a queue, then its connect.
+#[derive(Debug, Clone, Copy)]
+pub struct Opened {
+    /// In its server's queue (maxconn).
+    pub queue: std::time::Duration,
+    /// Connecting (and TLS to the backend).
+    pub connect: std::time::Duration,
 }
 
 /// A request head's fields the line keeps.
@@ -94,8 +107,9 @@ impl H1Log {
         }
     }
 
-    /// The backend and server the next requests go to.
-    pub fn serving(&self, backend: &str, server: &str) {
+    /// The backend and server the next requests go to, over a connection had after
+    /// `opened`: its queue and its connect (`None` when none could be had).
+    pub fn serving(&self, backend: &str, server: &str, opened: Option<Opened>) {
         let mut l = self.lines.borrow_mut();
         // Shared by the lines of the requests it serves: a count, not a copy, each.
         let server: Rc<str> = Rc::from(server);
@@ -104,6 +118,13 @@ impl H1Log {
         // The request read before any backend was chosen goes to this one.
         for line in l.waiting.iter_mut().filter(|w| w.server.is_none()) {
             line.server = Some(server.clone());
+        }
+        // The newest request is the one this connection was opened for (the first, or
+        // the one that moved the connection to another backend): it waited for it.
+        if let (Some(line), Some(o)) = (l.waiting.back_mut(), opened) {
+            line.server = Some(server);
+            line.queue = Some(micros(o.queue));
+            line.connect = Some(micros(o.connect));
         }
     }
 
@@ -117,17 +138,22 @@ impl H1Log {
             a.referer,
             a.request_id,
         ]);
+        let began = Instant::now();
         let mut l = self.lines.borrow_mut();
         let server = l.server.clone();
+        // Over a connection open already: nothing waited for, nothing connected.
+        let reused = server.as_ref().map(|_| 0);
         l.waiting.push_back(Line {
-            start: SystemTime::now(),
-            began: Instant::now(),
+            start: wall_clock(began),
+            began,
             said,
             status: 0,
             head_at: None,
             bytes_in: 0,
             bytes_out: 0,
             server,
+            queue: reused,
+            connect: reused,
         });
     }
 
@@ -237,7 +263,8 @@ impl H1Log {
             backend: l.backend.as_deref(),
             server: line.server.as_deref(),
             timings: Timings {
-                connect: None,
+                queue: line.queue,
+                connect: line.connect,
                 head: line.head_at.map(|h| micros(h - line.began)),
                 total: micros(line.began.elapsed()),
             },

@@ -128,6 +128,7 @@ pub(super) async fn serve(
             resumed: None,
             protocol: "HTTP/3.0",
             handshake_us: Some(crate::access::record::micros(started - began)),
+            rendered: Default::default(),
         }));
     }
     let gw = Rc::new(Gateway::new(

@@ -14,6 +14,7 @@ use crate::edge::preamble::Preambles;
 use crate::edge::route::{Backend, BackendId, Routing};
 use crate::edge::upstream::{self, Upstream};
 use crate::edge::{FrontendState, Worker};
+use crate::gateway::h1::log::Opened;
 use crate::gateway::h1::{self, Http};
 use crate::proxy::relay::{self, relay, RelayEnd};
 use crate::proxy::tls_stream::TlsStream;
@@ -38,6 +39,8 @@ pub(super) struct Relayed {
     id: BackendId,
     route: &'static str,
     served: Served,
+    /// The last backend connection's queue and connect (with an access log).
+    opened: Option<Opened>,
 }
 
 impl Ends<'_> {
@@ -67,14 +70,18 @@ impl Ends<'_> {
         let http_mode = worker.state.http.is_some();
         let mut first = Some(first);
         let (mut to_backend, mut to_client) = (0, 0);
+        // The last backend connection's queue and connect, for TCP mode's line.
+        let mut opened_in;
         let (out, served) = loop {
             let b = self.routing.backend(id);
             let pre = self.preambles.get(b.preamble);
+            // The clock is read for the log's queue and connect times only.
+            let began = self.log.map(|_| Instant::now());
             let opened = open(worker, b, pre, client, tls, fe_counters, http_mode);
             let Some((mut backend, lease)) = opened.await else {
                 if let Some(l) = http.as_deref().and_then(|h| h.exchange.log.as_deref()) {
                     let refused = Some((503, Cause::BackendRefused));
-                    l.serving(&b.name, "-");
+                    l.serving(&b.name, "-", None);
                     l.ended(Cause::Normal, Cause::BackendRefused, refused, None);
                 }
                 if !http_mode {
@@ -83,14 +90,18 @@ impl Ends<'_> {
                         backend_to_client: to_client,
                         end: RelayEnd::Closed,
                     };
-                    self.log_tcp(&out, Some(&b.name), None, Cause::BackendRefused);
+                    self.log_tcp(&out, Some(&b.name), None, None, Cause::BackendRefused);
                 }
                 return None;
             };
+            opened_in = began.map(|t| Opened {
+                queue: lease.queued(),
+                connect: t.elapsed().saturating_sub(lease.queued()),
+            });
             if let Some(h) = http.as_deref_mut() {
                 h.request.serving(lease.server_arc(), id);
                 if let Some(l) = &h.exchange.log {
-                    l.serving(&b.name, lease.server().name());
+                    l.serving(&b.name, lease.server().name(), opened_in);
                 }
             }
             // preamble (unless TLS to the backend sent it before its handshake), and the
@@ -184,6 +195,7 @@ impl Ends<'_> {
             id,
             route,
             served,
+            opened: opened_in,
         })
     }
     /// The counters, the end the client is told (close_notify, or an answer first), and
@@ -204,6 +216,7 @@ impl Ends<'_> {
             id,
             route,
             served,
+            opened,
         } = relayed;
         WorkerCounters::add(&fe_counters.bytes_in, out.client_to_backend);
         WorkerCounters::add(&fe_counters.bytes_out, out.backend_to_client);
@@ -224,10 +237,12 @@ impl Ends<'_> {
                 &out,
                 Some(&self.routing.backend(id).name),
                 Some(served.name()),
+                opened,
                 cause_of(&out.end),
             );
         }
-        if state.log_connections {
+        // In TCP mode the access log's line is the connection's: not written twice.
+        if state.log_connections && (http.is_some() || state.access.is_none()) {
             let conn = tls.conn();
             tracing::info!(
                 name: "connection_closed",
@@ -257,6 +272,7 @@ impl Ends<'_> {
         out: &relay::RelayOutcome,
         backend: Option<&str>,
         server: Option<&str>,
+        opened: Option<Opened>,
         cause: Cause,
     ) {
         let (Some(log), Some(conn)) = (&self.worker.state.access, self.log) else {
@@ -279,7 +295,8 @@ impl Ends<'_> {
             retries: 0,
             request_id: b"",
             timings: access::Timings {
-                connect: None,
+                queue: opened.map(|o| access::record::micros(o.queue)),
+                connect: opened.map(|o| access::record::micros(o.connect)),
                 head: None,
                 total: access::record::micros(took),
             },

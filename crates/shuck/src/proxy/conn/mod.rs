@@ -418,6 +418,7 @@ fn access_conn(
         resumed: Some(conn.handshake_kind() == Some(HandshakeKind::Resumed)),
         protocol,
         handshake_us: Some(access::record::micros(handshake)),
+        rendered: Default::default(),
     }))
 }
 
