@@ -95,7 +95,7 @@ fn each_request_of_each_http_version_is_a_line_with_its_fields() {
     if !require("curl", "curl") || !aioquic() {
         return;
     }
-    let (dir, log, origin) = started("access-versions");
+    let (_dir, log, origin) = started("access-versions");
     let shuck = Shuck::start(&[
         "--http",
         "--quic",
@@ -244,7 +244,7 @@ fn fail2bans_nginx_filters_match_the_combined_log() {
     if !require("curl", "curl") || !require("fail2ban-regex", "fail2ban") {
         return;
     }
-    let (dir, log, origin) = started("access-fail2ban");
+    let (_dir, log, origin) = started("access-fail2ban");
     let shuck = Shuck::start(&[
         "--http",
         "-b",
@@ -355,7 +355,7 @@ fn request_ids_pass_or_are_made_and_come_back() {
     if !require("curl", "curl") || !aioquic() {
         return;
     }
-    let (dir, log, origin) = started("access-ids");
+    let (_dir, log, origin) = started("access-ids");
     let shuck = Shuck::start(&[
         "--http",
         "--quic",
@@ -900,7 +900,7 @@ fn a_sink_nobody_reads_costs_counted_drops_not_requests() {
     let origin = H1Origin::start(None);
     let stats = free_port();
     let stats_s = stats.to_string();
-    let shuck = Shuck::start(&[
+    let mut shuck = Shuck::start(&[
         "--http",
         "-b",
         &origin.spec,
@@ -929,6 +929,23 @@ fn a_sink_nobody_reads_costs_counted_drops_not_requests() {
         shuck.log().matches("access log: lines dropped").count(),
         1,
         "warned once an episode"
+    );
+    // Opening the log again (SIGUSR1) and stopping wait on no stalled write: requests go
+    // on being answered, and shuck stops within its grace.
+    shuck.signal("USR1");
+    assert!(shuck.wait_log("access log opened again", Duration::from_secs(5)));
+    let out = Command::new("h2load")
+        .args(["-n", "100", "-c", "1", "-T", "10"])
+        .arg(format!("https://127.0.0.1:{}/size/1", shuck.port))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("100 succeeded"), "{text}");
+    shuck.signal("TERM");
+    assert!(
+        shuck.wait_exit(Duration::from_secs(15)).is_some(),
+        "shuck stops with its log stalled: {}",
+        shuck.log()
     );
 }
 
@@ -1041,7 +1058,7 @@ fn a_wait_for_a_server_s_slot_is_queue_time_not_connect_time() {
     if !require("curl", "curl") {
         return;
     }
-    let (dir, log, origin) = started("access-queue");
+    let (_dir, log, origin) = started("access-queue");
     // One connection at a time to the server: of two requests at once, one waits.
     let spec = format!("{},maxconn=1", origin.spec);
     let shuck = Shuck::start(&[
@@ -1098,4 +1115,111 @@ fn a_wait_for_a_server_s_slot_is_queue_time_not_connect_time() {
             );
         }
     }
+}
+
+#[test]
+fn each_frontend_writes_to_its_own_log_or_none() {
+    if !require("curl", "curl") || !aioquic() {
+        return;
+    }
+    let (dir, main_log, origin) = started("access-frontends");
+    let (own, moved) = (dir.path("own.log"), dir.path("moved.log"));
+    let ports = [free_port(), free_port(), free_port()];
+    let (pem, _) = rcgen_cert(&dir, "c", &["localhost"], false);
+    let conf = dir.path("shuck.conf");
+    // The first frontend writes where --access-log says; the second to its own file; the
+    // third nowhere.
+    let write = |second: &std::path::Path| {
+        let text = format!(
+            "backend = \"{}\"\npem-file = \"{}\"\nhttp = on\naccess-log = \"{}\"\n\
+             access-log-format = \"{{frontend}} {{request_uri}}\"\n\
+             frontend = {{\n host = \"127.0.0.1\"\n port = \"{}\"\n}}\n\
+             frontend = {{\n host = \"127.0.0.1\"\n port = \"{}\"\n access-log = \"{}\"\n quic = on\n}}\n\
+             frontend = {{\n host = \"127.0.0.1\"\n port = \"{}\"\n access-log = \"off\"\n}}\n",
+            origin.spec,
+            pem.display(),
+            main_log.display(),
+            ports[0],
+            ports[1],
+            second.display(),
+            ports[2],
+        );
+        let tmp = dir.path("shuck.conf.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &conf).unwrap();
+    };
+    write(&own);
+    let shuck = Shuck::start_raw(&["--config", conf.to_str().unwrap()], ports[0]);
+    let get = |port: u16, version: &str, path: &str| {
+        let out = Command::new("curl")
+            .args(["-sk", version, "--max-time", "10", "-o", "/dev/null"])
+            .args(["-w", "%{http_code}"])
+            .arg(format!("https://127.0.0.1:{port}{path}"))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{path}");
+    };
+    for (i, version) in ["--http1.1", "--http2"].iter().enumerate() {
+        for (port, name) in ports.iter().zip(["main", "own", "none"]) {
+            get(*port, version, &format!("/{name}/{i}"));
+        }
+    }
+    let report = h3(ports[1], json!([{"path": "/own/2"}]), &[]);
+    assert_eq!(answers(&report).len(), 1, "{report}");
+    let fe = |i: usize| format!("[127.0.0.1]:{}", ports[i]);
+    assert_eq!(
+        lines(&main_log, 2),
+        [format!("{} /main/0", fe(0)), format!("{} /main/1", fe(0))]
+    );
+    assert_eq!(
+        lines(&own, 3),
+        [0, 1, 2].map(|i| format!("{} /own/{i}", fe(1)))
+    );
+    // A reload moves the second frontend's log to another file (the master opens it).
+    write(&moved);
+    shuck.signal("HUP");
+    assert!(
+        shuck.wait_log("SIGHUP: configuration reloaded", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    get(ports[1], "--http2", "/own/after");
+    get(ports[2], "--http1.1", "/none/after");
+    assert_eq!(lines(&moved, 1), [format!("{} /own/after", fe(1))]);
+    assert_eq!(lines(&own, 3).len(), 3, "nothing more in the first file");
+    assert_eq!(lines(&main_log, 2).len(), 2);
+
+    drop(shuck);
+
+    // TCP mode: a frontend's own log has its connections' lines.
+    let echo = Origin::echo();
+    let tcp_own = dir.path("tcp-own.log");
+    let shuck = Shuck::start(&[
+        "-f",
+        &format!("[127.0.0.1]:{};access-log={}", ports[2], tcp_own.display()),
+        "-b",
+        &echo.addr(),
+    ]);
+    for port in [shuck.port, ports[2]] {
+        let addr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut c = tls_connect(addr, &ClientOpts::default()).unwrap();
+        c.write_all(b"ping").unwrap();
+        let mut back = [0u8; 4];
+        c.read_exact(&mut back).unwrap();
+    }
+    let got = lines(&tcp_own, 1);
+    assert!(got[0].contains("\"-\" - 4 "), "{}", got[0]);
+
+    // A frontend's access-log that is no target is named with its line.
+    std::fs::write(
+        &conf,
+        "frontend = {\n port = \"1\"\n access-log = \"tcp://127.0.0.1:514\"\n}\n",
+    )
+    .unwrap();
+    let (code, err) = run_to_exit(&["--config", conf.to_str().unwrap(), "--test"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("line 3") && err.contains("only udp:// is a network target"),
+        "{err}"
+    );
 }

@@ -405,6 +405,7 @@ mod tests {
             resumed: Some(false),
             protocol: "HTTP/2.0",
             handshake_us: Some(900),
+            sink: 0,
             rendered: Default::default(),
         }
     }

@@ -45,13 +45,72 @@ pub struct Policy {
     pub sample: u32,
 }
 
-/// `--access-log` and its policy, as configured.
+/// A frontend's own `access-log` (a key of its block, `;access-log=` in `-f`), over
+/// `--access-log`'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Own {
+    /// `off`: its requests are not logged.
+    Off,
+    /// Its lines go here.
+    To(Target),
+}
+
+impl std::str::FromStr for Own {
+    type Err = String;
+
+    /// `off`, or a target as `--access-log` takes it.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(Own::Off),
+            _ => s.parse().map(Own::To),
+        }
+    }
+}
+
+/// The access log as configured: where lines go and what they say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
-    /// Where lines go.
-    pub target: Target,
+    /// Where lines go (a writer each): `--access-log`'s target first when it is given,
+    /// then each frontend's own, each target once.
+    pub sinks: Vec<Target>,
+    /// Whether `sinks[0]` is `--access-log`'s, where frontends without their own write.
+    pub global: bool,
     /// What they say.
     pub policy: Policy,
+}
+
+impl Settings {
+    /// `--access-log`'s target (`global`) and the frontends' own, with `policy`; `None`
+    /// when nothing is logged.
+    pub fn new<'a>(
+        global: Option<&Target>,
+        own: impl IntoIterator<Item = &'a Own>,
+        policy: Policy,
+    ) -> Option<Self> {
+        let mut sinks: Vec<Target> = global.into_iter().cloned().collect();
+        for o in own {
+            if let Own::To(t) = o {
+                if !sinks.contains(t) {
+                    sinks.push(t.clone());
+                }
+            }
+        }
+        (!sinks.is_empty()).then_some(Settings {
+            sinks,
+            global: global.is_some(),
+            policy,
+        })
+    }
+
+    /// The sink a frontend with `own` writes to: its own target's, `--access-log`'s, or
+    /// none.
+    pub fn sink_of(&self, own: Option<&Own>) -> Option<usize> {
+        match own {
+            Some(Own::Off) => None,
+            Some(Own::To(t)) => self.sinks.iter().position(|s| s == t),
+            None => self.global.then_some(0),
+        }
+    }
 }
 
 /// Written batches' buffers kept for the worker threads' next ones: a buffer is
@@ -65,6 +124,8 @@ pub(crate) struct Shared {
     episode: AtomicBool,
     /// Emptied buffers, back from the writer.
     spare: std::sync::Mutex<Vec<Vec<u8>>>,
+    /// Targets to write to from the next batch on (SIGUSR1, a reload), by sink.
+    reopen: std::sync::Mutex<Vec<(usize, Opened)>>,
 }
 
 /// The process's access log: its policy and the queue to its writer thread.
@@ -75,21 +136,27 @@ pub struct AccessLog {
     shared: Arc<Shared>,
 }
 
-/// A worker thread's lines not yet handed on, and its count for sampling.
+/// A worker thread's lines for one sink not yet handed on.
+#[derive(Default)]
 struct Batch {
     bytes: Vec<u8>,
     lines: u64,
+}
+
+/// A worker thread's batches, one a sink, and its count for sampling.
+struct Batches {
+    each: Vec<Batch>,
     seen: u32,
 }
 
 thread_local! {
-    static BATCH: RefCell<Batch> = const { RefCell::new(Batch { bytes: Vec::new(), lines: 0, seen: 0 }) };
+    static BATCH: RefCell<Batches> = const { RefCell::new(Batches { each: Vec::new(), seen: 0 }) };
 }
 
 impl AccessLog {
-    /// Starts the writer thread on `to`. One access log a process: the worker threads'
-    /// buffers are per thread, not per log.
-    pub fn start(to: Opened, policy: Policy) -> std::io::Result<Arc<Self>> {
+    /// Starts the writer thread on `to`, the sinks in [`Settings::sinks`]'s order. One
+    /// access log a process: the worker threads' buffers are per thread, not per log.
+    pub fn start(to: Vec<Opened>, policy: Policy) -> std::io::Result<Arc<Self>> {
         let (tx, rx) = sync_channel(QUEUE);
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
@@ -111,20 +178,25 @@ impl AccessLog {
             return;
         }
         BATCH.with(|b| {
-            let mut b = b.borrow_mut();
+            let mut all = b.borrow_mut();
             if policy.sample > 1 && !error {
-                b.seen = b.seen.wrapping_add(1);
-                if b.seen % policy.sample != 0 {
+                all.seen = all.seen.wrapping_add(1);
+                if all.seen % policy.sample != 0 {
                     return;
                 }
             }
+            let sink = rec.conn.sink;
+            if all.each.len() <= sink {
+                all.each.resize_with(sink + 1, Batch::default);
+            }
+            let b = &mut all.each[sink];
             if b.bytes.capacity() == 0 {
                 b.bytes.reserve(BATCH_BYTES + 4096);
             }
             policy.format.write(rec, &mut b.bytes);
             b.lines += 1;
             if b.bytes.len() >= BATCH_BYTES {
-                self.hand_on(&mut b);
+                self.hand_on(sink, b);
             }
         });
     }
@@ -133,14 +205,15 @@ impl AccessLog {
     /// and as it ends).
     pub fn flush_thread(&self) {
         BATCH.with(|b| {
-            let mut b = b.borrow_mut();
-            if b.lines > 0 {
-                self.hand_on(&mut b);
+            for (sink, b) in b.borrow_mut().each.iter_mut().enumerate() {
+                if b.lines > 0 {
+                    self.hand_on(sink, b);
+                }
             }
         });
     }
 
-    fn hand_on(&self, b: &mut Batch) {
+    fn hand_on(&self, sink: usize, b: &mut Batch) {
         let next = self
             .shared
             .spare
@@ -150,11 +223,11 @@ impl AccessLog {
             .unwrap_or_else(|| Vec::with_capacity(BATCH_BYTES + 4096));
         let bytes = std::mem::replace(&mut b.bytes, next);
         let lines = std::mem::take(&mut b.lines);
-        match self.tx.try_send(sink::Item::Lines(bytes, lines)) {
+        match self.tx.try_send(sink::Item::Lines(sink, bytes, lines)) {
             Ok(()) => {}
             Err(TrySendError::Full(item)) => {
                 self.shared.dropped(lines, "the sink is not keeping up");
-                if let sink::Item::Lines(mut bytes, _) = item {
+                if let sink::Item::Lines(_, mut bytes, _) = item {
                     bytes.clear();
                     self.shared.give_back(bytes);
                 }
@@ -165,10 +238,15 @@ impl AccessLog {
         }
     }
 
-    /// Writes to `to` from now on (SIGUSR1, a reload); waits for room, as this is never on
-    /// a request's path.
-    pub fn reopen(&self, to: Opened) {
-        let _ = self.tx.send(sink::Item::Reopen(to));
+    /// Writes sink `sink`'s lines to `to` (SIGUSR1, a reload), from the writer's next
+    /// batch on. Never waits: a full queue (a stalled sink) must not hold up the one who
+    /// asks.
+    pub fn reopen(&self, sink: usize, to: Opened) {
+        if let Ok(mut next) = self.shared.reopen.lock() {
+            next.push((sink, to));
+        }
+        // Full: the writer has batches to take, and looks before each.
+        let _ = self.tx.try_send(sink::Item::Wake);
     }
 
     /// A reload's policy.
@@ -179,12 +257,27 @@ impl AccessLog {
     /// Hands on this thread's lines and waits (up to `within`) until the writer has
     /// written everything before; whether it had.
     pub fn flush(&self, within: Duration) -> bool {
+        let deadline = std::time::Instant::now() + within;
         self.flush_thread();
         let (done, wait) = std::sync::mpsc::channel();
-        if self.tx.send(sink::Item::Flush(done)).is_err() {
-            return false;
+        // Behind the batches already queued; while the queue is full (a slow or stalled
+        // sink), tried again until the deadline, never waited on for good.
+        let mut item = sink::Item::Flush(done);
+        loop {
+            match self.tx.try_send(item) {
+                Ok(()) => break,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(back)) => {
+                    if std::time::Instant::now() >= deadline {
+                        return false;
+                    }
+                    item = back;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
         }
-        wait.recv_timeout(within).is_ok()
+        wait.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            .is_ok()
     }
 
     /// Lines lost so far (a stalled or failing sink).

@@ -110,6 +110,8 @@ pub struct Conn {
     pub protocol: &'static str,
     /// The TLS handshake, µs.
     pub handshake_us: Option<u64>,
+    /// The sink its lines go to (its frontend's, [`super::Settings::sink_of`]).
+    pub sink: usize,
     /// Its fields as JSON writes them, made by its first JSON line: a connection's many
     /// requests copy them as one slice. Start it empty (`Default::default()`).
     pub rendered: std::cell::OnceCell<Box<[u8]>>,

@@ -135,20 +135,32 @@ pub fn open(target: &Target, facility: u8) -> io::Result<Opened> {
 /// What the worker threads hand the writer.
 #[derive(Debug)]
 pub(super) enum Item {
-    /// Lines, each ending in a newline, and how many.
-    Lines(Vec<u8>, u64),
-    /// Write to this from now on (SIGUSR1, a reload).
-    Reopen(Opened),
+    /// A sink's lines, each ending in a newline, and how many.
+    Lines(usize, Vec<u8>, u64),
+    /// Look for a new target (`Shared::reopen`): sent without waiting, so it may not come
+    /// when the queue is full, and the target is looked for before every item anyway.
+    Wake,
     /// Answered once everything before it is written.
     Flush(std::sync::mpsc::Sender<()>),
 }
 
-/// The writer thread's loop: until every sender is gone.
-pub(super) fn run(rx: Receiver<Item>, mut to: Opened, shared: Arc<Shared>) {
+/// The writer thread's loop, over the sinks `to`: until every sender is gone.
+pub(super) fn run(rx: Receiver<Item>, mut to: Vec<Opened>, shared: Arc<Shared>) {
     while let Ok(item) = rx.recv() {
+        if let Ok(mut next) = shared.reopen.lock() {
+            for (sink, o) in next.drain(..) {
+                if let Some(t) = to.get_mut(sink) {
+                    *t = o;
+                }
+            }
+        }
         match item {
-            Item::Lines(mut bytes, lines) => {
-                if let Err(e) = write(&mut to, &bytes) {
+            Item::Lines(sink, mut bytes, lines) => {
+                let Some(to) = to.get_mut(sink) else {
+                    shared.dropped(lines, "no such sink");
+                    continue;
+                };
+                if let Err(e) = write(to, &bytes) {
                     shared.dropped(lines, &e.to_string());
                 } else {
                     shared.written();
@@ -156,10 +168,12 @@ pub(super) fn run(rx: Receiver<Item>, mut to: Opened, shared: Arc<Shared>) {
                 bytes.clear();
                 shared.give_back(bytes);
             }
-            Item::Reopen(o) => to = o,
+            Item::Wake => {}
             Item::Flush(done) => {
-                if let Opened::File(f) = &mut to {
-                    let _ = f.flush();
+                for t in &mut to {
+                    if let Opened::File(f) = t {
+                        let _ = f.flush();
+                    }
                 }
                 let _ = done.send(());
             }
@@ -200,7 +214,8 @@ impl Syslog {
                     {
                         *tried = Some(Instant::now());
                         let s = UnixDatagram::unbound()?;
-                        if s.connect(&*path).is_ok() {
+                        // A syslog that stops reading costs lines, never a writer stuck.
+                        if s.connect(&*path).is_ok() && s.set_nonblocking(true).is_ok() {
                             *sock = Some(s);
                         }
                     }
@@ -211,8 +226,11 @@ impl Syslog {
                         ));
                     };
                     if let Err(e) = s.send(&msg) {
-                        // A syslog daemon that restarted is found again on the next line.
-                        *sock = None;
+                        // A syslog daemon that restarted is found again on the next line;
+                        // a full one is written to again.
+                        if e.kind() != io::ErrorKind::WouldBlock {
+                            *sock = None;
+                        }
                         return Err(e);
                     }
                 }

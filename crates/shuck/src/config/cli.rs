@@ -107,7 +107,8 @@ pub struct Cli {
     /// instead of the global ones; `;key=value` gives it its own TLS settings: `ciphers`,
     /// `ciphersuites`, `tls-protos`, `prefer-server-ciphers`, `sni-nomatch-abort`,
     /// `client-verify`, `client-verify-ca`, `quic` (HTTP/3 on this frontend, over
-    /// `--quic`), and `match-global-certs=on` (serve the global certificates too), e.g. `-f
+    /// `--quic`), `access-log` (its own `--access-log` target, or `off`), and
+    /// `match-global-certs=on` (serve the global certificates too), e.g. `-f
     /// '[*]:8443+legacy.pem;tls-protos=TLSv1.2;ciphers=ECDHE-RSA-AES256-GCM-SHA384'`. The
     /// session cache, ticket keys and OCSP are shared. Two frontends on the same address
     /// are an error.
@@ -920,7 +921,9 @@ pub struct Cli {
     /// (the same to another syslog socket), `udp://HOST:PORT` (RFC 5424 to a syslog
     /// server), or a file.
     ///
-    /// Off by default. A file is opened by the master before privileges are dropped, and
+    /// Off by default. A frontend may have its own (`access-log` in its block, `;access-log=`
+    /// in `-f`: a target, or `off`); the format and the filters are the same for all. A
+    /// file is opened by the master before privileges are dropped, and
     /// opened again on SIGUSR1 (for logrotate) and at every reload. Lines are written by a
     /// thread of their own in batches: a sink that cannot keep up costs dropped lines,
     /// counted in `shuck_access_log_dropped_total` and warned of once an episode, never a

@@ -36,6 +36,8 @@ pub struct Frontend {
     pub backend: Option<String>,
     /// Also serve HTTP/3 over QUIC on its addresses (`--quic`, `;quic=on`).
     pub quic: bool,
+    /// Its own access log (`;access-log=TARGET|off`), over `--access-log`.
+    pub access_log: Option<crate::access::Own>,
 }
 
 /// `[HOST]:PORT[+PEM...][;key=value...]`: a frontend with, optionally, its own
@@ -73,6 +75,7 @@ pub(super) fn parse(
     let (mut client_verify, mut client_ca) = (None, None);
     let mut backend = None;
     let mut quic = quic_default;
+    let mut access_log = None;
     for setting in sections.filter(|s| !s.trim().is_empty()) {
         let (k, v) = setting
             .split_once('=')
@@ -94,6 +97,10 @@ pub(super) fn parse(
             }
             "quic" => {
                 quic = on_off(v)?;
+                continue;
+            }
+            "access-log" => {
+                access_log = Some(v.parse().map_err(|r| bad(format!("{k}: {r}")))?);
                 continue;
             }
             _ => {}
@@ -126,7 +133,7 @@ pub(super) fn parse(
             "match-global-certs" => match_global_certs = on_off(v)?,
             other => {
                 return Err(bad(format!(
-                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic)"
+                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log)"
                 )))
             }
         }
@@ -146,6 +153,7 @@ pub(super) fn parse(
         client_ca,
         backend,
         quic,
+        access_log,
     })
 }
 

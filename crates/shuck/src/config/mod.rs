@@ -366,6 +366,7 @@ impl Config {
         let backend = backend::target(cli, certificate_given)?;
         backend::check_preamble(preamble, &backend)?;
         let (named_backends, routes) = services::resolve(cli, &frontends, preamble)?;
+        let access_log = values::access_log(cli, &frontends)?;
         if !certificate_given && !cli.backends.is_empty() {
             // A real backend means real traffic: the self-signed default is for trying shuck
             // on its built-in origin only (hitch refuses a start without a certificate).
@@ -422,7 +423,7 @@ impl Config {
                 h3: h3_limits(cli)?,
             },
             log_connections: cli.log_connections,
-            access_log: values::access_log(cli)?,
+            access_log,
             request_id: values::request_id(cli)?,
             syslog_facility: crate::system::log::facility(&cli.syslog_facility).map_err(
                 |reason| ConfigError::Invalid {

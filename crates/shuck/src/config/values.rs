@@ -212,34 +212,33 @@ pub(super) fn h2_limits(cli: &Cli) -> Result<H2Limits, ConfigError> {
     })
 }
 
-/// `--access-log` and the flags that shape it; those without `--access-log` are an error,
-/// not silently nothing.
-pub(super) fn access_log(cli: &Cli) -> Result<Option<crate::access::Settings>, ConfigError> {
+/// `--access-log`, the frontends' own, and the flags that shape them; those flags without
+/// any access log are an error, not silently nothing.
+pub(super) fn access_log(
+    cli: &Cli,
+    frontends: &[super::Frontend],
+) -> Result<Option<crate::access::Settings>, ConfigError> {
     use crate::access::{Format, Policy, Settings};
     let policy = Policy {
         format: cli.access_log_format.clone(),
         errors_only: cli.access_log_errors_only,
         sample: cli.access_log_sample,
     };
-    match &cli.access_log {
-        Some(target) => Ok(Some(Settings {
-            target: target.clone(),
-            policy,
-        })),
-        None => {
-            let given = [
-                ("--access-log-format", policy.format != Format::Combined),
-                ("--access-log-errors-only", policy.errors_only),
-                ("--access-log-sample", policy.sample != 1),
-            ];
-            match given.iter().find(|g| g.1) {
-                Some((option, _)) => Err(ConfigError::Invalid {
-                    option,
-                    reason: "needs --access-log (where the lines go)".into(),
-                }),
-                None => Ok(None),
-            }
-        }
+    let own = frontends.iter().filter_map(|f| f.access_log.as_ref());
+    if let Some(settings) = Settings::new(cli.access_log.as_ref(), own, policy.clone()) {
+        return Ok(Some(settings));
+    }
+    let given = [
+        ("--access-log-format", policy.format != Format::Combined),
+        ("--access-log-errors-only", policy.errors_only),
+        ("--access-log-sample", policy.sample != 1),
+    ];
+    match given.iter().find(|g| g.1) {
+        Some((option, _)) => Err(ConfigError::Invalid {
+            option,
+            reason: "needs --access-log (where the lines go)".into(),
+        }),
+        None => Ok(None),
     }
 }
 

@@ -74,7 +74,12 @@ pub struct FrontendState {
     pub alt_svc: Option<::http::HeaderValue>,
     /// The same as an HTTP/1.1 header line.
     pub alt_svc_line: Option<bytes::Bytes>,
+    /// The access log sink its lines go to ([`NO_SINK`]: none); a reload may move it.
+    access_sink: std::sync::atomic::AtomicUsize,
 }
+
+/// A frontend whose requests are not logged.
+const NO_SINK: usize = usize::MAX;
 
 impl FrontendState {
     /// A frontend serving `tls`.
@@ -96,6 +101,7 @@ impl FrontendState {
                 bytes::Bytes::from(line)
             }),
             alt_svc,
+            access_sink: std::sync::atomic::AtomicUsize::new(NO_SINK),
         }
     }
 
@@ -103,6 +109,20 @@ impl FrontendState {
     pub fn reloaded(&self, tls: Arc<TlsState>) {
         self.tls.store(tls);
         self.reloads.send_modify(|g| *g += 1);
+    }
+
+    /// The access log sink its lines go to, if its requests are logged.
+    pub fn access_sink(&self) -> Option<usize> {
+        let s = self.access_sink.load(std::sync::atomic::Ordering::Relaxed);
+        (s != NO_SINK).then_some(s)
+    }
+
+    /// Its lines go to `sink` from now on (start, a reload).
+    pub fn log_to(&self, sink: Option<usize>) {
+        self.access_sink.store(
+            sink.unwrap_or(NO_SINK),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 }
 

@@ -96,7 +96,7 @@ pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
         Some(a) => Some(crate::admin::AdminServer::bind(a, upgrading)?),
         None => None,
     };
-    let access_file = master::access_log::open_file(&config)?;
+    let access_files = master::access_log::open_files(&config)?;
     let pidfile = match &config.pidfile {
         Some(p) => Some(PidFile::write(p)?),
         None => None,
@@ -112,6 +112,6 @@ pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
         pidfile,
         predecessor: inherited.predecessor.take(),
         admin,
-        access_file,
+        access_files,
     })
 }

@@ -166,8 +166,15 @@ pub fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
             },
         ),
         ("timeouts and limits", format!("{:?}", c.limits)),
-        // The writer thread starts with the worker; its target and policy follow a reload.
-        ("access-log on or off", c.access_log.is_some().to_string()),
+        // The writer thread starts with the worker with a sink per target; the targets
+        // and the policy follow a reload, their number does not.
+        (
+            "access-log on or off, and how many targets",
+            format!(
+                "{:?}",
+                c.access_log.as_ref().map(|a| (a.sinks.len(), a.global))
+            ),
+        ),
         ("backlog", c.backlog.to_string()),
         // The master binds the admin API once (the token is never written out).
         (

@@ -116,7 +116,8 @@ pub(super) fn frontend_block(
                 | "client-verify"
                 | "client-verify-ca"
                 | "backend"
-                | "quic"),
+                | "quic"
+                | "access-log"),
                 Value::Scalar(v),
             ) => {
                 if v.contains(';') {
@@ -128,6 +129,7 @@ pub(super) fn frontend_block(
                     "ciphersuites" => crate::tls::params::parse_tls13_suites(v).map(|_| ()).map_err(|e| e.to_string()),
                     "client-verify" => crate::tls::client_auth::Mode::parse(v).map(drop),
                     "client-verify-ca" | "backend" => Ok(()),
+                    "access-log" => v.parse::<crate::access::Own>().map(drop),
                     _ => parse_on_off(v).map(drop),
                 };
                 checked.map_err(|reason| err(e.line, format!("frontend {k}: {reason}")))?;
@@ -136,7 +138,7 @@ pub(super) fn frontend_block(
             (k, _) => {
                 return Err(err(
                     e.line,
-                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic)"),
+                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log)"),
                 ))
             }
         }

@@ -117,7 +117,7 @@ pub(super) async fn serve(
     }
     let mut client = client(&worker, &frontend, &conn, sni.as_deref(), suite, local);
     client.handshake = handshake.as_ref().map(|(h, _)| h.clone());
-    if worker.state.access.is_some() {
+    if let (Some(_), Some(sink)) = (&worker.state.access, frontend.access_sink()) {
         client.log = Some(Rc::new(crate::access::Conn {
             client: peer,
             frontend: frontend.name.clone(),
@@ -128,6 +128,7 @@ pub(super) async fn serve(
             resumed: None,
             protocol: "HTTP/3.0",
             handshake_us: Some(crate::access::record::micros(started - began)),
+            sink,
             rendered: Default::default(),
         }));
     }

@@ -242,7 +242,7 @@ impl Ends<'_> {
             );
         }
         // In TCP mode the access log's line is the connection's: not written twice.
-        if state.log_connections && (http.is_some() || state.access.is_none()) {
+        if state.log_connections && (http.is_some() || self.log.is_none()) {
             let conn = tls.conn();
             tracing::info!(
                 name: "connection_closed",

@@ -401,6 +401,7 @@ fn access_conn(
     handshake: std::time::Duration,
 ) -> Option<Rc<access::Conn>> {
     state.access.as_ref()?;
+    let sink = frontend.access_sink()?;
     let conn = tls.conn();
     let protocol = match (state.http, conn.alpn_protocol()) {
         (Some(_), Some(b"h2")) => "HTTP/2.0",
@@ -418,6 +419,7 @@ fn access_conn(
         resumed: Some(conn.handshake_kind() == Some(HandshakeKind::Resumed)),
         protocol,
         handshake_us: Some(access::record::micros(handshake)),
+        sink,
         rendered: Default::default(),
     }))
 }

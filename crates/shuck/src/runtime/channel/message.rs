@@ -58,8 +58,9 @@ pub enum Msg {
     Handover,
     /// Sockets, with their descriptors (at most [`MAX_FDS`]).
     Sockets(Vec<Entry>, Vec<OwnedFd>),
-    /// Master → worker: the `--access-log` file, opened again (SIGUSR1, a reload).
-    AccessLog(OwnedFd),
+    /// Master → worker: an access log file, opened again (SIGUSR1, a reload), and the
+    /// index of the sink it is.
+    AccessLog(usize, OwnedFd),
     /// Worker → master: SIGUSR1 reached the worker (open the log files again).
     Reopen,
     /// Master → worker: apply the configuration read while recording this (the sockets
@@ -238,7 +239,10 @@ pub(super) fn encode(msg: &Msg) -> (u8, Vec<u8>) {
             20
         }
         Msg::PredecessorGone => 21,
-        Msg::AccessLog(_) => 22,
+        Msg::AccessLog(sink, _) => {
+            put_u32(&mut w, u32::try_from(*sink).unwrap_or(u32::MAX));
+            22
+        }
         Msg::Reopen => 23,
     };
     (tag, w)
@@ -432,10 +436,11 @@ pub(super) fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, 
         },
         21 => Msg::PredecessorGone,
         22 => {
+            let sink = r.u32("access log sink")? as usize;
             r.end()?;
             let mut fds = fds.into_iter();
             return match (fds.next(), fds.next()) {
-                (Some(fd), None) => Ok(Msg::AccessLog(fd)),
+                (Some(fd), None) => Ok(Msg::AccessLog(sink, fd)),
                 (got, _) => Err(ChannelError::SocketsMismatch {
                     named: 1,
                     passed: usize::from(got.is_some()) * 2,

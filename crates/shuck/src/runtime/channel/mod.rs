@@ -76,7 +76,7 @@ impl Channel {
         frame.extend_from_slice(&payload);
         let fds: Vec<_> = match msg {
             Msg::Sockets(_, fds) => fds.iter().map(|f| f.as_fd()).collect(),
-            Msg::AccessLog(fd) => vec![fd.as_fd()],
+            Msg::AccessLog(_, fd) => vec![fd.as_fd()],
             _ => Vec::new(),
         };
         if fds.len() > MAX_FDS {

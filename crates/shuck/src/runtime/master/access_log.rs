@@ -1,4 +1,4 @@
-//! `--access-log`'s file in the master: opened as root at start, before the worker gives up
+//! The access log's files in the master: opened as root at start, before the worker gives up
 //! its privileges, and opened again on SIGUSR1 (logrotate's `postrotate`) and at every
 //! reload, then handed to the worker over the channel, as nginx's master reopens its logs
 //! for its workers (`nginx -s reopen`).
@@ -10,45 +10,55 @@ use crate::config::Config;
 use crate::runtime::channel::Msg;
 use crate::runtime::error::StartError;
 
-/// The file `config`'s access log writes to, opened to append; `None` for another target.
-pub(crate) fn open_file(config: &Config) -> Result<Option<File>, StartError> {
-    match config.access_log.as_ref().map(|a| &a.target) {
-        Some(Target::File(path)) => crate::system::files::create_nofollow(path, true)
-            .map(Some)
-            .map_err(|source| StartError::AccessLog {
-                path: path.clone(),
-                source,
-            }),
-        _ => Ok(None),
+/// The files `config`'s access log writes to, opened to append, with their sinks'
+/// indexes (a frontend's own, `--access-log`'s); other targets the worker opens.
+pub(crate) fn open_files(config: &Config) -> Result<Vec<(usize, File)>, StartError> {
+    let Some(settings) = &config.access_log else {
+        return Ok(Vec::new());
+    };
+    let mut files = Vec::new();
+    for (sink, target) in settings.sinks.iter().enumerate() {
+        if let Target::File(path) = target {
+            let f = crate::system::files::create_nofollow(path, true).map_err(|source| {
+                StartError::AccessLog {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            files.push((sink, f));
+        }
     }
+    Ok(files)
 }
 
 impl super::Run {
-    /// SIGUSR1: the access log's file opened again (a rotated one is let go).
+    /// SIGUSR1: the access log's files opened again (rotated ones are let go).
     pub(super) fn reopen_access_log(&mut self) {
         let config = self.m.config.clone();
-        if self.hand_access_file(&config) {
+        if self.hand_access_files(&config) {
             tracing::info!(name: "access_log_reopened", "SIGUSR1: access log opened again");
         }
     }
 
-    /// Opens `config`'s access log file and hands it to the worker; whether there was one.
-    /// A failure leaves the worker writing where it was.
-    pub(super) fn hand_access_file(&mut self, config: &Config) -> bool {
-        match open_file(config) {
-            Ok(Some(f)) => {
-                match f.try_clone() {
-                    Ok(copy) => self.to_worker(&Msg::AccessLog(copy.into())),
-                    Err(e) => tracing::warn!(
-                        name: "access_log_reopen_failed",
-                        error = %e,
-                        "access log: {e}; still writing to the file opened before",
-                    ),
+    /// Opens `config`'s access log files and hands them to the worker; whether there
+    /// were any. A failure leaves the worker writing where it was.
+    pub(super) fn hand_access_files(&mut self, config: &Config) -> bool {
+        match open_files(config) {
+            Ok(files) if files.is_empty() => false,
+            Ok(files) => {
+                for (sink, f) in &files {
+                    match f.try_clone() {
+                        Ok(copy) => self.to_worker(&Msg::AccessLog(*sink, copy.into())),
+                        Err(e) => tracing::warn!(
+                            name: "access_log_reopen_failed",
+                            error = %e,
+                            "access log: {e}; still writing to the file opened before",
+                        ),
+                    }
                 }
-                self.m.access_file = Some(f);
+                self.m.access_files = files;
                 true
             }
-            Ok(None) => false,
             Err(e) => {
                 tracing::warn!(
                     name: "access_log_reopen_failed",

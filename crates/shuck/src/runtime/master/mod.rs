@@ -105,8 +105,8 @@ pub struct Master {
     pub predecessor: Option<Channel>,
     /// The admin API's sockets, when asked for.
     pub admin: Option<crate::admin::AdminServer>,
-    /// `--access-log`'s file, opened by the master (as root), when the target is one.
-    pub access_file: Option<std::fs::File>,
+    /// The access log's files, opened by the master (as root), with their sinks' indexes.
+    pub access_files: Vec<(usize, std::fs::File)>,
 }
 
 /// The master's running state.

@@ -89,7 +89,7 @@ impl super::Run {
             self.to_worker(&m);
         }
         // The worker takes the access log's file before the configuration that names it.
-        self.hand_access_file(&new);
+        self.hand_access_files(&new);
         self.to_worker(&Msg::Apply(rec));
         self.m.config = new;
         self.m.tls = built;

@@ -108,10 +108,13 @@ impl super::Run {
             channel: theirs,
             await_sessions: self.phase == (Phase::Starting { takeover: true }),
             hold_quic: self.m.predecessor.is_some(),
-            access_file: match &self.m.access_file {
-                Some(f) => Some(f.try_clone().map_err(StartError::System)?),
-                None => None,
-            },
+            access_files: self
+                .m
+                .access_files
+                .iter()
+                .map(|(sink, f)| Ok((*sink, f.try_clone()?)))
+                .collect::<std::io::Result<_>>()
+                .map_err(StartError::System)?,
         };
         match fork_single_threaded().map_err(StartError::System)? {
             Forked::Child => {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::config::{Frontend, Limits};
+use crate::config::{Config, Frontend};
 use crate::edge::{Control, FrontendState};
 use crate::runtime::error::StartError;
 use crate::runtime::sockets::FrontSockets;
@@ -63,8 +63,9 @@ impl Frontends {
         fe: &Frontend,
         tls: Arc<TlsState>,
         given: &mut FrontSockets,
-        limits: &Limits,
+        config: &Config,
     ) -> Result<(), StartError> {
+        let limits = &config.limits;
         let name = fe.endpoint.to_string();
         let mut sockets = Vec::new();
         let mut quic = Vec::new();
@@ -97,6 +98,7 @@ impl Frontends {
             .flatten()
             .map(|a| crate::gateway::h3::alt_svc(a.port(), limits.h3.alt_svc_max_age));
         let state = Arc::new(FrontendState::new(name, slot, tls, alt_svc));
+        state.log_to(access_sink(config, fe));
         let (stop, stopped) = shutdown::channel();
         let per_worker = self.workers.len().max(1);
         for group in quic {
@@ -182,4 +184,9 @@ fn take<T>(given: &mut Vec<(SocketAddr, T)>, addr: SocketAddr) -> Vec<T> {
         }
     }
     out
+}
+
+/// The access log sink `fe`'s lines go to under `config`, if they are logged.
+pub fn access_sink(config: &Config, fe: &Frontend) -> Option<usize> {
+    config.access_log.as_ref()?.sink_of(fe.access_log.as_ref())
 }

@@ -59,8 +59,8 @@ pub struct Start {
     /// Leave the QUIC sockets unread until the previous process has exited (binary
     /// upgrade): they are the same sockets, and its connections are still draining.
     pub hold_quic: bool,
-    /// `--access-log`'s file, opened by the master.
-    pub access_file: Option<std::fs::File>,
+    /// The access log's files, opened by the master, with their sinks' indexes.
+    pub access_files: Vec<(usize, std::fs::File)>,
 }
 
 /// Runs the worker process; returns its exit status.
@@ -86,7 +86,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         channel,
         await_sessions,
         hold_quic,
-        access_file,
+        access_files,
     } = start;
     // A master killed outright takes its worker along at once: an orphan draining would
     // hold the ports a restarted service needs.
@@ -117,7 +117,7 @@ fn serve(start: Start) -> Result<(), StartError> {
             "no certificate given: serving a self-signed certificate generated at start",
         );
     }
-    let access = access_log(&config, access_file)?;
+    let access = access_log(&config, access_files)?;
     let state = Arc::new(proxy_state(&config, Routing::new(&config, pool), access));
     let supervisor = Supervisor::catch_signals()?;
 
@@ -125,7 +125,7 @@ fn serve(start: Start) -> Result<(), StartError> {
     let mut frontends = Frontends::new(controls);
     for ((fe, tls), mut given) in config.frontends.iter().zip(tls).zip(sockets) {
         // Only a frontend the master failed to bind at a reload has no socket.
-        if let Err(e) = frontends.open(fe, tls, &mut given, &config.limits) {
+        if let Err(e) = frontends.open(fe, tls, &mut given, &config) {
             tracing::error!(name: "worker_failed", error = %e, "{e}");
         }
     }
@@ -276,24 +276,29 @@ fn drop_privileges(target: &crate::system::privileges::Target) -> Result<(), Sta
 }
 
 /// What every connection reads.
-/// `--access-log`'s writer thread, on the master's file or a target of the worker's own.
+/// The access log's writer thread, on the master's files and the targets the worker opens
+/// itself.
 fn access_log(
     config: &Config,
-    file: Option<std::fs::File>,
+    mut files: Vec<(usize, std::fs::File)>,
 ) -> Result<Option<Arc<crate::access::AccessLog>>, StartError> {
     use crate::access::{sink, AccessLog, Opened};
     let Some(settings) = &config.access_log else {
         return Ok(None);
     };
-    let to = match file {
-        Some(f) => Opened::File(f),
-        None => sink::open(&settings.target, config.syslog_facility).map_err(|source| {
-            StartError::AccessLog {
-                path: settings.target.to_string().into(),
-                source,
-            }
-        })?,
-    };
+    let mut to = Vec::with_capacity(settings.sinks.len());
+    for (i, target) in settings.sinks.iter().enumerate() {
+        let opened = match files.iter().position(|(s, _)| *s == i) {
+            Some(at) => Opened::File(files.swap_remove(at).1),
+            None => sink::open(target, config.syslog_facility).map_err(|source| {
+                StartError::AccessLog {
+                    path: target.to_string().into(),
+                    source,
+                }
+            })?,
+        };
+        to.push(opened);
+    }
     Ok(Some(AccessLog::start(to, settings.policy.clone())?))
 }
 

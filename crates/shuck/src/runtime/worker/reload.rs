@@ -236,8 +236,11 @@ impl Reloader {
         for (fe, tls) in new.frontends.iter().zip(built) {
             let name = fe.endpoint.to_string();
             match frontends.get(&name) {
-                Some(live) => live.reloaded(tls),
-                None => match frontends.open(fe, tls, given, &new.limits) {
+                Some(live) => {
+                    live.reloaded(tls);
+                    live.log_to(super::frontends::access_sink(&new, fe));
+                }
+                None => match frontends.open(fe, tls, given, &new) {
                     Ok(()) => opened.push(name),
                     Err(e) => {
                         tracing::error!(
@@ -288,31 +291,35 @@ impl Reloader {
         self.current = new;
     }
 
-    /// The master's access log file, opened again: written to from now on.
-    pub fn access_file(&self, fd: std::os::fd::OwnedFd) {
+    /// One of the master's access log files, opened again: its sink's lines go there
+    /// from now on.
+    pub fn access_file(&self, sink: usize, fd: std::os::fd::OwnedFd) {
         if let Some(a) = &self.state.access {
-            a.reopen(crate::access::Opened::File(fd.into()));
+            a.reopen(sink, crate::access::Opened::File(fd.into()));
         }
     }
 
-    /// A reload's access log: its policy, and a target other than a file (a file comes
-    /// from the master, before the configuration).
+    /// A reload's access log: its policy, and the targets other than files that changed
+    /// (files come from the master, before the configuration). How many sinks there are
+    /// a reload does not change (`restart_only`).
     fn follow_access_log(&self, new: &Config) {
         let (Some(log), Some(settings)) = (&self.state.access, &new.access_log) else {
             return;
         };
         log.set_policy(settings.policy.clone());
-        let old = self.current.access_log.as_ref().map(|a| &a.target);
-        if old != Some(&settings.target)
-            && !matches!(settings.target, crate::access::Target::File(_))
-        {
-            match crate::access::sink::open(&settings.target, new.syslog_facility) {
-                Ok(to) => log.reopen(to),
+        let old = self.current.access_log.as_ref().map(|a| &a.sinks[..]);
+        for (sink, target) in settings.sinks.iter().enumerate() {
+            if old.and_then(|o| o.get(sink)) == Some(target)
+                || matches!(target, crate::access::Target::File(_))
+            {
+                continue;
+            }
+            match crate::access::sink::open(target, new.syslog_facility) {
+                Ok(to) => log.reopen(sink, to),
                 Err(e) => tracing::warn!(
                     name: "access_log_reopen_failed",
                     error = %e,
-                    "SIGHUP: access log {}: {e}; still writing where it was",
-                    settings.target,
+                    "SIGHUP: access log {target}: {e}; still writing where it was",
                 ),
             }
         }

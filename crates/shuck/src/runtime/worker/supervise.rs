@@ -223,7 +223,7 @@ impl Supervisor {
                             }
                         }
                         Some(Msg::Apply(rec)) => reloader.apply(&mut frontends, rec, &mut given),
-                        Some(Msg::AccessLog(fd)) => reloader.access_file(fd),
+                        Some(Msg::AccessLog(sink, fd)) => reloader.access_file(sink, fd),
                         Some(Msg::Tickets(state)) => {
                             if let Some(t) = &resumption.tickets {
                                 t.install(&state);
