@@ -114,7 +114,7 @@ impl Settings {
 }
 
 /// Written batches' buffers kept for the worker threads' next ones: a buffer is
-/// allocated once, not once a batch (a fresh 20 KiB each time is page faults).
+/// allocated once, not once a batch.
 const SPARE: usize = 8;
 
 /// What the writer and the worker threads share.
