@@ -273,3 +273,36 @@ impl Shared {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Target;
+    use std::path::PathBuf;
+
+    #[test]
+    fn targets_read_and_write_back_as_given() {
+        for (given, want) in [
+            ("stderr", Target::Stderr),
+            ("syslog", Target::Unix(PathBuf::from("/dev/log"))),
+            (
+                "unix:/run/log.sock",
+                Target::Unix(PathBuf::from("/run/log.sock")),
+            ),
+            (
+                "/var/log/a.log",
+                Target::File(PathBuf::from("/var/log/a.log")),
+            ),
+            (
+                "udp://127.0.0.1:514",
+                Target::Udp("127.0.0.1:514".parse().unwrap()),
+            ),
+        ] {
+            let t: Target = given.parse().unwrap();
+            assert_eq!(t, want, "{given}");
+            assert_eq!(t.to_string(), given);
+        }
+        for bad in ["", "unix:", "tcp://127.0.0.1:514", "udp://nowhere"] {
+            assert!(bad.parse::<Target>().is_err(), "{bad:?}");
+        }
+    }
+}
