@@ -382,7 +382,40 @@ fn request_ids_pass_or_are_made_and_come_back() {
         "/h1-bad",
         &["-H", "X-Request-ID: two words"],
     );
+    let h1_none = curl_head(&shuck, "--http1.1", "/h1-none", &[]);
+    // `X_Request_ID` is `X-Request-ID` to a backend that reads it as HTTP_X_REQUEST_ID: the
+    // ID's header too, never passed on beside the one shuck writes; and a nomination of
+    // it in Connection would make the next hop strip shuck's.
+    let h1_under = curl_head(
+        &shuck,
+        "--http1.1",
+        "/h1-under",
+        &[
+            "-H",
+            "X_Request_ID: under-1",
+            "-H",
+            "Connection: keep-alive, X-Request-ID",
+        ],
+    );
+    assert!(h1_under.contains("x-request-id: under-1\r\n"), "{h1_under}");
     let h2 = curl_head(&shuck, "--http2", "/h2-none", &[]);
+    let h2_given = curl_head(
+        &shuck,
+        "--http2",
+        "/h2-given",
+        &["-H", "X-Request-ID: h2-given-1"],
+    );
+    let h2_under = curl_head(
+        &shuck,
+        "--http2",
+        "/h2-under",
+        &["-H", "x_request_id: under-2"],
+    );
+    assert!(
+        h2_given.contains("x-request-id: h2-given-1\r\n"),
+        "{h2_given}"
+    );
+    assert!(h2_under.contains("x-request-id: under-2\r\n"), "{h2_under}");
     let h2_bad = curl_head(
         &shuck,
         "--http2",
@@ -397,6 +430,7 @@ fn request_ids_pass_or_are_made_and_come_back() {
             {"path": "/h3-given", "headers": [["x-request-id", "quic-7"]]},
             {"path": "/h3-none"},
             {"path": "/h3-bad", "headers": [["x-request-id", long]]},
+            {"path": "/h3-under", "headers": [["x_request_id", "under-3"]]},
         ]),
         &[],
     );
@@ -407,6 +441,7 @@ fn request_ids_pass_or_are_made_and_come_back() {
             .to_owned()
     };
     assert_eq!(from_h3(0), "quic-7");
+    assert_eq!(from_h3(3), "under-3");
     let made = |head: &str| {
         let v = head
             .lines()
@@ -428,6 +463,11 @@ fn request_ids_pass_or_are_made_and_come_back() {
         ("HTTP/3.0", "/h3-none", from_h3(1)),
         ("HTTP/2.0", "/h2-bad", made(&h2_bad)),
         ("HTTP/3.0", "/h3-bad", from_h3(2)),
+        ("HTTP/1.1", "/h1-none", made(&h1_none)),
+        ("HTTP/1.1", "/h1-under", "under-1".to_owned()),
+        ("HTTP/2.0", "/h2-given", "h2-given-1".to_owned()),
+        ("HTTP/2.0", "/h2-under", "under-2".to_owned()),
+        ("HTTP/3.0", "/h3-under", "under-3".to_owned()),
     ];
     assert_eq!(from_h3(1).len(), 32);
     assert_eq!(
@@ -435,7 +475,7 @@ fn request_ids_pass_or_are_made_and_come_back() {
         32,
         "a malformed ID over HTTP/3 is replaced"
     );
-    let got = lines(&log, 7);
+    let got = lines(&log, 12);
     let seen = origin.requests();
     for (proto, path, id) in &ids {
         let line = format!("{proto} {path} {id}");
@@ -446,9 +486,16 @@ fn request_ids_pass_or_are_made_and_come_back() {
             [id.as_str()],
             "the backend gets the one ID: {s:?}"
         );
+        assert!(s.all("x_request_id").is_empty(), "{s:?}");
+        assert!(
+            s.all("connection")
+                .iter()
+                .all(|c| !c.to_ascii_lowercase().contains("request-id")),
+            "{s:?}"
+        );
     }
     let distinct: std::collections::HashSet<&String> = ids.iter().map(|i| &i.2).collect();
-    assert_eq!(distinct.len(), 7);
+    assert_eq!(distinct.len(), 12);
 }
 
 /// Sends raw HTTP/1.1 on one TLS connection; what came back.
@@ -1023,6 +1070,30 @@ fn bad_access_log_flags_are_named() {
     let (code, err) = run_to_exit(&["--request-id-header", "X-Id", "--test"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("needs --http"), "{err}");
+    // A header that frames or routes the request (its own would be taken for the ID).
+    for name in [
+        "Content-Length",
+        "transfer-encoding",
+        "Host",
+        "X-Forwarded-For",
+    ] {
+        let (code, err) = run_to_exit(&["--request-id-header", name, "--http", "--test"]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("--request-id-header") && err.contains("already uses"),
+            "{name}: {err}"
+        );
+    }
+    let (code, err) = run_to_exit(&[
+        "--request-id-header",
+        "X-Client",
+        "--client-cert-header",
+        "x_client",
+        "--http",
+        "--test",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--client-cert-header's too"), "{err}");
     let (code, err) = run_to_exit(&["--access-log-sample", "3", "--test"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
@@ -1167,12 +1238,18 @@ fn each_frontend_writes_to_its_own_log_or_none() {
     let report = h3(ports[1], json!([{"path": "/own/2"}]), &[]);
     assert_eq!(answers(&report).len(), 1, "{report}");
     let fe = |i: usize| format!("[127.0.0.1]:{}", ports[i]);
+    // Each connection's lines come from the worker thread that served it: sorted, as
+    // those threads hand theirs on in no set order.
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
     assert_eq!(
-        lines(&main_log, 2),
+        sorted(lines(&main_log, 2)),
         [format!("{} /main/0", fe(0)), format!("{} /main/1", fe(0))]
     );
     assert_eq!(
-        lines(&own, 3),
+        sorted(lines(&own, 3)),
         [0, 1, 2].map(|i| format!("{} /own/{i}", fe(1)))
     );
     // A reload moves the second frontend's log to another file (the master opens it).

@@ -182,6 +182,25 @@ pub fn wall_clock(at: Instant) -> SystemTime {
     })
 }
 
+/// How a backend connection was had: its wait in its server's queue, then its connect.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Waited {
+    /// In the queue (maxconn).
+    pub queue: Duration,
+    /// Connecting (and TLS to the backend).
+    pub connect: Duration,
+}
+
+impl Waited {
+    /// A connection asked for at `began` that waited `queued` of it in a queue.
+    pub fn since(began: Instant, queued: Duration) -> Self {
+        Waited {
+            queue: queued,
+            connect: began.elapsed().saturating_sub(queued),
+        }
+    }
+}
+
 /// A duration as the log writes it: microseconds (saturating).
 pub fn micros(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)

@@ -957,8 +957,9 @@ pub struct Cli {
     ///
     /// A client's well-formed value (visible ASCII, 1 to 64 bytes; the first such header)
     /// passes; any other is replaced, and a request without one gets a new one (128 bits as
-    /// 32 hex digits, unique across workers and hosts without coordination). Config key
-    /// `request-id-header`; off by default.
+    /// 32 hex digits, unique across workers and hosts without coordination). A header that
+    /// frames or routes a request (Host, Content-Length, Connection, ...) or one shuck sets
+    /// is refused. Config key `request-id-header`; off by default.
     #[arg(long, value_name = "NAME", value_parser = parse_header_name)]
     pub request_id_header: Option<String>,
 

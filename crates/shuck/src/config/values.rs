@@ -16,6 +16,28 @@ pub fn log_level(cli: &Cli) -> LevelFilter {
     }
 }
 
+/// Whether `name` is a header that frames or routes a message, or one shuck sets itself,
+/// compared as backends compare (case folded, `_` as `-`): a flag that names a header
+/// shuck writes or strips may name none of them.
+fn is_reserved(name: &str) -> bool {
+    let folded = name.to_ascii_lowercase().replace('_', "-");
+    [
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "upgrade",
+        "te",
+        "trailer",
+        "keep-alive",
+        "proxy-connection",
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "forwarded",
+    ]
+    .contains(&folded.as_str())
+}
+
 pub(super) fn client_cert_header(cli: &Cli) -> Result<Option<String>, ConfigError> {
     let Some(name) = &cli.client_cert_header else {
         return Ok(None);
@@ -27,18 +49,7 @@ pub(super) fn client_cert_header(cli: &Cli) -> Result<Option<String>, ConfigErro
             reason: format!("{name:?} is not an HTTP header name"),
         });
     }
-    let lower = name.to_ascii_lowercase();
-    if [
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "x-forwarded-for",
-        "x-forwarded-proto",
-        "forwarded",
-    ]
-    .contains(&lower.as_str())
-    {
+    if is_reserved(name) {
         return Err(ConfigError::Invalid {
             option: "--client-cert-header",
             reason: format!("{name} is a header shuck or HTTP already uses; choose another (e.g. X-SSL-Client-Subject)"),
@@ -257,6 +268,23 @@ pub(super) fn request_id(
             option: "--request-id-header",
             reason: "needs --http (a TCP relay has no requests)".into(),
         }),
+        (Some(name), _) if is_reserved(name) => Err(ConfigError::Invalid {
+            option: "--request-id-header",
+            reason: format!(
+                "{name} is a header shuck or HTTP already uses; choose another (e.g. X-Request-ID)"
+            ),
+        }),
+        (Some(name), _)
+            if cli
+                .client_cert_header
+                .as_deref()
+                .is_some_and(|c| c.to_ascii_lowercase().replace('_', "-") == *name) =>
+        {
+            Err(ConfigError::Invalid {
+                option: "--request-id-header",
+                reason: format!("{name} is --client-cert-header's too; give each its own"),
+            })
+        }
         (Some(name), respond) => Ok(Some(std::sync::Arc::new(crate::access::request_id::Spec {
             name: name.clone(),
             respond,

@@ -23,6 +23,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
+use crate::access::record::Waited;
 use crate::backend::{ConnectError, Lease};
 use crate::counters::WorkerCounters;
 use crate::edge::preamble::Preambles;
@@ -392,9 +393,9 @@ impl Backends {
                                 return Err(ConnectError::Io { to, source });
                             }
                         }
-                        let took = began.elapsed().saturating_sub(lease.queued());
+                        let took = Waited::since(began.into_std(), lease.queued());
                         return Ok(BackendConn {
-                            connect: Some(took),
+                            connect: Some(took.connect),
                             tcp,
                             buf: BytesMut::with_capacity(READ_SIZE),
                             reused: false,

@@ -58,9 +58,10 @@ pub fn accept<I: Inbound, O: Outbound>(
     respond: O,
 ) -> Option<Stream<impl Future<Output = ()>, impl Future<Output = ()>>> {
     let gw = &active.0;
-    let id = gw.fwd.request_id.as_ref().map(|spec| {
-        let given = parts.headers.get_all(spec.name.as_str()).iter();
-        RequestId::of(given.map(|v| v.as_bytes()))
+    let id = gw.fwd.request_id.as_ref().map(|_| {
+        let given = parts.headers.iter();
+        let given = given.filter(|(n, _)| gw.fwd.is_request_id(n.as_str().as_bytes()));
+        RequestId::of(given.map(|(_, v)| v.as_bytes()))
     });
     let echo = gw.fwd.request_id.as_ref().is_some_and(|s| s.respond);
     if gw.log.is_none() && !echo {

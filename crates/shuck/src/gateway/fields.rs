@@ -58,28 +58,38 @@ impl Forwarding {
     pub fn strips(&self, name: &[u8]) -> bool {
         is_forwarding(name, self.strip.as_deref())
     }
+
+    /// Whether the client's header `name` is the request ID's (`--request-id-header`),
+    /// compared as [`same_field`] compares.
+    pub fn is_request_id(&self, name: &[u8]) -> bool {
+        is_request_id(name, self.request_id.as_deref())
+    }
+}
+
+/// Whether `name` is `spec`'s request ID header, compared as [`same_field`] compares: a
+/// client's `X_Request_ID` is the backend's `X-Request-ID` too.
+pub(super) fn is_request_id(name: &[u8], spec: Option<&crate::access::request_id::Spec>) -> bool {
+    spec.is_some_and(|s| same_field(name, s.name.as_bytes()))
+}
+
+/// Whether header names `name` and `want` are one field to a backend: case folded, and
+/// `_` read as `-` (CGI, WSGI and PHP turn `X_Forwarded_For` into `HTTP_X_FORWARDED_FOR`
+/// like the real one).
+pub(super) fn same_field(name: &[u8], want: &[u8]) -> bool {
+    let fold = |b: u8| {
+        if b == b'_' {
+            b'-'
+        } else {
+            b.to_ascii_lowercase()
+        }
+    };
+    name.len() == want.len() && name.iter().zip(want).all(|(&a, &b)| fold(a) == fold(b))
 }
 
 /// Whether `name` is one of the forwarding headers shuck sets (or `--client-cert-header`),
-/// compared as backends do: case folded, and `_` read as `-` (CGI, WSGI and PHP turn
-/// `X_Forwarded_For` into `HTTP_X_FORWARDED_FOR` like the real one).
+/// compared as backends do ([`same_field`]).
 pub(super) fn is_forwarding(name: &[u8], strip: Option<&str>) -> bool {
-    let folds = |want: &[u8]| {
-        name.len() == want.len()
-            && name.iter().zip(want).all(|(&a, &b)| {
-                let a = if a == b'_' {
-                    b'-'
-                } else {
-                    a.to_ascii_lowercase()
-                };
-                let b = if b == b'_' {
-                    b'-'
-                } else {
-                    b.to_ascii_lowercase()
-                };
-                a == b
-            })
-    };
+    let folds = |want: &[u8]| same_field(name, want);
     folds(b"x-forwarded-for")
         || folds(b"x-forwarded-proto")
         || folds(b"forwarded")

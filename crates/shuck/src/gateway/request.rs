@@ -174,11 +174,7 @@ pub fn build(
         if fwd.strips(name.as_str().as_bytes()) {
             continue; // the client's own claims: never passed on
         }
-        if fwd
-            .request_id
-            .as_ref()
-            .is_some_and(|r| r.name == name.as_str())
-        {
+        if fwd.is_request_id(name.as_str().as_bytes()) {
             continue; // the request's ID, written below
         }
         out.extend_from_slice(name.as_str().as_bytes());

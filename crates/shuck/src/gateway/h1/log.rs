@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use crate::access::record::{micros, wall_clock, Said};
+use crate::access::record::{micros, wall_clock, Said, Waited};
 use crate::access::{AccessLog, Cause, Conn, Record, Timings};
 
 /// One request's line in the making.
@@ -46,15 +46,6 @@ struct Lines {
     /// The backend and server requests go to now.
     backend: Option<Rc<str>>,
     server: Option<Rc<str>>,
-}
-
-/// How a backend connection was had: its wait in a queue, then its connect.
-#[derive(Debug, Clone, Copy)]
-pub struct Opened {
-    /// In its server's queue (maxconn).
-    pub queue: std::time::Duration,
-    /// Connecting (and TLS to the backend).
-    pub connect: std::time::Duration,
 }
 
 /// A request head's fields the line keeps.
@@ -109,7 +100,7 @@ impl H1Log {
 
     /// The backend and server the next requests go to, over a connection had after
     /// `opened`: its queue and its connect (`None` when none could be had).
-    pub fn serving(&self, backend: &str, server: &str, opened: Option<Opened>) {
+    pub fn serving(&self, backend: &str, server: &str, opened: Option<Waited>) {
         let mut l = self.lines.borrow_mut();
         // Shared by the lines of the requests it serves: a count, not a copy, each.
         let server: Rc<str> = Rc::from(server);

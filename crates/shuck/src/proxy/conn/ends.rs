@@ -14,7 +14,6 @@ use crate::edge::preamble::Preambles;
 use crate::edge::route::{Backend, BackendId, Routing};
 use crate::edge::upstream::{self, Upstream};
 use crate::edge::{FrontendState, Worker};
-use crate::gateway::h1::log::Opened;
 use crate::gateway::h1::{self, Http};
 use crate::proxy::relay::{self, relay, RelayEnd};
 use crate::proxy::tls_stream::TlsStream;
@@ -40,7 +39,7 @@ pub(super) struct Relayed {
     route: &'static str,
     served: Served,
     /// The last backend connection's queue and connect (with an access log).
-    opened: Option<Opened>,
+    opened: Option<access::record::Waited>,
 }
 
 impl Ends<'_> {
@@ -94,10 +93,7 @@ impl Ends<'_> {
                 }
                 return None;
             };
-            opened_in = began.map(|t| Opened {
-                queue: lease.queued(),
-                connect: t.elapsed().saturating_sub(lease.queued()),
-            });
+            opened_in = began.map(|t| access::record::Waited::since(t, lease.queued()));
             if let Some(h) = http.as_deref_mut() {
                 h.request.serving(lease.server_arc(), id);
                 if let Some(l) = &h.exchange.log {
@@ -272,7 +268,7 @@ impl Ends<'_> {
         out: &relay::RelayOutcome,
         backend: Option<&str>,
         server: Option<&str>,
-        opened: Option<Opened>,
+        opened: Option<access::record::Waited>,
         cause: Cause,
     ) {
         let (Some(log), Some(conn)) = (&self.worker.state.access, self.log) else {

@@ -8,7 +8,9 @@ use super::head::{HeadBuf, Pushed};
 use super::{Exchange, Pending, Upgrade, MAX_PIPELINE};
 use crate::edge::route::BackendId;
 use crate::gateway::choose::{path_of, Choice, Chooser};
-use crate::gateway::fields::{check_host, content_length, filter_trailer, is_forwarding};
+use crate::gateway::fields::{
+    check_host, content_length, filter_trailer, is_forwarding, is_request_id,
+};
 pub use crate::gateway::fields::{Forwarding, Rejected};
 
 #[derive(Debug)]
@@ -398,24 +400,27 @@ impl RequestRewriter {
             b" HTTP/1.1\r\n"
         });
         let strip = self.strip.as_deref();
-        let id_name = self.request_id.as_ref().map(|r| r.name.as_str());
+        let id_spec = self.request_id.as_deref();
         let mut given_id = None;
         for h in req.headers.iter() {
             let name = h.name;
             if is_forwarding(name.as_bytes(), strip) {
                 continue; // the client's own claims: never passed on
             }
-            if id_name.is_some_and(|n| name.eq_ignore_ascii_case(n)) {
+            if is_request_id(name.as_bytes(), id_spec) {
                 given_id = given_id.or(Some(h.value)); // the first; written below
                 continue;
             }
             if name.eq_ignore_ascii_case("connection") {
-                // A nomination of a forwarding header would make the next hop strip ours.
+                // A nomination of a forwarding header (or of the request's ID) would make
+                // the next hop strip ours.
                 let kept: Vec<&[u8]> = h
                     .value
                     .split(|&b| b == b',')
                     .map(<[u8]>::trim_ascii)
-                    .filter(|t| !t.is_empty() && !is_forwarding(t, strip))
+                    .filter(|t| {
+                        !t.is_empty() && !is_forwarding(t, strip) && !is_request_id(t, id_spec)
+                    })
                     .collect();
                 connection_upgrade |= kept.iter().any(|t| t.eq_ignore_ascii_case(b"upgrade"));
                 for t in &kept {
