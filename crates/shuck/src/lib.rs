@@ -18,6 +18,7 @@ pub mod access;
 pub mod acme;
 pub mod admin;
 pub(crate) mod backend;
+pub mod clients;
 pub(crate) mod clock;
 pub mod codec;
 pub mod config;

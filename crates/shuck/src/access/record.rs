@@ -37,6 +37,8 @@ pub enum Cause {
     RequestTimeout,
     /// The request named a host the connection's certificate does not cover (`421`).
     Misdirected,
+    /// The client was over its request rate (`429`) or a route's rules refuse it (`403`).
+    Refused,
 }
 
 impl Cause {
@@ -55,6 +57,7 @@ impl Cause {
             Cause::BadRequest => "PR",
             Cause::RequestTimeout => "cR",
             Cause::Misdirected => "PR",
+            Cause::Refused => "PR",
         }
     }
 
@@ -71,6 +74,7 @@ impl Cause {
             Cause::BadRequest => "bad_request",
             Cause::RequestTimeout => "request_timeout",
             Cause::Misdirected => "misdirected",
+            Cause::Refused => "refused",
         }
     }
 }

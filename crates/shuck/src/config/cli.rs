@@ -107,7 +107,9 @@ pub struct Cli {
     /// instead of the global ones; `;key=value` gives it its own TLS settings: `ciphers`,
     /// `ciphersuites`, `tls-protos`, `prefer-server-ciphers`, `sni-nomatch-abort`,
     /// `client-verify`, `client-verify-ca`, `quic` (HTTP/3 on this frontend, over
-    /// `--quic`), `access-log` (its own `--access-log` target, or `off`), and
+    /// `--quic`), `access-log` (its own `--access-log` target, or `off`), `client-max-conns`,
+    /// `client-conn-rate`, `client-request-rate`, `client-allow` and `client-deny` (its own
+    /// `--client-*`, counted apart from other frontends'; CIDRs separated by spaces), and
     /// `match-global-certs=on` (serve the global certificates too), e.g. `-f
     /// '[*]:8443+legacy.pem;tls-protos=TLSv1.2;ciphers=ECDHE-RSA-AES256-GCM-SHA384'`. The
     /// session cache, ticket keys and OCSP are shared. Two frontends on the same address
@@ -802,6 +804,62 @@ pub struct Cli {
     /// instead of being accepted and dropped.
     #[arg(long, value_name = "NUM", default_value_t = 0)]
     pub max_conns: usize,
+
+    /// Most connections one client may have open at once (0: no limit), over all workers.
+    ///
+    /// A client is its address (IPv4 /32, IPv6 `--client-prefix-v6`), the PROXY header's
+    /// source with `--proxy-proxy`. A connection over it is closed right after accept
+    /// (after its PROXY header), before any TLS work, as HAProxy's `tcp-request connection
+    /// reject` and nginx's `limit_conn`. A frontend may have its own (`client-max-conns` in
+    /// its block, `;client-max-conns=` in `-f`), counted apart. Config key
+    /// `client-max-conns`.
+    #[arg(long, value_name = "NUM", default_value_t = 0)]
+    pub client_max_conns: u32,
+
+    /// New connections a client may open, as `RATE/s` or `RATE/m` with an optional burst
+    /// (`20/s,burst=40`; the burst defaults to the rate).
+    ///
+    /// Over it, a connection is closed right after accept, before any TLS work. Per
+    /// frontend: `client-conn-rate` (`off` for none). Config key `client-conn-rate`.
+    #[arg(long, value_name = "RATE", value_parser = super::clients::parse_rate)]
+    pub client_conn_rate: Option<crate::clients::Rate>,
+
+    /// `--http`: requests a client may make, over HTTP/1.1, HTTP/2 and HTTP/3 alike, as
+    /// `--client-conn-rate` writes a rate (`100/s,burst=200`).
+    ///
+    /// Over it, a request is answered `429 Too Many Requests` with `Retry-After` (an
+    /// HTTP/1.1 connection is then closed; HTTP/2 and HTTP/3 streams end alone), as nginx's
+    /// `limit_req`. Per frontend: `client-request-rate`. Config key `client-request-rate`.
+    #[arg(long, value_name = "RATE", value_parser = super::clients::parse_rate)]
+    pub client_request_rate: Option<crate::clients::Rate>,
+
+    /// Serve only clients in these address blocks, repeatable: CIDRs separated by commas
+    /// (`10.0.0.0/8,2001:db8::/32`, one address is its own block), or `file:PATH` (blocks
+    /// one or more a line, `#` comments), read at start and at every reload.
+    ///
+    /// Others are closed at accept, before any TLS work. Per frontend: `client-allow`.
+    /// Config key `client-allow`.
+    #[arg(long, value_name = "CIDRS")]
+    pub client_allow: Vec<String>,
+
+    /// Never serve clients in these blocks (as `--client-allow` writes them; over it).
+    /// Per frontend: `client-deny`. Config key `client-deny`.
+    #[arg(long, value_name = "CIDRS")]
+    pub client_deny: Vec<String>,
+
+    /// Bits of an IPv6 address that name one client for the limits (64: a /64, what one
+    /// host or home is given).
+    #[arg(long, value_name = "BITS", default_value_t = 64)]
+    pub client_prefix_v6: u8,
+
+    /// Clients tracked at once for the limits: 64 bytes each (the default, 65536, takes
+    /// 4 MiB), made when a limit first needs it.
+    ///
+    /// A full table gives the way of its least active client to a new one, so a flood from
+    /// many addresses never grows memory and the busiest clients stay tracked and limited.
+    /// A restart changes it.
+    #[arg(long, value_name = "NUM", default_value_t = 65536)]
+    pub client_table_size: usize,
 
     /// Time a client has to finish the handshake (a client that sends nothing is cut then).
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]

@@ -38,6 +38,9 @@ pub struct Frontend {
     pub quic: bool,
     /// Its own access log (`;access-log=TARGET|off`), over `--access-log`.
     pub access_log: Option<crate::access::Own>,
+    /// Its own client limits and rules (`;client-max-conns=` and the rest), over the
+    /// `--client-*` flags.
+    pub clients: super::clients::Own,
 }
 
 /// `[HOST]:PORT[+PEM...][;key=value...]`: a frontend with, optionally, its own
@@ -76,6 +79,7 @@ pub(super) fn parse(
     let mut backend = None;
     let mut quic = quic_default;
     let mut access_log = None;
+    let mut clients = super::clients::Own::default();
     for setting in sections.filter(|s| !s.trim().is_empty()) {
         let (k, v) = setting
             .split_once('=')
@@ -103,6 +107,7 @@ pub(super) fn parse(
                 access_log = Some(v.parse().map_err(|r| bad(format!("{k}: {r}")))?);
                 continue;
             }
+            _ if clients.set(k, v).map_err(|r| bad(format!("{k}: {r}")))? => continue,
             _ => {}
         }
         let t = tls.get_or_insert_with(|| global.clone());
@@ -133,7 +138,7 @@ pub(super) fn parse(
             "match-global-certs" => match_global_certs = on_off(v)?,
             other => {
                 return Err(bad(format!(
-                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log)"
+                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log, client-max-conns, client-conn-rate, client-request-rate, client-allow, client-deny)"
                 )))
             }
         }
@@ -154,6 +159,7 @@ pub(super) fn parse(
         backend,
         quic,
         access_log,
+        clients,
     })
 }
 

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod args;
 pub mod backend;
 pub mod cli;
+pub mod clients;
 pub mod duration;
 pub mod endpoint;
 pub mod error;
@@ -154,6 +155,8 @@ pub struct Config {
     pub log_connections: bool,
     /// `--access-log`: where request lines go and what they say.
     pub access_log: Option<crate::access::Settings>,
+    /// `--client-*`: per-client limits and access rules.
+    pub clients: clients::Settings,
     /// `--syslog-facility`'s code, for the access log's syslog targets.
     pub syslog_facility: u8,
     /// `--request-id-header` and `--request-id-response`.
@@ -424,6 +427,7 @@ impl Config {
             },
             log_connections: cli.log_connections,
             access_log,
+            clients: clients::settings(cli)?,
             request_id: values::request_id(cli)?,
             syslog_facility: crate::system::log::facility(&cli.syslog_facility).map_err(
                 |reason| ConfigError::Invalid {

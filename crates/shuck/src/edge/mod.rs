@@ -55,6 +55,8 @@ pub struct ProxyState {
     pub access: Option<Arc<crate::access::AccessLog>>,
     /// `--request-id-header`: each request's ID, and whether answers carry it back.
     pub request_id: Option<Arc<crate::access::request_id::Spec>>,
+    /// `--client-*`: the client table, the bans, the refusal counters.
+    pub clients: Arc<crate::clients::Clients>,
 }
 
 /// A frontend as the workers see it. A reload swaps its TLS state: connections accepted
@@ -76,6 +78,8 @@ pub struct FrontendState {
     pub alt_svc_line: Option<bytes::Bytes>,
     /// The access log sink its lines go to ([`NO_SINK`]: none); a reload may move it.
     access_sink: std::sync::atomic::AtomicUsize,
+    /// What it asks of its clients (`--client-*`), when anything; a reload may change it.
+    clients: arc_swap::ArcSwapOption<crate::clients::Policy>,
 }
 
 /// A frontend whose requests are not logged.
@@ -102,6 +106,32 @@ impl FrontendState {
             }),
             alt_svc,
             access_sink: std::sync::atomic::AtomicUsize::new(NO_SINK),
+            clients: arc_swap::ArcSwapOption::empty(),
+        }
+    }
+
+    /// Its clients are held to `policy` from now on (start, a reload).
+    pub fn hold_clients_to(&self, policy: crate::clients::Policy) {
+        self.clients.store(policy.any().then(|| Arc::new(policy)));
+    }
+
+    /// Judges a new connection from `client` (the PROXY header's source when there is
+    /// one): the bans, this frontend's rules and limits. `None`: refused (counted, and the
+    /// first refusal of an episode logged); close it.
+    pub fn admit_client(
+        &self,
+        state: &ProxyState,
+        client: std::net::SocketAddr,
+    ) -> Option<Option<crate::clients::Admitted>> {
+        let policy = self.clients.load();
+        static NONE: crate::clients::Policy = crate::clients::Policy::NONE;
+        let policy = policy.as_deref().unwrap_or(&NONE);
+        match state.clients.admit(policy, client.ip()) {
+            Ok(a) => Some(a),
+            Err(r) => {
+                crate::clients::log_refused(&r, client, &self.name);
+                None
+            }
         }
     }
 

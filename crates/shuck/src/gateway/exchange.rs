@@ -92,6 +92,13 @@ fn take<I: Inbound, O: Outbound>(
 ) -> Option<Pin<Box<impl Future<Output = ()>>>> {
     let gw: &Gateway = &active.0;
     let counters = &gw.worker.counters;
+    if let Some(limit) = &gw.requests {
+        if let Err(r) = gw.worker.state.clients.request(limit) {
+            crate::clients::log_refused(&r, gw.client, gw.version.as_str());
+            too_many(&mut respond, r.retry_secs());
+            return None;
+        }
+    }
     let backend = match &gw.chooser {
         None => gw.fallback,
         Some(c) => {
@@ -386,6 +393,27 @@ fn reply<O: Outbound>(respond: &mut O, status: StatusCode) {
     h.insert(
         http::header::CONTENT_LENGTH,
         http::HeaderValue::from(text.len()),
+    );
+    respond.answer_now(resp, Bytes::from_static(text.as_bytes()));
+}
+
+/// `429 Too Many Requests` with `Retry-After` (RFC 6585 §4): over `--client-request-rate`.
+fn too_many<O: Outbound>(respond: &mut O, retry_secs: u32) {
+    let text = "Too Many Requests\n";
+    let mut resp = Response::new(());
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain"),
+    );
+    h.insert(
+        http::header::CONTENT_LENGTH,
+        http::HeaderValue::from(text.len()),
+    );
+    h.insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from(retry_secs),
     );
     respond.answer_now(resp, Bytes::from_static(text.as_bytes()));
 }

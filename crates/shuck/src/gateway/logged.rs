@@ -136,6 +136,7 @@ fn own_answer(status: u16) -> Cause {
         400 => Cause::BadRequest,
         408 => Cause::RequestTimeout,
         421 => Cause::Misdirected,
+        403 | 429 => Cause::Refused,
         502 => Cause::BackendReset,
         503 => Cause::BackendRefused,
         504 => Cause::BackendTimeout,

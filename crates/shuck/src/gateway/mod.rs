@@ -110,6 +110,8 @@ pub struct Gateway {
     handshake: Option<Rc<Handshake>>,
     /// `--access-log`: where each stream's line goes, and the connection's part of it.
     log: Option<(Arc<crate::access::AccessLog>, Rc<crate::access::Conn>)>,
+    /// `--client-request-rate`: what each stream is held to.
+    requests: Option<crate::clients::RequestLimit>,
 }
 
 /// Streams reset by the client (or refused as malformed) in the current second, and
@@ -216,6 +218,8 @@ pub struct Client {
     pub handshake: Option<Rc<Handshake>>,
     /// `--access-log`: the connection's facts, the same on each of its lines.
     pub log: Option<Rc<crate::access::Conn>>,
+    /// `--client-request-rate`: what each of its requests is held to.
+    pub requests: Option<crate::clients::RequestLimit>,
 }
 
 impl Gateway {
@@ -253,6 +257,7 @@ impl Gateway {
             streams: Cell::new(0),
             handshake: client.handshake,
             log,
+            requests: client.requests,
         }
     }
 

@@ -189,12 +189,26 @@ pub async fn accept_loop(
                 crate::counters::WorkerCounters::bump(
                     &worker.counters.frontend(frontend.slot).accepted,
                 );
+                // The client's limits and rules, before a task or any TLS work is spent on
+                // it (after its PROXY header, in `serve`, when one is expected).
+                let admitted = if worker.state.proxy_proxy {
+                    None
+                } else {
+                    match frontend.admit_client(&worker.state, peer) {
+                        Some(a) => a,
+                        None => {
+                            refuse(tcp);
+                            continue;
+                        }
+                    }
+                };
                 tokio::task::spawn_local(conn::serve(
                     worker.clone(),
                     frontend.clone(),
                     tcp,
                     peer,
                     permit,
+                    admitted,
                 ));
             }
             Err(e) => match crate::backend::Shortage::of(&e) {
@@ -224,4 +238,10 @@ pub async fn accept_loop(
             },
         }
     }
+}
+
+/// Closes a refused client's connection at once with a reset, as HAProxy's `tcp-request
+/// connection reject` does: no TIME_WAIT kept on this side for a client over its limit.
+pub(crate) fn refuse(tcp: tokio::net::TcpStream) {
+    let _ = socket2::SockRef::from(&tcp).set_linger(Some(std::time::Duration::ZERO));
 }

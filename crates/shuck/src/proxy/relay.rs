@@ -53,6 +53,9 @@ pub enum RelayEnd {
     /// HTTP mode with routes: the next request names a host the connection's certificate
     /// does not cover (answered 421 once the answers owed are out).
     Misdirected,
+    /// HTTP mode: the next request is over the client's request rate (answered 429) or a
+    /// route's rules refuse it (403), once the answers owed are out.
+    Refused(crate::clients::Refused),
     /// HTTP mode: the backend closed its keep-alive connection between requests; the
     /// client's stays open and its next request gets a new backend connection.
     BackendClosed,
@@ -167,6 +170,7 @@ where
                         return Poll::Ready(match hold {
                             Hold::Switch(to) => RelayEnd::Switch(to),
                             Hold::Misdirected => RelayEnd::Misdirected,
+                            Hold::Refused(r) => RelayEnd::Refused(r),
                         });
                     }
                 }

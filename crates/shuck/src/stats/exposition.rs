@@ -73,6 +73,45 @@ fn store_metrics(enc: &mut Enc<'_>, stats: &StoreStats) -> std::fmt::Result {
     .encode(m)
 }
 
+/// `--client-*`: refusals by reason, and the client table's fill and evictions.
+fn client_metrics(enc: &mut Enc<'_>, clients: &crate::clients::Clients) -> std::fmt::Result {
+    use crate::clients::Reason;
+    let labels: Vec<[(&str, &str); 1]> =
+        Reason::ALL.iter().map(|r| [("reason", r.name())]).collect();
+    let rows: Vec<(&[(&str, &str)], u64)> = labels
+        .iter()
+        .zip(clients.refused())
+        .map(|(l, n)| (&l[..], n))
+        .collect();
+    counter(
+        enc,
+        "shuck_client_refused",
+        "Client connections and requests refused, by reason (conn_limit, conn_rate, request_rate, deny, ban).",
+        &rows,
+    )?;
+    let Some(t) = clients.table_if_made() else {
+        return Ok(());
+    };
+    gauge(
+        enc,
+        "shuck_client_table_entries",
+        "Clients tracked in the client table.",
+        &[(&[], as_i64(t.len()))],
+    )?;
+    gauge(
+        enc,
+        "shuck_client_table_capacity",
+        "Clients the table holds at most (--client-table-size, rounded up).",
+        &[(&[], as_i64(t.capacity() as u64))],
+    )?;
+    counter(
+        enc,
+        "shuck_client_table_evictions",
+        "Clients pushed out of a full table by a new one (the least active of its set).",
+        &[(&[], t.evictions())],
+    )
+}
+
 /// A histogram read at scrape time.
 struct Latency {
     sum: f64,
@@ -222,6 +261,7 @@ impl prometheus_client::collector::Collector for Exposition {
         if sources.state.http.is_some() {
             http_metrics(&mut enc, &t.http)?;
         }
+        client_metrics(&mut enc, &sources.state.clients)?;
         if let Some(log) = &sources.state.access {
             counter(
                 &mut enc,

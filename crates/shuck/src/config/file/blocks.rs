@@ -117,7 +117,12 @@ pub(super) fn frontend_block(
                 | "client-verify-ca"
                 | "backend"
                 | "quic"
-                | "access-log"),
+                | "access-log"
+                | "client-max-conns"
+                | "client-conn-rate"
+                | "client-request-rate"
+                | "client-allow"
+                | "client-deny"),
                 Value::Scalar(v),
             ) => {
                 if v.contains(';') {
@@ -130,6 +135,9 @@ pub(super) fn frontend_block(
                     "client-verify" => crate::tls::client_auth::Mode::parse(v).map(drop),
                     "client-verify-ca" | "backend" => Ok(()),
                     "access-log" => v.parse::<crate::access::Own>().map(drop),
+                    k if crate::config::clients::KEYS.contains(&k) => {
+                        crate::config::clients::check_key(k, v)
+                    }
                     _ => parse_on_off(v).map(drop),
                 };
                 checked.map_err(|reason| err(e.line, format!("frontend {k}: {reason}")))?;
@@ -138,7 +146,7 @@ pub(super) fn frontend_block(
             (k, _) => {
                 return Err(err(
                     e.line,
-                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log)"),
+                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log, client-max-conns, client-conn-rate, client-request-rate, client-allow, client-deny)"),
                 ))
             }
         }

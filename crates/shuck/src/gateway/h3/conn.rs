@@ -42,6 +42,11 @@ pub(super) async fn serve(
     let state = &worker.state;
     let limits = &state.limits;
     let peer = incoming.remote_address();
+    // The client's limits and rules before any TLS work: refused with CONNECTION_REFUSED.
+    let Some(admitted) = frontend.admit_client(state, peer) else {
+        incoming.refuse();
+        return;
+    };
     let connecting = match incoming.accept() {
         Ok(c) => c,
         Err(e) => {
@@ -117,6 +122,7 @@ pub(super) async fn serve(
     }
     let mut client = client(&worker, &frontend, &conn, sni.as_deref(), suite, local);
     client.handshake = handshake.as_ref().map(|(h, _)| h.clone());
+    client.requests = admitted.as_ref().and_then(|a| a.requests());
     if let (Some(_), Some(sink)) = (&worker.state.access, frontend.access_sink()) {
         client.log = Some(Rc::new(crate::access::Conn {
             client: peer,
@@ -320,6 +326,7 @@ fn client(
         alt_svc: None,
         handshake: None,
         log: None,
+        requests: None,
     }
 }
 

@@ -23,6 +23,7 @@ where
     if let Some(l) = http.and_then(|h| h.exchange.log.as_deref()) {
         log_end(l, end, http.and_then(Http::stall_answer).is_some(), http);
     }
+    let refused;
     let answer = match end {
         RelayEnd::Error(side, e) => {
             tracing::debug!(
@@ -67,6 +68,11 @@ where
             );
             Some(MISDIRECTED)
         }
+        RelayEnd::Refused(r) => {
+            crate::clients::log_refused(r, client, "http/1.1");
+            refused = refusal(r);
+            Some(refused.as_slice())
+        }
         RelayEnd::Closed
         | RelayEnd::IdleTimeout
         | RelayEnd::Switch(_)
@@ -80,6 +86,19 @@ where
         tls.shutdown().await
     })
     .await;
+}
+
+/// shuck's answer to a request it refuses for its client (429 with `Retry-After`, 403);
+/// the connection closes after it.
+fn refusal(r: &crate::clients::Refused) -> Vec<u8> {
+    match r.reason {
+        crate::clients::Reason::RequestRate => format!(
+            "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain\r\nContent-Length: 18\r\nRetry-After: {}\r\nConnection: close\r\n\r\nToo Many Requests\n",
+            r.retry_secs()
+        )
+        .into_bytes(),
+        _ => b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: 10\r\nConnection: close\r\n\r\nForbidden\n".to_vec(),
+    }
 }
 
 /// The access log's lines of an HTTP/1.1 connection that ends with `end`: the answer
@@ -116,6 +135,15 @@ fn log_end(l: &h1::log::H1Log, end: &RelayEnd, stalled_408: bool, http: Option<&
             let head = http.map_or(&[][..], |h| h.request.held_head());
             return l.ended_held(head, C::Normal, C::Misdirected, (421, C::Misdirected));
         }
+        RelayEnd::Refused(r) => {
+            let head = http.map_or(&[][..], |h| h.request.held_head());
+            let status = if r.reason == crate::clients::Reason::RequestRate {
+                429
+            } else {
+                403
+            };
+            return l.ended_held(head, C::Normal, C::Refused, (status, C::Refused));
+        }
         RelayEnd::Switch(_) | RelayEnd::BackendClosed | RelayEnd::SendAgain => {
             (C::Normal, C::BackendReset, None)
         }
@@ -141,6 +169,7 @@ where
     while http.exchange.pending.is_empty() {
         match http.request.held() {
             Some(Hold::Misdirected) => return Err(RelayEnd::Misdirected),
+            Some(Hold::Refused(r)) => return Err(RelayEnd::Refused(r)),
             // After a backend closed, a request for another: no backend is open to owe
             // answers first, so it goes at once (it was waited on for ever).
             Some(Hold::Switch(_)) => {

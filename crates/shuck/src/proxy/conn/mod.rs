@@ -41,6 +41,7 @@ pub async fn serve(
     tcp: TcpStream,
     peer: SocketAddr,
     _permit: Option<OwnedSemaphorePermit>,
+    admitted: Option<crate::clients::Admitted>,
 ) {
     let _live = worker.opened();
     let counters = &worker.counters;
@@ -55,6 +56,16 @@ pub async fn serve(
         return;
     };
     let client = origin.src;
+    // With a PROXY header, the client is its source: judged now (else at accept).
+    let admitted = match admitted {
+        Some(a) => Some(a),
+        None if state.proxy_proxy => match frontend.admit_client(state, client) {
+            Some(a) => a,
+            None => return,
+        },
+        None => None,
+    };
+    let requests = admitted.as_ref().and_then(|a| a.requests());
 
     // handshake, with the TLS state of this moment (a reload during it does not touch it).
     // No named result: a variable would keep a second TlsStream-sized slot in this task for
@@ -79,6 +90,7 @@ pub async fn serve(
         &origin,
         fallback,
         log.clone(),
+        requests,
     ) {
         Told::Relay(preambles, http) => (preambles, http),
         // HTTP/2 negotiated in HTTP mode: the gateway serves the connection. Boxed: its
@@ -258,6 +270,7 @@ fn told(
     origin: &Origin,
     fallback: BackendId,
     log: Option<Rc<access::Conn>>,
+    requests: Option<crate::clients::RequestLimit>,
 ) -> Told {
     let state = &worker.state;
     let limits = &state.limits;
@@ -306,6 +319,7 @@ fn told(
             alt_svc: frontend.alt_svc.clone(),
             handshake: None,
             log,
+            requests,
         };
         return Told::H2(client, max_head);
     }
@@ -321,6 +335,9 @@ fn told(
         }
         if let Some(c) = chooser() {
             h.request.route(c);
+        }
+        if let Some(limit) = requests {
+            h.request.limit_requests(state.clients.clone(), limit);
         }
         if let Some(spec) = &state.request_id {
             h.request.request_ids(spec.clone());

@@ -99,6 +99,7 @@ impl Frontends {
             .map(|a| crate::gateway::h3::alt_svc(a.port(), limits.h3.alt_svc_max_age));
         let state = Arc::new(FrontendState::new(name, slot, tls, alt_svc));
         state.log_to(access_sink(config, fe));
+        state.hold_clients_to(client_policy(config, fe));
         let (stop, stopped) = shutdown::channel();
         let per_worker = self.workers.len().max(1);
         for group in quic {
@@ -184,6 +185,17 @@ fn take<T>(given: &mut Vec<(SocketAddr, T)>, addr: SocketAddr) -> Vec<T> {
         }
     }
     out
+}
+
+/// What `fe` asks of its clients under `config` (its place in the list names its own
+/// counts).
+pub fn client_policy(config: &Config, fe: &Frontend) -> crate::clients::Policy {
+    let index = config
+        .frontends
+        .iter()
+        .position(|f| f.endpoint == fe.endpoint)
+        .unwrap_or(0);
+    config.clients.policy(index, &fe.clients)
 }
 
 /// The access log sink `fe`'s lines go to under `config`, if they are logged.

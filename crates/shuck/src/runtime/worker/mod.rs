@@ -322,5 +322,9 @@ fn proxy_state(
         quic_tokens: crate::tls::quic_tokens::tokens(config.farm_key()),
         access,
         request_id: config.request_id.clone(),
+        clients: Arc::new(crate::clients::Clients::new(
+            config.clients.folding,
+            config.clients.table_size,
+        )),
     }
 }

@@ -239,6 +239,7 @@ impl Reloader {
                 Some(live) => {
                     live.reloaded(tls);
                     live.log_to(super::frontends::access_sink(&new, fe));
+                    live.hold_clients_to(super::frontends::client_policy(&new, fe));
                 }
                 None => match frontends.open(fe, tls, given, &new) {
                     Ok(()) => opened.push(name),

@@ -34,6 +34,9 @@ pub enum Hold {
     Switch(BackendId),
     /// Its name is not the connection's: answered 421 once the answers owed are out.
     Misdirected,
+    /// The client is over its limits (429) or a route's rules (403): answered so once the
+    /// answers owed are out.
+    Refused(crate::clients::Refused),
 }
 
 /// The request side of HTTP mode.
@@ -58,6 +61,11 @@ pub struct RequestRewriter {
     choose: Option<Chooser>,
     /// The backend the requests passed on went to.
     current: Option<BackendId>,
+    /// `--client-request-rate`: what each request is held to.
+    limit: Option<(
+        std::sync::Arc<crate::clients::Clients>,
+        crate::clients::RequestLimit,
+    )>,
     /// The server they went to, and its backend: a request that finds it out of
     /// rotation (drained, in maintenance, down by its checks) moves to another.
     server: Option<(std::sync::Arc<crate::backend::Server>, BackendId)>,
@@ -120,6 +128,7 @@ impl RequestRewriter {
             requests: 0,
             choose: None,
             current: None,
+            limit: None,
             server: None,
             closing: false,
             retry_head: Vec::new(),
@@ -141,6 +150,15 @@ impl RequestRewriter {
     /// Routes each request by its `Host` and path (from the first on).
     pub fn route(&mut self, chooser: Chooser) {
         self.choose = Some(chooser);
+    }
+
+    /// Holds each request to `limit` (`--client-request-rate`).
+    pub fn limit_requests(
+        &mut self,
+        clients: std::sync::Arc<crate::clients::Clients>,
+        limit: crate::clients::RequestLimit,
+    ) {
+        self.limit = Some((clients, limit));
     }
 
     /// The backend of the requests passed on, once routes chose one.
@@ -356,6 +374,14 @@ impl RequestRewriter {
             return Err(Rejected("too many pipelined requests"));
         }
         let host = check_host(path, version, req.headers)?;
+        if let Some((clients, limit)) = &self.limit {
+            if let Err(r) = clients.request(limit) {
+                self.state = State::Held(Hold::Refused(r));
+                self.held.clear();
+                self.held.extend_from_slice(head);
+                return Ok(());
+            }
+        }
         // Its server was taken out of rotation since the last request: the next one that
         // is up takes this request (HAProxy's drain: no new request, the last answers end).
         if let Some((_, id)) = self.server.as_ref().filter(|(s, _)| s.is_out()) {

@@ -1,0 +1,280 @@
+//! Per-client limits and access rules (issue 48): who a client is (`addr`), the rates it is
+//! held to (`rate`), the table every worker thread counts it in (`table`), the bans the admin
+//! API sets (`bans`), and what a frontend asks of its clients (`Policy`). A connection is
+//! judged right after accept (after its PROXY header), before any TLS work; a request as
+//! the gateway takes it in, over every HTTP version alike.
+
+pub mod addr;
+pub mod bans;
+pub mod rate;
+pub mod table;
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+
+pub use addr::{Cidr, CidrList, Folding, Key};
+pub use rate::Rate;
+pub use table::{Limits, Over, Row, Table};
+
+/// Why a client was refused: the label of `shuck_client_refused_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// `--client-max-conns`.
+    ConnLimit,
+    /// `--client-conn-rate`.
+    ConnRate,
+    /// `--client-request-rate` (answered 429).
+    RequestRate,
+    /// A deny rule, or not on an allow list (a frontend's: closed; a route's: 403).
+    Deny,
+    /// A ban from the admin API.
+    Ban,
+}
+
+impl Reason {
+    /// Every reason, in the order of the counters.
+    pub const ALL: [Reason; 5] = [
+        Reason::ConnLimit,
+        Reason::ConnRate,
+        Reason::RequestRate,
+        Reason::Deny,
+        Reason::Ban,
+    ];
+
+    /// As a metric label and in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::ConnLimit => "conn_limit",
+            Reason::ConnRate => "conn_rate",
+            Reason::RequestRate => "request_rate",
+            Reason::Deny => "deny",
+            Reason::Ban => "ban",
+        }
+    }
+}
+
+/// A refusal: why, when the client may try again (rates), and whether it is the first of
+/// this client's episode (logged once; the rest are counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// Why.
+    pub reason: Reason,
+    /// Milliseconds until the rate allows one more (`Retry-After`, rounded up to seconds).
+    pub retry_ms: Option<u32>,
+    /// Log it.
+    pub first: bool,
+}
+
+impl Refused {
+    /// `Retry-After`'s seconds (at least 1) for a rate refusal.
+    pub fn retry_secs(&self) -> u32 {
+        self.retry_ms.map_or(1, |ms| ms.div_ceil(1000).max(1))
+    }
+}
+
+/// What a frontend (or every frontend without its own) asks of its clients.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Whose counts its limits read: 0 for the global limits, a frontend's slot plus one
+    /// for its own.
+    pub scope: u16,
+    /// The limits.
+    pub limits: Limits,
+    /// `--client-allow`: when not empty, only these blocks are served.
+    pub allow: CidrList,
+    /// `--client-deny`: never served (over `allow`).
+    pub deny: CidrList,
+}
+
+impl Policy {
+    /// The policy that asks nothing (bans still hold).
+    pub const NONE: Policy = Policy {
+        scope: 0,
+        limits: Limits {
+            max_conns: 0,
+            conn_rate: None,
+            request_rate: None,
+        },
+        allow: CidrList(Vec::new()),
+        deny: CidrList(Vec::new()),
+    };
+
+    /// Whether it asks anything at all (else accepting a connection looks at nothing).
+    pub fn any(&self) -> bool {
+        self.limits.any() || !self.allow.0.is_empty() || !self.deny.0.is_empty()
+    }
+
+    /// Whether its rules refuse `ip`.
+    pub fn denies(&self, ip: IpAddr) -> bool {
+        self.deny.contains(ip) || (!self.allow.0.is_empty() && !self.allow.contains(ip))
+    }
+}
+
+/// The process's clients: the table (made when a limit first needs it, at the size fixed
+/// at start), the bans, and the refusal counters.
+#[derive(Debug)]
+pub struct Clients {
+    /// How addresses fold into clients.
+    pub folding: Folding,
+    size: usize,
+    table: OnceLock<Table>,
+    /// The admin API's bans.
+    pub bans: bans::Bans,
+    refused: [AtomicU64; Reason::ALL.len()],
+}
+
+impl Clients {
+    /// Clients folded by `folding`, in a table of `size` entries once one is needed.
+    pub fn new(folding: Folding, size: usize) -> Self {
+        Clients {
+            folding,
+            size,
+            table: OnceLock::new(),
+            bans: bans::Bans::default(),
+            refused: Default::default(),
+        }
+    }
+
+    /// The table, made on first use.
+    pub fn table(&self) -> &Table {
+        self.table.get_or_init(|| Table::new(self.size))
+    }
+
+    /// The table if it was made.
+    pub fn table_if_made(&self) -> Option<&Table> {
+        self.table.get()
+    }
+
+    /// Refusals so far, by reason (in [`Reason::ALL`]'s order).
+    pub fn refused(&self) -> [u64; Reason::ALL.len()] {
+        std::array::from_fn(|i| self.refused[i].load(Relaxed))
+    }
+
+    fn count(&self, r: Refused) -> Refused {
+        self.refused[r.reason as usize].fetch_add(1, Relaxed);
+        r
+    }
+
+    /// Judges a new connection from `ip` under `policy`: bans, rules, then the limits.
+    /// `Ok(None)`: nothing to count; `Ok(Some)`: counted until it drops.
+    pub fn admit(
+        self: &Arc<Self>,
+        policy: &Policy,
+        ip: IpAddr,
+    ) -> Result<Option<Admitted>, Refused> {
+        if let Some(first) = self.bans.holds(ip) {
+            return Err(self.count(Refused {
+                reason: Reason::Ban,
+                retry_ms: None,
+                first,
+            }));
+        }
+        if policy.denies(ip) {
+            return Err(self.count(Refused {
+                reason: Reason::Deny,
+                retry_ms: None,
+                first: false,
+            }));
+        }
+        if !policy.limits.any() {
+            return Ok(None);
+        }
+        let key = self.folding.key(ip);
+        let slot = if policy.limits.max_conns > 0 || policy.limits.conn_rate.is_some() {
+            match self.table().open(key, policy.scope, &policy.limits) {
+                Ok(s) => Some(s),
+                Err(r) => return Err(self.count(refused(r))),
+            }
+        } else {
+            None
+        };
+        Ok(Some(Admitted {
+            clients: self.clone(),
+            slot,
+            requests: policy.limits.request_rate.map(|rate| RequestLimit {
+                key,
+                scope: policy.scope,
+                rate,
+            }),
+        }))
+    }
+
+    /// One request under `limit`: `Err` when over the request rate (answer 429).
+    pub fn request(&self, limit: &RequestLimit) -> Result<(), Refused> {
+        self.table()
+            .request(limit.key, limit.scope, &limit.rate)
+            .map_err(|r| self.count(refused(r)))
+    }
+}
+
+/// What a connection's requests are held to: copied into each version's request side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimit {
+    /// The client.
+    pub key: Key,
+    scope: u16,
+    rate: Rate,
+}
+
+fn refused(r: table::Refusal) -> Refused {
+    let (reason, retry_ms) = match r.over {
+        Over::Conns => (Reason::ConnLimit, None),
+        Over::ConnRate(ms) => (Reason::ConnRate, Some(ms)),
+        Over::RequestRate(ms) => (Reason::RequestRate, Some(ms)),
+    };
+    Refused {
+        reason,
+        retry_ms,
+        first: r.first,
+    }
+}
+
+/// A connection the limits counted: its open count is given back when it drops, and its
+/// requests are held to the request rate.
+#[derive(Debug)]
+pub struct Admitted {
+    clients: Arc<Clients>,
+    slot: Option<table::Slot>,
+    requests: Option<RequestLimit>,
+}
+
+impl Admitted {
+    /// What this connection's requests are held to, if anything.
+    pub fn requests(&self) -> Option<RequestLimit> {
+        self.requests
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot {
+            self.clients.table().close(slot);
+        }
+    }
+}
+
+/// Logs a refusal that starts a client's episode (the rest are only counted, and a debug
+/// line each).
+pub fn log_refused(r: &Refused, client: std::net::SocketAddr, frontend: &str) {
+    if !r.first {
+        tracing::debug!(
+            name: "client_refused_again",
+            client = %client,
+            frontend,
+            reason = r.reason.name(),
+            "client refused",
+        );
+    } else {
+        tracing::warn!(
+            name: "client_refused",
+            client = %client,
+            frontend,
+            reason = r.reason.name(),
+            "client {} refused ({}); further refusals of it in the next {} s are only counted",
+            client.ip(),
+            r.reason.name(),
+            table::EPISODE_MS / 1000,
+        );
+    }
+}

