@@ -212,3 +212,197 @@ fn requests_over_the_rate_are_answered_429_on_each_http_version() {
     // The backend saw only what was served.
     assert_eq!(origin.requests().len(), 9);
 }
+
+const BIN: &str = env!("CARGO_BIN_EXE_shuck");
+
+/// `shuck ctl --socket SOCK ARGS...`: its exit status and what it printed.
+fn ctl(sock: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(BIN)
+        .args(["ctl", "--socket", sock.to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+#[test]
+fn bans_from_the_api_refuse_at_once_are_listed_lifted_and_kept_across_a_restart() {
+    let dir = TempDir::new("client-bans");
+    let sock = dir.path("admin.sock");
+    let state = dir.path("state.json");
+    let origin = Origin::echo();
+    let stats = free_port();
+    let stats_s = stats.to_string();
+    let args = [
+        "-b",
+        &origin.addr(),
+        "--client-max-conns",
+        "100",
+        "--admin-socket",
+        sock.to_str().unwrap(),
+        "--admin-state",
+        state.to_str().unwrap(),
+        "--stats",
+        &stats_s,
+    ];
+    let shuck = Shuck::start(&args);
+    let kept = served_from("127.0.0.50", shuck.addr()).unwrap();
+    let (ok, out) = ctl(&sock, &["ban", "127.0.0.48/29", "--reason", "scanner"]);
+    assert!(ok, "{out}");
+    let (ok, out) = ctl(&sock, &["ban", "127.0.0.60", "--seconds", "2"]);
+    assert!(ok, "{out}");
+    // Refused at accept from the moment the API answered; a connection already open stays.
+    assert!(refused_from("127.0.0.50", shuck.addr()));
+    assert!(refused_from("127.0.0.55", shuck.addr()));
+    assert!(refused_from("127.0.0.60", shuck.addr()));
+    served_from("127.0.0.56", shuck.addr()).unwrap();
+    let mut kept = kept;
+    echo_roundtrip(&mut kept);
+    let (ok, out) = ctl(&sock, &["clients", "--top", "5"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("BANNED") && out.contains("127.0.0.48/29") && out.contains("scanner"),
+        "{out}"
+    );
+    assert!(
+        out.contains("127.0.0.50"),
+        "the client with a connection open: {out}"
+    );
+    assert_eq!(refusals(stats, "ban"), 3.0);
+    // A ban for a time ends by itself.
+    std::thread::sleep(Duration::from_millis(2100));
+    served_from("127.0.0.60", shuck.addr()).unwrap();
+    // Bad input is named.
+    let (ok, out) = ctl(&sock, &["ban", "127.0.0.1/8"]);
+    assert!(!ok && out.contains("bits set"), "{out}");
+    let (ok, out) = ctl(&sock, &["unban", "192.0.2.1"]);
+    assert!(!ok && out.contains("no ban of 192.0.2.1"), "{out}");
+    drop(kept);
+    drop(shuck);
+    // A restart reads the ban back.
+    let saved = std::fs::read_to_string(&state).unwrap();
+    assert!(saved.contains("127.0.0.48/29"), "{saved}");
+    let shuck = Shuck::start(&args);
+    assert!(wait_until(Duration::from_secs(5), || refused_from(
+        "127.0.0.50",
+        shuck.addr()
+    )));
+    let (ok, out) = ctl(&sock, &["unban", "127.0.0.48/29"]);
+    assert!(ok, "{out}");
+    served_from("127.0.0.50", shuck.addr()).unwrap();
+    let (ok, out) = ctl(&sock, &["--json", "clients"]);
+    assert!(ok && out.contains("\"bans\": []"), "{out}");
+}
+
+#[test]
+fn allow_and_deny_rules_hold_per_frontend_and_change_by_reload_without_dropping_anyone() {
+    let dir = TempDir::new("client-rules");
+    let list = dir.path("deny.txt");
+    std::fs::write(&list, "# scanners\n127.0.0.70\n127.0.0.72/31\n").unwrap();
+    let origin = Origin::echo();
+    let (p1, p2) = (free_port(), free_port());
+    let conf = dir.path("shuck.conf");
+    let write_conf = |deny: &str| {
+        std::fs::write(
+            &conf,
+            format!(
+                "frontend = {{\n  host = \"127.0.0.1\"\n  port = \"{p1}\"\n}}\nfrontend = {{\n  host = \"127.0.0.1\"\n  port = \"{p2}\"\n  client-allow = \"127.0.0.64/26\"\n  client-max-conns = 1\n}}\nbackend = \"{}\"\npem-file = \"{}\"\nclient-deny = \"{deny}\"\n",
+                origin.addr(),
+                test_cert(),
+            ),
+        )
+        .unwrap();
+    };
+    write_conf(&format!("file:{}", list.display()));
+    let shuck = Shuck::start_raw(&["--config", conf.to_str().unwrap()], p1);
+    let a1: SocketAddr = format!("127.0.0.1:{p1}").parse().unwrap();
+    let a2: SocketAddr = format!("127.0.0.1:{p2}").parse().unwrap();
+    assert!(refused_from("127.0.0.70", a1));
+    assert!(refused_from("127.0.0.73", a1));
+    let mut open = served_from("127.0.0.71", a1).unwrap();
+    // The second frontend: its own allow list and limit, the global deny list kept.
+    let _one = served_from("127.0.0.81", a2).unwrap();
+    assert!(refused_from("127.0.0.81", a2), "its own client-max-conns");
+    assert!(refused_from("127.0.0.130", a2), "not on its allow list");
+    assert!(refused_from("127.0.0.70", a2), "the global deny list");
+    served_from("127.0.0.90", a2).unwrap();
+    // The global frontend's count of 127.0.0.81 is apart.
+    served_from("127.0.0.81", a1).unwrap();
+    // A reload moves the rules; the connection open from a newly denied address stays.
+    write_conf("127.0.0.71");
+    shuck.signal("HUP");
+    assert!(shuck.wait_log("SIGHUP: configuration reloaded", Duration::from_secs(10)));
+    assert!(wait_until(Duration::from_secs(5), || refused_from(
+        "127.0.0.71",
+        a1
+    )));
+    served_from("127.0.0.70", a1).unwrap();
+    echo_roundtrip(&mut open);
+    // A bad rule is refused by the reload, naming it, and the running rules stay.
+    write_conf("127.0.0.300");
+    shuck.signal("HUP");
+    assert!(
+        shuck.wait_log("127.0.0.300", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    assert!(refused_from("127.0.0.71", a1));
+}
+
+#[test]
+fn with_a_proxy_header_the_client_is_its_source() {
+    let origin = Origin::echo();
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--proxy-proxy",
+        "--client-max-conns",
+        "1",
+        "--client-deny",
+        "203.0.113.66",
+    ]);
+    let from = |src: &str| {
+        let mut s = TcpStream::connect(shuck.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(format!("PROXY TCP4 {src} 127.0.0.1 5555 443\r\n").as_bytes())
+            .unwrap();
+        tls_over(s, &client_config(&ClientOpts::default()), None)
+    };
+    let _first = from("203.0.113.7").unwrap();
+    assert!(from("203.0.113.7").is_err(), "one connection per source");
+    assert!(from("203.0.113.66").is_err(), "denied source");
+    // Every connection comes from 127.0.0.1: the sources, not it, are counted.
+    let _other = from("203.0.113.8").unwrap();
+    assert!(
+        shuck
+            .log()
+            .contains("client 203.0.113.7 refused (conn_limit)"),
+        "{}",
+        shuck.log()
+    );
+}
+
+#[test]
+fn bad_flags_are_named() {
+    for (args, says) in [
+        (&["--client-conn-rate", "fast"][..], "--client-conn-rate"),
+        (&["--client-request-rate", "0/s"], "the rate must be"),
+        (&["--client-deny", "10.0.0.0/33"], "prefix length"),
+        (
+            &["--client-allow", "file:/nonexistent/list"],
+            "/nonexistent/list",
+        ),
+        (&["--client-prefix-v6", "0"], "--client-prefix-v6"),
+        (&["--client-table-size", "10"], "--client-table-size"),
+        (
+            &["-f", "[127.0.0.1]:1;client-max-conns=many"],
+            "client-max-conns",
+        ),
+    ] {
+        let (code, err) = run_to_exit(args);
+        assert_ne!(code, Some(0), "{args:?}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

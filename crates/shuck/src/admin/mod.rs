@@ -4,6 +4,7 @@
 //! sockets from the master's loop; what only the worker knows (servers, certificates in
 //! use, sessions) is asked of it as a [`WorkerCall`] over the channel.
 
+pub mod clients;
 pub mod request;
 pub mod server;
 pub mod state_file;
@@ -39,6 +40,10 @@ pub enum WorkerCall {
     Sessions,
     /// Nothing: answered once what was sent before it is done.
     Barrier,
+    /// The client table's busiest clients and the bans.
+    Clients(usize),
+    /// The bans in force, the whole list (the master keeps it).
+    Bans(Vec<crate::clients::bans::Ban>),
 }
 
 /// One setting as JSON (the channel's and the state file's form).
@@ -82,6 +87,8 @@ impl WorkerCall {
             WorkerCall::Certificates => json!({ "call": "certificates" }),
             WorkerCall::Sessions => json!({ "call": "sessions" }),
             WorkerCall::Barrier => json!({ "call": "barrier" }),
+            WorkerCall::Clients(top) => json!({ "call": "clients", "top": top }),
+            WorkerCall::Bans(bans) => json!({ "call": "bans", "bans": bans }),
         };
         serde_json::to_vec(&v).unwrap_or_default()
     }
@@ -102,6 +109,8 @@ impl WorkerCall {
             "certificates" => WorkerCall::Certificates,
             "sessions" => WorkerCall::Sessions,
             "barrier" => WorkerCall::Barrier,
+            "clients" => WorkerCall::Clients(usize::try_from(v.get("top")?.as_u64()?).ok()?),
+            "bans" => WorkerCall::Bans(serde_json::from_value(v.get("bans")?.clone()).ok()?),
             _ => return None,
         })
     }
@@ -146,6 +155,12 @@ mod tests {
             WorkerCall::Certificates,
             WorkerCall::Sessions,
             WorkerCall::Barrier,
+            WorkerCall::Clients(7),
+            WorkerCall::Bans(vec![crate::clients::bans::Ban {
+                block: "192.0.2.0/24".parse().unwrap(),
+                until_ms: Some(5),
+                reason: "r".into(),
+            }]),
         ] {
             assert_eq!(WorkerCall::decode(&c.encode()), Some(c));
         }

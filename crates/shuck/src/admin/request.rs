@@ -194,6 +194,15 @@ pub enum Call {
     RotateTickets,
     /// `GET /sessions`.
     Sessions,
+    /// `GET /clients?top=N`.
+    Clients {
+        /// Rows of the busiest clients.
+        top: usize,
+    },
+    /// `POST /clients/ban`.
+    Ban(crate::clients::bans::Ban),
+    /// `DELETE /clients/ban/BLOCK` (the block's `/` as is or as `%2F`).
+    Unban(crate::clients::Cidr),
 }
 
 /// A `PUT /backends/…/servers/…` body: a state, a weight, or both.
@@ -214,7 +223,7 @@ pub struct Refused {
     pub reason: String,
 }
 
-fn refused(status: u16, reason: impl Into<String>) -> Refused {
+pub(super) fn refused(status: u16, reason: impl Into<String>) -> Refused {
     Refused {
         status,
         reason: reason.into(),
@@ -240,6 +249,30 @@ impl Call {
             ["certificates"] => only("GET", Call::Certificates),
             ["tickets", "rotate"] => only("POST", Call::RotateTickets),
             ["sessions"] => only("GET", Call::Sessions),
+            ["clients"] => {
+                let top = match req
+                    .query
+                    .as_deref()
+                    .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("top=")))
+                {
+                    None => super::clients::DEFAULT_TOP,
+                    Some(n) => n
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=10_000).contains(n))
+                        .ok_or_else(|| refused(400, format!("top={n}: give 1 to 10000")))?,
+                };
+                only("GET", Call::Clients { top })
+            }
+            ["clients", "ban"] => only(
+                "POST",
+                Call::Ban(super::clients::ban_of(&req.body, crate::clock::unix_ms())?),
+            ),
+            ["clients", "ban", rest @ ..] if !rest.is_empty() => {
+                let block = unescape(&rest.join("/"))?;
+                let block = block.parse().map_err(|e: String| refused(400, e))?;
+                only("DELETE", Call::Unban(block))
+            }
             ["backends", backend, "servers", server] => {
                 let change = server_change(&req.body)?;
                 only(
@@ -276,7 +309,11 @@ impl Call {
     pub fn is_read(&self) -> bool {
         matches!(
             self,
-            Call::Status | Call::Backends | Call::Certificates | Call::Sessions
+            Call::Status
+                | Call::Backends
+                | Call::Certificates
+                | Call::Sessions
+                | Call::Clients { .. }
         )
     }
 }
@@ -306,7 +343,7 @@ fn unescape(seg: &str) -> Result<String, Refused> {
 /// A JSON value none of whose objects names a key twice: serde_json keeps the last of
 /// two, so `{"state":"maint","state":"ready"}` would mean what a reader of the first did not
 /// expect.
-struct Strict(serde_json::Value);
+pub(super) struct Strict(pub(super) serde_json::Value);
 
 impl<'de> serde::Deserialize<'de> for Strict {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

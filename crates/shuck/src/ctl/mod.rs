@@ -77,6 +77,30 @@ pub enum Command {
     Tickets(TicketsCommand),
     /// The session cache's and ticket ring's figures.
     Sessions,
+    /// The busiest clients (connections open, recent activity, refusals) and the bans.
+    Clients {
+        /// Rows to show.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+    },
+    /// Refuse an address or CIDR block at accept, on every worker (and, with
+    /// --shared-store, every host), until lifted or for SECS; kept across restarts with
+    /// --admin-state.
+    Ban {
+        /// An address or a block (192.0.2.0/24, 2001:db8::/48).
+        block: String,
+        /// For this long only.
+        #[arg(long, value_name = "SECS")]
+        seconds: Option<u64>,
+        /// Why, for the list.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Lift a ban.
+    Unban {
+        /// The block as banned.
+        block: String,
+    },
 }
 
 /// `shuck ctl cert …`.
@@ -164,6 +188,23 @@ fn request_of(c: &Command) -> Result<(&'static str, String, Vec<u8>), String> {
         Command::Reload => ("POST", "/reload".into(), Vec::new()),
         Command::Backends => ("GET", "/backends".into(), Vec::new()),
         Command::Sessions => ("GET", "/sessions".into(), Vec::new()),
+        Command::Clients { top } => ("GET", format!("/clients?top={top}"), Vec::new()),
+        Command::Ban {
+            block,
+            seconds,
+            reason,
+        } => {
+            let mut body = serde_json::json!({ "block": block, "reason": reason });
+            if let Some(s) = seconds {
+                body["seconds"] = (*s).into();
+            }
+            ("POST", "/clients/ban".into(), body.to_string().into_bytes())
+        }
+        Command::Unban { block } => (
+            "DELETE",
+            format!("/clients/ban/{}", escape(block)),
+            Vec::new(),
+        ),
         Command::Drain { server: s } => ("PUT", server(s)?, state("drain")),
         Command::Ready { server: s } => ("PUT", server(s)?, state("ready")),
         Command::Maint { server: s } => ("PUT", server(s)?, state("maint")),

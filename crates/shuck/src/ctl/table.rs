@@ -128,6 +128,50 @@ pub fn render(command: &Command, v: &Value) -> String {
                 cell(&v["queued"]),
             )
         }
+        Command::Clients { .. } => {
+            let rows: Vec<Vec<String>> = v["clients"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    [
+                        "client",
+                        "conns",
+                        "remote_conns",
+                        "recent",
+                        "conns_total",
+                        "requests_total",
+                        "refused_total",
+                    ]
+                    .iter()
+                    .map(|k| cell(&c[*k]))
+                    .collect()
+                })
+                .collect();
+            let mut out = table(
+                &[
+                    "CLIENT",
+                    "CONNS",
+                    "FARM",
+                    "RECENT",
+                    "CONNS_TOTAL",
+                    "REQUESTS",
+                    "REFUSED",
+                ],
+                &rows,
+            );
+            let bans: Vec<Vec<String>> = v["bans"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|b| vec![cell(&b["block"]), cell(&b["until"]), cell(&b["reason"])])
+                .collect();
+            if !bans.is_empty() {
+                out.push('\n');
+                out.push_str(&table(&["BANNED", "UNTIL", "REASON"], &bans));
+            }
+            out
+        }
         _ => {
             let mut out = String::new();
             lines(v, "", &mut out);

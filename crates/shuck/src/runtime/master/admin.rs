@@ -36,6 +36,8 @@ pub(super) struct AdminState {
     /// The operator's settings, in the order given (a later one for the same server
     /// wins when replayed).
     settings: Vec<ServerSetting>,
+    /// The bans (`POST /clients/ban`), sent whole to the worker at each change.
+    bans: Vec<crate::clients::bans::Ban>,
     /// The last reload: when, and its result.
     pub(super) last_reload: Option<(SystemTime, Result<(), String>)>,
 }
@@ -137,6 +139,33 @@ impl super::Run {
             Call::Backends => self.ask_worker(inc, WorkerCall::Backends),
             Call::Certificates => self.ask_worker(inc, WorkerCall::Certificates),
             Call::Sessions => self.ask_worker(inc, WorkerCall::Sessions),
+            Call::Clients { top } => self.ask_worker(inc, WorkerCall::Clients(top)),
+            Call::Ban(ban) => {
+                let now = crate::clock::unix_ms();
+                self.admin
+                    .bans
+                    .retain(|b| b.live(now) && b.block != ban.block);
+                let body = json!({ "banned": crate::admin::clients::ban_json(&ban) });
+                tracing::info!(name: "client_banned", block = %ban.block, reason = %ban.reason, "admin API: {} banned", ban.block);
+                self.admin.bans.push(ban);
+                self.save_server_settings();
+                let call = WorkerCall::Bans(self.admin.bans.clone());
+                self.ask_worker_then(inc, call, Some(body));
+            }
+            Call::Unban(block) => {
+                let now = crate::clock::unix_ms();
+                self.admin.bans.retain(|b| b.live(now));
+                if !self.admin.bans.iter().any(|b| b.block == block) {
+                    let body = error_body(&format!("no ban of {block} in force"));
+                    return self.admin_answer(&inc, 404, body);
+                }
+                self.admin.bans.retain(|b| b.block != block);
+                tracing::info!(name: "client_unbanned", block = %block, "admin API: ban of {block} lifted");
+                self.save_server_settings();
+                let call = WorkerCall::Bans(self.admin.bans.clone());
+                let body = json!({ "lifted": block.to_string() });
+                self.ask_worker_then(inc, call, Some(body));
+            }
         }
     }
 
@@ -229,11 +258,13 @@ impl super::Run {
             return;
         };
         match crate::admin::state_file::load(&path) {
-            Ok(all) => {
-                if !all.is_empty() {
-                    tracing::info!(name: "admin_state_loaded", file = %path.display(), servers = all.len(), "admin API: {} server setting(s) from {}", all.len(), path.display());
+            Ok(saved) => {
+                let (all, bans) = (saved.servers, saved.bans);
+                if !all.is_empty() || !bans.is_empty() {
+                    tracing::info!(name: "admin_state_loaded", file = %path.display(), servers = all.len(), bans = bans.len(), "admin API: {} server setting(s) from {}, and {} ban(s)", all.len(), path.display(), bans.len());
                 }
                 self.admin.settings = all;
+                self.admin.bans = bans;
             }
             Err(e) => {
                 tracing::warn!(name: "admin_state_unreadable", error = %e, "admin API: {e}; every server starts ready")
@@ -246,7 +277,9 @@ impl super::Run {
         let Some(path) = self.admin_state_path() else {
             return;
         };
-        if let Err(e) = crate::admin::state_file::save(&path, &self.admin.settings) {
+        if let Err(e) =
+            crate::admin::state_file::save(&path, &self.admin.settings, &self.admin.bans)
+        {
             tracing::warn!(name: "admin_state_not_saved", file = %path.display(), error = %e, "admin API: cannot write {}: {e}; the settings hold until shuck stops", path.display());
         }
     }
@@ -261,6 +294,12 @@ impl super::Run {
             self.to_worker(&Msg::AdminCall {
                 id: 0,
                 call: WorkerCall::Restore(self.admin.settings.clone()).encode(),
+            });
+        }
+        if !self.admin.bans.is_empty() {
+            self.to_worker(&Msg::AdminCall {
+                id: 0,
+                call: WorkerCall::Bans(self.admin.bans.clone()).encode(),
             });
         }
     }

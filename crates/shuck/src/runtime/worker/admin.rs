@@ -25,6 +25,14 @@ impl Reloader {
             WorkerCall::Certificates => (200, self.certificates_json()),
             WorkerCall::Sessions => (200, self.sessions_json()),
             WorkerCall::Barrier => (200, json!({})),
+            WorkerCall::Clients(top) => (
+                200,
+                crate::admin::clients::clients_json(&self.state.clients, top),
+            ),
+            WorkerCall::Bans(bans) => {
+                self.state.clients.bans.set(&bans);
+                (200, json!({ "bans": bans.len() }))
+            }
         }
     }
 
