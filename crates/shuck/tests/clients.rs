@@ -406,3 +406,93 @@ fn bad_flags_are_named() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A route's rules (`client-allow`, `client-deny`) answer 403 over HTTP/1.1, HTTP/2 and
+/// HTTP/3 alike, whatever the request leaves out: no SNI, an address for a name, no Host.
+/// A request no route takes on a connection a server-name route chose is held to that
+/// route's rules, so leaving the Host out never reaches its backend.
+#[test]
+fn route_rules_refuse_a_request_whatever_it_leaves_out_on_every_version() {
+    use common::shapes::{self, Conn, Fields, Verdict};
+    let h3_ok = aioquic();
+    let dir = TempDir::new("client-route-rules");
+    let (pem, _) = rcgen_cert(
+        &dir,
+        "all",
+        &["public.test", "secret.test", "admin.test"],
+        false,
+    );
+    let (public, secret) = (H1Origin::start(None), H1Origin::start(None));
+    let port = free_port();
+    let conf = dir.path("shuck.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "http = on\nquic = on\nfrontend = \"[127.0.0.1]:{port}\"\n\
+             backend = \"127.0.0.1:{}\"\n\
+             backend = {{\n name = \"secret\"\n server = \"127.0.0.1:{}\"\n}}\n\
+             route = {{ sni = \"secret.test\" backend = \"secret\" client-deny = \"127.0.0.1\" }}\n\
+             route = {{ host = \"admin.test\" backend = \"secret\" client-allow = \"10.0.0.0/8\" }}\n\
+             pem-file = \"{}\"\n",
+            public.port,
+            secret.port,
+            shapes::s(&pem),
+        ),
+    )
+    .unwrap();
+    let shuck = Shuck::start_raw(&["--config", conf.to_str().unwrap()], port);
+    let addr = shuck.addr();
+    // (SNI, Host or none) → refused?
+    let cases: Vec<(Conn, Option<&str>, bool)> = vec![
+        (Conn::default(), Some("admin.test"), true),
+        (Conn::default(), Some("public.test"), false),
+        (Conn::default(), Some("127.0.0.1"), false),
+        (Conn::default(), None, false),
+        (Conn::sni("127.0.0.1"), Some("admin.test"), true),
+        (Conn::sni("secret.test"), Some("secret.test"), true),
+        (Conn::sni("secret.test"), Some("127.0.0.1"), true),
+        (Conn::sni("secret.test"), Some("public.test"), true),
+        (Conn::sni("secret.test"), None, true),
+        (Conn::sni("public.test"), Some("public.test"), false),
+    ];
+    let versions = if h3_ok { 3 } else { 2 };
+    let mut served = 0;
+    for (i, (conn, host, refused)) in cases.iter().enumerate() {
+        let want = Verdict::Status(if *refused { 403 } else { 200 });
+        let label = format!("case {i}: sni {:?} host {host:?}", conn.sni);
+        let raw = match host {
+            Some(h) => format!("GET /c/{i} HTTP/1.1\r\nHost: {h}\r\n\r\n"),
+            None => format!("GET /c/{i} HTTP/1.0\r\n\r\n"),
+        };
+        assert_eq!(
+            shapes::h1(addr, conn, raw.as_bytes()),
+            want,
+            "HTTP/1.1 {label}"
+        );
+        // HTTP/2 and HTTP/3 need an authority (RFC 9113 §8.3.1): a request with neither
+        // :authority nor Host is malformed (reset) before any route is looked at.
+        let (req, want23) = match host {
+            Some(h) => (
+                Fields::request("GET", h, &format!("/c/{i}"), &[]),
+                want.clone(),
+            ),
+            None => (
+                Fields::raw(&[(":method", "GET"), (":scheme", "https"), (":path", "/c")]),
+                Verdict::Refused,
+            ),
+        };
+        assert_eq!(shapes::h2(addr, conn, &req), want23, "HTTP/2 {label}");
+        if h3_ok {
+            assert_eq!(
+                shapes::h3(port, conn, &[req]),
+                vec![want23.clone()],
+                "HTTP/3 {label}"
+            );
+        }
+        if !refused {
+            served += if host.is_some() { versions } else { 1 };
+        }
+    }
+    assert_eq!(secret.requests().len(), 0, "the secret backend was reached");
+    assert_eq!(public.requests().len(), served);
+}

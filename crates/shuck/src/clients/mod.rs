@@ -111,6 +111,23 @@ impl Policy {
     }
 }
 
+/// A route's access rules (`client-allow`, `client-deny` in a route): a request they
+/// refuse is answered 403.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// When not empty, only these blocks reach the route.
+    pub allow: CidrList,
+    /// Never reach it (over `allow`).
+    pub deny: CidrList,
+}
+
+impl Rules {
+    /// Whether they refuse `ip`.
+    pub fn denies(&self, ip: IpAddr) -> bool {
+        self.deny.contains(ip) || (!self.allow.0.is_empty() && !self.allow.contains(ip))
+    }
+}
+
 /// The process's clients: the table (made when a limit first needs it, at the size fixed
 /// at start), the bans, and the refusal counters.
 #[derive(Debug)]
@@ -149,6 +166,15 @@ impl Clients {
     /// Refusals so far, by reason (in [`Reason::ALL`]'s order).
     pub fn refused(&self) -> [u64; Reason::ALL.len()] {
         std::array::from_fn(|i| self.refused[i].load(Relaxed))
+    }
+
+    /// A request a route's rules refuse: counted (`deny`).
+    pub fn route_denied(&self) -> Refused {
+        self.count(Refused {
+            reason: Reason::Deny,
+            retry_ms: None,
+            first: false,
+        })
     }
 
     fn count(&self, r: Refused) -> Refused {

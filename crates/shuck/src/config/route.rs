@@ -18,7 +18,7 @@ pub const DEFAULT_BACKEND: &str = "default";
 pub const BACKEND_KEYS: &str = "name, server, write-proxy-v1, write-proxy-v2, write-ip, proxy-proxy, connect-timeout, tls, verify, ca-file, sni, cert, alpn";
 
 /// The keys of a route block, for messages.
-pub const ROUTE_KEYS: &str = "sni, host, path-prefix, backend";
+pub const ROUTE_KEYS: &str = "sni, host, path-prefix, backend, client-allow, client-deny";
 
 /// A backend with a name, its servers and its own way of being reached.
 #[derive(Debug, Clone)]
@@ -76,6 +76,8 @@ pub struct RouteSpec {
     pub matches: RouteMatch,
     /// The backend's name.
     pub backend: String,
+    /// `--http`: who may reach it (`client-allow`, `client-deny`; others get 403).
+    pub rules: Option<crate::clients::Rules>,
 }
 
 fn bad(option: &'static str, spec: &str, reason: String) -> ConfigError {
@@ -253,6 +255,7 @@ fn is_dns_name(v: &str) -> bool {
 pub fn parse_route(spec: &str) -> Result<RouteSpec, ConfigError> {
     let bad = |reason: String| bad("--route", spec, reason);
     let (mut sni, mut host, mut prefix, mut backend) = (None, None, None, None);
+    let mut rules: Option<crate::clients::Rules> = None;
     for part in spec.split(';').filter(|s| !s.trim().is_empty()) {
         let (k, v) = part
             .split_once('=')
@@ -270,6 +273,16 @@ pub fn parse_route(spec: &str) -> Result<RouteSpec, ConfigError> {
                 prefix = Some(v.to_owned());
             }
             "backend" => backend = Some(check_name(v).map_err(&bad)?),
+            "client-allow" | "client-deny" => {
+                let list = crate::clients::CidrList::parse_value(v)
+                    .map_err(|r| bad(format!("{k}: {r}")))?;
+                let r = rules.get_or_insert_with(Default::default);
+                if k == "client-allow" {
+                    r.allow = list;
+                } else {
+                    r.deny = list;
+                }
+            }
             other => {
                 return Err(bad(format!(
                     "unknown key {other:?} in a route ({ROUTE_KEYS})"
@@ -298,7 +311,11 @@ pub fn parse_route(spec: &str) -> Result<RouteSpec, ConfigError> {
             return Err(bad("a route needs sni = \"NAME\" or host = \"NAME\"".into()))
         }
     };
-    Ok(RouteSpec { matches, backend })
+    Ok(RouteSpec {
+        matches,
+        backend,
+        rules,
+    })
 }
 
 /// Checks names across backends, routes and frontends: unique backend names, and every
@@ -349,6 +366,13 @@ pub fn check(
                     r.backend,
                     known()
                 ),
+            });
+        }
+        if !http && r.rules.is_some() {
+            return Err(ConfigError::Nth {
+                option: "--route",
+                index: i,
+                reason: "client-allow and client-deny on a route answer requests 403: they need --http (in TCP mode, give them to the frontend)".into(),
             });
         }
         if !http && matches!(r.matches, RouteMatch::Host { .. }) {
@@ -472,7 +496,8 @@ mod tests {
             parse_route("sni=*.Example.com;backend=web").unwrap(),
             RouteSpec {
                 matches: RouteMatch::Sni("*.example.com".into()),
-                backend: "web".into()
+                backend: "web".into(),
+                rules: None,
             }
         );
         assert_eq!(
@@ -493,6 +518,7 @@ mod tests {
             ("sni=a.*.com;backend=x", "*.NAME"),
             ("host=a.com:443;backend=x", "without a port"),
             ("sni=a;backend=x;weight=2", "unknown key"),
+            ("host=a;backend=x;client-deny=10.0.0.0/40", "client-deny"),
         ] {
             let e = parse_route(spec).unwrap_err().to_string();
             assert!(e.contains(needle), "{spec}: {e}");
@@ -530,6 +556,14 @@ mod tests {
         );
         let e = check(&[], &[r("host=a;backend=default")], &[], false).unwrap_err();
         assert!(e.to_string().contains("needs --http"), "{e}");
+        let e = check(
+            &[],
+            &[r("sni=a;backend=default;client-allow=10.0.0.0/8")],
+            &[],
+            false,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("they need --http"), "{e}");
         let e = check(
             &[],
             &[r("sni=a;backend=default"), r("sni=A;backend=default")],

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use rustls::pki_types::ServerName;
 
 use crate::backend::{Address, Pool, PoolLimits, Server};
+use crate::clients::Rules;
 use crate::config::{BackendEndpoint, BackendSpec, Config, NamedBackend, Preamble, RouteMatch};
 
 /// One backend: its servers and how they are reached.
@@ -87,14 +88,14 @@ impl<T> Names<T> {
 
 /// A host's path prefixes, longest first (the empty one, every path, last).
 #[derive(Debug, Default)]
-struct Paths(Vec<(Box<str>, BackendId)>);
+struct Paths(Vec<(Box<str>, BackendId, Option<Arc<Rules>>)>);
 
 impl Paths {
-    fn find(&self, path: &str) -> Option<BackendId> {
+    fn find(&self, path: &str) -> Option<(BackendId, Option<&Rules>)> {
         self.0
             .iter()
-            .find(|(p, _)| path.starts_with(&**p))
-            .map(|&(_, b)| b)
+            .find(|(p, _, _)| path.starts_with(&**p))
+            .map(|(_, b, r)| (*b, r.as_deref()))
     }
 }
 
@@ -106,6 +107,8 @@ pub struct Routing {
     frontends: HashMap<Box<str>, BackendId>,
     sni: Names<BackendId>,
     hosts: Names<Paths>,
+    /// The access rules of server-name routes that have some (`--http`: their requests).
+    sni_rules: Names<Arc<Rules>>,
     /// Which preambles some backend writes, by [`preamble_index`].
     preambles: [bool; PREAMBLES],
 }
@@ -182,13 +185,20 @@ impl Routing {
             .filter_map(|f| Some((f.endpoint.to_string().into(), id(f.backend.as_deref()?))))
             .collect();
         let (mut sni, mut hosts) = (Names::default(), Names::<Paths>::default());
+        let mut sni_rules = Names::default();
         for r in &config.routes {
             let b = id(&r.backend);
+            let rules = r.rules.clone().map(Arc::new);
             match &r.matches {
-                RouteMatch::Sni(name) => *sni.entry(name) = b,
+                RouteMatch::Sni(name) => {
+                    *sni.entry(name) = b;
+                    if let Some(rules) = rules {
+                        *sni_rules.entry(name) = rules;
+                    }
+                }
                 RouteMatch::Host { host, path_prefix } => {
                     let paths = hosts.entry(host);
-                    paths.0.push((path_prefix.as_str().into(), b));
+                    paths.0.push((path_prefix.as_str().into(), b, rules));
                     paths.0.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
                 }
             }
@@ -204,6 +214,7 @@ impl Routing {
             frontends,
             sni,
             hosts,
+            sni_rules,
             preambles,
         }
     }
@@ -262,27 +273,37 @@ impl Routing {
     /// `--http`: the backend for a request to `host` (no port) and `path`, on a
     /// connection whose own choice is `fallback` (see [`Self::for_connection`]): host routes,
     /// then server-name routes by the host, then the connection's.
-    pub fn for_request(&self, fallback: BackendId, host: &str, path: &str) -> BackendId {
+    /// With it, the route's access rules, when it has some; `None` when no route takes it
+    /// (then the connection's own backend does, under its rules: [`Self::sni_rules`]).
+    pub fn for_request(&self, host: &str, path: &str) -> Option<(BackendId, Option<&Rules>)> {
         let mut buf = [0u8; 256];
-        let Some(host) = lowercase(host, &mut buf) else {
-            return fallback;
-        };
+        let host = lowercase(host, &mut buf)?;
         if let Some(b) = self
             .hosts
             .exact
             .get(host.trim_end_matches('.'))
             .and_then(|p| p.find(path))
         {
-            return b;
+            return Some(b);
         }
         let mut rest = host.trim_end_matches('.');
         while let Some((_, parent)) = rest.split_once('.') {
             if let Some(b) = self.hosts.wildcard.get(parent).and_then(|p| p.find(path)) {
-                return b;
+                return Some(b);
             }
             rest = parent;
         }
-        self.sni.find(host).copied().unwrap_or(fallback)
+        let b = *self.sni.find(host)?;
+        Some((b, self.sni_rules.find(host).map(|r| &**r)))
+    }
+
+    /// The access rules of the server-name route that chose a connection asking for `sni`,
+    /// if it has some: its requests that no route takes (no `Host`, an address, a name
+    /// no route has) are held to them.
+    pub fn sni_rules(&self, sni: Option<&str>) -> Option<Arc<Rules>> {
+        let mut buf = [0u8; 256];
+        let sni = lowercase(sni?, &mut buf)?;
+        self.sni_rules.find(sni).cloned()
     }
 }
 
@@ -380,13 +401,14 @@ mod tests {
         let mut hosts = Names::<Paths>::default();
         for (p, b) in [("", 1), ("/assets/", 2), ("/assets/big/", 3)] {
             let paths = hosts.entry("static.example.com");
-            paths.0.push((p.into(), b));
+            paths.0.push((p.into(), b, None));
             paths.0.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         }
         let p = hosts.find("static.example.com").unwrap();
-        assert_eq!(p.find("/assets/big/x.png"), Some(3));
-        assert_eq!(p.find("/assets/x.png"), Some(2));
-        assert_eq!(p.find("/"), Some(1));
+        let b = |path| p.find(path).map(|t| t.0);
+        assert_eq!(b("/assets/big/x.png"), Some(3));
+        assert_eq!(b("/assets/x.png"), Some(2));
+        assert_eq!(b("/"), Some(1));
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub enum Choice {
     Backend(BackendId),
     /// Nowhere: its name is not the connection's (answered 421).
     Misdirected,
+    /// Nowhere: its route's access rules refuse the client (answered 403, counted).
+    Forbidden,
 }
 
 /// One connection's routing of requests.
@@ -35,6 +37,11 @@ pub struct Chooser {
     resolver: Arc<SniResolver>,
     /// The certificate the connection was served: its SNI's, else the default.
     served: Arc<CertifiedKey>,
+    /// The client, for routes' access rules, and where their refusals are counted.
+    client: std::net::IpAddr,
+    /// The rules of the server-name route that chose `fallback`, if it has some.
+    fallback_rules: Option<Arc<crate::clients::Rules>>,
+    clients: Arc<crate::clients::Clients>,
 }
 
 impl Chooser {
@@ -52,12 +59,16 @@ impl Chooser {
         fallback: BackendId,
         resolver: &Arc<SniResolver>,
         sni: Option<&str>,
+        client: (std::net::IpAddr, &Arc<crate::clients::Clients>),
     ) -> Self {
         Chooser {
+            fallback_rules: routing.sni_rules(sni),
             routing,
             fallback,
             served: resolver.choose(sni).clone(),
             resolver: resolver.clone(),
+            client: client.0,
+            clients: client.1.clone(),
         }
     }
 
@@ -70,7 +81,7 @@ impl Chooser {
     /// goes. Without a host (HTTP/1.0 in origin form), the connection's backend.
     pub fn choose(&self, host: Option<&str>, path: &str) -> Choice {
         let Some(host) = host.map(without_port) else {
-            return Choice::Backend(self.fallback);
+            return self.judged(self.fallback, self.fallback_rules.as_deref(), "-");
         };
         // One certificate serves every name: nothing to look up.
         let only = self.resolver.all().len() == 1;
@@ -78,7 +89,30 @@ impl Chooser {
             return Choice::Misdirected;
         }
         let path = super::path::for_matching(path);
-        Choice::Backend(self.routing.for_request(self.fallback, host, &path))
+        match self.routing.for_request(host, &path) {
+            Some((b, rules)) => self.judged(b, rules, host),
+            None => self.judged(self.fallback, self.fallback_rules.as_deref(), host),
+        }
+    }
+
+    /// `backend`, unless the rules of the route that chose it refuse the client.
+    fn judged(
+        &self,
+        backend: BackendId,
+        rules: Option<&crate::clients::Rules>,
+        host: &str,
+    ) -> Choice {
+        if !rules.is_some_and(|r| r.denies(self.client)) {
+            return Choice::Backend(backend);
+        }
+        self.clients.route_denied();
+        tracing::debug!(
+            name: "request_route_denied",
+            client = %self.client,
+            host,
+            "a request for a route whose rules refuse the client: 403",
+        );
+        Choice::Forbidden
     }
 }
 

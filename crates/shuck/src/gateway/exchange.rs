@@ -99,33 +99,8 @@ fn take<I: Inbound, O: Outbound>(
             return None;
         }
     }
-    let backend = match &gw.chooser {
-        None => gw.fallback,
-        Some(c) => {
-            let host = parts.uri.authority().map(|a| a.as_str()).or_else(|| {
-                parts
-                    .headers
-                    .get(http::header::HOST)
-                    .and_then(|v| v.to_str().ok())
-            });
-            match c.choose(host, parts.uri.path()) {
-                Choice::Backend(b) => b,
-                Choice::Misdirected => {
-                    tracing::debug!(
-                        name: "gateway_request_misdirected",
-                        protocol = gw.version.as_str(),
-                        client = %gw.client,
-                        host = host.unwrap_or("-"),
-                        "a request for a name the connection's certificate does not cover: 421",
-                    );
-                    WorkerCounters::bump(&counters.http.misdirected);
-                    reply(&mut respond, StatusCode::MISDIRECTED_REQUEST);
-                    return None;
-                }
-            }
-        }
-    };
-    respond.note(Note::Backend(gw.backends.name(backend)));
+    // The head's hygiene first, then its route: a malformed request is refused alike
+    // whatever its route (HTTP/3's stack refuses some before the core sees them).
     let mut head = Vec::with_capacity(512);
     let (framing, kind) = match request::build(&parts, end_stream, &gw.fwd, id.as_ref(), &mut head)
     {
@@ -146,6 +121,37 @@ fn take<I: Inbound, O: Outbound>(
             return None;
         }
     };
+    let backend = match &gw.chooser {
+        None => gw.fallback,
+        Some(c) => {
+            let host = parts.uri.authority().map(|a| a.as_str()).or_else(|| {
+                parts
+                    .headers
+                    .get(http::header::HOST)
+                    .and_then(|v| v.to_str().ok())
+            });
+            match c.choose(host, parts.uri.path()) {
+                Choice::Backend(b) => b,
+                Choice::Forbidden => {
+                    reply(&mut respond, StatusCode::FORBIDDEN);
+                    return None;
+                }
+                Choice::Misdirected => {
+                    tracing::debug!(
+                        name: "gateway_request_misdirected",
+                        protocol = gw.version.as_str(),
+                        client = %gw.client,
+                        host = host.unwrap_or("-"),
+                        "a request for a name the connection's certificate does not cover: 421",
+                    );
+                    WorkerCounters::bump(&counters.http.misdirected);
+                    reply(&mut respond, StatusCode::MISDIRECTED_REQUEST);
+                    return None;
+                }
+            }
+        }
+    };
+    respond.note(Note::Backend(gw.backends.name(backend)));
     gw.count_request();
     let again = Retry::of(&parts.method, framing);
     let early = Early::of(gw.handshake.as_deref(), &parts.method, framing, kind);

@@ -312,8 +312,10 @@ fn client(
     );
     let cert_header = preamble::cert_header(state, &subject);
     let tls = frontend.tls.load();
-    let chooser = Chooser::wanted(&routing, &tls)
-        .then(|| Chooser::new(routing.clone(), fallback, &tls.resolver, sni));
+    let chooser = Chooser::wanted(&routing, &tls).then(|| {
+        let who = (peer.ip(), &state.clients);
+        Chooser::new(routing.clone(), fallback, &tls.resolver, sni, who)
+    });
     Client {
         addr: peer,
         preambles,

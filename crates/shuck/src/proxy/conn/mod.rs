@@ -303,8 +303,16 @@ fn told(
     );
     let cert_header = preamble::cert_header(state, &subject);
     let chooser = || {
-        Chooser::wanted(routing, tls_state)
-            .then(|| Chooser::new(routing.clone(), fallback, &tls_state.resolver, tls.sni()))
+        Chooser::wanted(routing, tls_state).then(|| {
+            let who = (client.ip(), &state.clients);
+            Chooser::new(
+                routing.clone(),
+                fallback,
+                &tls_state.resolver,
+                tls.sni(),
+                who,
+            )
+        })
     };
     if let (Some(max_head), Some(b"h2")) = (state.http, conn.alpn_protocol()) {
         let fwd = h1::request::Forwarding::new(client.ip(), cert_header)

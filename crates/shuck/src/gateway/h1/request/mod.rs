@@ -395,6 +395,11 @@ impl RequestRewriter {
             let host = host.and_then(|h| std::str::from_utf8(h).ok());
             let hold = match c.choose(host, path_of(path)) {
                 Choice::Misdirected => Some(Hold::Misdirected),
+                Choice::Forbidden => Some(Hold::Refused(crate::clients::Refused {
+                    reason: crate::clients::Reason::Deny,
+                    retry_ms: None,
+                    first: false,
+                })),
                 Choice::Backend(b) if self.current.is_none_or(|c| c == b) => {
                     self.current = Some(b);
                     None
