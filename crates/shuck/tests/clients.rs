@@ -496,3 +496,142 @@ fn route_rules_refuse_a_request_whatever_it_leaves_out_on_every_version() {
     assert_eq!(secret.requests().len(), 0, "the secret backend was reached");
     assert_eq!(public.requests().len(), served);
 }
+
+/// A farm of three hosts (network namespaces) sharing a real redis-server: one client (the
+/// root namespace's bridge address) spread over the hosts meets the farm's limits, not
+/// three times them, within two intervals; a ban set on one host holds on every host.
+#[test]
+fn a_client_spread_over_the_farm_meets_the_farms_limits_and_bans() {
+    use common::netns::{key_file, Farm, HOSTS};
+    let Some(farm) = Farm::create() else { return };
+    let Some(redis) = Redis::start(&farm.bridge_ip(), &["--protected-mode", "no"]) else {
+        return;
+    };
+    let dir = TempDir::new("clients-farm");
+    let key = key_file(&dir);
+    let port = 8443;
+    let socks: Vec<std::path::PathBuf> = (1..=HOSTS)
+        .map(|i| dir.path(&format!("admin{i}.sock")))
+        .collect();
+    let hosts: Vec<Shuck> = (1..=HOSTS)
+        .map(|i| {
+            let fe = format!("[{}]:{port}", farm.ip(i));
+            let ns = farm.ns(i);
+            let args = [
+                "-f",
+                &fe,
+                "-n",
+                "1",
+                "--shared-cache-key",
+                &key,
+                "--shared-store",
+                &redis.url(),
+                "--client-share-interval",
+                "0.2",
+                "--client-max-conns",
+                "4",
+                "--client-conn-rate",
+                "6/m,burst=8",
+                "--admin-socket",
+                socks[i - 1].to_str().unwrap(),
+            ];
+            Shuck::start_with(&["ip", "netns", "exec", &ns], &args, port)
+        })
+        .collect();
+    let at = |i: usize| -> SocketAddr { format!("{}:{port}", farm.ip(i)).parse().unwrap() };
+    let me = farm.bridge_ip();
+    let open = |i: usize| {
+        let s = connect_from(&me, at(i))?;
+        tls_over(s, &client_config(&ClientOpts::default()), None)
+    };
+    let ctl = |i: usize, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_shuck"))
+            .args(["ctl", "--socket", socks[i - 1].to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let table_on = |i: usize| {
+        let out = Command::new(env!("CARGO_BIN_EXE_shuck"))
+            .args([
+                "ctl",
+                "--json",
+                "--socket",
+                socks[i - 1].to_str().unwrap(),
+                "clients",
+            ])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    let bans_on = |i: usize| table_on(i)["bans"].as_array().map_or(0, Vec::len);
+    // What host `i` knows of the client's connections open on the other hosts.
+    let farm_conns_on = |i: usize| {
+        let t = table_on(i);
+        t["clients"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["client"] == me.as_str()))
+            .map_or(0, |c| c["remote_conns"].as_u64().unwrap_or(0))
+    };
+    // A ban set on host 1 reaches hosts 2 and 3 within two intervals and refuses there (a
+    // banned connection takes nothing of the limits); its lifting reaches them too.
+    ctl(1, &["ban", &me, "--reason", "farm"]);
+    for i in 2..=HOSTS {
+        assert!(
+            wait_until(Duration::from_secs(3), || bans_on(i) == 1),
+            "the ban did not reach host {i}"
+        );
+        assert!(refused_from(&me, at(i)));
+        assert!(hosts[i - 1].wait_log("refused (ban)", Duration::from_secs(3)));
+    }
+    ctl(1, &["unban", &me]);
+    assert!(
+        wait_until(Duration::from_secs(3), || bans_on(2) == 0),
+        "the lifting did not reach host 2"
+    );
+    drop(open(2).unwrap());
+    // Two connections held on host 1, two on host 2: the farm's four (one more token of
+    // the rate's eight each: five used).
+    let held: Vec<Client> = [1, 1, 2, 2].iter().map(|&i| open(i).unwrap()).collect();
+    // Within two intervals each host knows the others' (host 3: all four), and refuses.
+    for (i, elsewhere) in [(3, 4), (1, 2)] {
+        assert!(
+            wait_until(Duration::from_secs(3), || farm_conns_on(i) == elsewhere),
+            "host {i} does not know the farm's connections: {}",
+            table_on(i)
+        );
+        assert!(
+            refused_from(&me, at(i)),
+            "host {i} let a fifth connection in"
+        );
+        assert!(hosts[i - 1].wait_log("refused (conn_limit)", Duration::from_secs(3)));
+    }
+    // Closed: within two intervals the farm has room again, and the rate (8 a minute)
+    // allows the three left over the farm, not each host's own eight.
+    drop(held);
+    let wait = Duration::from_millis(600);
+    std::thread::sleep(wait);
+    let mut served = 0;
+    for _ in 0..3 {
+        for i in 1..=HOSTS {
+            if open(i).is_ok() {
+                served += 1;
+            }
+        }
+        std::thread::sleep(wait);
+    }
+    assert!(served >= 2, "the farm's rate refused too early: {served}");
+    assert!(
+        served <= 4,
+        "each host allowed its own rate: {served} of 9 served"
+    );
+    assert!(hosts
+        .iter()
+        .any(|h| h.log().contains("refused (conn_rate)")));
+    drop(hosts);
+}

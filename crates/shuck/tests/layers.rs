@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
         "http_host",
         "codec",
     ],
+    &["clients"],
     &["backend", "session", "access"],
     &["tls"],
     &["acme"],

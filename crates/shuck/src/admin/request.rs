@@ -223,7 +223,7 @@ pub struct Refused {
     pub reason: String,
 }
 
-pub(super) fn refused(status: u16, reason: impl Into<String>) -> Refused {
+fn refused(status: u16, reason: impl Into<String>) -> Refused {
     Refused {
         status,
         reason: reason.into(),
@@ -264,10 +264,13 @@ impl Call {
                 };
                 only("GET", Call::Clients { top })
             }
-            ["clients", "ban"] => only(
-                "POST",
-                Call::Ban(super::clients::ban_of(&req.body, crate::clock::unix_ms())?),
-            ),
+            ["clients", "ban"] => {
+                let Strict(v) = serde_json::from_slice(&req.body)
+                    .map_err(|e| refused(400, format!("the body is not JSON: {e}")))?;
+                let ban = super::clients::ban_of(&v, crate::clock::unix_ms())
+                    .map_err(|e| refused(400, e))?;
+                only("POST", Call::Ban(ban))
+            }
             ["clients", "ban", rest @ ..] if !rest.is_empty() => {
                 let block = unescape(&rest.join("/"))?;
                 let block = block.parse().map_err(|e: String| refused(400, e))?;
@@ -343,7 +346,7 @@ fn unescape(seg: &str) -> Result<String, Refused> {
 /// A JSON value none of whose objects names a key twice: serde_json keeps the last of
 /// two, so `{"state":"maint","state":"ready"}` would mean what a reader of the first did not
 /// expect.
-pub(super) struct Strict(pub(super) serde_json::Value);
+struct Strict(serde_json::Value);
 
 impl<'de> serde::Deserialize<'de> for Strict {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

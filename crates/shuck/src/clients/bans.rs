@@ -36,17 +36,45 @@ struct Live {
     logged: AtomicU64,
 }
 
-/// The bans in force.
+/// The bans in force: this host's (its operator's) and the farm's other hosts'.
 #[derive(Debug, Default)]
-pub struct Bans(ArcSwap<Vec<Live>>);
+pub struct Bans {
+    live: ArcSwap<Vec<Live>>,
+    /// This host's and the farm's, as last given.
+    given: std::sync::Mutex<(Vec<Ban>, Vec<Ban>)>,
+}
 
 impl Bans {
-    /// Replaces the list (expired ones are dropped).
+    /// Replaces this host's list (the master's, whole).
     pub fn set(&self, bans: &[Ban]) {
+        let mut g = self.given.lock().unwrap_or_else(|p| p.into_inner());
+        g.0 = bans.to_vec();
+        self.rebuild(&g.0, &g.1);
+    }
+
+    /// Replaces the farm's other hosts' list (`--shared-store`).
+    pub fn set_farm(&self, bans: &[Ban]) {
+        let mut g = self.given.lock().unwrap_or_else(|p| p.into_inner());
+        if g.1 == bans {
+            return;
+        }
+        g.1 = bans.to_vec();
+        self.rebuild(&g.0, &g.1);
+    }
+
+    /// This host's own bans (what it tells the farm).
+    pub fn local(&self) -> Vec<Ban> {
         let now = crate::clock::unix_ms();
-        let old = self.0.load();
-        let list = bans
+        let g = self.given.lock().unwrap_or_else(|p| p.into_inner());
+        g.0.iter().filter(|b| b.live(now)).cloned().collect()
+    }
+
+    fn rebuild(&self, local: &[Ban], farm: &[Ban]) {
+        let now = crate::clock::unix_ms();
+        let old = self.live.load();
+        let list = local
             .iter()
+            .chain(farm)
             .filter(|b| b.live(now))
             .map(|b| Live {
                 logged: AtomicU64::new(
@@ -57,13 +85,13 @@ impl Bans {
                 ban: b.clone(),
             })
             .collect();
-        self.0.store(Arc::new(list));
+        self.live.store(Arc::new(list));
     }
 
     /// The bans in force now.
     pub fn list(&self) -> Vec<Ban> {
         let now = crate::clock::unix_ms();
-        self.0
+        self.live
             .load()
             .iter()
             .filter(|l| l.ban.live(now))
@@ -74,7 +102,7 @@ impl Bans {
     /// Whether a ban holds `ip`: `Some(first)`, `first` when this starts an episode of its
     /// refusals (one log line each ten seconds at most).
     pub fn holds(&self, ip: IpAddr) -> Option<bool> {
-        let list = self.0.load();
+        let list = self.live.load();
         if list.is_empty() {
             return None;
         }
@@ -136,6 +164,15 @@ mod tests {
         assert_eq!(b.holds("10.1.0.1".parse().unwrap()), None);
         assert_eq!(b.holds("10.2.0.1".parse().unwrap()), Some(true));
         assert_eq!(b.list().len(), 2);
+        b.set_farm(&[Ban {
+            block: "10.3.0.0/16".parse().unwrap(),
+            until_ms: None,
+            reason: String::new(),
+        }]);
+        assert_eq!(b.holds("10.3.2.1".parse().unwrap()), Some(true));
+        assert_eq!(b.local().len(), 2);
+        assert_eq!(b.list().len(), 3);
+        b.set_farm(&[]);
         let json = serde_json::to_string(&b.list()).unwrap();
         assert!(json.contains("\"10.0.0.0/24\""), "{json}");
         let back: Vec<Ban> = serde_json::from_str(&json).unwrap();

@@ -6,6 +6,7 @@
 
 pub mod addr;
 pub mod bans;
+pub mod farm;
 pub mod rate;
 pub mod table;
 
@@ -139,6 +140,8 @@ pub struct Clients {
     /// The admin API's bans.
     pub bans: bans::Bans,
     refused: [AtomicU64; Reason::ALL.len()],
+    /// Each scope's limits, for what the farm's other hosts report.
+    scopes: std::sync::Mutex<std::collections::HashMap<u16, Limits>>,
 }
 
 impl Clients {
@@ -150,7 +153,21 @@ impl Clients {
             table: OnceLock::new(),
             bans: bans::Bans::default(),
             refused: Default::default(),
+            scopes: Default::default(),
         }
+    }
+
+    /// A frontend holds its clients to `policy` (start, reload): the farm's reports are
+    /// charged under its limits.
+    pub fn note_scope(&self, policy: &Policy) {
+        let mut s = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
+        s.insert(policy.scope, policy.limits);
+    }
+
+    /// The limits of `scope`, if a frontend has it.
+    pub fn scope_limits(&self, scope: u16) -> Option<Limits> {
+        let s = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
+        s.get(&scope).copied()
     }
 
     /// The table, made on first use.

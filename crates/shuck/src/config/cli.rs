@@ -861,6 +861,12 @@ pub struct Cli {
     #[arg(long, value_name = "NUM", default_value_t = 65536)]
     pub client_table_size: usize,
 
+    /// With `--shared-store`: how often the farm's hosts exchange their busiest clients'
+    /// counts and their bans through the store (never on a request's path), so that a
+    /// client spread over the farm meets the limits within about this long.
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_duration)]
+    pub client_share_interval: Duration,
+
     /// Time a client has to finish the handshake (a client that sends nothing is cut then).
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
     pub ssl_handshake_timeout: Duration,

@@ -84,6 +84,8 @@ pub struct Settings {
     pub table_size: usize,
     /// The global flags' policy (scope 0).
     pub global: Policy,
+    /// `--client-share-interval`: how often the farm's hosts exchange their counts.
+    pub share_interval: std::time::Duration,
 }
 
 impl Settings {
@@ -124,6 +126,12 @@ pub(super) fn settings(cli: &Cli) -> Result<Settings, ConfigError> {
             reason: format!("{} bits: give 1 to 128", cli.client_prefix_v6),
         });
     }
+    if cli.client_share_interval < std::time::Duration::from_millis(100) {
+        return Err(ConfigError::Invalid {
+            option: "--client-share-interval",
+            reason: "give at least 0.1 s: each interval is a round trip to the store".into(),
+        });
+    }
     if cli.client_table_size < 64 {
         return Err(ConfigError::Invalid {
             option: "--client-table-size",
@@ -135,6 +143,7 @@ pub(super) fn settings(cli: &Cli) -> Result<Settings, ConfigError> {
             v6: cli.client_prefix_v6,
         },
         table_size: cli.client_table_size,
+        share_interval: cli.client_share_interval,
         global: Policy {
             scope: 0,
             limits: Limits {
@@ -169,6 +178,7 @@ mod tests {
         let s = Settings {
             folding: Folding::default(),
             table_size: 64,
+            share_interval: std::time::Duration::from_secs(1),
             global: Policy {
                 scope: 0,
                 limits: Limits {

@@ -198,6 +198,15 @@ pub fn client_policy(config: &Config, fe: &Frontend) -> crate::clients::Policy {
     config.clients.policy(index, &fe.clients)
 }
 
+/// Tells the client table every scope's limits under `config` (the farm's reports are
+/// charged under them): the global one and each frontend's own.
+pub fn note_client_scopes(clients: &crate::clients::Clients, config: &Config) {
+    clients.note_scope(&config.clients.global);
+    for fe in &config.frontends {
+        clients.note_scope(&client_policy(config, fe));
+    }
+}
+
 /// The access log sink `fe`'s lines go to under `config`, if they are logged.
 pub fn access_sink(config: &Config, fe: &Frontend) -> Option<usize> {
     config.access_log.as_ref()?.sink_of(fe.access_log.as_ref())

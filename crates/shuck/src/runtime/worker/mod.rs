@@ -103,12 +103,19 @@ fn serve(start: Start) -> Result<(), StartError> {
     let pool = backend_pool(&config)?;
     drop_privileges(&config.privileges)?;
 
+    // The client table and bans: every worker thread's, the store's thread's too.
+    let clients = Arc::new(crate::clients::Clients::new(
+        config.clients.folding,
+        config.clients.table_size,
+    ));
+    frontends::note_client_scopes(&clients, &config);
     let mut services = Services::start(
         &config,
         service_sockets,
         ocsp_targets,
         &resumption,
         pool.servers(),
+        &clients,
     )?;
     if config.self_signed {
         tracing::info!(
@@ -118,7 +125,12 @@ fn serve(start: Start) -> Result<(), StartError> {
         );
     }
     let access = access_log(&config, access_files)?;
-    let state = Arc::new(proxy_state(&config, Routing::new(&config, pool), access));
+    let state = Arc::new(proxy_state(
+        &config,
+        Routing::new(&config, pool),
+        access,
+        clients,
+    ));
     let supervisor = Supervisor::catch_signals()?;
 
     let (controls, control_rxs) = threads::channels(config.workers);
@@ -306,6 +318,7 @@ fn proxy_state(
     config: &Config,
     routing: Routing,
     access: Option<Arc<crate::access::AccessLog>>,
+    clients: Arc<crate::clients::Clients>,
 ) -> ProxyState {
     ProxyState {
         routing: arc_swap::ArcSwap::from_pointee(routing),
@@ -322,9 +335,6 @@ fn proxy_state(
         quic_tokens: crate::tls::quic_tokens::tokens(config.farm_key()),
         access,
         request_id: config.request_id.clone(),
-        clients: Arc::new(crate::clients::Clients::new(
-            config.clients.folding,
-            config.clients.table_size,
-        )),
+        clients,
     }
 }

@@ -231,6 +231,7 @@ impl Reloader {
         }
 
         // Everything loaded: apply.
+        super::frontends::note_client_scopes(&self.state.clients, &new);
         let FrontendDiff { removed, .. } = rebuild::diff(&frontends.names_live(), &new);
         let mut opened = Vec::new();
         for (fe, tls) in new.frontends.iter().zip(built) {

@@ -49,6 +49,7 @@ impl Services {
         ocsp_targets: Vec<Target>,
         resumption: &Resumption,
         servers: &[Arc<Server>],
+        clients: &Arc<crate::clients::Clients>,
     ) -> Result<Self, StartError> {
         let (restaple_tx, restaple) = mpsc::unbounded_channel::<()>();
         let ocsp_updates = match (&config.ocsp, &config.tls.ocsp) {
@@ -109,7 +110,11 @@ impl Services {
         };
         let store = match &resumption.store {
             Some(store) => {
-                let thread = store.start(resumption.cache.clone(), resumption.tickets.clone())?;
+                let thread = store.start(
+                    resumption.cache.clone(),
+                    resumption.tickets.clone(),
+                    Some((clients.clone(), config.clients.share_interval)),
+                )?;
                 let settings = store.settings();
                 let ring = resumption
                     .tickets

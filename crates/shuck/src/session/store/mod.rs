@@ -13,6 +13,7 @@
 //! reads the ring on a notification and periodically. While the store is unreachable, each
 //! host rotates its own ring, so tickets keep working on it.
 
+mod clients;
 pub mod seal;
 pub mod stats;
 mod task;
@@ -195,10 +196,12 @@ impl SharedStore {
 
     /// Starts the store's thread: local sessions go to the store from now on, lookups are
     /// answered, and the ticket ring is kept in the store. Once per process.
+    /// With `clients`, the farm's client counts and bans are exchanged at its interval.
     pub fn start(
         self: &Arc<Self>,
         cache: Option<Arc<SessionCache>>,
         tickets: Option<Arc<TicketKeys>>,
+        clients: Option<(Arc<crate::clients::Clients>, Duration)>,
     ) -> Result<StoreThread, StoreError> {
         let client = self.client.clone();
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -213,7 +216,7 @@ impl SharedStore {
         let store = self.clone();
         let thread = std::thread::Builder::new()
             .name("shuck-store".into())
-            .spawn(move || task::run(store, client, rx, stopped, tickets))
+            .spawn(move || task::run(store, client, rx, stopped, tickets, clients))
             .map_err(StoreError::Thread)?;
         Ok(StoreThread {
             stop: Some(stop),

@@ -72,6 +72,7 @@ pub(super) fn run(
     mut requests: mpsc::Receiver<Request>,
     mut stop: oneshot::Receiver<()>,
     tickets: Option<Arc<TicketKeys>>,
+    clients: Option<(Arc<crate::clients::Clients>, Duration)>,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -121,6 +122,9 @@ pub(super) fn run(
             tickets.filter(|t| t.file().is_none()),
             push_rx,
         ));
+        let sharer = clients.map(|(c, every)| {
+            tokio::spawn(super::clients::share(store.clone(), conn.clone(), c, every))
+        });
         loop {
             tokio::select! {
                 _ = &mut stop => break,
@@ -140,6 +144,9 @@ pub(super) fn run(
             }
         }
         keeper.abort();
+        if let Some(s) = sharer {
+            s.abort();
+        }
     });
 }
 
