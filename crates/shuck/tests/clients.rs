@@ -74,7 +74,11 @@ fn refusals(stats: u16, reason: &str) -> f64 {
 fn one_address_is_held_to_its_connections_while_twenty_others_are_served() {
     let origin = Origin::echo();
     let stats = free_port();
+    // Two worker threads: SO_REUSEPORT spreads one client's connections over both, and
+    // they meet one limit.
     let shuck = Shuck::start(&[
+        "-n",
+        "2",
         "-b",
         &origin.addr(),
         "--client-max-conns",
@@ -634,4 +638,194 @@ fn a_client_spread_over_the_farm_meets_the_farms_limits_and_bans() {
         .iter()
         .any(|h| h.log().contains("refused (conn_rate)")));
     drop(hosts);
+}
+
+/// The resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    status_field(pid, "VmRSS")
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A spray from a million distinct sources (PROXY headers saying so): the client table
+/// keeps its size, the process's memory does not grow past it, and the abusive client that
+/// holds connections stays tracked and limited throughout.
+#[test]
+fn a_spray_of_a_million_sources_keeps_memory_bounded_and_the_abuser_limited() {
+    const SOURCES: u32 = 1_000_000;
+    let origin = Origin::echo();
+    let stats = free_port();
+    let shuck = Shuck::start(&[
+        "-b",
+        &origin.addr(),
+        "--proxy-proxy",
+        "--client-max-conns",
+        "2",
+        "--stats",
+        &stats.to_string(),
+    ]);
+    let from = |src: &str| {
+        let mut s = TcpStream::connect(shuck.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(format!("PROXY TCP4 {src} 127.0.0.1 5555 443\r\n").as_bytes())
+            .unwrap();
+        tls_over(s, &client_config(&ClientOpts::default()), None)
+    };
+    let abuser = "198.51.100.1";
+    let _held = [from(abuser).unwrap(), from(abuser).unwrap()];
+    assert!(from(abuser).is_err());
+    let worker = shuck.worker();
+    let before = rss_kib(worker);
+    let addr = shuck.addr();
+    let threads: Vec<_> = (0..4u32)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for i in (t..SOURCES).step_by(4) {
+                    let ip = std::net::Ipv4Addr::from(0x0a00_0000 + i);
+                    // Sources spread over 127.1.0.0/16, so that ports last; a byte that is
+                    // no ClientHello after the header, so that shuck closes first (and
+                    // keeps the TIME_WAIT).
+                    let local = format!("127.1.{}.{}", (i >> 8) & 0xff, i & 0xff);
+                    let Ok(mut s) = connect_from(&local, addr) else {
+                        continue;
+                    };
+                    let head = format!("PROXY TCP4 {ip} 127.0.0.1 5555 443\r\n\x00");
+                    let _ = s.write_all(head.as_bytes());
+                    let _ = s.read(&mut [0u8; 64]);
+                }
+            })
+        })
+        .collect();
+    let mut refused_during = 0;
+    while !threads.iter().all(|t| t.is_finished()) {
+        if from(abuser).is_err() {
+            refused_during += 1;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(refused_during > 0);
+    assert!(from(abuser).is_err(), "the abuser was forgotten");
+    let (_, body) = scrape(stats, "/metrics");
+    let entries = sample(&body, "shuck_client_table_entries");
+    let capacity = sample(&body, "shuck_client_table_capacity");
+    let evictions = sample(&body, "shuck_client_table_evictions_total");
+    assert!(entries <= capacity, "{entries} > {capacity}");
+    assert!(
+        evictions >= f64::from(SOURCES) - capacity * 1.01,
+        "{evictions}"
+    );
+    let grown = rss_kib(worker).saturating_sub(before);
+    // A table entry is 64 bytes: a million tracked clients would be 61 MiB.
+    assert!(grown < 16 * 1024, "the worker grew by {grown} KiB");
+    // Another client is served as before.
+    assert!(from("203.0.113.9").is_ok());
+}
+
+/// A network namespace of its own, removed at drop (its veth pair with it).
+struct Ns(String);
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// IPv6 clients count by their /64 (`--client-prefix-v6`): a namespace routed a /48
+/// (any address of it bound, as a host given a prefix does) opens connections from
+/// addresses in one /64 and in others.
+#[test]
+fn ipv6_clients_count_by_their_64_in_a_routed_48() {
+    let tag = format!("sc{}", std::process::id() % 100_000);
+    let ns = format!("{tag}n");
+    if !Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        skip("cannot create network namespaces (not root?); the IPv6 /64 test");
+        return;
+    }
+    let _ns = Ns(ns.clone());
+    let net = std::process::id() % 0xffff;
+    let (here, there) = (format!("fd79:0:{net:x}::1"), format!("fd79:0:{net:x}::2"));
+    sh(&format!(
+        "ip link add {tag}r type veth peer name {tag}c && ip link set {tag}c netns {ns} \
+         && ip addr add {here}/64 dev {tag}r nodad && ip link set {tag}r up \
+         && ip -n {ns} addr add {there}/64 dev {tag}c nodad && ip -n {ns} link set {tag}c up \
+         && ip -n {ns} link set lo up && ip -n {ns} -6 route add default via {here} \
+         && ip -n {ns} -6 route add local 2001:db8:48::/48 dev lo \
+         && ip netns exec {ns} sysctl -qw net.ipv6.ip_nonlocal_bind=1 \
+         && ip -6 route add 2001:db8:48::/48 via {there} dev {tag}r"
+    ));
+    let origin = Origin::echo();
+    let port = free_port();
+    let fe = format!("[{here}]:{port}");
+    let shuck = Shuck::start_raw(
+        &["-f", &fe, "-b", &origin.addr(), "--client-max-conns", "1"],
+        port,
+    );
+    let script = r#"
+import json, socket, ssl, sys
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+held, out = [], []
+for a in sys.argv[3:]:
+    s = socket.socket(socket.AF_INET6)
+    s.settimeout(5)
+    try:
+        s.bind((a, 0))
+        s.connect((sys.argv[1], int(sys.argv[2])))
+        held.append(ctx.wrap_socket(s, server_hostname="localhost"))
+        out.append("ok")
+    except Exception as e:
+        print(a, repr(e), file=sys.stderr)
+        out.append("refused")
+print(json.dumps(out))
+"#;
+    let addrs = [
+        "2001:db8:48:1::1",
+        "2001:db8:48:1::2",
+        "2001:db8:48:1:ffff::9",
+        "2001:db8:48:2::1",
+        "2001:db8:48:ffff::1",
+    ];
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns,
+            "python3",
+            "-c",
+            script,
+            &here,
+            &port.to_string(),
+        ])
+        .args(addrs)
+        .output()
+        .unwrap();
+    let got: Vec<String> = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        got,
+        ["ok", "refused", "refused", "ok", "ok"],
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        shuck.log()
+    );
+    assert!(
+        shuck
+            .log()
+            .contains("client 2001:db8:48:1::2 refused (conn_limit)"),
+        "{}",
+        shuck.log()
+    );
+    let _ = Command::new("ip")
+        .args(["-6", "route", "del", "2001:db8:48::/48"])
+        .status();
 }
