@@ -21,6 +21,7 @@ mod origin;
 mod peers;
 mod procfs;
 mod ramp;
+mod refuse;
 mod report;
 mod results;
 mod scenarios;
@@ -85,6 +86,10 @@ enum Cmd {
         #[arg(long)]
         cert: std::path::PathBuf,
     },
+    /// New TCP connections as fast as it can, each held until the server closes it:
+    /// prints `refused served failed` (bench/client-limits.sh).
+    #[command(name = "connect-load", hide = true)]
+    ConnectLoad(refuse::ConnectOpts),
     /// Measure this machine's crypto costs and the capacity they imply.
     Capacity {
         /// Seconds spent on each operation.
@@ -99,6 +104,7 @@ enum Cmd {
 /// Runs the subcommand `cli` names.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
+        Cmd::ConnectLoad(o) => refuse::run(&o),
         Cmd::Origin { listen, threads } => {
             compare::raise_fd_limit();
             origin::run(listen, threads)

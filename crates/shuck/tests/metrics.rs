@@ -264,6 +264,9 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         "shuck_h3_streams_reset_total",
         "shuck_h3_goaway_total",
         "shuck_quic_dropped_total",
+        "shuck_client_refused_total",
+        "shuck_client_table_entries",
+        "shuck_client_table_evictions_total",
     ] {
         assert!(
             queried.iter().any(|q| q == m),
@@ -289,6 +292,9 @@ fn every_metric_the_dashboard_queries_is_exposed() {
         &checked,
         // HTTP mode: its families too.
         "--http",
+        // Client limits: the client table's.
+        "--client-max-conns",
+        "1000",
         "-U",
         &format!("[127.0.0.1]:{udp}"),
         "-P",

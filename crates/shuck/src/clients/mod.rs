@@ -129,7 +129,7 @@ impl Rules {
     }
 }
 
-/// The process's clients: the table (made when a limit first needs it, at the size fixed
+/// The process's clients: the table (made when a limit is configured, at the size fixed
 /// at start), the bans, and the refusal counters.
 #[derive(Debug)]
 pub struct Clients {
@@ -159,7 +159,11 @@ impl Clients {
 
     /// A frontend holds its clients to `policy` (start, reload): the farm's reports are
     /// charged under its limits.
+    /// The table is made then, when the limits need one.
     pub fn note_scope(&self, policy: &Policy) {
+        if policy.limits.any() {
+            self.table();
+        }
         let mut s = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
         s.insert(policy.scope, policy.limits);
     }
