@@ -400,6 +400,11 @@ fn bad_flags_are_named() {
         ),
         (&["--client-prefix-v6", "0"], "--client-prefix-v6"),
         (&["--client-table-size", "10"], "--client-table-size"),
+        (&["--client-request-rate", "5/s"], "it needs --http"),
+        (
+            &["--client-share-interval", "0.01"],
+            "--client-share-interval",
+        ),
         (
             &["-f", "[127.0.0.1]:1;client-max-conns=many"],
             "client-max-conns",

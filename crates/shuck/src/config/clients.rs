@@ -109,8 +109,23 @@ impl Settings {
     }
 }
 
-/// Reads the `--client-*` flags.
-pub(super) fn settings(cli: &Cli) -> Result<Settings, ConfigError> {
+/// Reads the `--client-*` flags; `frontends` are checked for what needs `--http` too.
+pub(super) fn settings(cli: &Cli, frontends: &[super::Frontend]) -> Result<Settings, ConfigError> {
+    let own_rate = frontends
+        .iter()
+        .find(|f| matches!(f.clients.request_rate, Some(Some(_))));
+    if !cli.http && (cli.client_request_rate.is_some() || own_rate.is_some()) {
+        return Err(ConfigError::Invalid {
+            option: "--client-request-rate",
+            reason: match own_rate {
+                Some(f) if cli.client_request_rate.is_none() => format!(
+                    "frontend {}: client-request-rate counts HTTP requests: it needs --http (in TCP mode, limit connections: --client-conn-rate)",
+                    f.endpoint
+                ),
+                _ => "it counts HTTP requests: it needs --http (in TCP mode, limit connections: --client-conn-rate)".into(),
+            },
+        });
+    }
     let list = |option: &'static str, values: &[String]| {
         let mut all = CidrList::default();
         for v in values {

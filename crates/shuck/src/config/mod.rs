@@ -370,6 +370,7 @@ impl Config {
         backend::check_preamble(preamble, &backend)?;
         let (named_backends, routes) = services::resolve(cli, &frontends, preamble)?;
         let access_log = values::access_log(cli, &frontends)?;
+        let clients = clients::settings(cli, &frontends)?;
         if !certificate_given && !cli.backends.is_empty() {
             // A real backend means real traffic: the self-signed default is for trying shuck
             // on its built-in origin only (hitch refuses a start without a certificate).
@@ -427,7 +428,7 @@ impl Config {
             },
             log_connections: cli.log_connections,
             access_log,
-            clients: clients::settings(cli)?,
+            clients,
             request_id: values::request_id(cli)?,
             syslog_facility: crate::system::log::facility(&cli.syslog_facility).map_err(
                 |reason| ConfigError::Invalid {
