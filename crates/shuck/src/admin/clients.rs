@@ -66,8 +66,10 @@ pub fn ban_json(b: &Ban) -> Value {
     })
 }
 
-/// `GET /clients`'s answer: the table's figures, its `top` busiest clients, the bans.
-pub fn clients_json(clients: &Clients, top: usize) -> Value {
+/// `GET /clients`'s answer: the table's figures, its `top` busiest clients (each with the
+/// frontend whose own limits counted it, by `frontends`' names; none for the global
+/// ones), the bans.
+pub fn clients_json(clients: &Clients, top: usize, frontends: &[String]) -> Value {
     let rows = clients
         .table_if_made()
         .map(|t| t.top(top))
@@ -85,7 +87,7 @@ pub fn clients_json(clients: &Clients, top: usize) -> Value {
         "refused": refused,
         "clients": rows.iter().map(|r| json!({
             "client": Cidr::of_key(r.key, clients.folding).to_string(),
-            "scope": if r.scope == 0 { Value::Null } else { json!(r.scope - 1) },
+            "frontend": frontends.get(usize::from(r.scope).wrapping_sub(1)),
             "conns": r.conns,
             "remote_conns": r.remote,
             "recent": r.heat,

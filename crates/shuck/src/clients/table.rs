@@ -318,27 +318,41 @@ impl Table {
         })
     }
 
-    /// The `n` most active clients, the most active first.
+    /// The `n` most active clients, the most active first. Only `n` rows are kept while
+    /// the table is read (a heap of the best so far), so a large table costs no large copy.
     pub fn top(&self, n: usize) -> Vec<Row> {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
         let now = self.now();
-        let mut rows = Vec::new();
+        let rank = |r: &Row| (r.heat, r.conns, r.total_conns, r.key, r.scope);
+        let mut best: BinaryHeap<Reverse<((u32, u32, u32, Key, u16), usize)>> = BinaryHeap::new();
+        let mut rows: Vec<Row> = Vec::with_capacity(n.min(4096));
         for shard in self.shards.iter() {
             let ways = shard.lock().unwrap_or_else(|p| p.into_inner());
-            rows.extend(ways.iter().filter(|e| e.scope != 0).map(|e| Row {
-                key: Key(e.key),
-                scope: e.scope - 1,
-                conns: e.conns,
-                remote: e.remote_conns,
-                heat: e.heat_at(now),
-                total_conns: e.total_conns,
-                total_requests: e.total_requests,
-                refused: e.refused,
-            }));
+            for e in ways.iter().filter(|e| e.scope != 0) {
+                let row = Row {
+                    key: Key(e.key),
+                    scope: e.scope - 1,
+                    conns: e.conns,
+                    remote: e.remote_conns,
+                    heat: e.heat_at(now),
+                    total_conns: e.total_conns,
+                    total_requests: e.total_requests,
+                    refused: e.refused,
+                };
+                if rows.len() < n {
+                    best.push(Reverse((rank(&row), rows.len())));
+                    rows.push(row);
+                } else if best.peek().is_some_and(|Reverse((r, _))| *r < rank(&row)) {
+                    // The weakest kept gives its place.
+                    if let Some(Reverse((_, at))) = best.pop() {
+                        best.push(Reverse((rank(&row), at)));
+                        rows[at] = row;
+                    }
+                }
+            }
         }
-        rows.sort_by(|a, b| {
-            (b.heat, b.conns, b.total_conns).cmp(&(a.heat, a.conns, a.total_conns))
-        });
-        rows.truncate(n);
+        rows.sort_by_key(|r| Reverse(rank(r)));
         rows
     }
 }
@@ -437,6 +451,30 @@ mod tests {
         assert_eq!(top[0].conns, 1);
         t.close(held);
         assert_eq!(t.top(1)[0].conns, 0);
+    }
+
+    #[test]
+    fn top_keeps_the_most_active_in_order() {
+        let t = Table::new(1024);
+        let l = Limits {
+            max_conns: 100,
+            ..Limits::default()
+        };
+        for (ip, n) in [
+            ("10.0.0.1", 3),
+            ("10.0.0.2", 9),
+            ("10.0.0.3", 1),
+            ("10.0.0.4", 5),
+        ] {
+            for _ in 0..n {
+                let s = t.open(key(ip), 0, &l).unwrap();
+                t.close(s);
+            }
+        }
+        let top: Vec<Key> = t.top(2).iter().map(|r| r.key).collect();
+        assert_eq!(top, [key("10.0.0.2"), key("10.0.0.4")]);
+        assert_eq!(t.top(10).len(), 4);
+        assert!(t.top(0).is_empty());
     }
 
     #[test]

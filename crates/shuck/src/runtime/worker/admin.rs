@@ -25,10 +25,16 @@ impl Reloader {
             WorkerCall::Certificates => (200, self.certificates_json()),
             WorkerCall::Sessions => (200, self.sessions_json()),
             WorkerCall::Barrier => (200, json!({})),
-            WorkerCall::Clients(top) => (
-                200,
-                crate::admin::clients::clients_json(&self.state.clients, top),
-            ),
+            WorkerCall::Clients(top) => {
+                let names: Vec<String> = self
+                    .current
+                    .frontends
+                    .iter()
+                    .map(|f| f.endpoint.to_string())
+                    .collect();
+                let body = crate::admin::clients::clients_json(&self.state.clients, top, &names);
+                (200, body)
+            }
             WorkerCall::Bans(bans) => {
                 self.state.clients.bans.set(&bans);
                 (200, json!({ "bans": bans.len() }))
