@@ -324,8 +324,10 @@ impl Table {
         use std::cmp::Reverse;
         use std::collections::BinaryHeap;
         let now = self.now();
-        let rank = |r: &Row| (r.heat, r.conns, r.total_conns, r.key, r.scope);
-        let mut best: BinaryHeap<Reverse<((u32, u32, u32, Key, u16), usize)>> = BinaryHeap::new();
+        // Most active first: recent activity, then connections open, then in all.
+        type Rank = (u32, u32, u32, Key, u16);
+        let rank = |r: &Row| -> Rank { (r.heat, r.conns, r.total_conns, r.key, r.scope) };
+        let mut best: BinaryHeap<Reverse<(Rank, usize)>> = BinaryHeap::new();
         let mut rows: Vec<Row> = Vec::with_capacity(n.min(4096));
         for shard in self.shards.iter() {
             let ways = shard.lock().unwrap_or_else(|p| p.into_inner());
