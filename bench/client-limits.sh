@@ -11,8 +11,9 @@
 # Then what the flood costs everyone else: p99 session latency of a well-behaved client
 # (127.0.0.1, 200 TLS sessions a second, one request each, under its limit of 300 new
 # connections a second) alone and while 127.0.0.2 floods the same shuck past that limit
-# from sixteen threads (its 300 a second let in, the rest refused). shuck runs on CPU 0,
-# both clients on CPU 1 (so the flood's client also slows the well-behaved one's).
+# from sixteen threads, each connect given 2 ms (its 300 a second let in, the rest
+# refused): with --client-refuse reset, then drop. shuck runs on CPU 0, both clients on
+# CPU 1 (so the flood's client also slows the well-behaved one's).
 #
 #   bench/client-limits.sh [SHUCK] [SHUCK_BENCH] [SECONDS]
 set -euo pipefail
@@ -38,13 +39,16 @@ cpu_us() {
 }
 
 # Loads the server $1 (pid) on port $2; prints "refused served failed user sys total" (the
-# last three in CPU microseconds a refused connection).
+# last three in CPU microseconds a refused connection). With DROPPED=1 the refusals are the
+# connects given up on after 2 ms (SYNs the kernel dropped), from 16 threads.
 measure() {
-    local pid=$1 port=$2 u0 s0 u1 s1 refused served failed
-    "$bench" connect-load --addr "127.0.0.1:$port" --seconds 1 >/dev/null
+    local pid=$1 port=$2 u0 s0 u1 s1 refused served failed load=()
+    [ -n "${DROPPED:-}" ] && load=(--connect-ms 2 --threads 16)
+    "$bench" connect-load --addr "127.0.0.1:$port" --seconds 1 "${load[@]}" >/dev/null
     read -r u0 s0 <<<"$(cpu_us "$pid")"
-    read -r refused served failed <<<"$("$bench" connect-load --addr "127.0.0.1:$port" --seconds "$secs")"
+    read -r refused served failed <<<"$("$bench" connect-load --addr "127.0.0.1:$port" --seconds "$secs" "${load[@]}")"
     read -r u1 s1 <<<"$(cpu_us "$pid")"
+    [ -n "${DROPPED:-}" ] && refused=$failed
     python3 -c "n = max($refused, 1); u = ($u1 - $u0) / n; s = ($s1 - $s0) / n; print(f'$refused $served $failed {u:.2f} {s:.2f} {u + s:.2f}')"
 }
 
@@ -81,6 +85,16 @@ run_shuck() {
     report shuck $! "$port"
 }
 
+# The same with --client-refuse drop: past its first refusal, the client's SYNs are dropped
+# by the kernel (its refusals: connects given up on after 2 ms).
+run_shuck_drop() {
+    local port
+    port=$(free_port)
+    "$shuck" -n 1 -q -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" --client-refuse drop \
+        --client-conn-rate 1/m,burst=1 "$pem" 2>"$work/shuck.log" &
+    DROPPED=1 report drop $! "$port"
+}
+
 run_haproxy() {
     local port
     port=$(free_port)
@@ -106,22 +120,24 @@ CFG
     report haproxy $! "$port"
 }
 
-# p99 session ms of 200 sessions/s from 127.0.0.1, with and without 127.0.0.2 flooding.
+# p99 session ms of 200 sessions/s from 127.0.0.1, with and without 127.0.0.2 flooding;
+# $1: how refused clients are refused (--client-refuse).
 run_neighbours() {
-    local port pid quiet flood
+    local port pid quiet flood flooder
     port=$(free_port)
     taskset -c 0 "$shuck" -n 1 -q -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" \
-        --client-conn-rate 300/s,burst=300 "$pem" 2>"$work/shuck.log" &
+        --client-conn-rate 300/s,burst=300 --client-refuse "$1" "$pem" 2>"$work/shuck.log" &
     pid=$!
     wait_port "$port"
     p99() { python3 -c 'import json,sys; print(json.load(sys.stdin)["session_ms"]["p99"])'; }
     quiet=$(taskset -c 1 "$bench" load --target "127.0.0.1:$port" --rate 200 --duration "$secs" --json | p99)
-    taskset -c 1 "$bench" connect-load --addr "127.0.0.1:$port" --from 127.0.0.2 --threads 16 --seconds "$((secs + 2))" >"$work/flood" &
-    local flooder=$!
+    taskset -c 1 "$bench" connect-load --addr "127.0.0.1:$port" --from 127.0.0.2 --threads 16 \
+        --connect-ms 2 --seconds "$((secs + 2))" >"$work/flood" &
+    flooder=$!
     sleep 1
     flood=$(taskset -c 1 "$bench" load --target "127.0.0.1:$port" --rate 200 --duration "$secs" --json | p99)
     wait "$flooder"
-    echo "p99 ms alone $quiet, beside a flood $flood (flood: refused served failed $(cat "$work/flood"))"
+    echo "$1: p99 ms alone $quiet, beside a flood $flood (flood: refused served failed $(cat "$work/flood"))"
     kill "$pid"
     wait "$pid" 2>/dev/null || true
 }
@@ -129,9 +145,11 @@ run_neighbours() {
 echo "server  refused served failed user_us sys_us total_us (a refusal; $(nproc) cores, ${secs} s a run, $(date -u +%F))"
 for _ in 1 2; do
     run_shuck
+    run_shuck_drop
     run_haproxy
     run_floor
 done
 for _ in 1 2; do
-    run_neighbours
+    run_neighbours reset
+    run_neighbours drop
 done

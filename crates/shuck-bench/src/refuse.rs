@@ -24,6 +24,10 @@ pub struct ConnectOpts {
     /// The address connections come from (any of 127.0.0.0/8 is this host's).
     #[arg(long)]
     pub from: Option<std::net::IpAddr>,
+    /// How long a connect may take (a SYN the server drops is given up on then, and
+    /// counted as failed).
+    #[arg(long, default_value_t = 1000)]
+    pub connect_ms: u64,
 }
 
 /// Runs the load; prints `refused served failed` (connections each).
@@ -33,10 +37,11 @@ pub fn run(o: &ConnectOpts) -> anyhow::Result<()> {
     let workers: Vec<_> = (0..o.threads.max(1))
         .map(|_| {
             let (counts, addr, from) = (counts.clone(), o.addr, o.from);
+            let wait = Duration::from_millis(o.connect_ms.max(1));
             std::thread::spawn(move || {
                 let mut buf = [0u8; 64];
                 while Instant::now() < until {
-                    let Ok(mut s) = connect(addr, from) else {
+                    let Ok(mut s) = connect(addr, from, wait) else {
                         counts[2].fetch_add(1, Relaxed);
                         continue;
                     };
@@ -65,17 +70,20 @@ pub fn run(o: &ConnectOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A connection to `addr`, from `from` when given.
-fn connect(addr: SocketAddr, from: Option<std::net::IpAddr>) -> std::io::Result<TcpStream> {
-    let Some(ip) = from else {
-        return TcpStream::connect_timeout(&addr, Duration::from_secs(1));
-    };
+/// A connection to `addr` within `wait`, from `from` when given.
+fn connect(
+    addr: SocketAddr,
+    from: Option<std::net::IpAddr>,
+    wait: Duration,
+) -> std::io::Result<TcpStream> {
     let s = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
         None,
     )?;
-    s.bind(&SocketAddr::new(ip, 0).into())?;
-    s.connect_timeout(&addr.into(), Duration::from_secs(1))?;
+    if let Some(ip) = from {
+        s.bind(&SocketAddr::new(ip, 0).into())?;
+    }
+    s.connect_timeout(&addr.into(), wait)?;
     Ok(s.into())
 }

@@ -834,3 +834,57 @@ print(json.dumps(out))
         .args(["-6", "route", "del", "2001:db8:48::/48"])
         .status();
 }
+
+/// Whether a connection from `from` gets no answer at all: its SYN dropped by the kernel.
+fn syn_dropped(from: &str, to: SocketAddr) -> bool {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let local: SocketAddr = format!("{from}:0").parse().unwrap();
+    sock.bind(&local.into()).unwrap();
+    match sock.connect_timeout(&to.into(), Duration::from_millis(400)) {
+        Err(e) => {
+            e.kind() == std::io::ErrorKind::TimedOut || e.kind() == std::io::ErrorKind::WouldBlock
+        }
+        Ok(()) => false,
+    }
+}
+
+/// `--client-refuse drop`: denied clients, and a client over its limit for a second, are
+/// a BPF filter on the listening sockets: their SYNs get no answer, nothing is accepted;
+/// connections already open and other clients go on; the client comes back once its time
+/// is over.
+#[test]
+fn refused_in_the_kernel_a_client_gets_no_answer_until_its_time_is_over() {
+    let origin = Origin::echo();
+    let shuck = Shuck::start(&[
+        "-n",
+        "2",
+        "-b",
+        &origin.addr(),
+        "--client-refuse",
+        "drop",
+        "--client-max-conns",
+        "1",
+        "--client-deny",
+        "127.0.0.99,127.0.1.0/24",
+    ]);
+    let to = shuck.addr();
+    assert!(syn_dropped("127.0.0.99", to));
+    assert!(syn_dropped("127.0.1.7", to));
+    let mut held = served_from("127.0.0.3", to).unwrap();
+    // The first over its limit is accepted and reset; from then on its SYNs are dropped.
+    assert!(refused_from("127.0.0.3", to));
+    assert!(wait_until(Duration::from_secs(2), || syn_dropped(
+        "127.0.0.3",
+        to
+    )));
+    echo_roundtrip(&mut held);
+    served_from("127.0.0.4", to).unwrap();
+    drop(held);
+    assert!(
+        wait_until(Duration::from_secs(4), || served_from("127.0.0.3", to)
+            .is_ok()),
+        "the client did not come back: {}",
+        shuck.log()
+    );
+    assert!(!shuck.log().contains("client_filter"), "{}", shuck.log());
+}

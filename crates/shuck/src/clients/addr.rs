@@ -63,6 +63,11 @@ pub struct Cidr {
 }
 
 impl Cidr {
+    /// The block's first address (IPv4 mapped) and its length in the 128-bit space.
+    pub fn parts(self) -> (u128, u8) {
+        (self.net, self.len)
+    }
+
     /// Whether `ip` is in the block.
     pub fn contains(self, ip: IpAddr) -> bool {
         let (bits, _) = bits_of(ip);

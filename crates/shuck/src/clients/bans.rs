@@ -52,14 +52,15 @@ impl Bans {
         self.rebuild(&g.0, &g.1);
     }
 
-    /// Replaces the farm's other hosts' list (`--shared-store`).
-    pub fn set_farm(&self, bans: &[Ban]) {
+    /// Replaces the farm's other hosts' list (`--shared-store`); whether it changed.
+    pub fn set_farm(&self, bans: &[Ban]) -> bool {
         let mut g = self.given.lock().unwrap_or_else(|p| p.into_inner());
         if g.1 == bans {
-            return;
+            return false;
         }
         g.1 = bans.to_vec();
         self.rebuild(&g.0, &g.1);
+        true
     }
 
     /// This host's own bans (what it tells the farm).
@@ -164,7 +165,7 @@ mod tests {
         assert_eq!(b.holds("10.1.0.1".parse().unwrap()), None);
         assert_eq!(b.holds("10.2.0.1".parse().unwrap()), Some(true));
         assert_eq!(b.list().len(), 2);
-        b.set_farm(&[Ban {
+        let _ = b.set_farm(&[Ban {
             block: "10.3.0.0/16".parse().unwrap(),
             until_ms: None,
             reason: String::new(),
@@ -172,7 +173,7 @@ mod tests {
         assert_eq!(b.holds("10.3.2.1".parse().unwrap()), Some(true));
         assert_eq!(b.local().len(), 2);
         assert_eq!(b.list().len(), 3);
-        b.set_farm(&[]);
+        let _ = b.set_farm(&[]);
         let json = serde_json::to_string(&b.list()).unwrap();
         assert!(json.contains("\"10.0.0.0/24\""), "{json}");
         let back: Vec<Ban> = serde_json::from_str(&json).unwrap();

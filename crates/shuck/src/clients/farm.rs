@@ -235,8 +235,8 @@ mod tests {
             ..Policy::default()
         };
         let (a, b) = (
-            std::sync::Arc::new(Clients::new(Folding::default(), 64)),
-            std::sync::Arc::new(Clients::new(Folding::default(), 64)),
+            std::sync::Arc::new(Clients::new(Folding::default(), 64, false)),
+            std::sync::Arc::new(Clients::new(Folding::default(), 64, false)),
         );
         for c in [&a, &b] {
             c.note_scope(&policy);

@@ -7,6 +7,7 @@
 pub mod addr;
 pub mod bans;
 pub mod farm;
+pub mod filter;
 pub mod rate;
 pub mod table;
 
@@ -142,11 +143,18 @@ pub struct Clients {
     refused: [AtomicU64; Reason::ALL.len()],
     /// Each scope's limits, for what the farm's other hosts report.
     scopes: std::sync::Mutex<std::collections::HashMap<u16, Limits>>,
+    /// `--client-refuse drop`: refused clients go to the kernel's filter for a while.
+    drop: bool,
+    /// Clients over their limits whose SYNs the kernel drops, until when (Unix ms).
+    shunned: std::sync::Mutex<Vec<(Cidr, u64)>>,
+    /// Bumped when what the filters hold changes (bans, rules, the shunned).
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 impl Clients {
-    /// Clients folded by `folding`, in a table of `size` entries once one is needed.
-    pub fn new(folding: Folding, size: usize) -> Self {
+    /// Clients folded by `folding`, in a table of `size` entries once one is needed;
+    /// with `drop`, refused in the kernel (`--client-refuse drop`).
+    pub fn new(folding: Folding, size: usize, drop: bool) -> Self {
         Clients {
             folding,
             size,
@@ -154,7 +162,71 @@ impl Clients {
             bans: bans::Bans::default(),
             refused: Default::default(),
             scopes: Default::default(),
+            drop,
+            shunned: Default::default(),
+            changed: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Whether refused clients are dropped in the kernel (`--client-refuse drop`).
+    pub fn drops(&self) -> bool {
+        self.drop
+    }
+
+    /// Told when the kernel's filters must be made again.
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn filters_changed(&self) {
+        if self.drop {
+            self.changed.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// This host's bans (the master's whole list).
+    pub fn set_bans(&self, bans: &[bans::Ban]) {
+        self.bans.set(bans);
+        self.filters_changed();
+    }
+
+    /// The farm's other hosts' bans.
+    pub fn set_farm_bans(&self, bans: &[bans::Ban]) {
+        if self.bans.set_farm(bans) {
+            self.filters_changed();
+        }
+    }
+
+    /// A client over its limits, its SYNs dropped in the kernel until `until_ms`.
+    fn shun(&self, key: Key, until_ms: u64) {
+        let block = Cidr::of_key(key, self.folding);
+        let now = crate::clock::unix_ms();
+        let mut s = self.shunned.lock().unwrap_or_else(|p| p.into_inner());
+        s.retain(|(_, until)| *until > now);
+        if s.iter().any(|(b, _)| *b == block) {
+            return;
+        }
+        s.push((block, until_ms));
+        drop(s);
+        self.filters_changed();
+    }
+
+    /// The kernel filter of a frontend holding its clients to `policy`: the program (none
+    /// when it would be too long for the kernel) and when it must be made again (a
+    /// shunned client's time over).
+    pub fn drop_filter(&self, policy: Option<&Policy>) -> (Option<Vec<filter::Insn>>, Option<u64>) {
+        let now = crate::clock::unix_ms();
+        let mut deny: Vec<Cidr> = self.bans.list().iter().map(|b| b.block).collect();
+        let mut allow: &[Cidr] = &[];
+        if let Some(p) = policy {
+            deny.extend(p.deny.0.iter().copied());
+            allow = &p.allow.0;
+        }
+        let s = self.shunned.lock().unwrap_or_else(|p| p.into_inner());
+        let live = s.iter().filter(|(_, until)| *until > now);
+        let next = live.clone().map(|(_, until)| *until).min();
+        deny.extend(live.map(|(b, _)| *b));
+        (filter::program(&deny, allow), next)
     }
 
     /// A frontend holds its clients to `policy` (start, reload): the farm's reports are
@@ -166,6 +238,9 @@ impl Clients {
         }
         let mut s = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
         s.insert(policy.scope, policy.limits);
+        drop(s);
+        // A reload may have changed the rules the filters hold.
+        self.filters_changed();
     }
 
     /// The limits of `scope`, if a frontend has it.
@@ -231,7 +306,15 @@ impl Clients {
         let slot = if policy.limits.max_conns > 0 || policy.limits.conn_rate.is_some() {
             match self.table().open(key, policy.scope, &policy.limits) {
                 Ok(s) => Some(s),
-                Err(r) => return Err(self.count(refused(r))),
+                Err(r) => {
+                    let r = self.count(refused(r));
+                    if self.drop {
+                        // At least a second: a SYN dropped is sent again after one.
+                        let wait = u64::from(r.retry_ms.unwrap_or(0)).max(1000);
+                        self.shun(key, crate::clock::unix_ms() + wait);
+                    }
+                    return Err(r);
+                }
             }
         } else {
             None

@@ -867,6 +867,19 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_duration)]
     pub client_share_interval: Duration,
 
+    /// How a connection refused at accept is refused: `reset` (accepted and reset at
+    /// once, before any TLS work, as HAProxy's `tcp-request connection reject`) or `drop`
+    /// (the kernel drops its SYN: nothing is accepted nor answered, the client sees a
+    /// timeout, as HAProxy's `silent-drop`).
+    ///
+    /// With `drop`, bans, deny and allow rules and each client over `--client-max-conns` or
+    /// `--client-conn-rate` (for as long as its rate says, a second at least) are a BPF
+    /// filter on the frontend's listening sockets, so a flood from them costs the kernel a
+    /// dropped packet instead of a connection; those drops are not counted by shuck. Not
+    /// with `--proxy-proxy` (the packets come from the proxy).
+    #[arg(long, value_name = "HOW", value_enum, default_value = "reset")]
+    pub client_refuse: super::clients::Refuse,
+
     /// Time a client has to finish the handshake (a client that sends nothing is cut then).
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
     pub ssl_handshake_timeout: Duration,

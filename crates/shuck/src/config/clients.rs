@@ -86,6 +86,8 @@ pub struct Settings {
     pub global: Policy,
     /// `--client-share-interval`: how often the farm's hosts exchange their counts.
     pub share_interval: std::time::Duration,
+    /// `--client-refuse drop`: refused clients' SYNs dropped in the kernel.
+    pub drop: bool,
 }
 
 impl Settings {
@@ -147,6 +149,13 @@ pub(super) fn settings(cli: &Cli, frontends: &[super::Frontend]) -> Result<Setti
             reason: "give at least 0.1 s: each interval is a round trip to the store".into(),
         });
     }
+    let drop = cli.client_refuse == Refuse::Drop;
+    if drop && cli.proxy_proxy {
+        return Err(ConfigError::Invalid {
+            option: "--client-refuse",
+            reason: "drop works on the packets' source address, and with --proxy-proxy every connection comes from the proxy: keep reset".into(),
+        });
+    }
     if cli.client_table_size < 64 {
         return Err(ConfigError::Invalid {
             option: "--client-table-size",
@@ -159,6 +168,7 @@ pub(super) fn settings(cli: &Cli, frontends: &[super::Frontend]) -> Result<Setti
         },
         table_size: cli.client_table_size,
         share_interval: cli.client_share_interval,
+        drop,
         global: Policy {
             scope: 0,
             limits: Limits {
@@ -170,6 +180,15 @@ pub(super) fn settings(cli: &Cli, frontends: &[super::Frontend]) -> Result<Setti
             deny: list("--client-deny", &cli.client_deny)?,
         },
     })
+}
+
+/// `--client-refuse`: how a connection refused at accept is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Refuse {
+    /// Accepted and reset at once, before any TLS work.
+    Reset,
+    /// Its SYN dropped by the kernel, nothing accepted nor answered.
+    Drop,
 }
 
 /// `--client-conn-rate`'s and `--client-request-rate`'s value.
@@ -194,6 +213,7 @@ mod tests {
             folding: Folding::default(),
             table_size: 64,
             share_interval: std::time::Duration::from_secs(1),
+            drop: false,
             global: Policy {
                 scope: 0,
                 limits: Limits {

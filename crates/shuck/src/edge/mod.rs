@@ -110,6 +110,11 @@ impl FrontendState {
         }
     }
 
+    /// What it asks of its clients now, if anything.
+    pub fn client_policy(&self) -> Option<Arc<crate::clients::Policy>> {
+        self.clients.load_full()
+    }
+
     /// Its clients are held to `policy` from now on (start, a reload).
     pub fn hold_clients_to(&self, policy: crate::clients::Policy) {
         self.clients.store(policy.any().then(|| Arc::new(policy)));

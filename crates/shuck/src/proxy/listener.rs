@@ -147,6 +147,15 @@ pub async fn accept_loop(
     let _accepting = Accepting::new(&worker.counters);
     let local = listener.local_addr().ok();
     let mut exhausted_logged = false;
+    // `--client-refuse drop`: the kernel's filter of refused clients, made again when
+    // what it holds changes or a shunned client's time is over.
+    let clients = worker.state.clients.clone();
+    let mut filters_changed = clients.watch();
+    let mut refilter_at = if clients.drops() {
+        refilter(&listener, &frontend, &clients)
+    } else {
+        None
+    };
     loop {
         let permit = match &worker.state.conn_limit {
             None => None,
@@ -178,6 +187,15 @@ pub async fn accept_loop(
                     "frontend removed: closing its socket",
                 );
                 return;
+            }
+            _ = filters_changed.changed(), if clients.drops() => {
+                refilter_at = refilter(&listener, &frontend, &clients);
+                continue;
+            }
+            _ = tokio::time::sleep_until(refilter_at.unwrap_or_else(tokio::time::Instant::now)),
+                if refilter_at.is_some() => {
+                refilter_at = refilter(&listener, &frontend, &clients);
+                continue;
             }
             r = listener.accept() => r,
         };
@@ -244,4 +262,38 @@ pub async fn accept_loop(
 /// connection reject` does: no TIME_WAIT kept on this side for a client over its limit.
 pub(crate) fn refuse(tcp: tokio::net::TcpStream) {
     let _ = socket2::SockRef::from(&tcp).set_linger(Some(std::time::Duration::ZERO));
+}
+
+/// Puts the clients `frontend` refuses in the kernel's filter on `listener`
+/// (`--client-refuse drop`); when to do it again.
+fn refilter(
+    listener: &TcpListener,
+    frontend: &FrontendState,
+    clients: &crate::clients::Clients,
+) -> Option<tokio::time::Instant> {
+    let policy = frontend.client_policy();
+    let (program, next) = clients.drop_filter(policy.as_deref());
+    let sock = socket2::SockRef::from(listener);
+    let done = match &program {
+        Some(p) => sock.attach_filter(&crate::clients::filter::filters(p)),
+        None => sock.detach_filter(),
+    };
+    if let Err(e) = done {
+        tracing::warn!(
+            name: "client_filter_failed",
+            frontend = %frontend.name,
+            error = %e,
+            "cannot set the kernel's filter of refused clients: {e}; they are refused after accept",
+        );
+    } else if program.is_none() {
+        tracing::warn!(
+            name: "client_filter_too_long",
+            frontend = %frontend.name,
+            "too many refused clients for the kernel's filter: they are refused after accept",
+        );
+    }
+    let now = crate::clock::unix_ms();
+    next.map(|at| {
+        tokio::time::Instant::now() + std::time::Duration::from_millis(at.saturating_sub(now))
+    })
 }

@@ -36,7 +36,7 @@ impl Reloader {
                 (200, body)
             }
             WorkerCall::Bans(bans) => {
-                self.state.clients.bans.set(&bans);
+                self.state.clients.set_bans(&bans);
                 (200, json!({ "bans": bans.len() }))
             }
         }

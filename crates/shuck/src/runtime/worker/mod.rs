@@ -107,6 +107,7 @@ fn serve(start: Start) -> Result<(), StartError> {
     let clients = Arc::new(crate::clients::Clients::new(
         config.clients.folding,
         config.clients.table_size,
+        config.clients.drop,
     ));
     frontends::note_client_scopes(&clients, &config);
     let mut services = Services::start(

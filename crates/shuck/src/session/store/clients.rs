@@ -79,6 +79,6 @@ pub(super) async fn share(
                 .await;
         }
         let bans = exchange.hear(&clients, &reports);
-        clients.bans.set_farm(&bans);
+        clients.set_farm_bans(&bans);
     }
 }
