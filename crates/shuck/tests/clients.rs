@@ -855,7 +855,11 @@ fn syn_dropped(from: &str, to: SocketAddr) -> bool {
 #[test]
 fn refused_in_the_kernel_a_client_gets_no_answer_until_its_time_is_over() {
     let origin = Origin::echo();
+    let dir = TempDir::new("clients-drop");
+    let sock = dir.path("admin.sock");
     let shuck = Shuck::start(&[
+        "--admin-socket",
+        sock.to_str().unwrap(),
         "-n",
         "2",
         "-b",
@@ -868,8 +872,15 @@ fn refused_in_the_kernel_a_client_gets_no_answer_until_its_time_is_over() {
         "127.0.0.99,127.0.1.0/24",
     ]);
     let to = shuck.addr();
-    assert!(syn_dropped("127.0.0.99", to));
-    assert!(syn_dropped("127.0.1.7", to));
+    // The worker threads attach their filters as their accept loops start.
+    assert!(wait_until(Duration::from_secs(2), || syn_dropped(
+        "127.0.0.99",
+        to
+    )));
+    assert!(wait_until(Duration::from_secs(2), || syn_dropped(
+        "127.0.1.7",
+        to
+    )));
     let mut held = served_from("127.0.0.3", to).unwrap();
     // The first over its limit is accepted and reset; from then on its SYNs are dropped.
     assert!(refused_from("127.0.0.3", to));
@@ -886,5 +897,19 @@ fn refused_in_the_kernel_a_client_gets_no_answer_until_its_time_is_over() {
         "the client did not come back: {}",
         shuck.log()
     );
+    // A ban from the API is in the filter at once; its lifting too.
+    let (ok, out) = ctl(&sock, &["ban", "127.0.0.5"]);
+    assert!(ok, "{out}");
+    assert!(wait_until(Duration::from_secs(2), || syn_dropped(
+        "127.0.0.5",
+        to
+    )));
+    let (ok, out) = ctl(&sock, &["unban", "127.0.0.5"]);
+    assert!(ok, "{out}");
+    assert!(wait_until(Duration::from_secs(2), || served_from(
+        "127.0.0.5",
+        to
+    )
+    .is_ok()));
     assert!(!shuck.log().contains("client_filter"), "{}", shuck.log());
 }
