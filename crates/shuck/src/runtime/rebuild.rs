@@ -176,6 +176,20 @@ pub fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
             ),
         ),
         ("backlog", c.backlog.to_string()),
+        // The client table, the farm's exchange and how refusals are made start with the
+        // worker; the limits and rules follow a reload.
+        (
+            "client-table-size, client-prefix-v6, client-share-interval, client-refuse",
+            format!(
+                "{:?}",
+                (
+                    c.clients.table_size,
+                    c.clients.folding,
+                    c.clients.share_interval,
+                    c.clients.drop
+                )
+            ),
+        ),
         // The master binds the admin API once (the token is never written out).
         (
             "admin-socket, admin-listen",
