@@ -109,7 +109,7 @@ pub struct Cli {
     /// `client-verify`, `client-verify-ca`, `quic` (HTTP/3 on this frontend, over
     /// `--quic`), `access-log` (its own `--access-log` target, or `off`), `client-max-conns`,
     /// `client-conn-rate`, `client-request-rate`, `client-allow` and `client-deny` (its own
-    /// `--client-*`, counted apart from other frontends'; CIDRs separated by spaces), and
+    /// `--client-*`, counted apart from other frontends'; CIDRs separated by commas), and
     /// `match-global-certs=on` (serve the global certificates too), e.g. `-f
     /// '[*]:8443+legacy.pem;tls-protos=TLSv1.2;ciphers=ECDHE-RSA-AES256-GCM-SHA384'`. The
     /// session cache, ticket keys and OCSP are shared. Two frontends on the same address
