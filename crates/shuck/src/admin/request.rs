@@ -264,6 +264,9 @@ impl Call {
                 };
                 only("GET", Call::Clients { top })
             }
+            ["clients", "ban"] if m != "POST" => {
+                Err(refused(405, format!("{} takes POST only", req.path)))
+            }
             ["clients", "ban"] => {
                 let Strict(v) = serde_json::from_slice(&req.body)
                     .map_err(|e| refused(400, format!("the body is not JSON: {e}")))?;
@@ -460,6 +463,46 @@ mod tests {
             parse(b"PUT /x HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc"),
             Ok(None)
         );
+    }
+
+    #[test]
+    fn client_calls_are_read_and_their_errors_named() {
+        let call = |raw: &str| Call::of(&req(raw));
+        assert_eq!(
+            call("GET /clients?top=3 HTTP/1.1\r\n\r\n"),
+            Ok(Call::Clients { top: 3 })
+        );
+        assert_eq!(
+            call("GET /clients?top=0 HTTP/1.1\r\n\r\n")
+                .unwrap_err()
+                .status,
+            400
+        );
+        // The method first: a GET with no body is 405, not a complaint about the body.
+        assert_eq!(
+            call("GET /clients/ban HTTP/1.1\r\n\r\n")
+                .unwrap_err()
+                .status,
+            405
+        );
+        let body = r#"{"block":"192.0.2.0/24"}"#;
+        let post = format!(
+            "POST /clients/ban HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        assert!(matches!(call(&post), Ok(Call::Ban(b)) if b.block.to_string() == "192.0.2.0/24"));
+        let dup = r#"{"block":"192.0.2.1","block":"192.0.2.2"}"#;
+        let post = format!(
+            "POST /clients/ban HTTP/1.1\r\nContent-Length: {}\r\n\r\n{dup}",
+            dup.len()
+        );
+        assert_eq!(call(&post).unwrap_err().status, 400);
+        for path in ["/clients/ban/192.0.2.0/24", "/clients/ban/192.0.2.0%2F24"] {
+            assert_eq!(
+                call(&format!("DELETE {path} HTTP/1.1\r\n\r\n")),
+                Ok(Call::Unban("192.0.2.0/24".parse().unwrap()))
+            );
+        }
     }
 
     #[test]

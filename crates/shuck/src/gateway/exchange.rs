@@ -95,7 +95,10 @@ fn take<I: Inbound, O: Outbound>(
     if let Some(limit) = &gw.requests {
         if let Err(r) = gw.worker.state.clients.request(limit) {
             crate::clients::log_refused(&r, gw.client, gw.version.as_str());
-            too_many(&mut respond, r.retry_secs());
+            // RFC 6585 §4: 429, and when to try again.
+            let retry = http::HeaderValue::from(r.retry_secs());
+            let retry = Some((http::header::RETRY_AFTER, retry));
+            reply_with(&mut respond, StatusCode::TOO_MANY_REQUESTS, retry);
             return None;
         }
     }
@@ -388,6 +391,15 @@ async fn until_handshake(gw: &Gateway) -> bool {
 /// An answer of shuck's own: the status and its reason phrase as the body. Sent without
 /// waiting: a client whose window is shut gets it as the window opens, or not at all.
 fn reply<O: Outbound>(respond: &mut O, status: StatusCode) {
+    reply_with(respond, status, None);
+}
+
+/// [`reply`] with one more header.
+fn reply_with<O: Outbound>(
+    respond: &mut O,
+    status: StatusCode,
+    extra: Option<(http::HeaderName, http::HeaderValue)>,
+) {
     let text = status.canonical_reason().unwrap_or("");
     let mut resp = Response::new(());
     *resp.status_mut() = status;
@@ -400,27 +412,9 @@ fn reply<O: Outbound>(respond: &mut O, status: StatusCode) {
         http::header::CONTENT_LENGTH,
         http::HeaderValue::from(text.len()),
     );
-    respond.answer_now(resp, Bytes::from_static(text.as_bytes()));
-}
-
-/// `429 Too Many Requests` with `Retry-After` (RFC 6585 §4): over `--client-request-rate`.
-fn too_many<O: Outbound>(respond: &mut O, retry_secs: u32) {
-    let text = "Too Many Requests\n";
-    let mut resp = Response::new(());
-    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain"),
-    );
-    h.insert(
-        http::header::CONTENT_LENGTH,
-        http::HeaderValue::from(text.len()),
-    );
-    h.insert(
-        http::header::RETRY_AFTER,
-        http::HeaderValue::from(retry_secs),
-    );
+    if let Some((name, value)) = extra {
+        h.insert(name, value);
+    }
     respond.answer_now(resp, Bytes::from_static(text.as_bytes()));
 }
 
