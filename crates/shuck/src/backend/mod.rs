@@ -267,41 +267,80 @@ impl Pool {
                 Err(e) => return Err(e), // queueing is the answer to overload, not a reason to spill
             };
             tries += 1;
-            match server.connect(self.limits.connect_timeout).await {
+            match self.dial(server, picker).await {
                 Ok(stream) => return Ok((stream, lease)),
-                // Our own shortage: the next server would fail alike, and this one is not
-                // to blame. The worker backs off as its accept loop does.
-                Err(e @ ConnectError::Local { .. }) => {
-                    let now = Instant::now();
-                    // One warning an episode (none in the last ten seconds), as accept's.
-                    if picker
-                        .warned
-                        .get()
-                        .is_none_or(|t| now >= t + SHORTAGE_QUIET)
-                    {
-                        tracing::warn!(
-                            name: "backend_local_shortage",
-                            backend = %server.name(),
-                            error = %e,
-                            "cannot open a backend connection: out of local resources; the clients meanwhile are refused, no server is marked down",
-                        );
-                    }
-                    picker.warned.set(Some(now));
-                    picker.short_until.set(Some(now + SHORTAGE_BACKOFF));
-                    return Err(e);
-                }
-                Err(e) => {
-                    server.mark_down(self.limits.retry_after);
+                Err(e @ ConnectError::Local { .. }) => return Err(e),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(ConnectError::NoneUp))
+    }
+
+    /// Connects to `server` (its slot already taken). A failure marks it down and is
+    /// logged; a shortage of shuck's own is not the server's fault: the worker backs off
+    /// as its accept loop does, and no server is marked down.
+    pub async fn dial(
+        &self,
+        server: &Server,
+        picker: &Picker,
+    ) -> Result<BackendStream, ConnectError> {
+        match server.connect(self.limits.connect_timeout).await {
+            Ok(stream) => Ok(stream),
+            Err(e @ ConnectError::Local { .. }) => {
+                let now = Instant::now();
+                // One warning an episode (none in the last ten seconds), as accept's.
+                if picker
+                    .warned
+                    .get()
+                    .is_none_or(|t| now >= t + SHORTAGE_QUIET)
+                {
                     tracing::warn!(
-                        name: "backend_down",
-                        retry_after = ?self.limits.retry_after,
+                        name: "backend_local_shortage",
                         backend = %server.name(),
                         error = %e,
-                        "backend connection failed; marked down for {:?}",
-                        self.limits.retry_after,
+                        "cannot open a backend connection: out of local resources; the clients meanwhile are refused, no server is marked down",
                     );
-                    last = Some(e);
                 }
+                picker.warned.set(Some(now));
+                picker.short_until.set(Some(now + SHORTAGE_BACKOFF));
+                Err(e)
+            }
+            Err(e) => {
+                server.mark_down(self.limits.retry_after);
+                tracing::warn!(
+                    name: "backend_down",
+                    retry_after = ?self.limits.retry_after,
+                    backend = %server.name(),
+                    error = %e,
+                    "backend connection failed; marked down for {:?}",
+                    self.limits.retry_after,
+                );
+                Err(e)
+            }
+        }
+    }
+
+    /// A slot on a server, without a connection: the round robin's choice first, then the
+    /// others in order, skipping servers marked down (unless all are) or taken out by
+    /// their checks; waits in a server's queue when it is at maxconn. For connections the
+    /// caller shares (HTTP/2's streams), where maxconn counts streams.
+    pub async fn lease(&self, picker: &Picker) -> Result<Lease, ConnectError> {
+        let n = self.servers.len();
+        let first = self.pick(picker);
+        let all_down = self.servers.iter().all(|s| s.is_down() || s.is_out());
+        let mut last = None;
+        for k in 0..n {
+            let server = &self.servers[(first + k) % n];
+            if server.is_out() || (server.is_down() && !all_down) {
+                continue;
+            }
+            match server
+                .acquire(self.limits.queue_timeout, self.limits.queue_size)
+                .await
+            {
+                Ok(l) => return Ok(l),
+                Err(e @ ConnectError::TakenOut { .. }) => last = Some(e),
+                Err(e) => return Err(e),
             }
         }
         Err(last.unwrap_or(ConnectError::NoneUp))

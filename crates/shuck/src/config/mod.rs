@@ -31,7 +31,7 @@ pub use cli::Cli;
 pub use endpoint::Endpoint;
 pub use error::ConfigError;
 pub use frontend::Frontend;
-pub use route::{NamedBackend, RouteMatch, RouteSpec, UpstreamTls};
+pub use route::{NamedBackend, Proto, RouteMatch, RouteSpec, UpstreamTls};
 pub use values::log_level;
 use values::{client_cert_header, h2_limits, h3_limits, ocsp_trust, stats_addr};
 

@@ -15,7 +15,7 @@ use super::ConfigError;
 pub const DEFAULT_BACKEND: &str = "default";
 
 /// The keys of a backend block, for messages.
-pub const BACKEND_KEYS: &str = "name, server, write-proxy-v1, write-proxy-v2, write-ip, proxy-proxy, connect-timeout, tls, verify, ca-file, sni, cert, alpn";
+pub const BACKEND_KEYS: &str = "name, server, write-proxy-v1, write-proxy-v2, write-ip, proxy-proxy, connect-timeout, tls, verify, ca-file, sni, cert, alpn, proto, max-streams";
 
 /// The keys of a route block, for messages.
 pub const ROUTE_KEYS: &str = "sni, host, path-prefix, backend, client-allow, client-deny";
@@ -36,6 +36,49 @@ pub struct NamedBackend {
     /// With `tls`: the client configuration its connections share (built once the whole
     /// configuration is read, so that its files are read with the rest).
     pub tls_client: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// `--http`: the HTTP version its servers speak (`proto`).
+    pub proto: Proto,
+    /// `proto = h2`: most streams at once on one shared connection (`max-streams`),
+    /// under each server's own `SETTINGS_MAX_CONCURRENT_STREAMS`.
+    pub max_streams: usize,
+}
+
+/// Streams one shared HTTP/2 backend connection carries at most, unless `max-streams`
+/// says otherwise (the number most servers announce).
+pub const MAX_STREAMS: usize = 100;
+
+/// The HTTP version a backend's servers speak in `--http` mode (`proto` in its block).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Proto {
+    /// `http/1.1` (the default): a keep-alive connection per client connection, one
+    /// request at a time on each.
+    #[default]
+    Http1,
+    /// `h2`: HTTP/2, with prior knowledge in clear (h2c) or by ALPN over TLS; a worker's
+    /// connections to a server are shared by all its clients.
+    H2,
+    /// `auto` (TLS only): ALPN offers `h2,http/1.1`, and the server's pick is spoken.
+    Auto,
+}
+
+impl Proto {
+    /// As the configuration and the admin API spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Http1 => "http/1.1",
+            Proto::H2 => "h2",
+            Proto::Auto => "auto",
+        }
+    }
+
+    /// What ALPN offers over TLS for it; `None`: the block's own `alpn`.
+    fn alpn(self) -> Option<&'static [&'static str]> {
+        match self {
+            Proto::Http1 => None,
+            Proto::H2 => Some(&["h2"]),
+            Proto::Auto => Some(&["h2", "http/1.1"]),
+        }
+    }
 }
 
 /// `tls = on` in a backend block: how shuck speaks TLS to the servers.
@@ -99,6 +142,8 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
         ..UpstreamTls::default()
     };
     let mut tls_keys = Vec::new();
+    let mut proto = None;
+    let mut max_streams = None;
     for part in spec.split(';').filter(|s| !s.trim().is_empty()) {
         let (k, v) = part
             .split_once('=')
@@ -171,6 +216,22 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
                 }
                 tls_keys.push(k);
             }
+            "proto" => {
+                proto = Some(match v {
+                    "http/1.1" => Proto::Http1,
+                    "h2" => Proto::H2,
+                    "auto" => Proto::Auto,
+                    _ => return Err(bad(format!("proto: {v:?}: expected http/1.1, h2 or auto"))),
+                })
+            }
+            "max-streams" => {
+                max_streams = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=1_000_000).contains(n))
+                        .ok_or_else(|| bad(format!("max-streams: {v:?}: expected 1 to 1000000")))?,
+                )
+            }
             other => {
                 return Err(bad(format!(
                     "unknown key {other:?} in a backend ({BACKEND_KEYS})"
@@ -188,6 +249,33 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
                 "backend {name:?}: {k} needs tls = on (TLS to the backend is off)"
             )));
         }
+    }
+    let proto = proto.unwrap_or_default();
+    if max_streams.is_some() && proto != Proto::H2 && proto != Proto::Auto {
+        return Err(bad(format!(
+            "backend {name:?}: max-streams is for connections shared over HTTP/2: it needs proto = h2 or auto"
+        )));
+    }
+    if proto == Proto::Auto && tls != Some(true) {
+        return Err(bad(format!(
+            "backend {name:?}: proto = auto chooses by ALPN, which needs tls = on (in clear, say h2 or http/1.1)"
+        )));
+    }
+    if let Some(offer) = proto.alpn().filter(|_| tls == Some(true)) {
+        if !up.alpn.is_empty() {
+            return Err(bad(format!(
+                "backend {name:?}: proto = {} offers ALPN {} itself: leave alpn out",
+                proto.as_str(),
+                offer.join(",")
+            )));
+        }
+        up.alpn = offer.iter().map(|p| (*p).to_owned()).collect();
+    }
+    if proto != Proto::Http1 && preamble.is_some_and(|p| p != Preamble::None) {
+        return Err(bad(format!(
+            "backend {name:?}: proto = {} shares each connection among clients, which a preamble written once per connection cannot describe (the forwarding headers name each request's client)",
+            proto.as_str()
+        )));
     }
     let tls = (tls == Some(true)).then_some(up);
     if let Some(t) = &tls {
@@ -210,6 +298,8 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
         connect_timeout,
         tls,
         tls_client: None,
+        proto,
+        max_streams: max_streams.unwrap_or(MAX_STREAMS),
     })
 }
 

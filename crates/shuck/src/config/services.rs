@@ -61,6 +61,18 @@ pub(super) fn resolve(
                 b.tls_client = Some(client);
             }
             let p = b.preamble.unwrap_or(global);
+            if b.proto != route::Proto::Http1 {
+                let reason = if !cli.http {
+                    Some(format!("backend {}: proto = {} is spoken by the HTTP gateway: it needs --http", b.name, b.proto.as_str()))
+                } else if p != Preamble::None {
+                    Some(format!("backend {}: proto = {} shares each connection among clients, which the global preamble (--write-proxy-v1/-v2, --write-ip, --proxy-proxy) cannot describe: turn it off in the block (write-proxy-v2 = off)", b.name, b.proto.as_str()))
+                } else {
+                    None
+                };
+                if let Some(reason) = reason {
+                    return Err(nth("--named-backend", i, ConfigError::Invalid { option: "proto", reason }));
+                }
+            }
             let target = BackendTarget::Servers(b.servers.clone());
             backend::check_preamble(p, &target).map_err(|e| nth("--named-backend", i, e))?;
             if p == Preamble::PassThrough && !cli.proxy_proxy {

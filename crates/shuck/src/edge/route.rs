@@ -14,7 +14,9 @@ use rustls::pki_types::ServerName;
 
 use crate::backend::{Address, Pool, PoolLimits, Server};
 use crate::clients::Rules;
-use crate::config::{BackendEndpoint, BackendSpec, Config, NamedBackend, Preamble, RouteMatch};
+use crate::config::{
+    BackendEndpoint, BackendSpec, Config, NamedBackend, Preamble, Proto, RouteMatch,
+};
 
 /// One backend: its servers and how they are reached.
 #[derive(Debug)]
@@ -27,6 +29,10 @@ pub struct Backend {
     pub preamble: Preamble,
     /// TLS to its servers, when on.
     pub tls: Option<BackendTls>,
+    /// `--http`: the HTTP version its servers speak.
+    pub proto: Proto,
+    /// `proto = h2`: most streams on one shared connection.
+    pub max_streams: usize,
     /// Its servers as configured, to tell at a reload whether they changed.
     spec: String,
 }
@@ -165,6 +171,8 @@ impl Routing {
             pool: default,
             preamble: config.preamble,
             tls: None,
+            proto: Proto::Http1,
+            max_streams: crate::config::route::MAX_STREAMS,
             spec: String::new(),
         })];
         for (i, b) in config.named_backends.iter().enumerate() {
@@ -364,6 +372,8 @@ fn named(b: &NamedBackend, global: Preamble, mut limits: PoolLimits, slot: usize
         pool: Pool::new(b.servers.iter().map(server).collect(), limits).with_slot(slot),
         preamble: b.preamble.unwrap_or(global),
         tls,
+        proto: b.proto,
+        max_streams: b.max_streams,
         spec,
     }
 }

@@ -12,9 +12,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::backend::{self, BackendStream, ConnectError, Lease, Picker};
+use crate::backend::{self, BackendStream, ConnectError, Lease, Picker, Server};
 
-use super::route::Backend;
+use super::route::{Backend, BackendTls};
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -112,48 +112,85 @@ pub async fn open(
     let limits = backend.pool.limits();
     let mut last = None;
     for _ in 0..backend.pool.servers().len().min(limits.retries + 1) {
-        let (mut s, lease) = backend.pool.connect(picker).await?;
-        let server = lease.server();
-        let to = || server.name().to_owned();
-        if let Some(p) = preamble {
-            s.write_all(p)
-                .await
-                .map_err(|source| ConnectError::io(to(), source))?;
+        let (s, lease) = backend.pool.connect(picker).await?;
+        match secure(backend, tls, lease.server(), s, preamble).await {
+            Ok(t) => return Ok((t, lease)),
+            Err(e) => last = Some(e),
         }
-        let name = tls
-            .names
-            .iter()
-            .find(|(n, _)| **n == *server.name())
-            .map(|(_, name)| name.clone());
-        let Some(name) = name else {
-            return Err(ConnectError::Handshake {
-                to: to(),
-                reason: "no server name to verify".into(),
-            });
-        };
-        let handshake = TlsConnector::from(tls.config.clone()).connect(name, s);
-        let reason = match tokio::time::timeout(limits.connect_timeout, handshake).await {
-            Ok(Ok(t)) => return Ok((Upstream::Tls(Box::new(RefCell::new(t))), lease)),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no TLS handshake within {:?}", limits.connect_timeout),
-        };
-        server.stats.handshake_failures.fetch_add(1, Relaxed);
-        server.mark_down(limits.retry_after);
-        tracing::warn!(
-            name: "backend_tls_failed",
-            backend = %backend.name,
-            server = %server.name(),
-            error = %reason,
-            retry_after = ?limits.retry_after,
-            "TLS to the backend failed: {reason}; marked down for {:?}",
-            limits.retry_after,
-        );
-        last = Some(ConnectError::Handshake { to: to(), reason });
     }
     Err(last.unwrap_or_else(|| backend::ConnectError::Handshake {
         to: backend.name.to_string(),
         reason: "no server".into(),
     }))
+}
+
+/// Connects to `server` of `backend` (its slot already taken), in TLS when the backend
+/// says so, without a preamble (a connection its clients share); the protocol ALPN
+/// agreed on comes with it. A failure marks the server down.
+pub async fn dial(
+    backend: &Backend,
+    server: &Server,
+    picker: &Picker,
+) -> Result<(Upstream, Option<Vec<u8>>), ConnectError> {
+    let s = backend.pool.dial(server, picker).await?;
+    match &backend.tls {
+        None => Ok((Upstream::Plain(s), None)),
+        Some(tls) => {
+            let t = secure(backend, tls, server, s, None).await?;
+            let alpn = match &t {
+                Upstream::Tls(t) => t.borrow().get_ref().1.alpn_protocol().map(<[u8]>::to_vec),
+                Upstream::Plain(_) => None,
+            };
+            Ok((t, alpn))
+        }
+    }
+}
+
+/// TLS over `s` to `server`, after `preamble`, within the connect timeout. A failure marks
+/// the server down, counted and logged with its reason.
+async fn secure(
+    backend: &Backend,
+    tls: &BackendTls,
+    server: &Server,
+    mut s: BackendStream,
+    preamble: Option<&[u8]>,
+) -> Result<Upstream, ConnectError> {
+    let limits = backend.pool.limits();
+    let to = || server.name().to_owned();
+    if let Some(p) = preamble {
+        s.write_all(p)
+            .await
+            .map_err(|source| ConnectError::io(to(), source))?;
+    }
+    let name = tls
+        .names
+        .iter()
+        .find(|(n, _)| **n == *server.name())
+        .map(|(_, name)| name.clone());
+    let Some(name) = name else {
+        return Err(ConnectError::Handshake {
+            to: to(),
+            reason: "no server name to verify".into(),
+        });
+    };
+    let handshake = TlsConnector::from(tls.config.clone()).connect(name, s);
+    let reason = match tokio::time::timeout(limits.connect_timeout, handshake).await {
+        Ok(Ok(t)) => return Ok(Upstream::Tls(Box::new(RefCell::new(t)))),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no TLS handshake within {:?}", limits.connect_timeout),
+    };
+    server.stats.handshake_failures.fetch_add(1, Relaxed);
+    server.mark_down(limits.retry_after);
+    tracing::warn!(
+        name: "backend_tls_failed",
+        backend = %backend.name,
+        server = %server.name(),
+        error = %reason,
+        retry_after = ?limits.retry_after,
+        "TLS to the backend failed: {reason}; marked down for {:?}",
+        limits.retry_after,
+    );
+    Err(ConnectError::Handshake { to: to(), reason })
 }
 
 impl AsyncRead for Upstream {

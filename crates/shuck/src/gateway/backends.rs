@@ -305,6 +305,11 @@ impl Backends {
         }
     }
 
+    /// Backend `id`, as the client connection found it.
+    pub fn backend(&self, id: BackendId) -> &Arc<crate::edge::route::Backend> {
+        self.routing.backend(id)
+    }
+
     /// The name of backend `id`, for logs.
     pub fn name(&self, id: BackendId) -> &std::sync::Arc<str> {
         &self.routing.backend(id).name

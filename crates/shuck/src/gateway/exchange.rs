@@ -8,24 +8,27 @@
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 
-use bytes::{Buf, Bytes};
+use bytes::Buf;
 use http::request::Parts;
-use http::{Response, StatusCode};
+use http::StatusCode;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::answer::answer;
 use super::backends::BackendConn;
 use super::early::{self, Early};
-use super::front::{Inbound, Note, Outbound, Reset};
-use super::outcome::{client_reset, stalled, write_head, Done, End};
+use super::front::{next_piece, trailers_within, BodyWait, Inbound, Note, Outbound, Reset};
+use super::outcome::{client_reset, malformed, reply, reply_with, stalled, write_head, Done, End};
 use super::request::{self, Body, Kind, Refusal};
 use super::response;
 use super::tunnel::upgrade;
 use super::{Active, Gateway};
 use crate::access::request_id::RequestId;
+use crate::config::Proto;
 use crate::counters::WorkerCounters;
 use crate::edge::route::BackendId;
 use crate::gateway::choose::Choice;
+use crate::gateway::upstream::head::H2Head;
+use crate::gateway::upstream::stream::{self, Call};
 
 /// A stream's future: the version's own halves, or (`--access-log`) the same watched for
 /// the log. Either is boxed where it is made (see [`take`]).
@@ -92,82 +95,136 @@ fn take<I: Inbound, O: Outbound>(
 ) -> Option<Pin<Box<impl Future<Output = ()>>>> {
     let gw: &Gateway = &active.0;
     let counters = &gw.worker.counters;
+    let grpc = super::grpc::is_call(&parts.headers);
     if let Some(limit) = &gw.requests {
         if let Err(r) = gw.worker.state.clients.request(limit) {
             crate::clients::log_refused(&r, gw.client, gw.version.as_str());
             // RFC 6585 §4: 429, and when to try again.
             let retry = http::HeaderValue::from(r.retry_secs());
             let retry = Some((http::header::RETRY_AFTER, retry));
-            reply_with(&mut respond, StatusCode::TOO_MANY_REQUESTS, retry);
+            reply_with(&mut respond, StatusCode::TOO_MANY_REQUESTS, grpc, retry);
             return None;
         }
     }
-    // The head's hygiene first, then its route: a malformed request is refused alike
-    // whatever its route (HTTP/3's stack refuses some before the core sees them).
-    let mut head = Vec::with_capacity(512);
-    let (framing, kind) = match request::build(&parts, end_stream, &gw.fwd, id.as_ref(), &mut head)
-    {
+    // Where it would go first (the head's form depends on the backend), then the head's
+    // hygiene, then the route's verdict: a malformed request is refused alike whatever
+    // its route (HTTP/3's stack refuses some before the core sees them).
+    let host = parts.uri.authority().map(|a| a.as_str()).or_else(|| {
+        parts
+            .headers
+            .get(http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+    });
+    let choice = match &gw.chooser {
+        None => Choice::Backend(gw.fallback),
+        Some(c) => c.choose(host, parts.uri.path()),
+    };
+    let h2 = match choice {
+        Choice::Backend(b) => gw.backends.backend(b).proto == Proto::H2,
+        _ => false,
+    };
+    let mut head = Vec::new();
+    let mut h2_head = H2Head::default();
+    let built = if h2 {
+        request::build(&parts, end_stream, &gw.fwd, id.as_ref(), &mut h2_head)
+    } else {
+        head.reserve(512);
+        request::build(&parts, end_stream, &gw.fwd, id.as_ref(), &mut head)
+    };
+    let (framing, kind) = match built {
         Ok(r) => r,
         Err(Refusal::Malformed(why)) => {
             malformed(gw, &mut respond, why);
             return None;
         }
         Err(Refusal::Status(status, why)) => {
-            tracing::debug!(
-                name: "gateway_request_refused",
-                protocol = gw.version.as_str(),
-                reason = %why,
-                client = %gw.client,
-                "request refused: {why}",
-            );
-            reply(&mut respond, status);
+            refuse(gw, &mut respond, status, why, grpc);
             return None;
         }
     };
-    let backend = match &gw.chooser {
-        None => gw.fallback,
-        Some(c) => {
-            let host = parts.uri.authority().map(|a| a.as_str()).or_else(|| {
-                parts
-                    .headers
-                    .get(http::header::HOST)
-                    .and_then(|v| v.to_str().ok())
-            });
-            match c.choose(host, parts.uri.path()) {
-                Choice::Backend(b) => b,
-                Choice::Forbidden => {
-                    reply(&mut respond, StatusCode::FORBIDDEN);
-                    return None;
-                }
-                Choice::Misdirected => {
-                    tracing::debug!(
-                        name: "gateway_request_misdirected",
-                        protocol = gw.version.as_str(),
-                        client = %gw.client,
-                        host = host.unwrap_or("-"),
-                        "a request for a name the connection's certificate does not cover: 421",
-                    );
-                    WorkerCounters::bump(&counters.http.misdirected);
-                    reply(&mut respond, StatusCode::MISDIRECTED_REQUEST);
-                    return None;
-                }
-            }
+    let backend = match choice {
+        Choice::Backend(b) => b,
+        Choice::Forbidden => {
+            reply(&mut respond, StatusCode::FORBIDDEN, grpc);
+            return None;
+        }
+        Choice::Misdirected => {
+            tracing::debug!(
+                name: "gateway_request_misdirected",
+                protocol = gw.version.as_str(),
+                client = %gw.client,
+                host = host.unwrap_or("-"),
+                "a request for a name the connection's certificate does not cover: 421",
+            );
+            WorkerCounters::bump(&counters.http.misdirected);
+            reply(&mut respond, StatusCode::MISDIRECTED_REQUEST, grpc);
+            return None;
         }
     };
     respond.note(Note::Backend(gw.backends.name(backend)));
-    gw.count_request();
     let again = Retry::of(&parts.method, framing);
     let early = Early::of(gw.handshake.as_deref(), &parts.method, framing, kind);
-    if early != Early::No {
-        let h3 = &counters.http.h3;
-        WorkerCounters::bump(&h3.early_requests[usize::from(early == Early::Waited)]);
+    let head = if h2 {
+        if h2_head.upgrade {
+            let why = "WebSockets are not carried to an HTTP/2 backend";
+            refuse(gw, &mut respond, StatusCode::NOT_IMPLEMENTED, why, grpc);
+            return None;
+        }
+        if early == Early::Passed {
+            h2_head.mark_early();
+        }
+        let tls = gw.backends.backend(backend).tls.is_some();
+        let req = match h2_head.into_request(tls) {
+            Ok(r) => r,
+            Err(why) => {
+                refuse(gw, &mut respond, StatusCode::BAD_REQUEST, why, grpc);
+                return None;
+            }
+        };
+        let deadline = super::grpc::timeout(&parts.headers)
+            .filter(|_| grpc)
+            .map(|d| tokio::time::Instant::now() + d);
+        let call = Call {
+            framing,
+            grpc,
+            deadline,
+            resendable: again == Retry::Unanswered,
+        };
+        Head::H2(Box::new((req, call)))
+    } else {
         if early == Early::Passed {
             early::mark(&mut head);
         }
+        Head::H1(head)
+    };
+    gw.count_request();
+    if early != Early::No {
+        let h3 = &counters.http.h3;
+        WorkerCounters::bump(&h3.early_requests[usize::from(early == Early::Waited)]);
     }
     Some(Box::pin(serve(
         active, backend, head, framing, kind, again, early, body, respond,
     )))
+}
+
+/// A well-formed request shuck does not pass on: answered `status`, logged with `why`.
+fn refuse<O: Outbound>(gw: &Gateway, respond: &mut O, status: StatusCode, why: &str, grpc: bool) {
+    tracing::debug!(
+        name: "gateway_request_refused",
+        protocol = gw.version.as_str(),
+        reason = %why,
+        client = %gw.client,
+        "request refused: {why}",
+    );
+    reply(respond, status, grpc);
+}
+
+/// A judged request's head, in its backend's version.
+enum Head {
+    /// HTTP/1.1's bytes.
+    H1(Vec<u8>),
+    /// An HTTP/2 backend's request, and what the stream is besides.
+    H2(Box<(http::Request<()>, Call)>),
 }
 
 /// Whether a request may be sent again on a new connection when its own turns out closed
@@ -215,7 +272,7 @@ enum Waited {
 async fn serve<I: Inbound, O: Outbound>(
     active: Active,
     backend: BackendId,
-    head: Vec<u8>,
+    head: Head,
     framing: Body,
     kind: Kind,
     again: Retry,
@@ -224,10 +281,18 @@ async fn serve<I: Inbound, O: Outbound>(
     mut respond: O,
 ) {
     let gw: &Gateway = &active.0;
-    let mut head = head;
     if early == Early::Waited && !until_handshake(gw).await {
         return;
     }
+    let mut head = match head {
+        Head::H1(h) => h,
+        // Boxed apart, so that the HTTP/1.1 backend's future stays its size.
+        Head::H2(h) => {
+            let (req, call) = *h;
+            let h2 = stream::serve(gw, backend, req, call, &mut body, &mut respond);
+            return Box::pin(h2).await;
+        }
+    };
     // Sent again at most --retries times (at least once): a server killed under load can
     // take a retry's fresh connection with it too, before it is marked down.
     let max_tries = gw.worker.state.limits.retries.max(1);
@@ -262,7 +327,7 @@ async fn serve<I: Inbound, O: Outbound>(
             Ok(c) => c,
             Err(e) => {
                 gw.worker.connect_failed(gw.client, &e);
-                return reply(&mut respond, StatusCode::SERVICE_UNAVAILABLE);
+                return reply(&mut respond, StatusCode::SERVICE_UNAVAILABLE, false);
             }
         };
         if let Some(asked) = asked {
@@ -355,27 +420,10 @@ async fn serve<I: Inbound, O: Outbound>(
                     error = %e,
                     "answered {status}",
                 );
-                return reply(&mut respond, status);
+                return reply(&mut respond, status, false);
             }
         }
     }
-}
-
-/// A malformed request (RFC 9113 §8.1.1, RFC 9114 §4.1.2): its stream reset
-/// (`PROTOCOL_ERROR`, `H3_MESSAGE_ERROR`), counted against the reset limit. A backend
-/// connection it had is dropped by the caller, never reused.
-fn malformed<O: Outbound>(gw: &Gateway, respond: &mut O, why: &str) {
-    tracing::debug!(
-        name: "gateway_stream_reset",
-        protocol = gw.version.as_str(),
-        reason = %why,
-        client = %gw.client,
-        stream = respond.id(),
-        "{why}: stream reset",
-    );
-    respond.reset(Reset::Malformed);
-    gw.count_reset_sent();
-    gw.resets.hit();
 }
 
 /// Waits for the client's handshake; whether it completed (if not, the connection is
@@ -386,36 +434,6 @@ async fn until_handshake(gw: &Gateway) -> bool {
         Some(h) if h.is_pending() => Box::pin(h.completed()).await,
         _ => true,
     }
-}
-
-/// An answer of shuck's own: the status and its reason phrase as the body. Sent without
-/// waiting: a client whose window is shut gets it as the window opens, or not at all.
-fn reply<O: Outbound>(respond: &mut O, status: StatusCode) {
-    reply_with(respond, status, None);
-}
-
-/// [`reply`] with one more header.
-fn reply_with<O: Outbound>(
-    respond: &mut O,
-    status: StatusCode,
-    extra: Option<(http::HeaderName, http::HeaderValue)>,
-) {
-    let text = status.canonical_reason().unwrap_or("");
-    let mut resp = Response::new(());
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain"),
-    );
-    h.insert(
-        http::header::CONTENT_LENGTH,
-        http::HeaderValue::from(text.len()),
-    );
-    if let Some((name, value)) = extra {
-        h.insert(name, value);
-    }
-    respond.answer_now(resp, Bytes::from_static(text.as_bytes()));
 }
 
 /// A request without a body: the head, then the answer.
@@ -495,6 +513,16 @@ enum Up {
     Backend(std::io::Error),
 }
 
+impl From<BodyWait> for Up {
+    fn from(w: BodyWait) -> Self {
+        match w {
+            BodyWait::Client => Up::Client,
+            BodyWait::Stalled => Up::Stalled,
+            BodyWait::Length => Up::Length,
+        }
+    }
+}
+
 /// The request body to the backend, as it arrives, in the framing the head announced;
 /// each piece's window is given back once the backend took its bytes.
 async fn upload<W: AsyncWrite + Unpin, I: Inbound>(
@@ -511,20 +539,8 @@ async fn upload<W: AsyncWrite + Unpin, I: Inbound>(
         Body::Length(n) => Some(n),
         _ => None,
     };
-    loop {
-        let data = match tokio::time::timeout(gw.stall, body.data()).await {
-            Err(_) => return Err(Up::Stalled),
-            Ok(None) => break,
-            Ok(Some(Err(_))) => return Err(Up::Client),
-            Ok(Some(Ok(d))) => d,
-        };
+    while let Some(data) = next_piece(body, gw.stall, &mut left).await? {
         let n = data.len();
-        if n == 0 {
-            continue;
-        }
-        if let Some(left) = &mut left {
-            *left = left.checked_sub(n as u64).ok_or(Up::Length)?;
-        }
         let written = if chunked {
             let size = format!("{n:x}\r\n");
             let mut frame = Buf::chain(Buf::chain(size.as_bytes(), data), &b"\r\n"[..]);
@@ -535,15 +551,8 @@ async fn upload<W: AsyncWrite + Unpin, I: Inbound>(
         written.map_err(Up::Backend)?;
         body.release(n);
     }
-    if left.is_some_and(|n| n > 0) {
-        return Err(Up::Length);
-    }
     if chunked {
-        let trailers = match tokio::time::timeout(gw.stall, body.trailers()).await {
-            Ok(Ok(t)) => t,
-            Ok(Err(_)) => return Err(Up::Client),
-            Err(_) => return Err(Up::Stalled),
-        };
+        let trailers = trailers_within(body, gw.stall).await?;
         let mut last = b"0\r\n".to_vec();
         for (name, value) in trailers.iter().flatten() {
             if gw.fwd.strips(name.as_str().as_bytes()) || !response::allowed_trailer(name) {

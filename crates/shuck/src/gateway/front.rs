@@ -106,3 +106,53 @@ pub trait Outbound {
         false
     }
 }
+
+/// How the wait for a request body's next piece ended, short of a piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyWait {
+    /// The client reset the stream.
+    Client,
+    /// Nothing came within the wait (`--http-stall-timeout`).
+    Stalled,
+    /// The body ran past its `content-length`, or ended short of it.
+    Length,
+}
+
+/// The body's next piece within `wait` (`None` at its end), counted against what its
+/// `content-length` left (`left`): a body longer or shorter than declared never passes.
+pub async fn next_piece<I: Inbound>(
+    body: &mut I,
+    wait: Duration,
+    left: &mut Option<u64>,
+) -> Result<Option<Bytes>, BodyWait> {
+    loop {
+        let data = match tokio::time::timeout(wait, body.data()).await {
+            Err(_) => return Err(BodyWait::Stalled),
+            Ok(None) if left.is_some_and(|n| n > 0) => return Err(BodyWait::Length),
+            Ok(None) => return Ok(None),
+            Ok(Some(Err(Gone))) => return Err(BodyWait::Client),
+            Ok(Some(Ok(d))) => d,
+        };
+        if data.is_empty() {
+            continue;
+        }
+        if let Some(left) = left {
+            *left = left
+                .checked_sub(data.len() as u64)
+                .ok_or(BodyWait::Length)?;
+        }
+        return Ok(Some(data));
+    }
+}
+
+/// The body's trailers once it ended, within `wait`.
+pub async fn trailers_within<I: Inbound>(
+    body: &mut I,
+    wait: Duration,
+) -> Result<Option<HeaderMap>, BodyWait> {
+    match tokio::time::timeout(wait, body.trailers()).await {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(Gone)) => Err(BodyWait::Client),
+        Err(_) => Err(BodyWait::Stalled),
+    }
+}

@@ -26,6 +26,7 @@ mod exchange;
 pub use exchange::{accept, Stream};
 pub mod fields;
 pub mod front;
+pub mod grpc;
 pub mod h1;
 pub mod h2;
 pub mod h3;
@@ -35,6 +36,7 @@ pub mod path;
 pub mod request;
 pub mod response;
 mod tunnel;
+mod upstream;
 
 use std::cell::Cell;
 use std::net::SocketAddr;

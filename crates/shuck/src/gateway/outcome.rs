@@ -1,9 +1,12 @@
 //! How a stream's exchange with its backend ended, shared by the request's side
 //! (`stream.rs`), the answer's (`answer.rs`) and a tunnel's (`tunnel.rs`).
 
+use bytes::Bytes;
+use http::{Response, StatusCode};
 use tokio::io::AsyncWriteExt;
 
 use super::backends::BackendConn;
+use super::front::{Outbound, Reset};
 use super::response::BadAnswer;
 use super::Gateway;
 
@@ -89,4 +92,60 @@ pub(super) async fn write_head(conn: &mut BackendConn, head: &[u8]) -> Result<()
         Err(_) if conn.reused => Err(End::Stale),
         Err(e) => Err(End::Write(e)),
     }
+}
+
+/// An answer of shuck's own: the status and its reason phrase as the body, or to a gRPC
+/// call (`grpc`) a trailers-only answer with the status's gRPC code. Sent without
+/// waiting: a client whose window is shut gets it as the window opens, or not at all.
+pub(super) fn reply<O: Outbound>(respond: &mut O, status: StatusCode, grpc: bool) {
+    reply_with(respond, status, grpc, None);
+}
+
+/// [`reply`] with one more header.
+pub(super) fn reply_with<O: Outbound>(
+    respond: &mut O,
+    status: StatusCode,
+    grpc: bool,
+    extra: Option<(http::HeaderName, http::HeaderValue)>,
+) {
+    let text = status.canonical_reason().unwrap_or("");
+    if grpc {
+        let mut resp = super::grpc::trailers_only(super::grpc::Code::of(status), text);
+        if let Some((name, value)) = extra {
+            resp.headers_mut().insert(name, value);
+        }
+        return respond.answer_now(resp, Bytes::new());
+    }
+    let mut resp = Response::new(());
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain"),
+    );
+    h.insert(
+        http::header::CONTENT_LENGTH,
+        http::HeaderValue::from(text.len()),
+    );
+    if let Some((name, value)) = extra {
+        h.insert(name, value);
+    }
+    respond.answer_now(resp, Bytes::from_static(text.as_bytes()));
+}
+
+/// A malformed request (RFC 9113 §8.1.1, RFC 9114 §4.1.2): its stream reset
+/// (`PROTOCOL_ERROR`, `H3_MESSAGE_ERROR`), counted against the reset limit. A backend
+/// connection it had is dropped by the caller, never reused.
+pub(super) fn malformed<O: Outbound>(gw: &Gateway, respond: &mut O, why: &str) {
+    tracing::debug!(
+        name: "gateway_stream_reset",
+        protocol = gw.version.as_str(),
+        reason = %why,
+        client = %gw.client,
+        stream = respond.id(),
+        "{why}: stream reset",
+    );
+    respond.reset(Reset::Malformed);
+    gw.count_reset_sent();
+    gw.resets.hit();
 }

@@ -60,13 +60,81 @@ fn connection_specific(name: &header::HeaderName) -> bool {
     )
 }
 
-/// Writes the HTTP/1.1 head for `req` to `out`. `end_stream`: the client sent no body.
-pub fn build(
+/// Where a request's head goes once judged: HTTP/1.1's bytes (`Vec<u8>`) or an HTTP/2
+/// backend's fields (`upstream/head.rs`), so that both carry exactly the same fields.
+pub trait HeadOut {
+    /// The method and the target.
+    fn start(&mut self, method: &str, path: &str);
+    /// `Host` (HTTP/1.1), `:authority` (HTTP/2).
+    fn host(&mut self, host: &[u8]);
+    /// A field passed on.
+    fn field(&mut self, name: &[u8], value: &[u8]);
+    /// The client's cookie crumbs (RFC 9113 §8.2.3).
+    fn cookies<'a>(&mut self, crumbs: impl Iterator<Item = &'a http::HeaderValue>);
+    /// The client's `TE: trailers`, which only HTTP/2 passes on (an HTTP/1.1 backend's
+    /// answer is read whatever it says).
+    fn te_trailers(&mut self) {}
+    /// A body without a declared length follows.
+    fn chunked(&mut self);
+    /// A WebSocket's upgrade with its `Sec-WebSocket-Key`.
+    fn upgrade(&mut self, key: &[u8]);
+    /// The forwarding headers, already lines (`Forwarding::lines`), ending the head.
+    fn end(&mut self, lines: &str);
+}
+
+impl HeadOut for Vec<u8> {
+    fn start(&mut self, method: &str, path: &str) {
+        self.extend_from_slice(method.as_bytes());
+        self.push(b' ');
+        self.extend_from_slice(path.as_bytes());
+        self.extend_from_slice(b" HTTP/1.1\r\n");
+    }
+
+    fn host(&mut self, host: &[u8]) {
+        self.extend_from_slice(b"Host: ");
+        self.extend_from_slice(host);
+        self.extend_from_slice(b"\r\n");
+    }
+
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        self.extend_from_slice(name);
+        self.extend_from_slice(b": ");
+        self.extend_from_slice(value);
+        self.extend_from_slice(b"\r\n");
+    }
+
+    fn cookies<'a>(&mut self, crumbs: impl Iterator<Item = &'a http::HeaderValue>) {
+        // The crumbs become one field again, joined by "; ".
+        for (i, c) in crumbs.enumerate() {
+            self.extend_from_slice(if i == 0 { b"Cookie: " } else { b"; " });
+            self.extend_from_slice(c.as_bytes());
+        }
+        self.extend_from_slice(b"\r\n");
+    }
+
+    fn chunked(&mut self) {
+        self.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+    }
+
+    fn upgrade(&mut self, key: &[u8]) {
+        self.extend_from_slice(b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ");
+        self.extend_from_slice(key);
+        self.extend_from_slice(b"\r\n");
+    }
+
+    fn end(&mut self, lines: &str) {
+        self.extend_from_slice(lines.as_bytes());
+    }
+}
+
+/// Judges `req` and writes its head to `out` (HTTP/1.1's bytes, or an HTTP/2 backend's
+/// fields). `end_stream`: the client sent no body.
+pub fn build<H: HeadOut>(
     req: &Parts,
     end_stream: bool,
     fwd: &Forwarding,
     id: Option<&crate::access::request_id::RequestId>,
-    out: &mut Vec<u8>,
+    out: &mut H,
 ) -> Result<(Body, Kind), Refusal> {
     let protocol = req.extensions.get::<h2::ext::Protocol>();
     let (method, kind) = match (&req.method, protocol) {
@@ -100,10 +168,7 @@ pub fn build(
     if path == "*" && req.method != Method::OPTIONS {
         return Err(Refusal::Malformed(":path * outside OPTIONS"));
     }
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(path.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    out.start(method, path);
     // What the HTTP/1.1 path refuses in a Host is refused here too (400).
     let checked = |value: &[u8]| {
         crate::http_host::parse(value)
@@ -126,11 +191,11 @@ pub fn build(
         }
         (Some(a), _) => {
             checked(a.as_str().as_bytes())?;
-            out.extend_from_slice(a.as_str().as_bytes())
+            out.host(a.as_str().as_bytes())
         }
         (None, Some(h)) => {
             checked(h.as_bytes())?;
-            out.extend_from_slice(h.as_bytes())
+            out.host(h.as_bytes())
         }
         (None, None) => {
             return Err(Refusal::Status(
@@ -139,7 +204,6 @@ pub fn build(
             ))
         }
     }
-    out.extend_from_slice(b"\r\n");
 
     let mut length: Option<u64> = None;
     let mut cookies = 0;
@@ -148,7 +212,10 @@ pub fn build(
             return Err(Refusal::Malformed("a connection-specific header field"));
         }
         match name.as_str() {
-            "te" if value.as_bytes().eq_ignore_ascii_case(b"trailers") => continue,
+            "te" if value.as_bytes().eq_ignore_ascii_case(b"trailers") => {
+                out.te_trailers();
+                continue;
+            }
             "te" => return Err(Refusal::Malformed("TE other than trailers")),
             "host" => continue, // from :authority, or written above
             "cookie" => {
@@ -177,18 +244,10 @@ pub fn build(
         if fwd.is_request_id(name.as_str().as_bytes()) {
             continue; // the request's ID, written below
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        out.field(name.as_str().as_bytes(), value.as_bytes());
     }
     if cookies > 0 {
-        // RFC 9113 §8.2.3: the crumbs become one field again, joined by "; ".
-        for (i, c) in req.headers.get_all(header::COOKIE).iter().enumerate() {
-            out.extend_from_slice(if i == 0 { b"Cookie: " } else { b"; " });
-            out.extend_from_slice(c.as_bytes());
-        }
-        out.extend_from_slice(b"\r\n");
+        out.cookies(req.headers.get_all(header::COOKIE).iter());
     }
 
     let body = match kind {
@@ -208,7 +267,7 @@ pub fn build(
         _ => match length {
             Some(n) => Body::Length(n),
             None => {
-                out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+                out.chunked();
                 Body::Chunked
             }
         },
@@ -216,17 +275,15 @@ pub fn build(
     let kind = match kind {
         Kind::Upgrade(_) => {
             let key = websocket_key();
-            out.extend_from_slice(b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ");
-            out.extend_from_slice(key.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            out.upgrade(key.as_bytes());
             Kind::Upgrade(websocket_accept(key.as_bytes()))
         }
         k => k,
     };
     if let (Some(id), Some(spec)) = (id, &fwd.request_id) {
-        id.write_line(&spec.name, out);
+        out.field(spec.name.as_bytes(), id.as_bytes());
     }
-    out.extend_from_slice(fwd.lines.as_bytes());
+    out.end(&fwd.lines);
     Ok((body, kind))
 }
 

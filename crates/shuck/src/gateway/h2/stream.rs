@@ -113,7 +113,10 @@ impl Outbound for Answer {
     }
 
     fn answer_now(&mut self, resp: Response<()>, body: Bytes) {
-        if let Ok(mut tx) = self.respond.send_response(resp, false) {
+        // Without a body the head ends the stream (gRPC's trailers-only answer).
+        if body.is_empty() {
+            let _ = self.respond.send_response(resp, true);
+        } else if let Ok(mut tx) = self.respond.send_response(resp, false) {
             let _ = tx.send_data(body, true);
         }
     }

@@ -170,7 +170,9 @@ impl Outbound for Answer {
         tokio::task::spawn_local(async move {
             let send = async {
                 tx.send_response(resp).await?;
-                tx.send_data(body).await?;
+                if !body.is_empty() {
+                    tx.send_data(body).await?;
+                }
                 tx.finish().await
             };
             let _ = tokio::time::timeout(Duration::from_secs(5), send).await;

@@ -1,0 +1,504 @@
+//! One client stream carried as one stream on a shared HTTP/2 backend connection: the
+//! request's body up and the answer down at once (gRPC's streaming both ways), each
+//! under its peer's flow control, with trailers both ways. A stream the backend never
+//! processed (above a GOAWAY's last stream, or `REFUSED_STREAM`) goes to another
+//! connection with the body sent so far, kept for that ([`REPLAY_MAX`]); a client's reset
+//! is passed on as `RST_STREAM` (`CANCEL`) and the backend's to the client; a gRPC call's
+//! `grpc-timeout` is its deadline.
+
+use std::cell::Cell;
+use std::future::poll_fn;
+
+use bytes::Bytes;
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderMap, Request, Response, StatusCode};
+use tokio::time::Instant;
+
+use super::pool;
+use crate::counters::WorkerCounters;
+use crate::edge::route::BackendId;
+use crate::gateway::front::{
+    next_piece, trailers_within, BodyWait, Inbound, Note, Outbound, Reset, SendError,
+};
+use crate::gateway::grpc::{self, Code};
+use crate::gateway::outcome::{client_reset, malformed, reply, stalled};
+use crate::gateway::request::Body;
+use crate::gateway::response::allowed_trailer;
+use crate::gateway::Gateway;
+
+/// Most request body kept to send again when a backend turns a stream away unprocessed:
+/// a gRPC call's messages are mostly far smaller; a longer body that is turned away is
+/// answered `502` (`UNAVAILABLE`).
+pub const REPLAY_MAX: usize = 64 * 1024;
+
+/// What a stream is besides its head.
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    /// How its body travels.
+    pub framing: Body,
+    /// A gRPC call: shuck's own answers are gRPC's.
+    pub grpc: bool,
+    /// Its `grpc-timeout`, from the stream's start.
+    pub deadline: Option<Instant>,
+    /// Idempotent and without a body: it may go again even once processed, when its
+    /// connection died before any answer.
+    pub resendable: bool,
+}
+
+/// The body sent so far, to send again.
+#[derive(Debug, Default)]
+struct Replay {
+    pieces: Vec<Bytes>,
+    len: usize,
+    /// More than [`REPLAY_MAX`] went: it cannot be sent again.
+    over: bool,
+}
+
+impl Replay {
+    fn keep(&mut self, data: &Bytes) {
+        if self.over || self.len + data.len() > REPLAY_MAX {
+            self.over = true;
+            self.pieces = Vec::new();
+            return;
+        }
+        self.len += data.len();
+        self.pieces.push(data.clone());
+    }
+}
+
+/// How a try ended before the answer's head reached the client.
+#[derive(Debug)]
+enum Fail {
+    /// The backend never processed it (GOAWAY above it, `REFUSED_STREAM`, or its
+    /// connection refused a new stream): it may go elsewhere whatever its method.
+    Unprocessed,
+    /// The connection died (or the backend reset the stream) before an answer.
+    Lost(h2::Error),
+    /// No answer within `--idle-timeout`.
+    Timeout,
+    /// The call's `grpc-timeout` passed.
+    Deadline,
+    /// The client reset the stream.
+    Client,
+    /// The client's body stopped arriving for `--http-stall-timeout`.
+    Stalled,
+    /// The client's body is not its `content-length`.
+    Length,
+}
+
+/// Why the body's way up stopped.
+enum Up {
+    /// The client's side of it.
+    Wait(BodyWait),
+    /// The backend's stream closed or its window stayed shut for `--idle-timeout`.
+    Backend,
+}
+
+/// Serves one stream on `backend`'s shared connections; `req` is its judged head.
+pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
+    gw: &Gateway,
+    backend: BackendId,
+    req: Request<()>,
+    call: Call,
+    body: &mut I,
+    respond: &mut O,
+) {
+    let be = gw.backends.backend(backend).clone();
+    let max_tries = gw.worker.state.limits.retries.max(1);
+    let keepalive = gw.worker.state.limits.http_keepalive_timeout;
+    let mut replay = Replay::default();
+    let mut tries = 0;
+    loop {
+        let asked = respond.noting().then(std::time::Instant::now);
+        let taken = tokio::select! {
+            biased;
+            () = gw.resets.closing.notified() => return,
+            () = poll_fn(|cx| respond.poll_reset(cx)) => return client_reset(gw),
+            () = until(call.deadline) => return deadline(gw, respond),
+            t = pool::take(&gw.worker, &be, be.max_streams, keepalive) => t,
+        };
+        let (taken, connect) = match taken {
+            Ok(t) => t,
+            Err(e) => {
+                gw.worker.connect_failed(gw.client, &e);
+                return reply(respond, StatusCode::SERVICE_UNAVAILABLE, call.grpc);
+            }
+        };
+        if let Some(asked) = asked {
+            respond.note(Note::Connection {
+                server: taken.lease.server_arc(),
+                waited: asked.elapsed(),
+                connect: connect.unwrap_or_default(),
+            });
+        }
+        let tried = exchange(gw, &taken, &req, call, &mut replay, body, respond).await;
+        let again = match &tried {
+            Ok(()) => return gw.resets.answered(),
+            Err(Fail::Unprocessed) => {
+                taken.conn.retire();
+                !replay.over
+            }
+            Err(Fail::Lost(_)) => call.resendable,
+            Err(_) => false,
+        };
+        if again && tries < max_tries {
+            tries += 1;
+            WorkerCounters::bump(&gw.worker.counters.http.retries);
+            respond.note(Note::Retry);
+            continue;
+        }
+        let status = match tried {
+            Ok(()) => return,
+            Err(Fail::Client) => return client_reset(gw),
+            Err(Fail::Deadline) => return deadline(gw, respond),
+            Err(Fail::Stalled) => {
+                respond.reset(Reset::Cancel);
+                return stalled(gw, respond.id(), "the request body stopped arriving");
+            }
+            Err(Fail::Length) => {
+                return malformed(gw, respond, "the body is not its content-length")
+            }
+            Err(Fail::Timeout) => StatusCode::GATEWAY_TIMEOUT,
+            Err(Fail::Unprocessed | Fail::Lost(_)) => StatusCode::BAD_GATEWAY,
+        };
+        let error = match &tried {
+            Err(Fail::Lost(e)) => e.to_string(),
+            Err(Fail::Unprocessed) => {
+                "turned away unprocessed, too often or with too long a body".into()
+            }
+            _ => "no answer within --idle-timeout".into(),
+        };
+        tracing::warn!(
+            name: "gateway_backend_error",
+            protocol = gw.version.as_str(),
+            status = %status,
+            client = %gw.client,
+            backend = %be.name,
+            server = %taken.lease.server().name(),
+            error = %error,
+            "answered {status}",
+        );
+        return reply(respond, status, call.grpc);
+    }
+}
+
+/// Ready at `deadline`; never without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The call's deadline passed before its answer: `DEADLINE_EXCEEDED` as its answer. The
+/// backend's stream, dropped by the caller, is reset (`CANCEL`).
+fn deadline<O: Outbound>(gw: &Gateway, respond: &mut O) {
+    tracing::debug!(
+        name: "gateway_grpc_deadline",
+        protocol = gw.version.as_str(),
+        client = %gw.client,
+        stream = respond.id(),
+        "a gRPC call's grpc-timeout passed: DEADLINE_EXCEEDED",
+    );
+    respond.answer_now(
+        grpc::trailers_only(Code::DeadlineExceeded, DEADLINE),
+        Bytes::new(),
+    );
+}
+
+/// What a call whose deadline passed is told.
+const DEADLINE: &str = "the call's grpc-timeout passed";
+
+/// Ends an answer whose head went with gRPC trailers saying `code`, within
+/// `--http-stall-timeout` (a client gone is told nothing).
+async fn end_call<O: Outbound>(gw: &Gateway, respond: &mut O, code: Code, message: &'static str) {
+    let t = grpc::trailers(code, message);
+    let _ = tokio::time::timeout(gw.stall, respond.trailers(t)).await;
+}
+
+/// One try: the stream opened on `taken`'s connection, its body up and its answer down.
+async fn exchange<I: Inbound, O: Outbound>(
+    gw: &Gateway,
+    taken: &pool::Taken,
+    req: &Request<()>,
+    call: Call,
+    replay: &mut Replay,
+    body: &mut I,
+    respond: &mut O,
+) -> Result<(), Fail> {
+    let ready = tokio::select! {
+        r = taken.sender().ready() => r,
+        () = until(call.deadline) => return Err(Fail::Deadline),
+    };
+    let Ok(mut send) = ready else {
+        return Err(Fail::Unprocessed); // GOAWAY or a dead connection: nothing was sent
+    };
+    let end = call.framing == Body::None;
+    let (answer, mut tx) = match send.send_request(req.clone(), end) {
+        Ok(s) => s,
+        Err(_) => return Err(Fail::Unprocessed),
+    };
+    let processed = Cell::new(false);
+    let up = upload(gw, &mut tx, body, call.framing, replay, &processed);
+    tokio::pin!(up);
+    let mut sent = end;
+    // Until the answer's head: the body goes up meanwhile.
+    let idle = tokio::time::sleep(gw.idle);
+    tokio::pin!(idle, answer);
+    let head = loop {
+        tokio::select! {
+            biased;
+            r = &mut answer => break r,
+            r = &mut up, if !sent => match r {
+                Ok(()) => sent = true,
+                Err(Up::Wait(BodyWait::Client)) => return Err(Fail::Client),
+                Err(Up::Wait(BodyWait::Stalled)) => return Err(Fail::Stalled),
+                Err(Up::Wait(BodyWait::Length)) => return Err(Fail::Length),
+                Err(Up::Backend) => sent = true, // its answer, or its reset, says why
+            },
+            () = poll_fn(|cx| respond.poll_reset(cx)) => return Err(Fail::Client),
+            () = &mut idle => return Err(Fail::Timeout),
+            () = until(call.deadline) => return Err(Fail::Deadline),
+        }
+    };
+    let resp = match head {
+        Ok(r) => r,
+        Err(e) => return Err(classify(e)),
+    };
+    processed.set(true);
+    let (parts, mut rx) = resp.into_parts();
+    let mut resp = Response::from_parts(parts, ());
+    if let Some(v) = &gw.alt_svc {
+        if let http::header::Entry::Vacant(e) = resp.headers_mut().entry(http::header::ALT_SVC) {
+            e.insert(v.clone());
+        }
+    }
+    let empty = rx.is_end_stream();
+    if respond.respond(resp, empty).is_err() {
+        return Err(Fail::Client);
+    }
+    gw.resets.answered();
+    // The answer down, the body still up meanwhile (a bidirectional stream).
+    let ended = {
+        let down = async {
+            match respond.flush_head(gw.stall).await {
+                Ok(()) if empty => Ok(()),
+                Ok(()) => download(gw, &mut rx, respond, call).await,
+                Err(e) => Err(e.into()),
+            }
+        };
+        tokio::pin!(down);
+        loop {
+            tokio::select! {
+                r = &mut down => break r,
+                r = &mut up, if !sent => match r {
+                    Ok(()) | Err(Up::Backend) => sent = true,
+                    Err(Up::Wait(BodyWait::Client)) => break Err(Down::Client),
+                    Err(Up::Wait(BodyWait::Stalled)) => break Err(Down::Stalled),
+                    Err(Up::Wait(BodyWait::Length)) => break Err(Down::Length),
+                },
+            }
+        }
+    };
+    match ended {
+        Ok(()) => {}
+        Err(Down::Client) => client_reset(gw),
+        Err(Down::Stalled) => {
+            respond.reset(Reset::Cancel);
+            stalled(
+                gw,
+                respond.id(),
+                "the client stopped taking the answer or sending its body",
+            );
+        }
+        Err(Down::Length) => malformed(gw, respond, "the body is not its content-length"),
+        Err(Down::Deadline) => end_call(gw, respond, Code::DeadlineExceeded, DEADLINE).await,
+        Err(Down::Backend(e)) => lost_midway(gw, respond, call, &e).await,
+        Err(Down::Silent) => {
+            respond.reset(Reset::Cancel);
+            gw.count_reset_sent();
+        }
+    }
+    Ok(())
+}
+
+/// What a stream's error before its answer means for sending it again.
+fn classify(e: h2::Error) -> Fail {
+    let graceful = e.is_go_away() && e.is_remote() && e.reason() == Some(Reason::NO_ERROR);
+    let refused = e.is_reset() && e.is_remote() && e.reason() == Some(Reason::REFUSED_STREAM);
+    if graceful || refused {
+        // RFC 9113 §6.8, §8.7: never processed, safe to send anywhere.
+        Fail::Unprocessed
+    } else {
+        Fail::Lost(e)
+    }
+}
+
+/// The backend's answer broke after its head went: a reset of the backend's is passed on
+/// as a reset; a lost connection ends a gRPC call with `UNAVAILABLE` in its trailers (what
+/// its client reads), any other answer with a reset.
+async fn lost_midway<O: Outbound>(gw: &Gateway, respond: &mut O, call: Call, e: &h2::Error) {
+    tracing::debug!(
+        name: "gateway_backend_answer_cut",
+        protocol = gw.version.as_str(),
+        client = %gw.client,
+        error = %e,
+        "backend answer cut short: {e}",
+    );
+    if call.grpc && !e.is_reset() {
+        return end_call(
+            gw,
+            respond,
+            Code::Unavailable,
+            "the backend connection was lost",
+        )
+        .await;
+    }
+    let why = if e.reason() == Some(Reason::CANCEL) {
+        Reset::Cancel
+    } else {
+        Reset::Internal
+    };
+    respond.reset(why);
+    gw.count_reset_sent();
+}
+
+/// Why the answer's way down stopped.
+enum Down {
+    Client,
+    Stalled,
+    /// The client's body is not its `content-length`.
+    Length,
+    Deadline,
+    /// No byte from the backend for `--idle-timeout`.
+    Silent,
+    Backend(h2::Error),
+}
+
+impl From<SendError> for Down {
+    fn from(e: SendError) -> Self {
+        match e {
+            SendError::Client => Down::Client,
+            SendError::Stalled => Down::Stalled,
+        }
+    }
+}
+
+/// The answer's body and trailers to the client, each piece's window given back to the
+/// backend once the client took it.
+async fn download<O: Outbound>(
+    gw: &Gateway,
+    rx: &mut RecvStream,
+    respond: &mut O,
+    call: Call,
+) -> Result<(), Down> {
+    loop {
+        let next = tokio::select! {
+            d = rx.data() => d,
+            () = tokio::time::sleep(gw.idle) => return Err(Down::Silent),
+            () = until(call.deadline) => return Err(Down::Deadline),
+        };
+        match next {
+            Some(Ok(d)) => {
+                let n = d.len();
+                let last = rx.is_end_stream();
+                respond.send(d, last, gw.stall).await?;
+                let _ = rx.flow_control().release_capacity(n);
+                if last {
+                    return Ok(());
+                }
+            }
+            Some(Err(e)) => return Err(Down::Backend(e)),
+            None => break,
+        }
+    }
+    match rx.trailers().await {
+        Ok(Some(t)) => {
+            let t = filtered(gw, t);
+            respond.trailers(t).await.map_err(|_| Down::Client)
+        }
+        Ok(None) => Ok(respond.send(Bytes::new(), true, gw.stall).await?),
+        Err(e) => Err(Down::Backend(e)),
+    }
+}
+
+/// Trailers without what may not travel as one, nor the forwarding names.
+fn filtered(gw: &Gateway, mut t: HeaderMap) -> HeaderMap {
+    let drop: Vec<_> = t
+        .keys()
+        .filter(|n| gw.fwd.strips(n.as_str().as_bytes()) || !allowed_trailer(n))
+        .cloned()
+        .collect();
+    for n in drop {
+        t.remove(n);
+    }
+    t
+}
+
+impl From<BodyWait> for Up {
+    fn from(w: BodyWait) -> Self {
+        Up::Wait(w)
+    }
+}
+
+/// The body up: what was kept from an earlier try first, then the client's as it comes,
+/// each piece sent within the backend's window and its own window given back to the
+/// client once sent; then the client's trailers, or the end.
+async fn upload<I: Inbound>(
+    gw: &Gateway,
+    tx: &mut SendStream<Bytes>,
+    body: &mut I,
+    framing: Body,
+    replay: &mut Replay,
+    processed: &Cell<bool>,
+) -> Result<(), Up> {
+    if framing == Body::None {
+        return Ok(());
+    }
+    for piece in replay.pieces.clone() {
+        send_data(gw, tx, piece).await?;
+    }
+    let mut left = match framing {
+        Body::Length(n) => Some(n.saturating_sub(replay.len as u64)),
+        _ => None,
+    };
+    if replay.over {
+        return Err(Up::Backend); // cannot be whole again: the caller never gets here
+    }
+    loop {
+        // Before the answer the client is waited on for --http-stall-timeout; once the
+        // backend answers, a stream both ways may rest for --idle-timeout.
+        let wait = if processed.get() { gw.idle } else { gw.stall };
+        let Some(data) = next_piece(body, wait, &mut left).await? else {
+            break;
+        };
+        let n = data.len();
+        if !processed.get() {
+            replay.keep(&data);
+        }
+        send_data(gw, tx, data).await?;
+        body.release(n);
+    }
+    let trailers = trailers_within(body, gw.stall).await?;
+    match trailers.map(|t| filtered(gw, t)).filter(|t| !t.is_empty()) {
+        Some(t) => tx.send_trailers(t).map_err(|_| Up::Backend),
+        None => tx.send_data(Bytes::new(), true).map_err(|_| Up::Backend),
+    }
+}
+
+/// `data` to the backend as its window opens, never ahead of it.
+async fn send_data(gw: &Gateway, tx: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), Up> {
+    while !data.is_empty() {
+        tx.reserve_capacity(data.len());
+        let cap = match tokio::time::timeout(gw.idle, poll_fn(|cx| tx.poll_capacity(cx))).await {
+            Ok(Some(Ok(n))) => n,
+            _ => return Err(Up::Backend),
+        };
+        if cap == 0 {
+            continue;
+        }
+        let piece = data.split_to(cap.min(data.len()));
+        tx.send_data(piece, false).map_err(|_| Up::Backend)?;
+    }
+    Ok(())
+}
