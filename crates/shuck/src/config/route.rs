@@ -36,6 +36,9 @@ pub struct NamedBackend {
     /// With `tls`: the client configuration its connections share (built once the whole
     /// configuration is read, so that its files are read with the rest).
     pub tls_client: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// With `proto = auto`: the configuration of its HTTP/1.1 connections, which offer
+    /// `http/1.1` alone (so that a server able to speak both speaks HTTP/1.1 on them).
+    pub tls_client_h1: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// `--http`: the HTTP version its servers speak (`proto`).
     pub proto: Proto,
     /// `proto = h2`: most streams at once on one shared connection (`max-streams`),
@@ -298,6 +301,7 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
         connect_timeout,
         tls,
         tls_client: None,
+        tls_client_h1: None,
         proto,
         max_streams: max_streams.unwrap_or(MAX_STREAMS),
     })

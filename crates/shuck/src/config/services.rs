@@ -42,6 +42,14 @@ pub(super) fn resolve(
                 };
                 let client = crate::tls::upstream::client_config(up)
                     .map_err(|e| nth("--named-backend", i, e.into()))?;
+                if b.proto == route::Proto::Auto {
+                    let h1 = ["http/1.1".to_owned()];
+                    let up = crate::tls::upstream::Upstream { alpn: &h1, ..up };
+                    b.tls_client_h1 = Some(
+                        crate::tls::upstream::client_config(up)
+                            .map_err(|e| nth("--named-backend", i, e.into()))?,
+                    );
+                }
                 for s in &b.servers {
                     crate::tls::upstream::server_name(t.sni.as_deref(), &s.host()).map_err(|e| {
                         nth("--named-backend", i, ConfigError::Invalid {

@@ -43,6 +43,9 @@ pub struct Backend {
 pub struct BackendTls {
     /// Its client configuration (and so its session cache).
     pub config: std::sync::Arc<rustls::ClientConfig>,
+    /// `proto = auto`: the configuration of its HTTP/1.1 connections (ALPN `http/1.1`
+    /// alone); `None`: `config` for every connection.
+    pub h1: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// Each server's name (by the server's own name, as the pool gives it), in order.
     pub names: Vec<(Box<str>, ServerName<'static>)>,
 }
@@ -356,6 +359,7 @@ fn named(b: &NamedBackend, global: Preamble, mut limits: PoolLimits, slot: usize
     let spec = format!("{:?}", b.servers);
     let tls = b.tls_client.as_ref().map(|client| BackendTls {
         config: client.clone(),
+        h1: b.tls_client_h1.clone(),
         names: b
             .servers
             .iter()

@@ -113,7 +113,8 @@ pub async fn open(
     let mut last = None;
     for _ in 0..backend.pool.servers().len().min(limits.retries + 1) {
         let (s, lease) = backend.pool.connect(picker).await?;
-        match secure(backend, tls, lease.server(), s, preamble).await {
+        let config = tls.h1.as_ref().unwrap_or(&tls.config);
+        match secure(backend, tls, config, lease.server(), s, preamble).await {
             Ok(t) => return Ok((t, lease)),
             Err(e) => last = Some(e),
         }
@@ -136,7 +137,7 @@ pub async fn dial(
     match &backend.tls {
         None => Ok((Upstream::Plain(s), None)),
         Some(tls) => {
-            let t = secure(backend, tls, server, s, None).await?;
+            let t = secure(backend, tls, &tls.config, server, s, None).await?;
             let alpn = match &t {
                 Upstream::Tls(t) => t.borrow().get_ref().1.alpn_protocol().map(<[u8]>::to_vec),
                 Upstream::Plain(_) => None,
@@ -151,6 +152,7 @@ pub async fn dial(
 async fn secure(
     backend: &Backend,
     tls: &BackendTls,
+    config: &std::sync::Arc<rustls::ClientConfig>,
     server: &Server,
     mut s: BackendStream,
     preamble: Option<&[u8]>,
@@ -173,7 +175,7 @@ async fn secure(
             reason: "no server name to verify".into(),
         });
     };
-    let handshake = TlsConnector::from(tls.config.clone()).connect(name, s);
+    let handshake = TlsConnector::from(config.clone()).connect(name, s);
     let reason = match tokio::time::timeout(limits.connect_timeout, handshake).await {
         Ok(Ok(t)) => return Ok(Upstream::Tls(Box::new(RefCell::new(t)))),
         Ok(Err(e)) => e.to_string(),

@@ -28,7 +28,7 @@ use crate::counters::WorkerCounters;
 use crate::edge::route::BackendId;
 use crate::gateway::choose::Choice;
 use crate::gateway::upstream::head::H2Head;
-use crate::gateway::upstream::stream::{self, Call};
+use crate::gateway::upstream::stream::{self, Call, Served};
 
 /// A stream's future: the version's own halves, or (`--access-log`) the same watched for
 /// the log. Either is boxed where it is made (see [`take`]).
@@ -119,10 +119,11 @@ fn take<I: Inbound, O: Outbound>(
         None => Choice::Backend(gw.fallback),
         Some(c) => c.choose(host, parts.uri.path()),
     };
-    let h2 = match choice {
-        Choice::Backend(b) => gw.backends.backend(b).proto == Proto::H2,
-        _ => false,
+    let proto = match choice {
+        Choice::Backend(b) => gw.backends.backend(b).proto,
+        _ => Proto::Http1,
     };
+    let h2 = proto != Proto::Http1;
     let mut head = Vec::new();
     let mut h2_head = H2Head::default();
     let built = if h2 {
@@ -131,7 +132,13 @@ fn take<I: Inbound, O: Outbound>(
         head.reserve(512);
         request::build(&parts, end_stream, &gw.fwd, id.as_ref(), &mut head)
     };
-    let (framing, kind) = match built {
+    // proto = auto: the same head as HTTP/1.1's too (the same judgement, so it cannot
+    // fail now), for a server that chooses HTTP/1.1.
+    let h1_too = match proto {
+        Proto::Auto => request::build(&parts, end_stream, &gw.fwd, id.as_ref(), &mut head).ok(),
+        _ => None,
+    };
+    let (framing, mut kind) = match built {
         Ok(r) => r,
         Err(Refusal::Malformed(why)) => {
             malformed(gw, &mut respond, why);
@@ -164,6 +171,15 @@ fn take<I: Inbound, O: Outbound>(
     respond.note(Note::Backend(gw.backends.name(backend)));
     let again = Retry::of(&parts.method, framing);
     let early = Early::of(gw.handshake.as_deref(), &parts.method, framing, kind);
+    // proto = auto carries a WebSocket the HTTP/1.1 way (its own key in its head).
+    let h2 = h2
+        && match h1_too {
+            Some((_, k)) if h2_head.upgrade => {
+                kind = k;
+                false
+            }
+            _ => true,
+        };
     let head = if h2 {
         if h2_head.upgrade {
             let why = "WebSockets are not carried to an HTTP/2 backend";
@@ -172,6 +188,7 @@ fn take<I: Inbound, O: Outbound>(
         }
         if early == Early::Passed {
             h2_head.mark_early();
+            early::mark(&mut head);
         }
         let tls = gw.backends.backend(backend).tls.is_some();
         let req = match h2_head.into_request(tls) {
@@ -190,7 +207,7 @@ fn take<I: Inbound, O: Outbound>(
             deadline,
             resendable: again == Retry::Unanswered,
         };
-        Head::H2(Box::new((req, call)))
+        Head::H2(Box::new((req, call, h1_too.map(|_| head))))
     } else {
         if early == Early::Passed {
             early::mark(&mut head);
@@ -223,8 +240,9 @@ fn refuse<O: Outbound>(gw: &Gateway, respond: &mut O, status: StatusCode, why: &
 enum Head {
     /// HTTP/1.1's bytes.
     H1(Vec<u8>),
-    /// An HTTP/2 backend's request, and what the stream is besides.
-    H2(Box<(http::Request<()>, Call)>),
+    /// An HTTP/2 backend's request and what the stream is besides; with `proto = auto`,
+    /// the HTTP/1.1 head too, for a server that chooses HTTP/1.1.
+    H2(Box<(http::Request<()>, Call, Option<Vec<u8>>)>),
 }
 
 /// Whether a request may be sent again on a new connection when its own turns out closed
@@ -288,9 +306,12 @@ async fn serve<I: Inbound, O: Outbound>(
         Head::H1(h) => h,
         // Boxed apart, so that the HTTP/1.1 backend's future stays its size.
         Head::H2(h) => {
-            let (req, call) = *h;
+            let (req, call, h1) = *h;
             let h2 = stream::serve(gw, backend, req, call, &mut body, &mut respond);
-            return Box::pin(h2).await;
+            match (Box::pin(h2).await, h1) {
+                (Served::Http1, Some(h1)) => h1, // proto = auto, and the server chose it
+                _ => return,
+            }
         }
     };
     // Sent again at most --retries times (at least once): a server killed under load can

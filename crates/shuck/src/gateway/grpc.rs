@@ -51,7 +51,7 @@ pub fn is_call(headers: &HeaderMap) -> bool {
 }
 
 /// The call's `grpc-timeout` (`1*8DIGIT` and a unit of `HMSmun`), if given and valid; a
-/// malformed one is ignored, as gRPC servers do.
+/// malformed one sets no deadline here, and is passed on for the server to judge.
 pub fn timeout(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get("grpc-timeout")?.as_bytes();
     let (&unit, digits) = v.split_last()?;

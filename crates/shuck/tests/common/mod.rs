@@ -2,6 +2,7 @@
 //! certificates made with openssl and rcgen, and a rustls client that records what it saw.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod grpc;
 pub mod h1origin;
 pub mod h2c;
 pub mod h3;

@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{ConnectError, Lease, Server};
+use crate::config::Proto;
 use crate::edge::route::Backend;
 use crate::edge::upstream::{self, Upstream};
 use crate::edge::Worker;
@@ -29,6 +30,10 @@ pub const PING_EVERY: Duration = Duration::from_secs(10);
 
 /// How long a PING may go unanswered before its connection is taken for dead.
 pub const PONG_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a server of a `proto = auto` backend that chose HTTP/1.1 is taken at its
+/// word before ALPN asks it again.
+const RELEARN: Duration = Duration::from_secs(60);
 
 /// A stream's window, and so the most an answer's stream holds unread here.
 const STREAM_WINDOW: u32 = 256 * 1024;
@@ -57,6 +62,18 @@ impl Conn {
         self.open.get() && self.in_flight.get() < self.cap.min(self.send.current_max_send_streams())
     }
 
+    /// Whether the server sent GOAWAY (or the connection failed): h2 then opens no stream
+    /// on it. Asked without waiting; the connection is retired if so.
+    pub fn going_away(&self) -> bool {
+        let mut send = self.send.clone();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let gone = matches!(send.poll_ready(&mut cx), std::task::Poll::Ready(Err(_)));
+        if gone {
+            self.retire();
+        }
+        gone
+    }
+
     /// Takes no new stream (a GOAWAY, a failure); its streams under way go on.
     pub fn retire(&self) {
         self.open.set(false);
@@ -67,6 +84,9 @@ impl Conn {
 #[derive(Debug, Default)]
 struct ServerConns {
     conns: RefCell<Vec<Rc<Conn>>>,
+    /// `proto = auto`: when the server last chose HTTP/1.1 by ALPN; asked again
+    /// [`RELEARN`] after.
+    chose_h1: Cell<Option<Instant>>,
     /// A connection is being opened: others wait for it.
     opening: Cell<bool>,
     /// The opening ended, with a connection or without.
@@ -127,27 +147,39 @@ impl Drop for Opening<'_> {
     }
 }
 
+/// What [`take`] found.
+#[derive(Debug)]
+pub enum Got {
+    /// A place for the stream, and how long opening its connection took (none for a
+    /// connection already open).
+    Stream(Taken, Option<Duration>),
+    /// `proto = auto`: the server chose HTTP/1.1; the stream goes the HTTP/1.1 way.
+    Http1,
+}
+
 /// Takes a stream's place on one of `backend`'s servers: a slot on the server (waiting in
-/// its queue at maxconn), then a connection with room, opened if none has; how long an
-/// opening took comes with it. A server that cannot be reached is marked down and the next
-/// one tried, `--retries` times.
+/// its queue at maxconn), then a connection with room, opened if none has. A server that
+/// cannot be reached is marked down and the next one tried, `--retries` times.
 pub async fn take(
     worker: &Worker,
     backend: &Backend,
     max_streams: usize,
     idle: Duration,
-) -> Result<(Taken, Option<Duration>), ConnectError> {
+) -> Result<Got, ConnectError> {
     let tries = backend.pool.limits().retries + 1;
     let mut last = None;
     for _ in 0..tries {
         let lease = backend.pool.lease(&worker.picker).await?;
         let server = lease.server_arc();
         let sc = server_conns(&server);
+        if sc.chose_h1.get().is_some_and(|t| t.elapsed() < RELEARN) {
+            return Ok(Got::Http1);
+        }
         loop {
             let room = sc.conns.borrow().iter().find(|c| c.has_room()).cloned();
             if let Some(conn) = room {
                 conn.in_flight.set(conn.in_flight.get() + 1);
-                return Ok((Taken { conn, lease }, None));
+                return Ok(Got::Stream(Taken { conn, lease }, None));
             }
             if sc.opening.get() {
                 // Registered at its first poll, before the opener can run again.
@@ -160,9 +192,13 @@ pub async fn take(
             let opened = open(worker, backend, &server, max_streams, idle, &sc).await;
             drop(opening);
             match opened {
-                Ok(conn) => {
+                Ok(Some(conn)) => {
                     conn.in_flight.set(1);
-                    return Ok((Taken { conn, lease }, Some(began.elapsed())));
+                    return Ok(Got::Stream(Taken { conn, lease }, Some(began.elapsed())));
+                }
+                Ok(None) => {
+                    sc.chose_h1.set(Some(Instant::now()));
+                    return Ok(Got::Http1);
                 }
                 Err(e @ ConnectError::Local { .. }) => return Err(e),
                 Err(e) => {
@@ -175,7 +211,8 @@ pub async fn take(
     Err(last.unwrap_or(ConnectError::NoneUp))
 }
 
-/// Opens a connection to `server` and starts the task that drives it.
+/// Opens a connection to `server` and starts the task that drives it; `None` when the
+/// server of a `proto = auto` backend chose HTTP/1.1 (the connection is closed).
 async fn open(
     worker: &Worker,
     backend: &Backend,
@@ -183,8 +220,17 @@ async fn open(
     max_streams: usize,
     idle: Duration,
     sc: &Rc<ServerConns>,
-) -> Result<Rc<Conn>, ConnectError> {
+) -> Result<Option<Rc<Conn>>, ConnectError> {
     let (io, alpn) = upstream::dial(backend, server, &worker.picker).await?;
+    if backend.proto == Proto::Auto && alpn.as_deref() != Some(b"h2") {
+        tracing::debug!(
+            name: "backend_chose_http1",
+            backend = %backend.name,
+            server = %server.name(),
+            "proto = auto: the server chose HTTP/1.1 by ALPN",
+        );
+        return Ok(None);
+    }
     let limits = backend.pool.limits();
     let refused = |reason: String| {
         server.mark_down(limits.retry_after);
@@ -239,7 +285,7 @@ async fn open(
         idle,
         server.name().to_owned(),
     ));
-    Ok(shared)
+    Ok(Some(shared))
 }
 
 /// Drives one connection until it ends: pinged every [`PING_EVERY`] while it carries no

@@ -94,6 +94,15 @@ enum Up {
     Backend,
 }
 
+/// What became of a stream given to [`serve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// It was answered, or ended.
+    Done,
+    /// `proto = auto`: the server chose HTTP/1.1; nothing of the stream was used.
+    Http1,
+}
+
 /// Serves one stream on `backend`'s shared connections; `req` is its judged head.
 pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
     gw: &Gateway,
@@ -102,7 +111,7 @@ pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
     call: Call,
     body: &mut I,
     respond: &mut O,
-) {
+) -> Served {
     let be = gw.backends.backend(backend).clone();
     let max_tries = gw.worker.state.limits.retries.max(1);
     let keepalive = gw.worker.state.limits.http_keepalive_timeout;
@@ -112,16 +121,24 @@ pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
         let asked = respond.noting().then(std::time::Instant::now);
         let taken = tokio::select! {
             biased;
-            () = gw.resets.closing.notified() => return,
-            () = poll_fn(|cx| respond.poll_reset(cx)) => return client_reset(gw),
-            () = until(call.deadline) => return deadline(gw, respond),
+            () = gw.resets.closing.notified() => return Served::Done,
+            () = poll_fn(|cx| respond.poll_reset(cx)) => {
+                client_reset(gw);
+                return Served::Done;
+            }
+            () = until(call.deadline) => {
+                deadline(gw, respond);
+                return Served::Done;
+            }
             t = pool::take(&gw.worker, &be, be.max_streams, keepalive) => t,
         };
         let (taken, connect) = match taken {
-            Ok(t) => t,
+            Ok(pool::Got::Stream(t, connect)) => (t, connect),
+            Ok(pool::Got::Http1) => return Served::Http1,
             Err(e) => {
                 gw.worker.connect_failed(gw.client, &e);
-                return reply(respond, StatusCode::SERVICE_UNAVAILABLE, call.grpc);
+                reply(respond, StatusCode::SERVICE_UNAVAILABLE, call.grpc);
+                return Served::Done;
             }
         };
         if let Some(asked) = asked {
@@ -133,7 +150,10 @@ pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
         }
         let tried = exchange(gw, &taken, &req, call, &mut replay, body, respond).await;
         let again = match &tried {
-            Ok(()) => return gw.resets.answered(),
+            Ok(()) => {
+                gw.resets.answered();
+                return Served::Done;
+            }
             Err(Fail::Unprocessed) => {
                 taken.conn.retire();
                 !replay.over
@@ -148,15 +168,23 @@ pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
             continue;
         }
         let status = match tried {
-            Ok(()) => return,
-            Err(Fail::Client) => return client_reset(gw),
-            Err(Fail::Deadline) => return deadline(gw, respond),
+            Ok(()) => return Served::Done,
+            Err(Fail::Client) => {
+                client_reset(gw);
+                return Served::Done;
+            }
+            Err(Fail::Deadline) => {
+                deadline(gw, respond);
+                return Served::Done;
+            }
             Err(Fail::Stalled) => {
                 respond.reset(Reset::Cancel);
-                return stalled(gw, respond.id(), "the request body stopped arriving");
+                stalled(gw, respond.id(), "the request body stopped arriving");
+                return Served::Done;
             }
             Err(Fail::Length) => {
-                return malformed(gw, respond, "the body is not its content-length")
+                malformed(gw, respond, "the body is not its content-length");
+                return Served::Done;
             }
             Err(Fail::Timeout) => StatusCode::GATEWAY_TIMEOUT,
             Err(Fail::Unprocessed | Fail::Lost(_)) => StatusCode::BAD_GATEWAY,
@@ -178,7 +206,8 @@ pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
             error = %error,
             "answered {status}",
         );
-        return reply(respond, status, call.grpc);
+        reply(respond, status, call.grpc);
+        return Served::Done;
     }
 }
 
@@ -265,8 +294,13 @@ async fn exchange<I: Inbound, O: Outbound>(
         Ok(r) => r,
         Err(e) => return Err(classify(e)),
     };
-    processed.set(true);
     let (parts, mut rx) = resp.into_parts();
+    if call.grpc && rx.is_end_stream() && turned_away(&parts.headers) && taken.conn.going_away() {
+        // A server shutting down (grpc-core's stop) answers the calls it will not start
+        // trailers-only, CANCELLED or UNAVAILABLE, after its GOAWAY: never processed.
+        return Err(Fail::Unprocessed);
+    }
+    processed.set(true);
     let mut resp = Response::from_parts(parts, ());
     if let Some(v) = &gw.alt_svc {
         if let http::header::Entry::Vacant(e) = resp.headers_mut().entry(http::header::ALT_SVC) {
@@ -320,6 +354,12 @@ async fn exchange<I: Inbound, O: Outbound>(
         }
     }
     Ok(())
+}
+
+/// A trailers-only gRPC answer that turned the call away: `CANCELLED` or `UNAVAILABLE`.
+fn turned_away(h: &HeaderMap) -> bool {
+    h.get("grpc-status")
+        .is_some_and(|v| v.as_bytes() == b"1" || v.as_bytes() == b"14")
 }
 
 /// What a stream's error before its answer means for sending it again.

@@ -1,0 +1,149 @@
+//! gRPC peers for the tests: grpcio's server and clients (`tests/grpc/peer.py`, PyPI's
+//! grpcio and grpcio-health-checking, installed when missing).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use super::{free_port, skip, wait_listening};
+
+const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc/peer.py");
+
+/// grpcio and its health service, installed from PyPI when missing.
+pub fn grpcio() -> bool {
+    let have = || {
+        Command::new("python3")
+            .args(["-c", "import grpc, grpc_health.v1.health"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if have() {
+        return true;
+    }
+    let _ = Command::new("sh")
+        .args([
+            "-c",
+            "pip install -q grpcio grpcio-health-checking >/dev/null 2>&1 || pip install -q --break-system-packages grpcio grpcio-health-checking >/dev/null 2>&1",
+        ])
+        .status();
+    if have() {
+        return true;
+    }
+    skip("grpcio (PyPI) is not installed and could not be installed");
+    false
+}
+
+/// A grpcio server of the service test.Echo; killed when dropped.
+pub struct Server {
+    child: Child,
+    /// Its port.
+    pub port: u16,
+    /// What it answers `Unary` with first.
+    pub name: String,
+}
+
+impl Server {
+    /// In clear (h2c), or with `tls` (certificate and key files); `events`: its log of
+    /// cancelled calls and deadlines.
+    pub fn start(name: &str, tls: Option<(&Path, &Path)>, events: Option<&Path>) -> Server {
+        let port = free_port();
+        let mut cmd = Command::new("python3");
+        cmd.arg(PEER).arg("serve").arg(port.to_string()).arg(name);
+        if let Some((c, k)) = tls {
+            cmd.arg("--tls").arg(c).arg(k);
+        }
+        if let Some(e) = events {
+            cmd.arg("--events").arg(e);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let out = child.stdout.take().unwrap();
+        BufReader::new(out).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "the gRPC server {name} did not start");
+        wait_listening(port, "the gRPC server");
+        Server {
+            child,
+            port,
+            name: name.to_owned(),
+        }
+    }
+
+    /// `host:port` as a backend block's `server`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM: it stops with a grace period (GOAWAY, calls under way finish).
+    pub fn stop_gracefully(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// SIGKILL, and reaped.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits for it to end after [`Server::stop_gracefully`].
+    pub fn wait(&mut self) {
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One client operation through shuck at `port` (TLS, name localhost, `ca` trusted): its
+/// JSON result.
+pub fn call(port: u16, ca: &str, op: &str, args: &[&str]) -> Value {
+    let out = Command::new("timeout")
+        .arg("300")
+        .arg("python3")
+        .arg(PEER)
+        .arg("client")
+        .arg(port.to_string())
+        .arg(ca)
+        .arg(op)
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or("");
+    serde_json::from_str(last).unwrap_or_else(|e| {
+        panic!(
+            "gRPC client {op} {args:?}: {e}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// [`call`] on a thread of its own.
+pub fn call_in_background(
+    port: u16,
+    ca: &str,
+    op: &'static str,
+    args: Vec<String>,
+) -> std::thread::JoinHandle<Value> {
+    let ca = ca.to_owned();
+    std::thread::spawn(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        call(port, &ca, op, &args)
+    })
+}
