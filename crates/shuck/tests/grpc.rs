@@ -280,3 +280,54 @@ fn a_killed_server_fails_only_its_own_calls() {
     assert_eq!(v["codes"], json!({"OK": 20}), "{v}");
     assert_eq!(v["servers"], json!({"b": 20}), "{v}");
 }
+
+#[test]
+fn check_grpc_follows_the_servers_serving_status() {
+    if !grpc::grpcio() {
+        return;
+    }
+    let pki = pki();
+    let a = grpc::Server::start("a", None, None);
+    let b = grpc::Server::start("b", None, None);
+    let check = ",check-grpc=test.Echo,check-interval=200ms,rise=1,fall=1";
+    let spec = format!(
+        "--named-backend=name=g;server={}{check};server={}{check};proto=h2",
+        a.addr(),
+        b.addr()
+    );
+    let s = Shuck::start(&[
+        "--http",
+        "-n",
+        "1",
+        "-b",
+        "127.0.0.1:1",
+        &spec,
+        "--route=host=localhost;backend=g",
+        &pki.both,
+    ]);
+    let spread = || call(s.port, &pki.cert, "load", &["20", "2"]);
+    assert!(
+        wait_until(Duration::from_secs(10), || spread()["servers"]
+            .as_object()
+            .is_some_and(|m| m.len() == 2)),
+        "both servers never served"
+    );
+    // a says NOT_SERVING for the service: its checks take it out, b alone serves.
+    let set = call(a.port, "-", "set_health", &["not"]);
+    assert_eq!(ok(&set)["reply"], "ok");
+    assert!(
+        s.wait_log("NOT_SERVING", Duration::from_secs(5)),
+        "the check never failed: {}",
+        s.log()
+    );
+    let v = spread();
+    assert_eq!(v["servers"], json!({"b": 20}), "{v}");
+    // SERVING again: back in rotation.
+    call(a.port, "-", "set_health", &["serving"]);
+    assert!(
+        wait_until(Duration::from_secs(10), || spread()["servers"]["a"]
+            .as_u64()
+            .is_some_and(|n| n > 0)),
+        "a never came back"
+    );
+}

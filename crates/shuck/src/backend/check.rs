@@ -1,5 +1,5 @@
 //! Active health checks of a server (`check`, `check-tls`, `check-http=PATH`, as HAProxy
-//! names them): what is probed and how often, and the server's state by its checks. A
+//! names them, and `check-grpc[=SERVICE]`): what is probed and how often, and the server's state by its checks. A
 //! server that fails `fall` checks in a row takes nothing new until it passes `rise`. The
 //! probes themselves run in one place for the whole process (`runtime/worker/checks.rs`).
 
@@ -20,6 +20,13 @@ pub enum Probe {
         path: String,
         /// Over TLS (`check-tls` beside `check-http`, or a backend with `tls = on`).
         tls: bool,
+    },
+    /// gRPC's health service (`grpc.health.v1.Health/Check`) asked over HTTP/2 for this
+    /// service (empty: the server as a whole) answers `SERVING` (over TLS when the backend
+    /// has `tls = on`).
+    Grpc {
+        /// The service asked about.
+        service: String,
     },
 }
 

@@ -117,8 +117,8 @@ impl BackendSpec {
     /// Parses `[HOST]:PORT` or `/PATH`, then its options: `maxconn=N`, `weight=W`,
     /// `name=NAME` (its name in logs and metrics), and its health check as HAProxy names
     /// it: `check` (a connection), `check-tls` (a TLS handshake), `check-http=/PATH`,
-    /// `check-status=200|2xx|300-399`, `check-interval=T`, `rise=N`, `fall=N`,
-    /// `check-send-proxy`.
+    /// `check-grpc[=SERVICE]` (gRPC's health service), `check-status=200|2xx|300-399`,
+    /// `check-interval=T`, `rise=N`, `fall=N`, `check-send-proxy`.
     pub fn parse(spec: &str) -> Result<Self, ConfigError> {
         let mut parts = spec.split(',');
         let endpoint = BackendEndpoint::parse(parts.next().unwrap_or(""))?;
@@ -131,6 +131,7 @@ impl BackendSpec {
             reason,
         };
         let (mut probe, mut tls, mut http) = (false, false, None);
+        let mut grpc: Option<String> = None;
         let mut check = CheckSpec {
             probe: Probe::Connect,
             statuses: vec![(200, 399)],
@@ -175,6 +176,19 @@ impl BackendSpec {
                     }
                     http = Some(path.to_owned());
                 }
+                ("check-grpc", service) => {
+                    let service = service.unwrap_or("");
+                    if service.len() > 200
+                        || !service
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b))
+                    {
+                        return Err(bad(format!(
+                            "check-grpc={service}: a gRPC service name (letters, digits, '.', '_', '-', '/')"
+                        )));
+                    }
+                    grpc = Some(service.to_owned());
+                }
                 ("check-status", Some(v)) => {
                     check.statuses = crate::backend::check::parse_statuses(v).map_err(&bad)?;
                     check_options.push(k);
@@ -202,16 +216,20 @@ impl BackendSpec {
                 }
                 (other, _) => {
                     return Err(bad(format!(
-                        "unknown or malformed parameter {other:?} (maxconn=N, weight=W, name=NAME, check, check-tls, check-http=/PATH, check-status=LIST, check-interval=T, rise=N, fall=N, check-send-proxy)"
+                        "unknown or malformed parameter {other:?} (maxconn=N, weight=W, name=NAME, check, check-tls, check-http=/PATH, check-grpc[=SERVICE], check-status=LIST, check-interval=T, rise=N, fall=N, check-send-proxy)"
                     )))
                 }
             }
         }
-        let check = if probe || tls || http.is_some() {
-            check.probe = match http {
-                Some(path) => Probe::Http { path, tls },
-                None if tls => Probe::Tls,
-                None => Probe::Connect,
+        if grpc.is_some() && http.is_some() {
+            return Err(bad("choose check-http or check-grpc, not both".into()));
+        }
+        let check = if probe || tls || http.is_some() || grpc.is_some() {
+            check.probe = match (http, grpc) {
+                (Some(path), _) => Probe::Http { path, tls },
+                (None, Some(service)) => Probe::Grpc { service },
+                (None, None) if tls => Probe::Tls,
+                (None, None) => Probe::Connect,
             };
             if check.statuses != [(200, 399)] && !matches!(check.probe, Probe::Http { .. }) {
                 return Err(bad("check-status needs check-http".into()));
@@ -220,7 +238,7 @@ impl BackendSpec {
         } else {
             if let Some(k) = check_options.first() {
                 return Err(bad(format!(
-                    "{k} needs check, check-tls or check-http (no health check is on)"
+                    "{k} needs check, check-tls, check-http or check-grpc (no health check is on)"
                 )));
             }
             None

@@ -132,8 +132,9 @@ pub struct Cli {
     /// most connections at once to that server; more wait in its FIFO queue. `weight`: 1 to
     /// 1000 (default 1). `name=NAME`: the server's name in logs and metrics (else its
     /// address). Its active health check, as HAProxy names it (the manual's Health
-    /// checks): `check`, `check-tls`, `check-http=/PATH`,
-    /// `check-status=LIST`, `check-interval=T`, `rise=N`, `fall=N`, `check-send-proxy`.
+    /// checks): `check`, `check-tls`, `check-http=/PATH`, `check-grpc[=SERVICE]`
+    /// (gRPC's health service over HTTP/2), `check-status=LIST`, `check-interval=T`,
+    /// `rise=N`, `fall=N`, `check-send-proxy`.
     ///
     /// Default: `[127.0.0.1]:8000` (hitch's); the built-in origin only when nothing at all
     /// is given.
@@ -148,9 +149,12 @@ pub struct Cli {
     /// (`server=` repeated, as `-b` takes them), its preamble (`write-proxy-v1`,
     /// `write-proxy-v2`, `write-ip`, `proxy-proxy`; else the global one),
     /// `connect-timeout`, and TLS to it (`tls=on`, `verify`, `ca-file`, `sni`, `cert`,
-    /// `alpn`).
+    /// `alpn`). With `--http`, `proto=http/1.1` (the default), `h2` (HTTP/2: in clear with
+    /// prior knowledge, or by ALPN over TLS; a worker's connections shared by its clients,
+    /// gRPC end to end) or `auto` (TLS: HTTP/2 where the server agrees by ALPN), and
+    /// `max-streams=N` (most streams on one HTTP/2 connection, 100 by default).
     ///
-    /// See the manual's Several services.
+    /// See the manual's Several services and HTTP/2 backends and gRPC.
     #[arg(long = "named-backend", value_name = "name=NAME;server=ADDRESS;...")]
     pub named_backends: Vec<String>,
 

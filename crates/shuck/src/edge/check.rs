@@ -1,6 +1,7 @@
 //! One active health check of a server (`backend::check`): a connection, a TLS handshake
 //! (the backend's own TLS settings, or any certificate when it has none: the check is that
-//! TLS is spoken), or an HTTP/1.1 GET whose status must be accepted; a PROXY header first
+//! TLS is spoken), an HTTP/1.1 GET whose status must be accepted, or gRPC's health
+//! service asked over HTTP/2 (`grpc_health.rs`); a PROXY header first
 //! with `check-send-proxy` (a v2 LOCAL header, or v1 `UNKNOWN`, after the backend's kind).
 //! The whole check is bounded by the check interval.
 
@@ -46,10 +47,14 @@ async fn run(server: &Server, backend: &Backend, spec: &CheckSpec) -> Result<(),
         Probe::Connect => return Ok(()),
         Probe::Tls => true,
         Probe::Http { tls, .. } => *tls || backend.tls.is_some(),
+        Probe::Grpc { .. } => backend.tls.is_some(),
     };
     let host = host_of(server);
     if !tls {
-        return http(&mut s, spec, &host).await;
+        return match &spec.probe {
+            Probe::Grpc { service } => super::grpc_health::check(s, &host, service, false).await,
+            _ => http(&mut s, spec, &host).await,
+        };
     }
     let (config, name) = match &backend.tls {
         Some(t) => {
@@ -70,11 +75,12 @@ async fn run(server: &Server, backend: &Backend, spec: &CheckSpec) -> Result<(),
         .connect(name, s)
         .await
         .map_err(|e| format!("TLS: {e}"))?;
-    match spec.probe {
+    match &spec.probe {
         Probe::Tls => {
             let _ = t.shutdown().await;
             Ok(())
         }
+        Probe::Grpc { service } => super::grpc_health::check(t, &host, service, true).await,
         _ => http(&mut t, spec, &host).await,
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod buffers;
 pub mod check;
+pub mod grpc_health;
 pub mod preamble;
 pub mod route;
 pub(crate) mod timer_anchor;

@@ -9,6 +9,7 @@ use tokio::io::AsyncWriteExt;
 use super::client::{finish, first_request, CLOSE_GRACE};
 use super::version_name;
 use crate::access::{self, Cause};
+use crate::config::Proto;
 use crate::counters::{FrontendCounters, WorkerCounters};
 use crate::edge::preamble::Preambles;
 use crate::edge::route::{Backend, BackendId, Routing};
@@ -343,6 +344,18 @@ async fn open<S>(
 where
     S: tokio::io::AsyncWrite + Unpin,
 {
+    if http && backend.proto == Proto::H2 {
+        tracing::debug!(
+            name: "gateway_h1_to_h2_backend",
+            client = %client,
+            backend = %backend.name,
+            "an HTTP/1.1 request for backend {}, which speaks HTTP/2 only (proto = h2): answered 502 (HTTP/1.1 clients reach HTTP/2 backends through proto = auto, or over HTTP/2 and HTTP/3)",
+            backend.name,
+        );
+        let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(h1::NOT_TO_HTTP2)).await;
+        let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
+        return None;
+    }
     match Box::pin(upstream::open(backend, &worker.picker, preamble)).await {
         Ok(b) => Some(b),
         Err(e) => {

@@ -197,6 +197,7 @@ fn server_json(s: &Server) -> Value {
                 crate::backend::check::Probe::Connect => "connect".to_owned(),
                 crate::backend::check::Probe::Tls => "tls".to_owned(),
                 crate::backend::check::Probe::Http { path, .. } => format!("http {path}"),
+                crate::backend::check::Probe::Grpc { service } => format!("grpc {service}"),
             },
             "up": !st.is_down(),
             "last": (last > 0).then(|| crate::clock::rfc3339(UNIX_EPOCH + std::time::Duration::from_millis(last))),

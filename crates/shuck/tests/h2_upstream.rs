@@ -1,0 +1,247 @@
+//! HTTP/2 backends (`proto = h2`) before a real HTTP/2 server, nghttpd (Debian's
+//! nghttp2-server) in clear with prior knowledge: HTTP/2 and HTTP/3 clients reach it with
+//! the request hygiene of every backend (a body longer or shorter than declared never
+//! passes), HTTP/1.1 clients are told it is not for them, the streams of many client
+//! connections share the configured connections, and a backend's configuration errors are
+//! named.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::shapes::{self, Conn, Fields, Verdict};
+use common::*;
+
+/// nghttpd serving `dir` in clear (h2c) on a fresh port; its uploads echoed back.
+fn nghttpd(dir: &TempDir) -> Option<(Proc, u16)> {
+    if !require("nghttpd", "nghttp2-server") {
+        return None;
+    }
+    let port = free_port();
+    let child = Command::new("nghttpd")
+        .args(["--no-tls", "--echo-upload", "-d"])
+        .arg(&dir.0)
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let p = Proc(child);
+    wait_listening(port, "nghttpd");
+    Some((p, port))
+}
+
+/// shuck with `--http --quic` before backend `h` (`proto=h2`, `keys` after it), every host
+/// routed to it.
+fn gateway(port: u16, keys: &str, extra: &[&str]) -> Shuck {
+    let backend = format!("--named-backend=name=h;server=127.0.0.1:{port};proto=h2{keys}");
+    let mut args = vec![
+        "--http",
+        "--quic",
+        "-b",
+        "127.0.0.1:1",
+        &backend,
+        "--route=host=localhost;backend=h",
+        "--route=host=127.0.0.1;backend=h",
+    ];
+    args.extend_from_slice(extra);
+    Shuck::start(&args)
+}
+
+fn get(path: &str) -> Fields {
+    Fields::request("GET", "localhost", path, &[])
+}
+
+fn post(path: &str, extra: &[(&str, &str)]) -> Fields {
+    Fields::request("POST", "localhost", path, extra)
+}
+
+#[test]
+fn http2_and_http3_clients_reach_an_h2c_backend_with_the_same_hygiene() {
+    let dir = TempDir::new("nghttpd");
+    std::fs::write(dir.path("index.html"), "served over h2c\n").unwrap();
+    let Some((_server, port)) = nghttpd(&dir) else {
+        return;
+    };
+    let s = gateway(port, "", &[]);
+    let addr = s.addr();
+    let body = sh_out(&format!(
+        "curl -sk --http2 --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/index.html",
+        p = s.port
+    ));
+    assert_eq!(body, "served over h2c\n");
+    let echoed = sh_out(&format!(
+        "curl -sk --http2 --data-binary 'up and back' --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/index.html",
+        p = s.port
+    ));
+    assert_eq!(echoed, "up and back");
+    let smuggled = "hello0\r\n\r\nGET /evil HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    let conn = Conn::sni("localhost");
+    let cases = [
+        ("a GET", get("/index.html"), Verdict::Status(200)),
+        (
+            "a body of its content-length",
+            post("/index.html", &[("content-length", "5")]).with_body(b"hello"),
+            Verdict::Status(200),
+        ),
+        (
+            "a body longer than its content-length",
+            post("/index.html", &[("content-length", "5")]).with_body(smuggled.as_bytes()),
+            Verdict::Refused,
+        ),
+        (
+            "a body shorter than its content-length",
+            post("/index.html", &[("content-length", "60")]).with_body(b"hello"),
+            Verdict::Refused,
+        ),
+        (
+            "a content-length and no body",
+            Fields::request(
+                "GET",
+                "localhost",
+                "/index.html",
+                &[("content-length", "60")],
+            ),
+            Verdict::Refused,
+        ),
+        (
+            "no :authority and no Host",
+            Fields::raw(&[(":method", "GET"), (":scheme", "https"), (":path", "/")]),
+            Verdict::Refused,
+        ),
+        (
+            "a connection-specific field",
+            Fields::request("GET", "localhost", "/", &[("connection", "close")]),
+            Verdict::Refused,
+        ),
+    ];
+    let h3_ok = common::h3::aioquic();
+    for (what, req, want) in &cases {
+        assert_eq!(
+            &shapes::h2(addr, &conn, req),
+            want,
+            "HTTP/2: {what}\n{}",
+            s.log()
+        );
+        if h3_ok {
+            let got = shapes::h3(s.port, &conn, std::slice::from_ref(req));
+            assert_eq!(&got[0], want, "HTTP/3: {what}\n{}", s.log());
+        }
+    }
+    // HTTP/1.1 clients do not reach an HTTP/2-only backend: a 502 that says why.
+    let out = sh_out(&format!(
+        "curl -sk --http1.1 -i --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/index.html",
+        p = s.port
+    ));
+    assert!(out.starts_with("HTTP/1.1 502"), "{out}");
+    assert!(out.contains("speaks HTTP/2 only"), "{out}");
+}
+
+/// Established connections from shuck to `port`.
+fn backend_conns(port: u16) -> usize {
+    sh_out(&format!("ss -tnH state established dst 127.0.0.1:{port}"))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+#[test]
+fn streams_of_fifty_clients_share_the_configured_connections() {
+    if !require("h2load", "nghttp2-client") || !require("ss", "iproute2") {
+        return;
+    }
+    let dir = TempDir::new("nghttpd");
+    std::fs::write(dir.path("index.html"), "x".repeat(1000)).unwrap();
+    let Some((_server, port)) = nghttpd(&dir) else {
+        return;
+    };
+    // One worker: 50 streams at once over connections of 10 streams each.
+    let s = gateway(port, ";max-streams=10", &["-n", "1"]);
+    let out = sh_out(&format!(
+        "h2load -c 50 -m 1 -n 2000 https://127.0.0.1:{}/index.html",
+        s.port
+    ));
+    assert!(
+        out.contains("2000 succeeded, 0 failed"),
+        "{out}\n{}",
+        s.log()
+    );
+    let conns = backend_conns(port);
+    assert!(
+        (1..=5).contains(&conns),
+        "{conns} backend connections for 50 streams at most, 10 per connection\n{out}"
+    );
+}
+
+#[test]
+fn a_backends_http2_settings_are_checked() {
+    for (spec, http, want) in [
+        (
+            "name=b;server=127.0.0.1:9;proto=h3",
+            true,
+            "expected http/1.1, h2 or auto",
+        ),
+        (
+            "name=b;server=127.0.0.1:9;proto=auto",
+            true,
+            "needs tls = on",
+        ),
+        (
+            "name=b;server=127.0.0.1:9;max-streams=5",
+            true,
+            "needs proto = h2 or auto",
+        ),
+        (
+            "name=b;server=127.0.0.1:9;proto=h2;max-streams=0",
+            true,
+            "expected 1 to 1000000",
+        ),
+        (
+            "name=b;server=127.0.0.1:9;proto=h2;write-proxy-v2=on",
+            true,
+            "shares each connection",
+        ),
+        (
+            "name=b;server=127.0.0.1:9;proto=h2;tls=on;alpn=h2",
+            true,
+            "leave alpn out",
+        ),
+        (
+            "name=b;server=127.0.0.1:9;proto=h2",
+            false,
+            "it needs --http",
+        ),
+    ] {
+        let backend = format!("--named-backend={spec}");
+        let mut args = vec![
+            "-f",
+            "[127.0.0.1]:8443",
+            "-b",
+            "127.0.0.1:1",
+            &backend,
+            "--test",
+        ];
+        if http {
+            args.push("--http");
+        }
+        let args = with_cert(&args);
+        let (code, out) = run_to_exit(&args);
+        assert_ne!(code, Some(0), "{spec}: accepted\n{out}");
+        assert!(out.contains(want), "{spec}: {out}");
+    }
+    // The global PROXY header cannot describe a shared connection either.
+    let args = with_cert(&[
+        "-f",
+        "[127.0.0.1]:8443",
+        "-b",
+        "127.0.0.1:1",
+        "--http",
+        "--write-proxy-v2",
+        "--named-backend=name=b;server=127.0.0.1:9;proto=h2",
+        "--test",
+    ]);
+    let (code, out) = run_to_exit(&args);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("write-proxy-v2 = off"), "{out}");
+}
