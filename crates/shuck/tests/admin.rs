@@ -671,10 +671,10 @@ fn shuck_ctl_prints_tables_json_and_exit_statuses() {
     };
     let (code, out, _) = ctl(&["backends"]);
     assert_eq!(code, Some(0));
-    assert!(out.starts_with("BACKEND  SERVER"), "{out}");
+    assert!(out.starts_with("BACKEND  BALANCE     SERVER"), "{out}");
     assert!(
         out.lines()
-            .any(|l| l.starts_with("default  api1") && l.contains(" up ")),
+            .any(|l| l.starts_with("default  roundrobin  api1") && l.contains(" up ")),
         "{out}"
     );
     let (code, out, _) = ctl(&["drain", "default/api1"]);

@@ -9,58 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::grpc::{self, call, call_in_background};
+use common::grpc::{self, call, call_in_background, pki, shuck};
 use common::*;
 use serde_json::{json, Value};
-
-/// A certificate for localhost as a PEM of its own (the clients' anchor) and with its key
-/// (shuck's, or a backend's).
-struct Pki {
-    _dir: TempDir,
-    both: String,
-    cert: String,
-    key: String,
-}
-
-fn pki() -> Pki {
-    let dir = TempDir::new("grpc");
-    let (both, _) = rcgen_cert(&dir, "localhost", &["localhost", "127.0.0.1"], false);
-    let pem = std::fs::read_to_string(&both).unwrap();
-    let at = pem.find("-----BEGIN PRIVATE KEY").unwrap();
-    let (cert, key) = (dir.path("cert.pem"), dir.path("key.pem"));
-    std::fs::write(&cert, &pem[..at]).unwrap();
-    std::fs::write(&key, &pem[at..]).unwrap();
-    Pki {
-        both: both.to_str().unwrap().into(),
-        cert: cert.to_str().unwrap().into(),
-        key: key.to_str().unwrap().into(),
-        _dir: dir,
-    }
-}
-
-/// shuck before one named backend `g` (its block's keys after the servers), every host
-/// routed to it.
-fn shuck(pki: &Pki, servers: &[&grpc::Server], keys: &str, extra: &[&str]) -> Shuck {
-    let mut spec = "name=g".to_owned();
-    for s in servers {
-        spec.push_str(&format!(";server={}", s.addr()));
-    }
-    spec.push_str(keys);
-    let backend = format!("--named-backend={spec}");
-    let mut args = vec![
-        "--http",
-        "-n",
-        "1",
-        "-b",
-        "127.0.0.1:1",
-        &backend,
-        "--route=host=localhost;backend=g",
-        "--route=host=127.0.0.1;backend=g",
-        &pki.both,
-    ];
-    args.extend_from_slice(extra);
-    Shuck::start(&args)
-}
 
 fn ok(v: &Value) -> &Value {
     assert_eq!(v["code"], "OK", "{v}");

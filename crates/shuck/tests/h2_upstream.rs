@@ -177,71 +177,22 @@ fn streams_of_fifty_clients_share_the_configured_connections() {
 #[test]
 fn a_backends_http2_settings_are_checked() {
     for (spec, http, want) in [
-        (
-            "name=b;server=127.0.0.1:9;proto=h3",
-            true,
-            "expected http/1.1, h2 or auto",
-        ),
-        (
-            "name=b;server=127.0.0.1:9;proto=auto",
-            true,
-            "needs tls = on",
-        ),
-        (
-            "name=b;server=127.0.0.1:9;max-streams=5",
-            true,
-            "needs proto = h2 or auto",
-        ),
-        (
-            "name=b;server=127.0.0.1:9;proto=h2;max-streams=0",
-            true,
-            "expected 1 to 1000000",
-        ),
-        (
-            "name=b;server=127.0.0.1:9;proto=h2;write-proxy-v2=on",
-            true,
-            "shares each connection",
-        ),
-        (
-            "name=b;server=127.0.0.1:9;proto=h2;tls=on;alpn=h2",
-            true,
-            "leave alpn out",
-        ),
-        (
-            "name=b;server=127.0.0.1:9;proto=h2",
-            false,
-            "it needs --http",
-        ),
+        ("proto=h3", true, "expected http/1.1, h2 or auto"),
+        ("proto=auto", true, "needs tls = on"),
+        ("max-streams=5", true, "needs proto = h2 or auto"),
+        ("proto=h2;max-streams=0", true, "expected 1 to 1000000"),
+        ("proto=h2;write-proxy-v2=on", true, "shares each connection"),
+        ("proto=h2;tls=on;alpn=h2", true, "leave alpn out"),
+        ("proto=h2", false, "it needs --http"),
     ] {
-        let backend = format!("--named-backend={spec}");
-        let mut args = vec![
-            "-f",
-            "[127.0.0.1]:8443",
-            "-b",
-            "127.0.0.1:1",
-            &backend,
-            "--test",
-        ];
-        if http {
-            args.push("--http");
-        }
-        let args = with_cert(&args);
-        let (code, out) = run_to_exit(&args);
+        let spec = format!("name=b;server=127.0.0.1:9;{spec}");
+        let (code, out) = test_backend(&spec, if http { &["--http"] } else { &[] });
         assert_ne!(code, Some(0), "{spec}: accepted\n{out}");
         assert!(out.contains(want), "{spec}: {out}");
     }
     // The global PROXY header cannot describe a shared connection either.
-    let args = with_cert(&[
-        "-f",
-        "[127.0.0.1]:8443",
-        "-b",
-        "127.0.0.1:1",
-        "--http",
-        "--write-proxy-v2",
-        "--named-backend=name=b;server=127.0.0.1:9;proto=h2",
-        "--test",
-    ]);
-    let (code, out) = run_to_exit(&args);
+    let spec = "name=b;server=127.0.0.1:9;proto=h2";
+    let (code, out) = test_backend(spec, &["--http", "--write-proxy-v2"]);
     assert_ne!(code, Some(0), "{out}");
     assert!(out.contains("write-proxy-v2 = off"), "{out}");
 }

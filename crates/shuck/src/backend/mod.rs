@@ -5,17 +5,20 @@
 //! (bounded in length and time) instead of being refused, as HAProxy does. A server that
 //! refuses or times out is marked down for a while and the connection tries the next.
 
+pub mod balance;
 pub mod check;
 mod server;
 mod stream;
 
 use std::cell::{Cell, RefCell};
 use std::io;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use balance::{server_id, Balance, Dice, Key, Ring};
 pub use server::{Address, Admin, Lease, Server};
 pub use stream::{BackendStream, ReadHalf, WriteHalf};
 
@@ -169,6 +172,12 @@ pub struct Pool {
     limits: PoolLimits,
     /// Its row in each worker's [`Picker`] (the backend's index where there are several).
     slot: usize,
+    /// How its servers share the work.
+    balance: Balance,
+    /// `balance = hash`: the ring of its servers.
+    ring: Ring,
+    /// Each server's identity in a sticky cookie, in order.
+    ids: Vec<u64>,
 }
 
 /// One worker's round-robin position (smooth weighted round robin, as nginx does it):
@@ -181,6 +190,8 @@ pub struct Picker {
     short_until: Cell<Option<Instant>>,
     /// The last local shortage, for one warning an episode.
     warned: Cell<Option<Instant>>,
+    /// `least-requests`' draws.
+    dice: Dice,
 }
 
 /// How long without a local shortage ends an episode (the next one is warned of again).
@@ -200,22 +211,53 @@ impl Picker {
 impl Pool {
     /// A pool of `servers` (at least one).
     pub fn new(servers: Vec<Server>, limits: PoolLimits) -> Self {
+        let servers: Vec<Arc<Server>> = servers.into_iter().map(Arc::new).collect();
+        let ids = servers.iter().map(|s| server_id(s.name())).collect();
         Pool {
-            servers: servers.into_iter().map(Arc::new).collect(),
+            servers,
             limits,
             slot: 0,
+            balance: Balance::RoundRobin,
+            ring: Ring::default(),
+            ids,
         }
     }
 
     /// A pool of the same servers (their connections, queues and down-marking carried
-    /// on), with `limits` and row `slot`: a reload that left a backend's servers as they
-    /// were.
-    pub fn sharing(&self, limits: PoolLimits, slot: usize) -> Self {
+    /// on), with `limits`, row `slot` and `balance`: a reload that left a backend's servers
+    /// as they were.
+    pub fn sharing(&self, limits: PoolLimits, slot: usize, balance: Balance) -> Self {
         Pool {
             servers: self.servers.clone(),
             limits,
             slot,
+            balance: Balance::RoundRobin,
+            ring: Ring::default(),
+            ids: self.ids.clone(),
         }
+        .with_balance(balance)
+    }
+
+    /// The pool with `balance` as its method (a ring made for `hash`, from the servers'
+    /// weights now).
+    pub fn with_balance(mut self, balance: Balance) -> Self {
+        if matches!(balance, Balance::Hash { .. }) {
+            self.ring = Ring::new(self.servers.iter().map(|s| (s.name(), s.weight())));
+        }
+        self.balance = balance;
+        self
+    }
+
+    /// Its balancing method.
+    pub fn balance(&self) -> &Balance {
+        &self.balance
+    }
+
+    /// The one server `key` must go to, when the method says (a sticky cookie's server
+    /// that is up, `hash`'s server for it): a connection kept open to another server does
+    /// not serve it. `None` when any server may.
+    pub fn wanted(&self, key: &Key) -> Option<&Arc<Server>> {
+        self.fixed(key).map(|i| &self.servers[i])
     }
 
     /// The pool with its own row `slot` in each worker's [`Picker`], so that several
@@ -238,9 +280,13 @@ impl Pool {
     /// Connects to a server: the round robin's choice first, then the others in order,
     /// skipping servers marked down (unless all are). Waits in a server's queue when it is
     /// at maxconn. Each failure marks its server down and is logged.
-    pub async fn connect(&self, picker: &Picker) -> Result<(BackendStream, Lease), ConnectError> {
+    pub async fn connect(
+        &self,
+        picker: &Picker,
+        key: &Key,
+    ) -> Result<(BackendStream, Lease), ConnectError> {
         let n = self.servers.len();
-        let first = self.pick(picker);
+        let first = self.pick(picker, key);
         // Servers out by their health checks take nothing; of the others, those marked
         // down by a failure are tried only when all are.
         let all_down = self.servers.iter().all(|s| s.is_down() || s.is_out());
@@ -324,9 +370,9 @@ impl Pool {
     /// others in order, skipping servers marked down (unless all are) or taken out by
     /// their checks; waits in a server's queue when it is at maxconn. For connections the
     /// caller shares (HTTP/2's streams), where maxconn counts streams.
-    pub async fn lease(&self, picker: &Picker) -> Result<Lease, ConnectError> {
+    pub async fn lease(&self, picker: &Picker, key: &Key) -> Result<Lease, ConnectError> {
         let n = self.servers.len();
-        let first = self.pick(picker);
+        let first = self.pick(picker, key);
         let all_down = self.servers.iter().all(|s| s.is_down() || s.is_out());
         let mut last = None;
         for k in 0..n {
@@ -346,8 +392,100 @@ impl Pool {
         Err(last.unwrap_or(ConnectError::NoneUp))
     }
 
+    /// The server `key` itself names: its sticky cookie's, if up, else with `hash` the
+    /// first up on the ring from its hash that is under the load bound.
+    fn fixed(&self, key: &Key) -> Option<usize> {
+        if key.sticky.is_none() && !matches!(self.balance, Balance::Hash { .. }) {
+            return None; // the common case: nothing to look at
+        }
+        let all_down = self.servers.iter().all(|s| s.is_down() || s.is_out());
+        let usable = |s: &Server| !s.is_out() && (!s.is_down() || all_down);
+        if let Some(id) = key.sticky {
+            if let Some(i) = self.ids.iter().position(|&i| i == id) {
+                if usable(&self.servers[i]) {
+                    return Some(i);
+                }
+            }
+        }
+        let (Balance::Hash { factor, .. }, Some(h)) = (&self.balance, key.hash) else {
+            return None;
+        };
+        let up = self.servers.iter().filter(|s| usable(s)).count().max(1) as u64;
+        let active = |i: usize| self.servers[i].stats.active.load(Relaxed) as u64;
+        let total: u64 = (0..self.servers.len()).map(active).sum();
+        // The most one server may hold: factor% of the average, counting this one.
+        let limit = (u64::from(*factor) * (total + 1)).div_ceil(100 * up);
+        let mut first = None;
+        for i in self.ring.walk(h) {
+            if !usable(&self.servers[i]) {
+                continue;
+            }
+            first.get_or_insert(i);
+            if *factor == 0 || active(i) < limit {
+                return Some(i);
+            }
+        }
+        first
+    }
+
+    /// The server for `key` by the pool's method, among those that are up (all, if none
+    /// is): the one it names itself first ([`Pool::fixed`]).
+    fn pick(&self, picker: &Picker, key: &Key) -> usize {
+        if let Some(i) = self.fixed(key) {
+            return i;
+        }
+        let all_down = self.servers.iter().all(|s| s.is_down() || s.is_out());
+        let usable = |s: &Server| !s.is_out() && (!s.is_down() || all_down);
+        // Load for its weight: a before b when a.active / a.weight < b.active / b.weight.
+        let load = |i: usize| {
+            let s = &self.servers[i];
+            (s.stats.active.load(Relaxed) as u64, u64::from(s.weight()))
+        };
+        let lighter = |a: usize, b: usize| {
+            let ((la, wa), (lb, wb)) = (load(a), load(b));
+            la * wb < lb * wa
+        };
+        match &self.balance {
+            // hash without its key (no such header or cookie): round robin, as HAProxy.
+            Balance::RoundRobin | Balance::Hash { .. } => self.round_robin(picker),
+            Balance::LeastConn => {
+                // Ties go round: the search starts where the round robin is.
+                let n = self.servers.len();
+                let start = self.round_robin(picker);
+                let mut best: Option<usize> = None;
+                for k in 0..n {
+                    let i = (start + k) % n;
+                    if usable(&self.servers[i]) && best.is_none_or(|b| lighter(i, b)) {
+                        best = Some(i);
+                    }
+                }
+                best.unwrap_or(start)
+            }
+            Balance::LeastRequests => {
+                let up: Vec<usize> = (0..self.servers.len())
+                    .filter(|&i| usable(&self.servers[i]))
+                    .collect();
+                match up.len() {
+                    0 => self.round_robin(picker),
+                    1 => up[0],
+                    n => {
+                        // Two different servers at random; the lighter.
+                        let a = picker.dice.below(n);
+                        let b = (a + 1 + picker.dice.below(n - 1)) % n;
+                        let (a, b) = (up[a], up[b]);
+                        if lighter(b, a) {
+                            b
+                        } else {
+                            a
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Smooth weighted round robin over servers that are up (all, if none is).
-    fn pick(&self, picker: &Picker) -> usize {
+    fn round_robin(&self, picker: &Picker) -> usize {
         let mut rows = picker.current.borrow_mut();
         if rows.len() <= self.slot {
             rows.resize_with(self.slot + 1, Vec::new);
@@ -431,7 +569,7 @@ mod tests {
     fn weighted_round_robin_is_smooth_and_proportional() {
         let p = pool(&[5, 1, 1]);
         let picker = Picker::default();
-        let picks: Vec<usize> = (0..7).map(|_| p.pick(&picker)).collect();
+        let picks: Vec<usize> = (0..7).map(|_| p.pick(&picker, &Key::default())).collect();
         assert_eq!(picks.iter().filter(|&&i| i == 0).count(), 5);
         assert_eq!(picks.iter().filter(|&&i| i == 1).count(), 1);
         // Smooth: the heavy server never takes more than 3 in a row here (nginx: a a b a c a a).
@@ -444,10 +582,75 @@ mod tests {
         let picker = Picker::default();
         p.servers[0].mark_down(Duration::from_millis(100));
         for _ in 0..4 {
-            assert_eq!(p.pick(&picker), 1);
+            assert_eq!(p.pick(&picker, &Key::default()), 1);
         }
         std::thread::sleep(Duration::from_millis(150));
-        let picks: Vec<usize> = (0..4).map(|_| p.pick(&picker)).collect();
+        let picks: Vec<usize> = (0..4).map(|_| p.pick(&picker, &Key::default())).collect();
         assert!(picks.contains(&0));
+    }
+
+    #[test]
+    fn leastconn_and_least_requests_go_where_fewest_are_for_their_weight() {
+        let mut p = pool(&[1, 1, 2]);
+        let picker = Picker::default();
+        let active = |p: &Pool, n: [usize; 3]| {
+            for (s, n) in p.servers.iter().zip(n) {
+                s.stats.active.store(n, Relaxed);
+            }
+        };
+        p = p.with_balance(Balance::LeastConn);
+        active(&p, [3, 1, 4]);
+        // 1 of weight 1 before 4 of weight 2 (2 each) and 3 of weight 1.
+        assert_eq!(p.pick(&picker, &Key::default()), 1);
+        active(&p, [3, 3, 2]);
+        assert_eq!(p.pick(&picker, &Key::default()), 2);
+        p.servers[2].mark_down(Duration::from_secs(5));
+        assert_ne!(p.pick(&picker, &Key::default()), 2);
+        let p = pool(&[1, 1]).with_balance(Balance::LeastRequests);
+        active(&p, [0, 9, 0]);
+        for _ in 0..20 {
+            // Of the two it draws, the lighter: with two servers, always the idle one.
+            assert_eq!(p.pick(&picker, &Key::default()), 0);
+        }
+    }
+
+    #[test]
+    fn hash_keeps_a_key_on_its_server_within_the_balance_factor() {
+        let hash = |factor| {
+            pool(&[1, 1]).with_balance(Balance::Hash {
+                key: balance::HashKey::Source,
+                factor,
+            })
+        };
+        let picker = Picker::default();
+        let p = hash(0);
+        let keys: Vec<Key> = (0..64u32)
+            .map(|k| Key {
+                hash: Some(balance::hash(&k.to_le_bytes())),
+                sticky: None,
+            })
+            .collect();
+        let home: Vec<usize> = keys.iter().map(|k| p.pick(&picker, k)).collect();
+        assert!(home.contains(&0) && home.contains(&1), "{home:?}");
+        // The same key, the same server, on any worker.
+        let other = Picker::default();
+        assert!(keys.iter().zip(&home).all(|(k, &h)| p.pick(&other, k) == h));
+        // A server over 125 % of the average load sends its keys to the next on the ring.
+        let p = hash(125);
+        p.servers[0].stats.active.store(10, Relaxed);
+        for (k, &h) in keys.iter().zip(&home) {
+            assert_eq!(p.pick(&picker, k), 1, "key homed on {h}");
+        }
+        // Without a key (a header that is absent): round robin.
+        let picks: Vec<usize> = (0..4).map(|_| p.pick(&picker, &Key::default())).collect();
+        assert_eq!(picks, [0, 1, 0, 1]);
+        // A sticky cookie's server first, while it is up.
+        let sticky = Key {
+            hash: keys[0].hash,
+            sticky: Some(server_id("s0")),
+        };
+        assert_eq!(p.pick(&picker, &sticky), 0);
+        p.servers[0].mark_down(Duration::from_secs(5));
+        assert_eq!(p.pick(&picker, &sticky), 1);
     }
 }

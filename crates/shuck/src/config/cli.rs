@@ -152,7 +152,10 @@ pub struct Cli {
     /// `alpn`). With `--http`, `proto=http/1.1` (the default), `h2` (HTTP/2: in clear with
     /// prior knowledge, or by ALPN over TLS; a worker's connections shared by its clients,
     /// gRPC end to end) or `auto` (TLS: HTTP/2 where the server agrees by ALPN), and
-    /// `max-streams=N` (most streams on one HTTP/2 connection, 100 by default).
+    /// `max-streams=N` (most streams on one HTTP/2 connection, 100 by default). How its
+    /// servers share the work: `balance=roundrobin|leastconn|least-requests|hash`,
+    /// `hash-key=source|path|header:NAME|cookie:NAME`, `hash-balance-factor=PERCENT`, and
+    /// `cookie=NAME` for sticky sessions (`--http`).
     ///
     /// See the manual's Several services and HTTP/2 backends and gRPC.
     #[arg(long = "named-backend", value_name = "name=NAME;server=ADDRESS;...")]

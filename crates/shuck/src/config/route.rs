@@ -15,7 +15,7 @@ use super::ConfigError;
 pub const DEFAULT_BACKEND: &str = "default";
 
 /// The keys of a backend block, for messages.
-pub const BACKEND_KEYS: &str = "name, server, write-proxy-v1, write-proxy-v2, write-ip, proxy-proxy, connect-timeout, tls, verify, ca-file, sni, cert, alpn, proto, max-streams";
+pub const BACKEND_KEYS: &str = "name, server, write-proxy-v1, write-proxy-v2, write-ip, proxy-proxy, connect-timeout, tls, verify, ca-file, sni, cert, alpn, proto, max-streams, balance, hash-key, hash-balance-factor, cookie";
 
 /// The keys of a route block, for messages.
 pub const ROUTE_KEYS: &str = "sni, host, path-prefix, backend, client-allow, client-deny";
@@ -44,6 +44,10 @@ pub struct NamedBackend {
     /// `proto = h2`: most streams at once on one shared connection (`max-streams`),
     /// under each server's own `SETTINGS_MAX_CONCURRENT_STREAMS`.
     pub max_streams: usize,
+    /// How its servers share the work (`balance`, `hash-key`, `hash-balance-factor`).
+    pub balance: crate::backend::balance::Balance,
+    /// `--http`: the sticky cookie naming a client's server (`cookie`).
+    pub cookie: Option<String>,
 }
 
 /// Streams one shared HTTP/2 backend connection carries at most, unless `max-streams`
@@ -147,6 +151,7 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
     let mut tls_keys = Vec::new();
     let mut proto = None;
     let mut max_streams = None;
+    let (mut balance, mut hash_key, mut factor, mut cookie) = (None, None, None, None);
     for part in spec.split(';').filter(|s| !s.trim().is_empty()) {
         let (k, v) = part
             .split_once('=')
@@ -235,6 +240,39 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
                         .ok_or_else(|| bad(format!("max-streams: {v:?}: expected 1 to 1000000")))?,
                 )
             }
+            "balance" => {
+                if !["roundrobin", "leastconn", "least-requests", "hash"].contains(&v) {
+                    return Err(bad(format!(
+                        "balance: {v:?}: expected roundrobin, leastconn, least-requests or hash"
+                    )));
+                }
+                balance = Some(v.to_owned());
+            }
+            "hash-key" => {
+                hash_key = Some(
+                    crate::backend::balance::HashKey::parse(v)
+                        .map_err(|r| bad(format!("hash-key: {r}")))?,
+                )
+            }
+            "hash-balance-factor" => {
+                factor = Some(
+                    v.parse::<u32>()
+                        .ok()
+                        .filter(|n| *n == 0 || (100..=10_000).contains(n))
+                        .ok_or_else(|| bad(format!("hash-balance-factor: {v:?}: expected 0 (no bound) or a percent from 100 to 10000")))?,
+                )
+            }
+            "cookie" => {
+                if v.is_empty()
+                    || v.len() > 64
+                    || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                {
+                    return Err(bad(format!(
+                        "cookie: {v:?}: a cookie name of letters, digits, '-', '_' or '.'"
+                    )));
+                }
+                cookie = Some(v.to_owned());
+            }
             other => {
                 return Err(bad(format!(
                     "unknown key {other:?} in a backend ({BACKEND_KEYS})"
@@ -254,6 +292,27 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
         }
     }
     let proto = proto.unwrap_or_default();
+    use crate::backend::balance::{Balance, HashKey};
+    let balance = match balance.as_deref() {
+        None | Some("roundrobin") => Balance::RoundRobin,
+        Some("leastconn") => Balance::LeastConn,
+        Some("least-requests") => Balance::LeastRequests,
+        _ => Balance::Hash {
+            key: hash_key.clone().unwrap_or(HashKey::Source),
+            factor: factor.unwrap_or(0),
+        },
+    };
+    if !matches!(balance, Balance::Hash { .. }) {
+        if let Some(k) = [
+            ("hash-key", hash_key.is_some()),
+            ("hash-balance-factor", factor.is_some()),
+        ]
+        .iter()
+        .find_map(|(k, set)| set.then_some(k))
+        {
+            return Err(bad(format!("backend {name:?}: {k} needs balance = hash")));
+        }
+    }
     if max_streams.is_some() && proto != Proto::H2 && proto != Proto::Auto {
         return Err(bad(format!(
             "backend {name:?}: max-streams is for connections shared over HTTP/2: it needs proto = h2 or auto"
@@ -304,6 +363,8 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
         tls_client_h1: None,
         proto,
         max_streams: max_streams.unwrap_or(MAX_STREAMS),
+        balance,
+        cookie,
     })
 }
 

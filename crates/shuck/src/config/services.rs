@@ -89,6 +89,18 @@ pub(super) fn resolve(
                     );
                 }
             }
+            if !cli.http {
+                let http_only = match &b.balance {
+                    crate::backend::balance::Balance::Hash { key, .. } if *key != crate::backend::balance::HashKey::Source => Some(format!("hash-key = {}", key.describe())),
+                    _ => b.cookie.as_ref().map(|_| "cookie".to_owned()),
+                };
+                if let Some(what) = http_only {
+                    return Err(nth("--named-backend", i, ConfigError::Invalid {
+                        option: "balance",
+                        reason: format!("backend {}: {what} reads requests: it needs --http (in TCP mode, hash-key = source)", b.name),
+                    }));
+                }
+            }
             let target = BackendTarget::Servers(b.servers.clone());
             backend::check_preamble(p, &target).map_err(|e| nth("--named-backend", i, e))?;
             if p == Preamble::PassThrough && !cli.proxy_proxy {

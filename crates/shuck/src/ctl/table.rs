@@ -77,6 +77,7 @@ pub fn render(command: &Command, v: &Value) -> String {
                     };
                     rows.push(vec![
                         cell(&b["name"]),
+                        cell(&b["balance"]),
                         cell(&s["name"]),
                         cell(&s["address"]),
                         cell(&s["state"]),
@@ -89,7 +90,8 @@ pub fn render(command: &Command, v: &Value) -> String {
             }
             table(
                 &[
-                    "BACKEND", "SERVER", "ADDRESS", "STATE", "WEIGHT", "ACTIVE", "QUEUED", "CHECK",
+                    "BACKEND", "BALANCE", "SERVER", "ADDRESS", "STATE", "WEIGHT", "ACTIVE",
+                    "QUEUED", "CHECK",
                 ],
                 &rows,
             )

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use rustls::pki_types::ServerName;
 
+use crate::backend::balance::{self, Balance, HashKey, Key};
 use crate::backend::{Address, Pool, PoolLimits, Server};
 use crate::clients::Rules;
 use crate::config::{
@@ -33,8 +34,105 @@ pub struct Backend {
     pub proto: Proto,
     /// `proto = h2`: most streams on one shared connection.
     pub max_streams: usize,
+    /// `--http`: the sticky cookie naming a client's server.
+    pub cookie: Option<Box<str>>,
     /// Its servers as configured, to tell at a reload whether they changed.
     spec: String,
+}
+
+impl Backend {
+    /// What a connection from `client` brings to the choice of its server (TCP mode, and
+    /// a backend whose method reads nothing of a request).
+    pub fn key_of_client(&self, client: std::net::IpAddr) -> Key {
+        match self.pool.balance() {
+            Balance::Hash {
+                key: HashKey::Source,
+                ..
+            } => Key {
+                hash: Some(source_hash(client)),
+                sticky: None,
+            },
+            _ => Key::default(),
+        }
+    }
+
+    /// Whether the choice of its server reads a request (a path, header or cookie).
+    pub fn reads_requests(&self) -> bool {
+        self.cookie.is_some()
+            || matches!(self.pool.balance(), Balance::Hash { key, .. } if *key != HashKey::Source)
+    }
+
+    /// What a request from `client` for `path` with `fields` (name, value) brings to the
+    /// choice of its server: its key's hash, and the server its sticky cookie names.
+    pub fn key_of_request(
+        &self,
+        client: std::net::IpAddr,
+        path: &[u8],
+        fields: &[(&[u8], &[u8])],
+    ) -> Key {
+        let mut key = self.key_of_client(client);
+        if !self.reads_requests() {
+            return key;
+        }
+        let cookie = |name: &str| {
+            fields
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case(b"cookie"))
+                .find_map(|(_, v)| cookie_value(v, name.as_bytes()))
+        };
+        if let Balance::Hash { key: k, .. } = self.pool.balance() {
+            key.hash = match k {
+                HashKey::Source => key.hash,
+                HashKey::Path => {
+                    let end = path.iter().position(|&b| b == b'?').unwrap_or(path.len());
+                    Some(balance::hash(&path[..end]))
+                }
+                HashKey::Header(name) => fields
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+                    .map(|(_, v)| balance::hash(v)),
+                HashKey::Cookie(name) => cookie(name).map(balance::hash),
+            };
+        }
+        if let Some(name) = &self.cookie {
+            key.sticky = cookie(name)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|v| u64::from_str_radix(v, 16).ok());
+        }
+        key
+    }
+
+    /// The `Set-Cookie` that pins a client to `server`, when the backend has a sticky
+    /// cookie and the request did not already name that server.
+    pub fn set_cookie(
+        &self,
+        key: &Key,
+        server: &crate::backend::Server,
+    ) -> Option<http::HeaderValue> {
+        let name = self.cookie.as_deref()?;
+        let id = balance::server_id(server.name());
+        if key.sticky == Some(id) {
+            return None;
+        }
+        http::HeaderValue::from_str(&format!("{name}={id:016x}; Path=/; HttpOnly")).ok()
+    }
+}
+
+/// `client`'s hash for `hash-key = source`: its address's bytes.
+fn source_hash(client: std::net::IpAddr) -> u64 {
+    match client.to_canonical() {
+        std::net::IpAddr::V4(a) => balance::hash(&a.octets()),
+        std::net::IpAddr::V6(a) => balance::hash(&a.octets()),
+    }
+}
+
+/// The value of cookie `name` in a `Cookie` field's `a=1; b=2`.
+fn cookie_value<'a>(field: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    field.split(|&b| b == b';').find_map(|pair| {
+        let pair = pair.trim_ascii();
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        (pair[..eq].trim_ascii() == name).then(|| pair[eq + 1..].trim_ascii())
+    })
 }
 
 /// TLS to a backend's servers: the connector (one client configuration, so sessions
@@ -158,7 +256,9 @@ impl Routing {
     /// restart changes them), and a named backend whose servers did not change keeps
     /// them, with their connections, queues and down-marking.
     pub fn reloaded(&self, config: &Config) -> Self {
-        let default = self.backends[0].pool.sharing(pool_limits(config), 0);
+        let default = self.backends[0]
+            .pool
+            .sharing(pool_limits(config), 0, Default::default());
         Self::build(config, default, Some(self))
     }
 
@@ -176,13 +276,16 @@ impl Routing {
             tls: None,
             proto: Proto::Http1,
             max_streams: crate::config::route::MAX_STREAMS,
+            cookie: None,
             spec: String::new(),
         })];
         for (i, b) in config.named_backends.iter().enumerate() {
             let mut new = named(b, config.preamble, limits, i + 1);
             let old = previous.and_then(|p| p.backends.iter().find(|o| o.name == new.name));
             if let Some(old) = old.filter(|o| o.spec == new.spec) {
-                new.pool = old.pool.sharing(new.pool.limits(), i + 1);
+                new.pool = old
+                    .pool
+                    .sharing(new.pool.limits(), i + 1, b.balance.clone());
             }
             backends.push(Arc::new(new));
         }
@@ -373,11 +476,14 @@ fn named(b: &NamedBackend, global: Preamble, mut limits: PoolLimits, slot: usize
     });
     Backend {
         name: b.name.as_str().into(),
-        pool: Pool::new(b.servers.iter().map(server).collect(), limits).with_slot(slot),
+        pool: Pool::new(b.servers.iter().map(server).collect(), limits)
+            .with_slot(slot)
+            .with_balance(b.balance.clone()),
         preamble: b.preamble.unwrap_or(global),
         tls,
         proto: b.proto,
         max_streams: b.max_streams,
+        cookie: b.cookie.as_deref().map(Into::into),
         spec,
     }
 }

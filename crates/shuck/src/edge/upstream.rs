@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+use crate::backend::balance::Key;
 use crate::backend::{self, BackendStream, ConnectError, Lease, Picker, Server};
 
 use super::route::{Backend, BackendTls};
@@ -95,7 +96,7 @@ impl Upstream {
     }
 }
 
-/// Connects to one of `backend`'s servers: in clear (the caller writes `preamble` with
+/// Connects to one of `backend`'s servers (chosen by its method for `key`): in clear (the caller writes `preamble` with
 /// its first bytes), or, with TLS, `preamble` written first and the handshake made within
 /// the connect timeout. A server whose handshake fails (a certificate that does not
 /// verify, expired, for another name) is marked down with the reason and counted, and the
@@ -104,15 +105,16 @@ pub async fn open(
     backend: &Backend,
     picker: &Picker,
     preamble: Option<&[u8]>,
+    key: &Key,
 ) -> Result<(Upstream, Lease), ConnectError> {
     let Some(tls) = &backend.tls else {
-        let (s, lease) = backend.pool.connect(picker).await?;
+        let (s, lease) = backend.pool.connect(picker, key).await?;
         return Ok((Upstream::Plain(s), lease));
     };
     let limits = backend.pool.limits();
     let mut last = None;
     for _ in 0..backend.pool.servers().len().min(limits.retries + 1) {
-        let (s, lease) = backend.pool.connect(picker).await?;
+        let (s, lease) = backend.pool.connect(picker, key).await?;
         let config = tls.h1.as_ref().unwrap_or(&tls.config);
         match secure(backend, tls, config, lease.server(), s, preamble).await {
             Ok(t) => return Ok((t, lease)),

@@ -17,8 +17,10 @@ use super::request::Kind;
 use super::response::{self, Answer, BadAnswer, Dechunk, Framing, Piece};
 use super::Gateway;
 
-/// The backend's answer, passed on to the client; with `early` (a request sent in 0-RTT)
-/// a `425 Too Early` is not: the request goes again after the handshake.
+/// The backend's answer, passed on to the client (with `cookie`, a sticky cookie, set);
+/// with `early` (a request sent in 0-RTT) a `425 Too Early` is not: the request goes
+/// again after the handshake.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn answer<R: AsyncRead + Unpin, O: Outbound>(
     rd: &mut R,
     buf: &mut BytesMut,
@@ -27,10 +29,14 @@ pub(super) async fn answer<R: AsyncRead + Unpin, O: Outbound>(
     respond: &mut O,
     kind: Kind,
     early: bool,
+    cookie: Option<http::HeaderValue>,
 ) -> Result<Done, End> {
-    let answer = read_head(rd, buf, silence, gw, respond, kind).await?;
+    let mut answer = read_head(rd, buf, silence, gw, respond, kind).await?;
     if early && answer.status == StatusCode::TOO_EARLY {
         return Err(End::TooEarly);
+    }
+    if let Some(c) = cookie {
+        answer.headers.append(http::header::SET_COOKIE, c);
     }
     Ok(pass_on(gw, rd, buf, silence, respond, answer).await)
 }

@@ -24,7 +24,8 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
 use crate::access::record::Waited;
-use crate::backend::{ConnectError, Lease};
+use crate::backend::balance::Key;
+use crate::backend::{ConnectError, Lease, Server};
 use crate::counters::WorkerCounters;
 use crate::edge::preamble::Preambles;
 use crate::edge::route::{BackendId, Routing};
@@ -141,6 +142,11 @@ impl BackendConn {
     /// The server it is on, for logs.
     pub fn server(&self) -> &str {
         self.lease.server().name()
+    }
+
+    /// Its server.
+    pub fn server_ref(&self) -> &crate::backend::Server {
+        self.lease.server()
     }
 
     /// Its server, to keep (a count, not a copy).
@@ -317,14 +323,17 @@ impl Backends {
 
     /// An idle connection of this client's that is still quiet, if there is one: one the
     /// backend closed or wrote to since is dropped (and counted), never reused.
-    pub fn idle(&self, backend: BackendId) -> Option<BackendConn> {
+    pub fn idle(&self, backend: BackendId, want: Option<&Arc<Server>>) -> Option<BackendConn> {
         let mut idle = self.shared.idle.borrow_mut();
+        let fits = |c: &BackendConn| {
+            c.backend == backend && want.is_none_or(|w| std::ptr::eq(c.lease.server(), &**w))
+        };
         // Most often every idle connection is the one backend's: the last one is taken.
         loop {
-            let mut c = if idle.last().is_some_and(|c| c.backend == backend) {
+            let mut c = if idle.last().is_some_and(fits) {
                 idle.pop()?
             } else {
-                let at = idle.iter().rposition(|c| c.backend == backend)?;
+                let at = idle.iter().rposition(fits)?;
                 idle.remove(at)
             };
             // A server out by its health checks takes no new stream: its connection goes.
@@ -350,8 +359,10 @@ impl Backends {
         &self,
         worker: &Worker,
         backend: BackendId,
+        key: &Key,
+        want: Option<&Arc<Server>>,
     ) -> Result<BackendConn, ConnectError> {
-        if let Some(c) = self.idle(backend) {
+        if let Some(c) = self.idle(backend, want) {
             return Ok(c);
         }
         let shared = &self.shared;
@@ -371,7 +382,7 @@ impl Backends {
                     continue;
                 }
                 shared.freed.notified().await;
-                if let Some(c) = self.idle(backend) {
+                if let Some(c) = self.idle(backend, want) {
                     return Ok(c);
                 }
                 continue;
@@ -380,13 +391,13 @@ impl Backends {
             let b = self.routing.backend(backend);
             let pre = self.preambles.get(b.preamble);
             let began = Instant::now();
-            let connect = upstream::open(b, &worker.picker, pre);
+            let connect = upstream::open(b, &worker.picker, pre, key);
             tokio::pin!(connect);
             loop {
                 tokio::select! {
                     biased;
                     () = shared.freed.notified() => {
-                        if let Some(c) = self.idle(backend) {
+                        if let Some(c) = self.idle(backend, want) {
                             return Ok(c);
                         }
                     }

@@ -23,6 +23,7 @@ use super::response;
 use super::tunnel::upgrade;
 use super::{Active, Gateway};
 use crate::access::request_id::RequestId;
+use crate::backend::balance::Key;
 use crate::config::Proto;
 use crate::counters::WorkerCounters;
 use crate::edge::route::BackendId;
@@ -169,6 +170,15 @@ fn take<I: Inbound, O: Outbound>(
         }
     };
     respond.note(Note::Backend(gw.backends.name(backend)));
+    let be = gw.backends.backend(backend);
+    let key = if be.reads_requests() {
+        let fields: Vec<(&[u8], &[u8])> = (parts.headers.iter())
+            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+            .collect();
+        be.key_of_request(gw.client.ip(), parts.uri.path().as_bytes(), &fields)
+    } else {
+        be.key_of_client(gw.client.ip())
+    };
     let again = Retry::of(&parts.method, framing);
     let early = Early::of(gw.handshake.as_deref(), &parts.method, framing, kind);
     // proto = auto carries a WebSocket the HTTP/1.1 way (its own key in its head).
@@ -206,6 +216,7 @@ fn take<I: Inbound, O: Outbound>(
             grpc,
             deadline,
             resendable: again == Retry::Unanswered,
+            key,
         };
         Head::H2(Box::new((req, call, h1_too.map(|_| head))))
     } else {
@@ -220,7 +231,7 @@ fn take<I: Inbound, O: Outbound>(
         WorkerCounters::bump(&h3.early_requests[usize::from(early == Early::Waited)]);
     }
     Some(Box::pin(serve(
-        active, backend, head, framing, kind, again, early, body, respond,
+        active, backend, head, framing, kind, again, early, key, body, respond,
     )))
 }
 
@@ -295,6 +306,7 @@ async fn serve<I: Inbound, O: Outbound>(
     kind: Kind,
     again: Retry,
     mut early: Early,
+    key: Key,
     mut body: I,
     mut respond: O,
 ) {
@@ -322,7 +334,9 @@ async fn serve<I: Inbound, O: Outbound>(
         let asked = respond.noting().then(std::time::Instant::now);
         // An idle connection of this client's, else (boxed, as it is large and rare once
         // the connections are warm) a new one or a wait for one.
-        let got = match gw.backends.idle(backend) {
+        // hash and sticky cookies want one server: a connection to another does not do.
+        let want = gw.backends.backend(backend).pool.wanted(&key);
+        let got = match gw.backends.idle(backend, want) {
             Some(c) => Ok(c),
             None => {
                 // A client being ended as hostile (a reset or stall flood) opens nothing more.
@@ -333,7 +347,7 @@ async fn serve<I: Inbound, O: Outbound>(
                     tokio::select! {
                         biased;
                         () = gw.resets.closing.notified() => Waited::Closing,
-                        got = gw.backends.get(&gw.worker, backend) => Waited::Got(got),
+                        got = gw.backends.get(&gw.worker, backend, &key, want) => Waited::Got(got),
                         () = poll_fn(|cx| respond.poll_reset(cx)) => Waited::Reset,
                     }
                 };
@@ -359,6 +373,10 @@ async fn serve<I: Inbound, O: Outbound>(
                 connect,
             });
         }
+        let cookie = gw
+            .backends
+            .backend(backend)
+            .set_cookie(&key, conn.server_ref());
         // The stream's future is copied whole into its box (see `accept`): the paths with
         // a body or a tunnel are boxed apart so that the common one, a request without a
         // body, stays small (2.3 KB with all three inline).
@@ -374,14 +392,14 @@ async fn serve<I: Inbound, O: Outbound>(
                 ))
                 .await
             }
-            (_, Body::None) => fetch(gw, &mut conn, &head, kind, early, &mut respond).await,
+            (_, Body::None) => fetch(gw, &mut conn, &head, kind, early, cookie, &mut respond).await,
             _ => {
                 Box::pin(exchange(
                     gw,
                     &mut conn,
                     &head,
-                    framing,
-                    kind,
+                    (framing, kind),
+                    cookie,
                     &mut body,
                     &mut respond,
                 ))
@@ -464,13 +482,15 @@ async fn fetch<O: Outbound>(
     head: &[u8],
     kind: Kind,
     early: Early,
+    cookie: Option<http::HeaderValue>,
     respond: &mut O,
 ) -> Result<Done, End> {
     write_head(conn, head).await?;
     let BackendConn {
         tcp, buf, silence, ..
     } = conn;
-    answer(tcp, buf, silence, gw, respond, kind, early == Early::Passed).await
+    let early = early == Early::Passed;
+    answer(tcp, buf, silence, gw, respond, kind, early, cookie).await
 }
 
 /// A request with a body: the head, then the body up and the answer down at once (a
@@ -479,8 +499,8 @@ async fn exchange<I: Inbound, O: Outbound>(
     gw: &Gateway,
     conn: &mut BackendConn,
     head: &[u8],
-    framing: Body,
-    kind: Kind,
+    (framing, kind): (Body, Kind),
+    cookie: Option<http::HeaderValue>,
     body: &mut I,
     respond: &mut O,
 ) -> Result<Done, End> {
@@ -490,7 +510,7 @@ async fn exchange<I: Inbound, O: Outbound>(
     } = conn;
     let (mut rd, mut wr) = tcp.split();
     let up = upload(body, &mut wr, framing, gw);
-    let down = answer(&mut rd, buf, silence, gw, respond, kind, false);
+    let down = answer(&mut rd, buf, silence, gw, respond, kind, false, cookie);
     tokio::pin!(up, down);
     let mut sent = false;
     loop {

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use super::{free_port, skip, wait_listening};
+use super::{free_port, rcgen_cert, skip, wait_listening, Shuck, TempDir};
 
 const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc/peer.py");
 
@@ -49,9 +49,22 @@ impl Server {
     /// In clear (h2c), or with `tls` (certificate and key files); `events`: its log of
     /// cancelled calls and deadlines.
     pub fn start(name: &str, tls: Option<(&Path, &Path)>, events: Option<&Path>) -> Server {
+        Self::start_slow(name, tls, events, 0.0)
+    }
+
+    /// As [`Server::start`], each `Unary` call taking `delay` seconds.
+    pub fn start_slow(
+        name: &str,
+        tls: Option<(&Path, &Path)>,
+        events: Option<&Path>,
+        delay: f64,
+    ) -> Server {
         let port = free_port();
         let mut cmd = Command::new("python3");
         cmd.arg(PEER).arg("serve").arg(port.to_string()).arg(name);
+        if delay > 0.0 {
+            cmd.arg("--delay").arg(delay.to_string());
+        }
         if let Some((c, k)) = tls {
             cmd.arg("--tls").arg(c).arg(k);
         }
@@ -146,4 +159,56 @@ pub fn call_in_background(
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         call(port, &ca, op, &args)
     })
+}
+
+/// A certificate for localhost as a PEM of its own (the clients' anchor) and with its key
+/// (shuck's, or a backend's).
+pub struct Pki {
+    _dir: TempDir,
+    /// The certificate and its key (shuck's).
+    pub both: String,
+    /// The certificate alone (the clients' anchor, a backend's).
+    pub cert: String,
+    /// The key alone.
+    pub key: String,
+}
+
+pub fn pki() -> Pki {
+    let dir = TempDir::new("grpc");
+    let (both, _) = rcgen_cert(&dir, "localhost", &["localhost", "127.0.0.1"], false);
+    let pem = std::fs::read_to_string(&both).unwrap();
+    let at = pem.find("-----BEGIN PRIVATE KEY").unwrap();
+    let (cert, key) = (dir.path("cert.pem"), dir.path("key.pem"));
+    std::fs::write(&cert, &pem[..at]).unwrap();
+    std::fs::write(&key, &pem[at..]).unwrap();
+    Pki {
+        both: both.to_str().unwrap().into(),
+        cert: cert.to_str().unwrap().into(),
+        key: key.to_str().unwrap().into(),
+        _dir: dir,
+    }
+}
+
+/// shuck before one named backend `g` (its block's keys after the servers), every host
+/// routed to it.
+pub fn shuck(pki: &Pki, servers: &[&Server], keys: &str, extra: &[&str]) -> Shuck {
+    let mut spec = "name=g".to_owned();
+    for s in servers {
+        spec.push_str(&format!(";server={}", s.addr()));
+    }
+    spec.push_str(keys);
+    let backend = format!("--named-backend={spec}");
+    let mut args = vec![
+        "--http",
+        "-n",
+        "1",
+        "-b",
+        "127.0.0.1:1",
+        &backend,
+        "--route=host=localhost;backend=g",
+        "--route=host=127.0.0.1;backend=g",
+        &pki.both,
+    ];
+    args.extend_from_slice(extra);
+    Shuck::start(&args)
 }

@@ -568,6 +568,22 @@ impl Drop for Daemon {
 }
 
 /// Runs shuck expecting it to exit by itself (bad input): status and stderr.
+/// `shuck --test` with one named backend (`--named-backend=SPEC`) and `extra`, checking
+/// the configuration only: its exit code and output.
+pub fn test_backend(spec: &str, extra: &[&str]) -> (Option<i32>, String) {
+    let backend = format!("--named-backend={spec}");
+    let mut args = vec![
+        "-f",
+        "[127.0.0.1]:8443",
+        "-b",
+        "127.0.0.1:1",
+        &backend,
+        "--test",
+    ];
+    args.extend_from_slice(extra);
+    run_to_exit(&with_cert(&args))
+}
+
 pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
     let mut child = Command::new(BIN)
         .args(with_cert(args))

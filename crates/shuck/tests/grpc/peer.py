@@ -2,10 +2,11 @@
 """gRPC peers for shuck's tests, made with grpcio (PyPI), with generic handlers over raw
 bytes so that no generated code is needed.
 
-  peer.py serve PORT NAME [--tls CERT KEY] [--events FILE]
+  peer.py serve PORT NAME [--tls CERT KEY] [--events FILE] [--delay SECS]
       A server for the service test.Echo and grpc.health.v1.Health, printing "ready" once
       it listens. SIGTERM stops it with a grace period of 5 s (its GOAWAY); FILE gets one
-      line per event the tests look for (a call cancelled, the deadline it was given).
+      line per event the tests look for (a call cancelled, the deadline it was given);
+      SECS: how long each Unary call takes (a slow server).
   peer.py client PORT CA OP [ARGS...]
       One operation through shuck (TLS, name localhost), its result as one JSON line; with
       CA "-", straight to a server in clear.
@@ -23,7 +24,7 @@ MAX = 64 * 1024 * 1024
 OPTS = [("grpc.max_receive_message_length", MAX), ("grpc.max_send_message_length", MAX)]
 
 
-def serve(port, name, tls, events):
+def serve(port, name, tls, events, delay=0.0):
     from concurrent import futures
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -33,6 +34,8 @@ def serve(port, name, tls, events):
                 f.write(line + "\n")
 
     def unary(req, ctx):
+        if delay:
+            time.sleep(delay)
         return name.encode() + b":" + req
 
     def big(req, ctx):
@@ -205,6 +208,16 @@ def client(port, ca, op, args):
             stub.Check(health_pb2.HealthCheckRequest(service=args[0]), timeout=10).status)})
     elif op == "set_health":
         out = outcome(lambda: {"reply": m("unary_unary", "SetHealth")(args[0].encode(), timeout=10).decode()})
+    elif op == "users":
+        # Unary calls for users u0..uN-1 (x-user), ROUNDS each: the server of each call.
+        n, rounds = int(args[0]), int(args[1]) if len(args) > 1 else 1
+        u = ch.unary_unary("/test.Echo/Unary")
+        seen = {}
+        for _ in range(rounds):
+            for i in range(n):
+                r = u(b"x", timeout=10, metadata=(("x-user", "u%d" % i),)).decode().split(":")[0]
+                seen.setdefault("u%d" % i, []).append(r)
+        out = {"servers": {k: sorted(set(v)) for k, v in seen.items()}}
     elif op == "load":
         # CALLS unary calls (or Sleep ones of SECS each: "sleep:SECS") over CONC threads,
         # each its own channel; the codes and the servers that answered, counted.
@@ -248,14 +261,17 @@ if __name__ == "__main__":
     a = sys.argv[1:]
     if a[0] == "serve":
         tls = events = None
+        delay = 0.0
         rest = a[3:]
         while rest:
             if rest[0] == "--tls":
                 tls, rest = (rest[1], rest[2]), rest[3:]
             elif rest[0] == "--events":
                 events, rest = rest[1], rest[2:]
+            elif rest[0] == "--delay":
+                delay, rest = float(rest[1]), rest[2:]
             else:
                 raise SystemExit("unknown argument " + rest[0])
-        serve(int(a[1]), a[2], tls, events)
+        serve(int(a[1]), a[2], tls, events, delay)
     else:
         client(int(a[1]), a[2], a[3], a[4:])

@@ -90,6 +90,30 @@ fn head_end(buf: &[u8], from: usize) -> Option<usize> {
         .map(|i| start + i + 4)
 }
 
+/// What the request `head` (HTTP/1.1's bytes) brings to the choice of `backend`'s server
+/// for `client`: its path, a header, a cookie, as the backend's method reads them.
+pub fn key_of_head(
+    backend: &crate::edge::route::Backend,
+    client: std::net::IpAddr,
+    head: &[u8],
+) -> crate::backend::balance::Key {
+    if !backend.reads_requests() {
+        return backend.key_of_client(client);
+    }
+    let mut fields = [httparse::EMPTY_HEADER; 128];
+    let mut req = httparse::Request::new(&mut fields);
+    if req.parse(head).is_err() {
+        return backend.key_of_client(client);
+    }
+    let path = req.path.unwrap_or("/").as_bytes();
+    let pairs: Vec<(&[u8], &[u8])> = req
+        .headers
+        .iter()
+        .map(|h| (h.name.as_bytes(), h.value))
+        .collect();
+    backend.key_of_request(client, path, &pairs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

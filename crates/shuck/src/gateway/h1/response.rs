@@ -28,6 +28,9 @@ pub struct ResponseTracker {
     echo: Option<std::sync::Arc<crate::access::request_id::Spec>>,
     /// The lines the answer whose head just completed gets: `Alt-Svc`, its request's ID.
     extra: Vec<u8>,
+    /// A sticky cookie's `Set-Cookie` line, for the answers of the backend connection that
+    /// set it (the client's request did not name that server).
+    cookie: Option<Vec<u8>>,
 }
 
 impl ResponseTracker {
@@ -40,7 +43,18 @@ impl ResponseTracker {
             wants_line: false,
             echo: None,
             extra: Vec::new(),
+            cookie: None,
         }
+    }
+
+    /// Final answers from now on carry `Set-Cookie: value` (`None`: none).
+    pub fn set_cookie(&mut self, value: Option<&[u8]>) {
+        self.cookie = value.map(|v| {
+            let mut line = b"Set-Cookie: ".to_vec();
+            line.extend_from_slice(v);
+            line.extend_from_slice(b"\r\n");
+            line
+        });
     }
 
     /// Final answers without an `Alt-Svc` of their own get `line` (`Alt-Svc: ...\r\n`).
@@ -58,10 +72,10 @@ impl ResponseTracker {
         self.echo = Some(spec);
     }
 
-    /// Whether answers' heads get lines (`Alt-Svc`, the request's ID): their bytes then go
-    /// through [`observe_with`](Self::observe_with).
+    /// Whether answers' heads get lines (`Alt-Svc`, the request's ID, a sticky cookie):
+    /// their bytes then go through [`observe_with`](Self::observe_with).
     pub fn adds_lines(&self) -> bool {
-        self.announce.is_some() || self.echo.is_some()
+        self.announce.is_some() || self.echo.is_some() || self.cookie.is_some()
     }
 
     /// An answer framed by the backend's close (or no longer followed): its end is the
@@ -200,6 +214,9 @@ impl ResponseTracker {
         }
         if let (Some(spec), Some(id)) = (&self.echo, ex.ids.pop_front()) {
             id.write_line(&spec.name, &mut self.extra);
+        }
+        if let Some(line) = &self.cookie {
+            self.extra.extend_from_slice(line);
         }
         self.wants_line = !self.extra.is_empty();
         for h in resp.headers.iter() {

@@ -19,6 +19,7 @@ use h2::client::SendRequest;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::backend::balance::Key;
 use crate::backend::{ConnectError, Lease, Server};
 use crate::config::Proto;
 use crate::edge::route::Backend;
@@ -157,19 +158,20 @@ pub enum Got {
     Http1,
 }
 
-/// Takes a stream's place on one of `backend`'s servers: a slot on the server (waiting in
+/// Takes a stream's place on one of `backend`'s servers (chosen by its method for `key`): a slot on the server (waiting in
 /// its queue at maxconn), then a connection with room, opened if none has. A server that
 /// cannot be reached is marked down and the next one tried, `--retries` times.
 pub async fn take(
     worker: &Worker,
     backend: &Backend,
-    max_streams: usize,
+    key: &Key,
     idle: Duration,
 ) -> Result<Got, ConnectError> {
+    let max_streams = backend.max_streams;
     let tries = backend.pool.limits().retries + 1;
     let mut last = None;
     for _ in 0..tries {
-        let lease = backend.pool.lease(&worker.picker).await?;
+        let lease = backend.pool.lease(&worker.picker, key).await?;
         let server = lease.server_arc();
         let sc = server_conns(&server);
         if sc.chose_h1.get().is_some_and(|t| t.elapsed() < RELEARN) {

@@ -15,6 +15,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use tokio::time::Instant;
 
 use super::pool;
+use crate::backend::balance::Key;
 use crate::counters::WorkerCounters;
 use crate::edge::route::BackendId;
 use crate::gateway::front::{
@@ -43,6 +44,8 @@ pub struct Call {
     /// Idempotent and without a body: it may go again even once processed, when its
     /// connection died before any answer.
     pub resendable: bool,
+    /// What it brings to the choice of its server.
+    pub key: Key,
 }
 
 /// The body sent so far, to send again.
@@ -130,7 +133,7 @@ pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
                 deadline(gw, respond);
                 return Served::Done;
             }
-            t = pool::take(&gw.worker, &be, be.max_streams, keepalive) => t,
+            t = pool::take(&gw.worker, &be, &call.key, keepalive) => t,
         };
         let (taken, connect) = match taken {
             Ok(pool::Got::Stream(t, connect)) => (t, connect),
@@ -148,7 +151,8 @@ pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
                 connect: connect.unwrap_or_default(),
             });
         }
-        let tried = exchange(gw, &taken, &req, call, &mut replay, body, respond).await;
+        let cookie = be.set_cookie(&call.key, taken.lease.server());
+        let tried = exchange(gw, &taken, &req, call, cookie, &mut replay, body, respond).await;
         let again = match &tried {
             Ok(()) => {
                 gw.resets.answered();
@@ -246,11 +250,13 @@ async fn end_call<O: Outbound>(gw: &Gateway, respond: &mut O, code: Code, messag
 }
 
 /// One try: the stream opened on `taken`'s connection, its body up and its answer down.
+#[allow(clippy::too_many_arguments)]
 async fn exchange<I: Inbound, O: Outbound>(
     gw: &Gateway,
     taken: &pool::Taken,
     req: &Request<()>,
     call: Call,
+    cookie: Option<http::HeaderValue>,
     replay: &mut Replay,
     body: &mut I,
     respond: &mut O,
@@ -306,6 +312,9 @@ async fn exchange<I: Inbound, O: Outbound>(
         if let http::header::Entry::Vacant(e) = resp.headers_mut().entry(http::header::ALT_SVC) {
             e.insert(v.clone());
         }
+    }
+    if let Some(c) = cookie {
+        resp.headers_mut().append(http::header::SET_COOKIE, c);
     }
     let empty = rx.is_end_stream();
     if respond.respond(resp, empty).is_err() {

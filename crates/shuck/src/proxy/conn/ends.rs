@@ -77,7 +77,14 @@ impl Ends<'_> {
             let pre = self.preambles.get(b.preamble);
             // The clock is read for the log's queue and connect times only.
             let began = self.log.map(|_| Instant::now());
-            let opened = open(worker, b, pre, client, tls, fe_counters, http_mode);
+            // What chooses its server: the client, or (hash by a request's path, header or
+            // cookie, a sticky cookie) the request that opens the connection.
+            let key = match (&first, http.as_deref()) {
+                (Some(f), Some(_)) => h1::head::key_of_head(b, client.ip(), f),
+                (None, Some(h)) => h1::head::key_of_head(b, client.ip(), h.request.held_head()),
+                _ => b.key_of_client(client.ip()),
+            };
+            let opened = open(worker, b, pre, client, tls, fe_counters, http_mode, &key);
             let Some((mut backend, lease)) = opened.await else {
                 if let Some(l) = http.as_deref().and_then(|h| h.exchange.log.as_deref()) {
                     let refused = Some((503, Cause::BackendRefused));
@@ -96,6 +103,11 @@ impl Ends<'_> {
             };
             opened_in = began.map(|t| access::record::Waited::since(t, lease.queued()));
             if let Some(h) = http.as_deref_mut() {
+                h.response.set_cookie(
+                    b.set_cookie(&key, lease.server())
+                        .as_ref()
+                        .map(|v| v.as_bytes()),
+                );
                 h.request.serving(lease.server_arc(), id);
                 if let Some(l) = &h.exchange.log {
                     l.serving(&b.name, lease.server().name(), opened_in);
@@ -332,6 +344,7 @@ impl Served {
 /// Connects to `backend` for `client` (with TLS, `preamble` goes before the handshake);
 /// when no server can be had, the failure is counted and logged, an HTTP client is told
 /// 503, and the connection is closed (`None`).
+#[allow(clippy::too_many_arguments)]
 async fn open<S>(
     worker: &Worker,
     backend: &Backend,
@@ -340,6 +353,7 @@ async fn open<S>(
     tls: &mut S,
     fe_counters: &FrontendCounters,
     http: bool,
+    key: &crate::backend::balance::Key,
 ) -> Option<(Upstream, crate::backend::Lease)>
 where
     S: tokio::io::AsyncWrite + Unpin,
@@ -356,7 +370,7 @@ where
         let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
         return None;
     }
-    match Box::pin(upstream::open(backend, &worker.picker, preamble)).await {
+    match Box::pin(upstream::open(backend, &worker.picker, preamble, key)).await {
         Ok(b) => Some(b),
         Err(e) => {
             worker.connect_failed(client, &e);

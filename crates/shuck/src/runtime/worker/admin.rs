@@ -51,6 +51,9 @@ impl Reloader {
                 json!({
                     "name": &*b.name,
                     "tls": b.tls.is_some(),
+                    "proto": b.proto.as_str(),
+                    "balance": b.pool.balance().describe(),
+                    "cookie": b.cookie.as_deref(),
                     "servers": b.pool.servers().iter().map(|s| server_json(s)).collect::<Vec<_>>(),
                 })
             })

@@ -1,0 +1,194 @@
+//! Balancing methods (`balance` in a backend block), counted at recording backends:
+//! `leastconn` and `least-requests` send most to a fast server beside a slow one where
+//! round robin splits evenly; `hash` keeps each key on one server, and a third server takes
+//! about a third of the keys, only from the others; a sticky cookie keeps a client on its
+//! server over HTTP/1.1 and HTTP/2. The admin API names each backend's method.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::grpc::{self, call, pki, shuck};
+use common::h1origin::H1Origin;
+use common::*;
+use serde_json::Value;
+
+fn count(v: &Value, server: &str) -> u64 {
+    v["servers"][server].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn leastconn_and_least_requests_favour_the_faster_server() {
+    if !grpc::grpcio() {
+        return;
+    }
+    let pki = pki();
+    let slow = grpc::Server::start_slow("slow", None, None, 0.05);
+    let fast = grpc::Server::start("fast", None, None);
+    for method in ["roundrobin", "leastconn", "least-requests"] {
+        let s = shuck(
+            &pki,
+            &[&slow, &fast],
+            &format!(";proto=h2;balance={method}"),
+            &[],
+        );
+        let v = call(s.port, &pki.cert, "load", &["400", "8"]);
+        assert_eq!(v["codes"]["OK"], 400, "{method}: {v}");
+        let (a, b) = (count(&v, "slow"), count(&v, "fast"));
+        if method == "roundrobin" {
+            assert!(a.abs_diff(b) <= 40, "{method}: {v}");
+        } else {
+            // The slow server holds its calls 50 ms: it has more in flight, so fewer come.
+            assert!(b >= 3 * a, "{method}: {v}");
+        }
+    }
+}
+
+#[test]
+fn hash_keeps_each_key_on_one_server_and_a_new_server_takes_about_a_third() {
+    if !grpc::grpcio() {
+        return;
+    }
+    let pki = pki();
+    let a = grpc::Server::start("a", None, None);
+    let b = grpc::Server::start("b", None, None);
+    let c = grpc::Server::start("c", None, None);
+    let keys = ";proto=h2;balance=hash;hash-key=header:x-user;hash-balance-factor=0";
+    let two = shuck(&pki, &[&a, &b], keys, &[]);
+    let v = call(two.port, &pki.cert, "users", &["90", "3"]);
+    let before = v["servers"].as_object().unwrap().clone();
+    assert_eq!(before.len(), 90, "{v}");
+    for (user, servers) in &before {
+        assert_eq!(
+            servers.as_array().unwrap().len(),
+            1,
+            "{user} went to {servers}"
+        );
+    }
+    let on = |s: &str| before.values().filter(|v| v[0] == s).count();
+    assert!(on("a") > 20 && on("b") > 20, "{v}");
+    // The same servers and one more (a ring of the same names: any host, any restart).
+    let three = shuck(&pki, &[&a, &b, &c], keys, &[]);
+    let after = call(three.port, &pki.cert, "users", &["90", "1"]);
+    let moved: Vec<&String> = before
+        .keys()
+        .filter(|u| after["servers"][u.as_str()] != before[u.as_str()])
+        .collect();
+    assert!(
+        (15..=42).contains(&moved.len()),
+        "{} of 90 keys moved for a third server (about 30 expected)",
+        moved.len()
+    );
+    for u in moved {
+        assert_eq!(
+            after["servers"][u.as_str()][0],
+            "c",
+            "{u} moved but not to the new server"
+        );
+    }
+    // Without the header: round robin, both servers.
+    let v = call(two.port, &pki.cert, "load", &["20", "1"]);
+    assert!(count(&v, "a") > 0 && count(&v, "b") > 0, "{v}");
+}
+
+#[test]
+fn a_sticky_cookie_keeps_a_client_on_its_server_over_http1_and_http2() {
+    let one = H1Origin::start(None);
+    let two = H1Origin::start(None);
+    let backend = format!(
+        "--named-backend=name=web;server={};server={};cookie=SRV",
+        one.spec, two.spec
+    );
+    let dir = TempDir::new("cookies");
+    let sock = dir.path("admin.sock");
+    let s = Shuck::start(&[
+        "--http",
+        "-b",
+        "127.0.0.1:1",
+        &backend,
+        "--route=host=localhost;backend=web",
+        "--admin-socket",
+        sock.to_str().unwrap(),
+    ]);
+    let seen = |o: &H1Origin| o.seen.lock().unwrap().len();
+    for version in ["--http1.1", "--http2"] {
+        let jar = dir.path(&format!("jar{version}"));
+        let (a0, b0) = (seen(&one), seen(&two));
+        let mut set = 0;
+        for _ in 0..8 {
+            // A new connection each time: the cookie alone keeps the server.
+            let out = sh_out(&format!(
+                "curl -sk {version} -i -c {j} -b {j} --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/",
+                j = jar.display(),
+                p = s.port
+            ));
+            assert!(out.contains(" 200"), "{out}");
+            set += usize::from(out.to_ascii_lowercase().contains("set-cookie: srv="));
+        }
+        let (a, b) = (seen(&one) - a0, seen(&two) - b0);
+        assert!(
+            (a, b) == (8, 0) || (a, b) == (0, 8),
+            "{version}: {a} and {b}"
+        );
+        assert_eq!(set, 1, "{version}: the cookie is set once, then sent back");
+    }
+    // Without cookies, both servers.
+    let (a0, b0) = (seen(&one), seen(&two));
+    for _ in 0..6 {
+        sh_out(&format!(
+            "curl -sk --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/",
+            p = s.port
+        ));
+    }
+    assert!(seen(&one) > a0 && seen(&two) > b0);
+    // The admin API names the method.
+    let body = sh_out(&format!(
+        "curl -s --unix-socket {} http://shuck/backends",
+        sock.display()
+    ));
+    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let web = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "web")
+        .unwrap();
+    assert_eq!(web["balance"], "roundrobin", "{web}");
+    assert_eq!(web["cookie"], "SRV", "{web}");
+}
+
+#[test]
+fn balancing_settings_are_checked() {
+    for (spec, http, want) in [
+        (
+            "balance=random",
+            true,
+            "expected roundrobin, leastconn, least-requests or hash",
+        ),
+        ("hash-key=path", true, "hash-key needs balance = hash"),
+        (
+            "balance=hash;hash-key=url",
+            true,
+            "expected source, path, header:NAME or cookie:NAME",
+        ),
+        (
+            "balance=hash;hash-balance-factor=50",
+            true,
+            "from 100 to 10000",
+        ),
+        ("cookie=a;b", true, "expected key=value"),
+        (
+            "cookie=SRV",
+            false,
+            "cookie reads requests: it needs --http",
+        ),
+        ("balance=hash;hash-key=path", false, "it needs --http"),
+    ] {
+        let spec = format!("name=b;server=127.0.0.1:9;{spec}");
+        let (code, out) = test_backend(&spec, if http { &["--http"] } else { &[] });
+        assert_ne!(code, Some(0), "{spec}: accepted\n{out}");
+        assert!(out.contains(want), "{spec}: {out}");
+    }
+    // In TCP mode, hash by source is what a connection has.
+    let (code, out) = test_backend("name=b;server=127.0.0.1:9;balance=hash", &[]);
+    assert_eq!(code, Some(0), "{out}");
+}
