@@ -4,6 +4,7 @@
 #
 #   bench/callgrind-h2.sh [SHUCK] [SHUCK_BENCH] [SIZE]   (defaults: target/release/..., 0)
 #   SHUCK_ARGS="--access-log F" bench/callgrind-h2.sh    (the same, with more shuck flags)
+#   H2C=1 bench/callgrind-h2.sh                          (to an HTTP/2 origin: proto = h2)
 #
 # The figure is a difference of two runs with fixed work, so the handshakes cancel:
 # h2load with 10 connections of 10 streams each, 12 000 requests minus 2 000, divided by
@@ -19,7 +20,11 @@ for tool in valgrind h2load; do
 done
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
+[ -n "${H2C:-}" ] && ORIGIN_ARGS=--h2c
 origin_and_cert
+to=()
+[ -n "${H2C:-}" ] && to=(--named-backend "name=h2c;server=[127.0.0.1]:$oport;proto=h2"
+    --route "host=127.0.0.1;backend=h2c")
 
 # Runs shuck under callgrind while h2load makes $1 requests; prints the instructions.
 count() {
@@ -30,7 +35,7 @@ count() {
     valgrind --tool=callgrind --collect-atstart=no \
         --toggle-collect='tokio::task::local::LocalSet::tick' \
         --callgrind-out-file="$out.%p" \
-        "$shuck" -n 1 --http -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q ${SHUCK_ARGS:-} "$pem" \
+        "$shuck" -n 1 --http -f "[127.0.0.1]:$port" -b "[127.0.0.1]:$oport" -q "${to[@]}" ${SHUCK_ARGS:-} "$pem" \
         2>"$work/vg.log" &
     pid=$!
     wait_port "$port"

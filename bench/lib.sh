@@ -15,10 +15,12 @@ wait_port() {
     return 1
 }
 
-# Starts "$bench" origin on a free port; sets oport and origin_pid.
+# Starts "$bench" origin on a free port (ORIGIN_ARGS=--h2c: the HTTP/2 one); sets oport and
+# origin_pid.
 start_origin() {
     oport=$(free_port)
-    "$bench" origin --listen "127.0.0.1:$oport" >/dev/null 2>&1 &
+    # shellcheck disable=SC2086
+    "$bench" origin --listen "127.0.0.1:$oport" ${ORIGIN_ARGS:-} >/dev/null 2>&1 &
     origin_pid=$!
     wait_port "$oport"
 }

@@ -419,6 +419,11 @@ pub(crate) struct Origin(Child);
 
 impl Origin {
     pub(crate) fn start(port: u16, pin: bool) -> anyhow::Result<Origin> {
+        Self::start_as(port, pin, false)
+    }
+
+    /// As [`Origin::start`]; with `h2c`, the HTTP/2 origin (`origin --h2c`).
+    pub(crate) fn start_as(port: u16, pin: bool, h2c: bool) -> anyhow::Result<Origin> {
         let me = std::env::current_exe()?;
         let mut cmd = if pin {
             let mut c = Command::new("taskset");
@@ -427,11 +432,11 @@ impl Origin {
         } else {
             Command::new(&me)
         };
-        let child = cmd
-            .args(["origin", "--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+        cmd.args(["origin", "--listen", &format!("127.0.0.1:{port}")]);
+        if h2c {
+            cmd.arg("--h2c");
+        }
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let deadline = Instant::now() + Duration::from_secs(5);
         while std::net::TcpStream::connect(addr).is_err() {

@@ -32,6 +32,18 @@ pub struct H2Opts {
     /// time on each keep-alive connection) instead of HTTP/2.
     #[arg(long)]
     pub h1: bool,
+    /// The origin speaks HTTP/2 in clear (`origin --h2c`): for the gateways' HTTP/2
+    /// backends (targets shuck-h2c, haproxy-h2c, nginx-grpc).
+    #[arg(long)]
+    pub h2c: bool,
+    /// Each request is a unary gRPC call (bench.Echo/Unary of `bench/peers/echo.proto`,
+    /// a 64-byte message) instead of a GET of each size.
+    #[arg(long)]
+    pub grpc: bool,
+    /// The load client: h2load (nghttp2's) or ghz (a Go gRPC client, for `--grpc`;
+    /// `go install github.com/bojand/ghz/cmd/ghz@latest`).
+    #[arg(long, default_value = "h2load")]
+    pub client: String,
     /// The load and its runs.
     #[command(flatten)]
     pub runs: Runs,
@@ -109,8 +121,10 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
     let _cleanup = crate::compare::RemoveDir(dir.clone());
     let pem = make_cert(&dir, "ecdsa", "ec -pkeyopt ec_paramgen_curve:P-256")?;
     let origin_port = free_port()?;
-    let _origin = Origin::start(origin_port, pin)?;
+    let _origin = Origin::start_as(origin_port, pin, o.h2c)?;
     let key = dir.join("unused.key");
+    let grpc_body = dir.join("grpc.bin");
+    std::fs::write(&grpc_body, grpc_message())?;
     // HAProxy's syslog lines (haproxy-log) go here: bound, never read, so that sending them
     // costs what it costs and reading them costs nothing on the server's CPU.
     let syslog = std::net::UdpSocket::bind("127.0.0.1:0")?;
@@ -131,7 +145,12 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             "shuck-log" => (Target::Shuck, "shuck-h2-log.args"),
             "haproxy-log" => (Target::Haproxy, "haproxy-h2-log.cfg"),
             "nginx-log" => (Target::Nginx, "nginx-h2-log.conf"),
-            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy, nginx or caddy (with -log for its access log on, but caddy)"),
+            // HTTP/2 to the origin (--h2c): shuck's proto = h2, HAProxy's proto h2, nginx's
+            // grpc_pass.
+            "shuck-h2c" => (Target::Shuck, "shuck-h2c.args"),
+            "haproxy-h2c" => (Target::Haproxy, "haproxy-h2c.cfg"),
+            "nginx-grpc" => (Target::Nginx, "nginx-grpc.conf"),
+            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy, nginx or caddy (with -log for its access log on, but caddy), or with --h2c shuck-h2c, haproxy-h2c, nginx-grpc"),
         };
         let program = match peers::ensure_installed(target, &shuck) {
             Ok(p) => {
@@ -177,22 +196,36 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             ),
         }
     }
-    for size in &o.runs.sizes {
-        let url = |port: u16| format!("https://127.0.0.1:{port}/{size}");
+    let grpc_sizes = ["grpc".to_owned()];
+    let sizes = if o.grpc {
+        &grpc_sizes[..]
+    } else {
+        &o.runs.sizes[..]
+    };
+    let client = Client {
+        h2load: &h2load,
+        ghz: o.client == "ghz",
+        grpc: o.grpc.then_some(grpc_body.as_path()),
+    };
+    for size in sizes {
+        let url = |port: u16| match o.grpc {
+            true => format!("https://127.0.0.1:{port}/bench.Echo/Unary"),
+            false => format!("https://127.0.0.1:{port}/{size}"),
+        };
         // Each server's runs, or why it has none.
         let mut runs: Vec<anyhow::Result<Vec<Measured>>> = servers
             .iter()
             .map(|(name, port, server)| {
                 eprintln!("h2: {name}, {size} answers, warm-up...");
                 // Warm-up: connections, caches, page faults; not measured.
-                run_h2load(&h2load, o, &url(*port), 1.0, server.pid(), pin).map(|_| Vec::new())
+                run_h2load(&client, o, &url(*port), 1.0, server.pid(), pin).map(|_| Vec::new())
             })
             .collect();
         for round in 1..=o.runs.repeats.max(1) {
             for ((name, port, server), got) in servers.iter().zip(runs.iter_mut()) {
                 let Ok(done) = got else { continue };
                 eprintln!("h2: {name}, {size} answers, run {round}...");
-                match run_h2load(&h2load, o, &url(*port), o.runs.duration, server.pid(), pin) {
+                match run_h2load(&client, o, &url(*port), o.runs.duration, server.pid(), pin) {
                     Ok(m) => done.push(m),
                     Err(e) => *got = Err(e),
                 }
@@ -223,9 +256,30 @@ fn not_measured(rows: &mut Vec<Row>, target: &str, sizes: &[String], why: &str) 
     }
 }
 
-/// One h2load run against `url` for `seconds`; the server's CPU time is taken around it.
+/// The load client of a run.
+struct Client<'a> {
+    h2load: &'a Path,
+    /// ghz instead of h2load (`--grpc` only).
+    ghz: bool,
+    /// `--grpc`: the message every call sends.
+    grpc: Option<&'a Path>,
+}
+
+/// A unary call's request: one gRPC message (uncompressed, its length first) holding a
+/// `bench.Msg` of 64 bytes (protobuf: field 1, bytes).
+fn grpc_message() -> Vec<u8> {
+    let mut msg = vec![0x0a, 64];
+    msg.extend(std::iter::repeat_n(b'x', 64));
+    let mut framed = vec![0];
+    framed.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&msg);
+    framed
+}
+
+/// One load run (h2load's, or ghz's for gRPC) against `url` for `seconds`; the server's
+/// CPU time is taken around it.
 fn run_h2load(
-    h2load: &Path,
+    client: &Client<'_>,
     o: &H2Opts,
     url: &str,
     seconds: f64,
@@ -233,33 +287,82 @@ fn run_h2load(
     pin: bool,
 ) -> anyhow::Result<Measured> {
     let ticks = procfs::clock_ticks();
+    let program = if client.ghz {
+        which("ghz")
+            .or_else(|| {
+                let home = std::env::var("HOME").unwrap_or_default();
+                let p = PathBuf::from(home).join("go/bin/ghz");
+                p.exists().then_some(p)
+            })
+            .context("ghz is needed: go install github.com/bojand/ghz/cmd/ghz@latest")?
+    } else {
+        client.h2load.to_path_buf()
+    };
     let mut cmd = if pin {
         let mut c = Command::new("taskset");
-        c.args(["-c", "1"]).arg(h2load);
+        c.args(["-c", "1"]).arg(&program);
         c
     } else {
-        Command::new(h2load)
+        Command::new(&program)
     };
-    cmd.args([
-        "-c",
-        &o.runs.connections.to_string(),
-        "-m",
-        &o.runs.streams.to_string(),
-        "-D",
-        &format!("{}", seconds.ceil().max(1.0) as u64),
-        url,
-    ]);
+    let secs = seconds.ceil().max(1.0) as u64;
+    if client.ghz {
+        let proto = o.bench.peers_dir.join("echo.proto");
+        let target = url
+            .trim_start_matches("https://")
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        cmd.args(["--skipTLS", "--proto"])
+            .arg(&proto)
+            .args(["--call", "bench.Echo/Unary", "-d"])
+            .arg(format!("{{\"data\":\"{}\"}}", "eHh4".repeat(21) + "eA=="))
+            .args([
+                "--connections",
+                &o.runs.connections.to_string(),
+                "-c",
+                &(o.runs.connections * o.runs.streams).to_string(),
+                "-z",
+                &format!("{secs}s"),
+                "--format",
+                "json",
+                target,
+            ]);
+    } else {
+        cmd.args([
+            "-c",
+            &o.runs.connections.to_string(),
+            "-m",
+            &o.runs.streams.to_string(),
+            "-D",
+            &secs.to_string(),
+            url,
+        ]);
+        if let Some(body) = client.grpc {
+            cmd.arg("-d").arg(body).args([
+                "-H",
+                "content-type: application/grpc",
+                "-H",
+                "te: trailers",
+            ]);
+        }
+    }
     if o.h1 {
         cmd.arg("--h1");
     }
     let cpu0 = procfs::cpu_us(server, ticks);
     let start = std::time::Instant::now();
-    let out = cmd.output().context("cannot run h2load")?;
+    let out = cmd.output().context("cannot run the load client")?;
     let elapsed = start.elapsed();
     let cpu1 = procfs::cpu_us(server, ticks);
     let text = String::from_utf8_lossy(&out.stdout);
-    let (requests, failed) = parse_requests(&text)
-        .with_context(|| format!("h2load printed no request count: {text}"))?;
+    let counted = if client.ghz {
+        parse_ghz(&text)
+    } else {
+        parse_requests(&text)
+    };
+    let (requests, failed) =
+        counted.with_context(|| format!("the load client printed no request count: {text}"))?;
     if requests == 0 {
         bail!(
             "no request succeeded: {}",
@@ -272,6 +375,15 @@ fn run_h2load(
         cpu_us: cpu1.saturating_sub(cpu0),
         seconds: elapsed.max(Duration::from_millis(1)).as_secs_f64(),
     })
+}
+
+/// From ghz's JSON report: the calls that ended OK, and the others.
+fn parse_ghz(text: &str) -> Option<(u64, u64)> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let codes = v["statusCodeDistribution"].as_object()?;
+    let ok = codes.get("OK").and_then(|n| n.as_u64()).unwrap_or(0);
+    let all: u64 = codes.values().filter_map(|n| n.as_u64()).sum();
+    Some((ok, all - ok))
 }
 
 /// From h2load's `requests: 9 total, 9 started, 9 done, 8 succeeded, 1 failed, ...`: the
@@ -304,8 +416,14 @@ fn render(o: &H2Opts, rows: &[Row], versions: &[String], machine: &str, pin: boo
     let _ = writeln!(s, "- machine: {machine}");
     let _ = writeln!(
         s,
-        "- load: h2load{}, {} connections × {} streams, {} s per run, median of {} (the servers measured in turn, a run each per round); TLS 1.3, ECDSA P-256",
+        "- load: {}{}{}, {} connections × {} streams, {} s per run, median of {} (the servers measured in turn, a run each per round); TLS 1.3, ECDSA P-256",
+        if o.client == "ghz" { "ghz" } else { "h2load" },
         if o.h1 { " --h1 (HTTP/1.1 clients)" } else { "" },
+        match (o.grpc, o.h2c) {
+            (true, _) => ", unary gRPC calls (bench.Echo/Unary, 64-byte messages) to an HTTP/2 origin in clear",
+            (false, true) => ", to an HTTP/2 origin in clear",
+            (false, false) => "",
+        },
         o.runs.connections, o.runs.streams, o.runs.duration, o.runs.repeats
     );
     let _ = writeln!(
@@ -324,10 +442,16 @@ fn render(o: &H2Opts, rows: &[Row], versions: &[String], machine: &str, pin: boo
         s,
         "\n| size | server | requests/s | server CPU µs/request | × best peer | failed |\n|---|---|---|---|---|---|"
     );
-    for size in &o.runs.sizes {
+    let mut sizes: Vec<&String> = Vec::new();
+    for (_, size, _) in rows {
+        if !sizes.contains(&size) {
+            sizes.push(size);
+        }
+    }
+    for size in sizes {
         let best_peer = rows
             .iter()
-            .filter(|(t, sz, _)| sz == size && t != "shuck")
+            .filter(|(t, sz, _)| sz == size && !t.starts_with("shuck"))
             .filter_map(|(_, _, r)| r.as_ref().ok().map(Measured::cpu_per_req))
             .min_by(f64::total_cmp);
         for (t, _, r) in rows.iter().filter(|(_, sz, _)| sz == size) {
@@ -338,7 +462,7 @@ fn render(o: &H2Opts, rows: &[Row], versions: &[String], machine: &str, pin: boo
                         .unwrap_or_else(|| "–".into());
                     let _ = writeln!(
                         s,
-                        "| {size} | {t} | {:.0} | {:.1} | {ratio} | {} |",
+                        "| {size} | {t} | {:.0} | {:.2} | {ratio} | {} |",
                         m.requests as f64 / m.seconds,
                         m.cpu_per_req(),
                         m.failed

@@ -18,6 +18,7 @@ mod h3;
 mod limit;
 mod load;
 mod origin;
+mod origin_h2;
 mod peers;
 mod procfs;
 mod ramp;
@@ -47,6 +48,9 @@ enum Cmd {
         /// Runtime threads.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// HTTP/2 in clear with prior knowledge instead (h2c), with gRPC calls echoed.
+        #[arg(long)]
+        h2c: bool,
     },
     /// Load a TLS endpoint and report rates, failures, latency and resumption.
     Load {
@@ -105,9 +109,13 @@ enum Cmd {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::ConnectLoad(o) => refuse::run(&o),
-        Cmd::Origin { listen, threads } => {
+        Cmd::Origin {
+            listen,
+            threads,
+            h2c,
+        } => {
             compare::raise_fd_limit();
-            origin::run(listen, threads)
+            origin::run(listen, threads, h2c)
         }
         Cmd::Load { opts, json } => {
             compare::raise_fd_limit();

@@ -15,8 +15,9 @@ use shuck::origin::size::parse_size;
 const CHUNK: usize = 256 * 1024;
 const MAX_HEAD: usize = 16 * 1024;
 
-/// Serves forever on `addr` with `threads` runtime threads (1: a single-threaded runtime).
-pub fn run(addr: SocketAddr, threads: usize) -> anyhow::Result<()> {
+/// Serves forever on `addr` with `threads` runtime threads (1: a single-threaded runtime);
+/// with `h2c`, HTTP/2 in clear (`origin_h2.rs`).
+pub fn run(addr: SocketAddr, threads: usize, h2c: bool) -> anyhow::Result<()> {
     let rt = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -32,6 +33,9 @@ pub fn run(addr: SocketAddr, threads: usize) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("origin: cannot listen on {addr}"))?;
         eprintln!("origin listening on {}", listener.local_addr()?);
+        if h2c {
+            return crate::origin_h2::serve(listener).await;
+        }
         serve(listener).await
     })
 }

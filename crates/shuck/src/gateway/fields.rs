@@ -20,6 +20,8 @@ pub struct Forwarding {
     pub strip: Option<String>,
     /// `--request-id-header`: the client's header is replaced by the request's ID.
     pub request_id: Option<std::sync::Arc<crate::access::request_id::Spec>>,
+    /// `lines` as HTTP/2 fields, made at the first request to an HTTP/2 backend.
+    fields: std::cell::OnceCell<Vec<(http::HeaderName, http::HeaderValue)>>,
 }
 
 impl Forwarding {
@@ -42,7 +44,24 @@ impl Forwarding {
             lines,
             strip,
             request_id: None,
+            fields: std::cell::OnceCell::new(),
         }
+    }
+
+    /// The forwarding headers as fields (an HTTP/2 backend's), made once.
+    pub fn fields(&self) -> &[(http::HeaderName, http::HeaderValue)] {
+        self.fields.get_or_init(|| {
+            self.lines
+                .split("\r\n")
+                .filter_map(|line| {
+                    let (name, value) = line.split_once(": ")?;
+                    Some((
+                        http::HeaderName::from_bytes(name.as_bytes()).ok()?,
+                        http::HeaderValue::from_str(value).ok()?,
+                    ))
+                })
+                .collect()
+        })
     }
 
     /// With `--request-id-header`.

@@ -69,6 +69,10 @@ pub trait HeadOut {
     fn host(&mut self, host: &[u8]);
     /// A field passed on.
     fn field(&mut self, name: &[u8], value: &[u8]);
+    /// A field of the client's passed on as it is.
+    fn header(&mut self, name: &http::HeaderName, value: &http::HeaderValue) {
+        self.field(name.as_str().as_bytes(), value.as_bytes());
+    }
     /// The client's cookie crumbs (RFC 9113 §8.2.3).
     fn cookies<'a>(&mut self, crumbs: impl Iterator<Item = &'a http::HeaderValue>);
     /// The client's `TE: trailers`, which only HTTP/2 passes on (an HTTP/1.1 backend's
@@ -78,8 +82,8 @@ pub trait HeadOut {
     fn chunked(&mut self);
     /// A WebSocket's upgrade with its `Sec-WebSocket-Key`.
     fn upgrade(&mut self, key: &[u8]);
-    /// The forwarding headers, already lines (`Forwarding::lines`), ending the head.
-    fn end(&mut self, lines: &str);
+    /// The forwarding headers, ending the head.
+    fn end(&mut self, fwd: &Forwarding);
 }
 
 impl HeadOut for Vec<u8> {
@@ -122,8 +126,8 @@ impl HeadOut for Vec<u8> {
         self.extend_from_slice(b"\r\n");
     }
 
-    fn end(&mut self, lines: &str) {
-        self.extend_from_slice(lines.as_bytes());
+    fn end(&mut self, fwd: &Forwarding) {
+        self.extend_from_slice(fwd.lines.as_bytes());
     }
 }
 
@@ -244,7 +248,7 @@ pub fn build<H: HeadOut>(
         if fwd.is_request_id(name.as_str().as_bytes()) {
             continue; // the request's ID, written below
         }
-        out.field(name.as_str().as_bytes(), value.as_bytes());
+        out.header(name, value);
     }
     if cookies > 0 {
         out.cookies(req.headers.get_all(header::COOKIE).iter());
@@ -283,7 +287,7 @@ pub fn build<H: HeadOut>(
     if let (Some(id), Some(spec)) = (id, &fwd.request_id) {
         out.field(spec.name.as_bytes(), id.as_bytes());
     }
-    out.end(&fwd.lines);
+    out.end(fwd);
     Ok((body, kind))
 }
 

@@ -4,6 +4,7 @@
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Request, Uri};
 
+use crate::gateway::fields::Forwarding;
 use crate::gateway::request::HeadOut;
 
 /// The fields of an HTTP/2 request being written by `request::build`.
@@ -70,6 +71,10 @@ impl HeadOut for H2Head {
         self.push(name, value);
     }
 
+    fn header(&mut self, name: &HeaderName, value: &HeaderValue) {
+        self.headers.append(name.clone(), value.clone());
+    }
+
     fn cookies<'a>(&mut self, crumbs: impl Iterator<Item = &'a HeaderValue>) {
         // HTTP/2 carries the crumbs apart (RFC 9113 §8.2.3), compressed better so.
         for c in crumbs {
@@ -88,11 +93,9 @@ impl HeadOut for H2Head {
         self.upgrade = true;
     }
 
-    fn end(&mut self, lines: &str) {
-        for line in lines.split("\r\n") {
-            if let Some((name, value)) = line.split_once(": ") {
-                self.push(name.as_bytes(), value.as_bytes());
-            }
+    fn end(&mut self, fwd: &Forwarding) {
+        for (name, value) in fwd.fields() {
+            self.headers.append(name.clone(), value.clone());
         }
     }
 }
@@ -100,7 +103,6 @@ impl HeadOut for H2Head {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::fields::Forwarding;
     use crate::gateway::request::{build, Body};
 
     #[test]

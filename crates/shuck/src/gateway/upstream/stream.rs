@@ -441,12 +441,16 @@ async fn download<O: Outbound>(
     respond: &mut O,
     call: Call,
 ) -> Result<(), Down> {
+    // One timer for the whole answer, moved on as pieces come.
+    let silence = tokio::time::sleep(gw.idle);
+    tokio::pin!(silence);
     loop {
         let next = tokio::select! {
             d = rx.data() => d,
-            () = tokio::time::sleep(gw.idle) => return Err(Down::Silent),
+            () = &mut silence => return Err(Down::Silent),
             () = until(call.deadline) => return Err(Down::Deadline),
         };
+        silence.as_mut().reset(Instant::now() + gw.idle);
         match next {
             Some(Ok(d)) => {
                 let n = d.len();
