@@ -196,3 +196,101 @@ fn a_backends_http2_settings_are_checked() {
     assert_ne!(code, Some(0), "{out}");
     assert!(out.contains("write-proxy-v2 = off"), "{out}");
 }
+
+#[test]
+fn proto_auto_speaks_http1_to_a_server_that_chooses_it() {
+    if !require("nginx", "nginx") {
+        return;
+    }
+    // nginx over TLS without http2: ALPN gives http/1.1.
+    let dir = TempDir::new("auto");
+    let (both, _) = rcgen_cert(&dir, "origin", &["localhost"], false);
+    let pem = std::fs::read_to_string(&both).unwrap();
+    let at = pem.find("-----BEGIN PRIVATE KEY").unwrap();
+    let (cert, key) = (dir.path("cert.pem"), dir.path("key.pem"));
+    std::fs::write(&cert, &pem[..at]).unwrap();
+    std::fs::write(&key, &pem[at..]).unwrap();
+    let port = free_port();
+    let conf = dir.path("nginx.conf");
+    let d = dir.0.display();
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+             events {{}}\n\
+             http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d}; \
+             fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n\
+             server {{ listen 127.0.0.1:{port} ssl; ssl_certificate {c}; ssl_certificate_key {k};\n\
+             location / {{ return 200 \"nginx over $server_protocol\\n\"; }} }} }}\n",
+            c = cert.display(),
+            k = key.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("nginx")
+        .arg("-c")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _nginx = Proc(child);
+    wait_listening(port, "nginx");
+    let backend = format!(
+        "--named-backend=name=h;server=127.0.0.1:{port};proto=auto;tls=on;ca-file={};sni=localhost",
+        cert.display()
+    );
+    let s = Shuck::start(&[
+        "--http",
+        "-b",
+        "127.0.0.1:1",
+        &backend,
+        "--route=host=localhost;backend=h",
+    ]);
+    for version in ["--http2", "--http2", "--http1.1"] {
+        let out = sh_out(&format!(
+            "curl -sk {version} --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/",
+            p = s.port
+        ));
+        assert_eq!(out, "nginx over HTTP/1.1\n", "{version}\n{}", s.log());
+    }
+}
+
+#[test]
+fn shared_connections_close_when_idle_and_when_a_ping_goes_unanswered() {
+    if !require("ss", "iproute2") {
+        return;
+    }
+    let dir = TempDir::new("nghttpd");
+    std::fs::write(dir.path("index.html"), "up\n").unwrap();
+    let Some((server, port)) = nghttpd(&dir) else {
+        return;
+    };
+    let get = |s: &Shuck| {
+        sh_out(&format!(
+            "curl -sk --http2 --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/index.html",
+            p = s.port
+        ))
+    };
+    // Idle for --http-keepalive-timeout: closed at the driver's next look (every 10 s).
+    let quick = gateway(port, "", &["--http-keepalive-timeout", "1"]);
+    assert_eq!(get(&quick), "up\n");
+    assert_eq!(backend_conns(port), 1);
+    assert!(
+        wait_until(std::time::Duration::from_secs(25), || backend_conns(port)
+            == 0),
+        "the idle connection was never closed"
+    );
+    drop(quick);
+    // A server that stops answering (stopped: the kernel still holds the connection): its
+    // PING goes unanswered, the connection is dropped, and once it answers again a new
+    // one serves.
+    let s = gateway(port, "", &[]);
+    assert_eq!(get(&s), "up\n");
+    let pid = server.0.id().to_string();
+    sh(&format!("kill -STOP {pid}"));
+    let dead = s.wait_log("did not answer a PING", std::time::Duration::from_secs(30));
+    sh(&format!("kill -CONT {pid}"));
+    assert!(dead, "no PING was found unanswered: {}", s.log());
+    assert_eq!(get(&s), "up\n");
+}

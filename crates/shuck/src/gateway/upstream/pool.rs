@@ -348,9 +348,16 @@ async fn drive(
     }
 }
 
-/// Takes `c` out of its server's connections.
+/// Takes `c` out of its server's connections; a server left with none (and none being
+/// opened) leaves the table, so that the servers a reload replaced are not kept.
 fn forget(sc: &Weak<ServerConns>, c: &Rc<Conn>) {
-    if let Some(sc) = sc.upgrade() {
-        sc.conns.borrow_mut().retain(|o| !Rc::ptr_eq(o, c));
+    let Some(sc) = sc.upgrade() else { return };
+    let mut conns = sc.conns.borrow_mut();
+    conns.retain(|o| !Rc::ptr_eq(o, c));
+    if conns.is_empty() && !sc.opening.get() && sc.chose_h1.get().is_none() {
+        SERVERS.with(|m| {
+            m.borrow_mut()
+                .retain(|_, (_, other)| !Rc::ptr_eq(other, &sc));
+        });
     }
 }
