@@ -282,3 +282,53 @@ fn check_grpc_follows_the_servers_serving_status() {
         "a never came back"
     );
 }
+
+#[test]
+fn the_access_log_says_why_shuck_ended_a_call_it_answered_200() {
+    if !grpc::grpcio() {
+        return;
+    }
+    let pki = pki();
+    let dir = TempDir::new("grpc-log");
+    let log = dir.path("access.log");
+    let log_s = log.to_str().unwrap();
+    let server = grpc::Server::start("s", None, None);
+    let s = shuck(
+        &pki,
+        &[&server],
+        ";proto=h2",
+        &["--access-log", log_s, "--access-log-format", "json"],
+    );
+    assert_eq!(call(s.port, &pki.cert, "unary", &["x"])["code"], "OK");
+    drop(server);
+    assert_eq!(
+        call(s.port, &pki.cert, "unary", &["x"])["code"],
+        "UNAVAILABLE"
+    );
+    let lines = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || lines().len() >= 2),
+        "{:?}",
+        lines()
+    );
+    let l = lines();
+    // Both are 200 on the wire (a gRPC status travels in trailers); the cause tells them apart.
+    assert_eq!(
+        (l[0]["status"].as_u64(), l[0]["cause"].as_str()),
+        (Some(200), Some("normal")),
+        "{}",
+        l[0]
+    );
+    assert_eq!(
+        (l[1]["status"].as_u64(), l[1]["cause"].as_str()),
+        (Some(200), Some("backend_refused")),
+        "{}",
+        l[1]
+    );
+}

@@ -131,7 +131,7 @@ impl Trail {
 }
 
 /// What an answer of shuck's own says of how the request ended.
-fn own_answer(status: u16) -> Cause {
+pub(super) fn own_answer(status: u16) -> Cause {
     match status {
         400 => Cause::BadRequest,
         408 => Cause::RequestTimeout,

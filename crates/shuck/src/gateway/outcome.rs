@@ -110,6 +110,9 @@ pub(super) fn reply_with<O: Outbound>(
 ) {
     let text = status.canonical_reason().unwrap_or("");
     if grpc {
+        // Its status is 200: the log is told why shuck answered, as it reads a status.
+        let cause = super::logged::own_answer(status.as_u16());
+        respond.note(super::front::Note::Failed(cause));
         let mut resp = super::grpc::trailers_only(super::grpc::Code::of(status), text);
         if let Some((name, value)) = extra {
             resp.headers_mut().insert(name, value);

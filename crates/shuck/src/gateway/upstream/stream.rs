@@ -15,6 +15,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use tokio::time::Instant;
 
 use super::pool;
+use crate::access::Cause;
 use crate::backend::balance::Key;
 use crate::counters::WorkerCounters;
 use crate::edge::route::BackendId;
@@ -233,6 +234,7 @@ fn deadline<O: Outbound>(gw: &Gateway, respond: &mut O) {
         stream = respond.id(),
         "a gRPC call's grpc-timeout passed: DEADLINE_EXCEEDED",
     );
+    respond.note(Note::Failed(Cause::BackendTimeout));
     respond.answer_now(
         grpc::trailers_only(Code::DeadlineExceeded, DEADLINE),
         Bytes::new(),
@@ -245,6 +247,10 @@ const DEADLINE: &str = "the call's grpc-timeout passed";
 /// Ends an answer whose head went with gRPC trailers saying `code`, within
 /// `--http-stall-timeout` (a client gone is told nothing).
 async fn end_call<O: Outbound>(gw: &Gateway, respond: &mut O, code: Code, message: &'static str) {
+    respond.note(Note::Failed(match code {
+        Code::DeadlineExceeded => Cause::BackendTimeout,
+        _ => Cause::AnswerCut,
+    }));
     let t = grpc::trailers(code, message);
     let _ = tokio::time::timeout(gw.stall, respond.trailers(t)).await;
 }
