@@ -13,6 +13,7 @@ pub mod endpoint;
 pub mod error;
 pub mod file;
 pub mod frontend;
+pub mod named_backend;
 pub mod pem_file;
 pub mod places;
 pub mod replication;

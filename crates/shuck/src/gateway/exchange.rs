@@ -8,19 +8,17 @@
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 
-use bytes::Buf;
 use http::request::Parts;
 use http::StatusCode;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::answer::answer;
 use super::backends::BackendConn;
 use super::early::{self, Early};
-use super::front::{next_piece, trailers_within, BodyWait, Inbound, Note, Outbound, Reset};
+use super::front::{Inbound, Note, Outbound, Reset};
 use super::outcome::{client_reset, malformed, reply, reply_with, stalled, write_head, Done, End};
 use super::request::{self, Body, Kind, Refusal};
-use super::response;
 use super::tunnel::upgrade;
+use super::upload::{upload, Up};
 use super::{Active, Gateway};
 use crate::access::request_id::RequestId;
 use crate::backend::balance::Key;
@@ -539,73 +537,4 @@ async fn exchange<I: Inbound, O: Outbound>(
             }
         }
     }
-}
-
-/// Why the upload stopped.
-enum Up {
-    /// The client reset the stream.
-    Client,
-    /// The client sent nothing of its body for `--http-stall-timeout`.
-    Stalled,
-    /// The body ran past its `content-length`, or ended short of it: what was read past it
-    /// is never written.
-    Length,
-    /// The backend could not take more.
-    Backend(std::io::Error),
-}
-
-impl From<BodyWait> for Up {
-    fn from(w: BodyWait) -> Self {
-        match w {
-            BodyWait::Client => Up::Client,
-            BodyWait::Stalled => Up::Stalled,
-            BodyWait::Length => Up::Length,
-        }
-    }
-}
-
-/// The request body to the backend, as it arrives, in the framing the head announced;
-/// each piece's window is given back once the backend took its bytes.
-async fn upload<W: AsyncWrite + Unpin, I: Inbound>(
-    body: &mut I,
-    wr: &mut W,
-    framing: Body,
-    gw: &Gateway,
-) -> Result<(), Up> {
-    if matches!(framing, Body::None | Body::Tunnel) {
-        return Ok(());
-    }
-    let chunked = framing == Body::Chunked;
-    let mut left = match framing {
-        Body::Length(n) => Some(n),
-        _ => None,
-    };
-    while let Some(data) = next_piece(body, gw.stall, &mut left).await? {
-        let n = data.len();
-        let written = if chunked {
-            let size = format!("{n:x}\r\n");
-            let mut frame = Buf::chain(Buf::chain(size.as_bytes(), data), &b"\r\n"[..]);
-            wr.write_all_buf(&mut frame).await
-        } else {
-            wr.write_all(&data).await
-        };
-        written.map_err(Up::Backend)?;
-        body.release(n);
-    }
-    if chunked {
-        let trailers = trailers_within(body, gw.stall).await?;
-        let mut last = b"0\r\n".to_vec();
-        for (name, value) in trailers.iter().flatten() {
-            if gw.fwd.strips(name.as_str().as_bytes()) || !response::allowed_trailer(name) {
-                continue;
-            }
-            last.extend_from_slice(name.as_str().as_bytes());
-            last.extend_from_slice(b": ");
-            last.extend_from_slice(value.as_bytes());
-            last.extend_from_slice(b"\r\n");
-        }
-        last.extend_from_slice(b"\r\n");
-        wr.write_all(&last).await.map_err(Up::Backend)?;
-    }
-    Ok(())
 }

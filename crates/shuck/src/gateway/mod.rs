@@ -36,6 +36,7 @@ pub mod path;
 pub mod request;
 pub mod response;
 mod tunnel;
+mod upload;
 mod upstream;
 
 use std::cell::Cell;

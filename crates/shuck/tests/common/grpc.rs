@@ -8,32 +8,17 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use super::{free_port, rcgen_cert, skip, wait_listening, Shuck, TempDir};
+use super::{free_port, rcgen_cert, wait_listening, Shuck, TempDir};
 
 const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc/peer.py");
 
 /// grpcio and its health service, installed from PyPI when missing.
 pub fn grpcio() -> bool {
-    let have = || {
-        Command::new("python3")
-            .args(["-c", "import grpc, grpc_health.v1.health"])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if have() {
-        return true;
-    }
-    let _ = Command::new("sh")
-        .args([
-            "-c",
-            "pip install -q grpcio grpcio-health-checking >/dev/null 2>&1 || pip install -q --break-system-packages grpcio grpcio-health-checking >/dev/null 2>&1",
-        ])
-        .status();
-    if have() {
-        return true;
-    }
-    skip("grpcio (PyPI) is not installed and could not be installed");
-    false
+    super::python_module(
+        "import grpc, grpc_health.v1.health",
+        "grpcio grpcio-health-checking",
+        "grpcio",
+    )
 }
 
 /// A grpcio server of the service test.Echo; killed when dropped.

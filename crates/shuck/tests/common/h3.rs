@@ -7,30 +7,11 @@ use std::process::Command;
 use serde_json::Value;
 
 use super::h1origin::H1Origin;
-use super::{free_port, skip, Shuck};
+use super::{free_port, Shuck};
 
 /// aioquic, installed from PyPI when missing (a test peer as the others are).
 pub fn aioquic() -> bool {
-    let have = || {
-        Command::new("python3")
-            .args(["-c", "import aioquic"])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if have() {
-        return true;
-    }
-    let _ = Command::new("sh")
-        .args([
-            "-c",
-            "pip install -q aioquic >/dev/null 2>&1 || pip install -q --break-system-packages aioquic >/dev/null 2>&1 || python3 -m pip install -q --break-system-packages aioquic >/dev/null 2>&1",
-        ])
-        .status();
-    if have() {
-        return true;
-    }
-    skip("aioquic (PyPI) is not installed and could not be installed");
-    false
+    super::python_module("import aioquic", "aioquic", "aioquic")
 }
 
 /// Runs the HTTP/3 client against `port` with `requests` (a list, or a list of lists run

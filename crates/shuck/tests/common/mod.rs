@@ -135,6 +135,34 @@ pub fn require(program: &str, package: &str) -> bool {
     false
 }
 
+/// A Python module (`import` is the statement that must run) from PyPI's `packages`,
+/// installed when missing, as the Debian packages are by [`require`]. Prints a loud SKIP
+/// line and returns false only when it truly cannot be had.
+pub fn python_module(import: &str, packages: &str, what: &str) -> bool {
+    let have = || {
+        Command::new("python3")
+            .args(["-c", import])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if have() {
+        return true;
+    }
+    let _ = Command::new("sh")
+        .args([
+            "-c",
+            &format!("pip install -q {packages} >/dev/null 2>&1 || pip install -q --break-system-packages {packages} >/dev/null 2>&1 || python3 -m pip install -q --break-system-packages {packages} >/dev/null 2>&1"),
+        ])
+        .status();
+    if have() {
+        return true;
+    }
+    skip(&format!(
+        "{what} (PyPI) is not installed and could not be installed"
+    ));
+    false
+}
+
 /// Whether this run is CI's (`CI=true`, as `.ci/run` sets): there every check must run.
 pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
