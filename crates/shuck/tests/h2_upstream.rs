@@ -1,7 +1,7 @@
 //! HTTP/2 backends (`proto = h2`) before a real HTTP/2 server, nghttpd (Debian's
 //! nghttp2-server) in clear with prior knowledge: HTTP/2 and HTTP/3 clients reach it with
 //! the request hygiene of every backend (a body longer or shorter than declared never
-//! passes), HTTP/1.1 clients are told it is not for them, the streams of many client
+//! passes), HTTP/1.1 clients too (`h1_to_h2.rs`), the streams of many client
 //! connections share the configured connections, and a backend's configuration errors are
 //! named.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,25 +12,6 @@ use std::process::{Command, Stdio};
 
 use common::shapes::{self, Conn, Fields, Verdict};
 use common::*;
-
-/// nghttpd serving `dir` in clear (h2c) on a fresh port; its uploads echoed back.
-fn nghttpd(dir: &TempDir) -> Option<(Proc, u16)> {
-    if !require("nghttpd", "nghttp2-server") {
-        return None;
-    }
-    let port = free_port();
-    let child = Command::new("nghttpd")
-        .args(["--no-tls", "--echo-upload", "-d"])
-        .arg(&dir.0)
-        .arg(port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let p = Proc(child);
-    wait_listening(port, "nghttpd");
-    Some((p, port))
-}
 
 /// shuck with `--http --quic` before backend `h` (`proto=h2`, `keys` after it), every host
 /// routed to it.
@@ -129,16 +110,14 @@ fn http2_and_http3_clients_reach_an_h2c_backend_with_the_same_hygiene() {
             assert_eq!(&got[0], want, "HTTP/3: {what}\n{}", s.log());
         }
     }
-    // HTTP/1.1 clients do not reach an HTTP/2-only backend: a 502 that says why.
+    // HTTP/1.1 clients reach it too, through the core (tests/h1_to_h2.rs for the rest).
     let out = sh_out(&format!(
-        "curl -sk --http1.1 -i --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/index.html",
+        "curl -sk --http1.1 --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/index.html",
         p = s.port
     ));
-    assert!(out.starts_with("HTTP/1.1 502"), "{out}");
-    assert!(out.contains("speaks HTTP/2 only"), "{out}");
+    assert_eq!(out, "served over h2c\n");
 }
 
-/// Established connections from shuck to `port`.
 fn backend_conns(port: u16) -> usize {
     sh_out(&format!("ss -tnH state established dst 127.0.0.1:{port}"))
         .lines()

@@ -80,14 +80,6 @@ pub(super) fn resolve(
                 if let Some(reason) = reason {
                     return Err(nth("--named-backend", i, ConfigError::Invalid { option: "proto", reason }));
                 }
-                if b.proto == route::Proto::H2 {
-                    tracing::warn!(
-                        name: "config_backend_h2_only",
-                        backend = %b.name,
-                        "backend {}: proto = h2: HTTP/2 and HTTP/3 clients reach it; an HTTP/1.1 request routed to it is answered 502 (proto = auto over TLS serves both)",
-                        b.name,
-                    );
-                }
             }
             if !cli.http {
                 let http_only = match &b.balance {

@@ -97,6 +97,12 @@ pub trait Outbound {
     fn answer_now(&mut self, resp: Response<()>, body: Bytes);
     /// Ends the stream at once.
     fn reset(&mut self, why: Reset);
+    /// The status a [`reset`](Outbound::reset) for `why` would be answered with instead,
+    /// for the log: HTTP/1.1, which has no reset, answers `400` or `408` when no answer
+    /// had begun.
+    fn reset_status(&self, _why: Reset) -> Option<u16> {
+        None
+    }
     /// The stream's number, for logs.
     fn id(&self) -> u64;
     /// Told what the exchange behind the answer did (the access log's).

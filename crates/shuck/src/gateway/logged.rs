@@ -230,6 +230,10 @@ impl<O: Outbound> Outbound for Logged<O> {
 
     fn reset(&mut self, why: Reset) {
         if let Some(t) = self.trail.as_mut() {
+            if let Some(status) = self.inner.reset_status(why) {
+                t.status = status;
+                t.head_at = Some(Instant::now());
+            }
             t.ended(match why {
                 Reset::Malformed => Cause::BadRequest,
                 Reset::Cancel => Cause::ClientTimeout,
@@ -244,10 +248,13 @@ impl<O: Outbound> Outbound for Logged<O> {
     }
 
     fn noting(&self) -> bool {
-        self.trail.is_some()
+        self.trail.is_some() || self.inner.noting()
     }
 
     fn note(&mut self, note: Note<'_>) {
+        if self.inner.noting() {
+            self.inner.note(note.clone());
+        }
         let Some(t) = self.trail.as_mut() else { return };
         match note {
             Note::Backend(name) => t.backend = Some(name.clone()),

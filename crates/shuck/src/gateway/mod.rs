@@ -13,8 +13,10 @@
 //! framing: the request's hygiene (`request.rs`), routing and the exchange (`exchange.rs`),
 //! the client's backend connections (`backends.rs`), the backend's answer read
 //! (`response.rs`) and passed on (`answer.rs`), WebSockets (`tunnel.rs`), and how an
-//! exchange ends (`outcome.rs`). A version's folder holds its framing only: it drives its
-//! connection and hands each stream in through the [`front`] traits.
+//! exchange ends (`outcome.rs`); a backend that speaks HTTP/2 is served on the worker's
+//! shared connections instead (`upstream/`), for HTTP/1.1 clients too (`h1/front/`: the
+//! requests their rewriter routed there). A version's folder holds its framing only: it
+//! drives its connection and hands each stream in through the [`front`] traits.
 
 mod answer;
 mod backends;
@@ -60,6 +62,9 @@ use fields::Forwarding;
 /// The client's HTTP version, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
+    /// HTTP/1.1 over TLS, whose requests for an HTTP/2 backend the core serves
+    /// (`h1/front/`).
+    H1,
     /// HTTP/2 over TLS.
     H2,
     /// HTTP/3 over QUIC.
@@ -70,6 +75,7 @@ impl Version {
     /// As logs and metrics name it.
     pub fn as_str(self) -> &'static str {
         match self {
+            Version::H1 => "http/1.1",
             Version::H2 => "h2",
             Version::H3 => "h3",
         }
@@ -289,19 +295,23 @@ impl Gateway {
         self.active.get()
     }
 
-    /// A request passed to a backend.
+    /// A request passed to a backend (HTTP/1.1's are counted by its rewriter, which
+    /// read them first).
     fn count_request(&self) {
         let h = &self.worker.counters.http;
         WorkerCounters::bump(match self.version {
+            Version::H1 => return,
             Version::H2 => &h.requests_h2,
             Version::H3 => &h.h3.requests,
         });
     }
 
-    /// A stream shuck reset.
+    /// A stream shuck reset (HTTP/1.1 has no streams to reset: its connection closes,
+    /// and is counted as it closes).
     fn count_reset_sent(&self) {
         let h = &self.worker.counters.http;
         WorkerCounters::bump(match self.version {
+            Version::H1 => return,
             Version::H2 => &h.h2_resets_sent,
             Version::H3 => &h.h3.resets_sent,
         });
@@ -311,6 +321,7 @@ impl Gateway {
     fn count_reset_received(&self) {
         let h = &self.worker.counters.http;
         WorkerCounters::bump(match self.version {
+            Version::H1 => return,
             Version::H2 => &h.h2_resets_received,
             Version::H3 => &h.h3.resets_received,
         });
@@ -320,6 +331,7 @@ impl Gateway {
     fn count_stalled(&self) {
         let h = &self.worker.counters.http;
         WorkerCounters::bump(match self.version {
+            Version::H1 => &h.stalled_h1,
             Version::H2 => &h.stalled_h2,
             Version::H3 => &h.h3.stalled,
         });

@@ -142,7 +142,11 @@ pub fn build<H: HeadOut>(
 ) -> Result<(Body, Kind), Refusal> {
     let protocol = req.extensions.get::<h2::ext::Protocol>();
     let (method, kind) = match (&req.method, protocol) {
-        (&Method::CONNECT, Some(p)) if p.as_str().eq_ignore_ascii_case("websocket") => {
+        // Extended CONNECT (RFC 8441, RFC 9220), or HTTP/1.1's GET with its Upgrade
+        // (`h1/front/head.rs`).
+        (&Method::CONNECT | &Method::GET, Some(p))
+            if p.as_str().eq_ignore_ascii_case("websocket") =>
+        {
             ("GET", Kind::Upgrade([0; 28]))
         }
         (&Method::CONNECT, Some(_)) => {

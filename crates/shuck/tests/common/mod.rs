@@ -754,6 +754,26 @@ impl Origin {
     }
 }
 
+/// nghttpd (Debian's nghttp2-server) serving `dir` in clear (h2c) on a fresh port, its
+/// uploads echoed back; `None` when it cannot be had outside CI.
+pub fn nghttpd(dir: &TempDir) -> Option<(Proc, u16)> {
+    if !require("nghttpd", "nghttp2-server") {
+        return None;
+    }
+    let port = free_port();
+    let child = Command::new("nghttpd")
+        .args(["--no-tls", "--echo-upload", "-d"])
+        .arg(&dir.0)
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let p = Proc(child);
+    wait_listening(port, "nghttpd");
+    Some((p, port))
+}
+
 /// Reads one HTTP/1.1 head, up to and including its blank line; `None` at end of stream.
 pub fn read_http_head(r: &mut impl BufRead) -> Option<String> {
     let mut head = String::new();

@@ -148,6 +148,12 @@ impl H1Log {
         });
     }
 
+    /// The oldest waiting request was taken by the gateway core (`h1/front/`), which
+    /// writes its line itself.
+    pub fn taken_by_core(&self) {
+        self.lines.borrow_mut().waiting.pop_front();
+    }
+
     /// Body bytes of the latest request went to the backend.
     pub fn sent(&self, n: usize) {
         if let Some(line) = self.lines.borrow_mut().waiting.back_mut() {

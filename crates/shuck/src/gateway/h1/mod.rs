@@ -7,6 +7,7 @@
 //! request, nothing more from the client is parsed as HTTP or passed on.
 
 pub mod chunked;
+pub mod front;
 pub mod head;
 pub mod log;
 
@@ -204,9 +205,3 @@ pub const REQUEST_TIMEOUT: &[u8] =
 /// The answer when no backend could take the request in time.
 pub const SERVICE_UNAVAILABLE: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\n\r\nService Unavailable\n";
-
-/// `502` for an HTTP/1.1 request routed to a backend that speaks HTTP/2 only (`proto =
-/// h2`): HTTP/1.1 clients reach such backends through the gateway core, which they do not
-/// enter yet.
-pub const NOT_TO_HTTP2: &[u8] =
-    b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nContent-Length: 56\r\nConnection: close\r\n\r\nThis backend speaks HTTP/2 only: ask over HTTP/2 or /3.\n";

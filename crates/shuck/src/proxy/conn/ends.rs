@@ -2,6 +2,8 @@
 //! each backend its requests move to (`Ends::relay`), then its close (`Ends::close`).
 
 use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::io::AsyncWriteExt;
@@ -15,19 +17,20 @@ use crate::edge::preamble::Preambles;
 use crate::edge::route::{Backend, BackendId, Routing};
 use crate::edge::upstream::{self, Upstream};
 use crate::edge::{FrontendState, Worker};
+use crate::gateway::h1::front;
 use crate::gateway::h1::{self, Http};
 use crate::proxy::relay::{self, relay, RelayEnd};
 use crate::proxy::tls_stream::TlsStream;
 
 /// The backend ends of one client connection: what choosing, connecting and relaying read.
 pub(super) struct Ends<'a> {
-    pub(super) worker: &'a Worker,
+    pub(super) worker: &'a Rc<Worker>,
     pub(super) frontend: &'a FrontendState,
-    pub(super) routing: &'a Routing,
+    pub(super) routing: &'a Arc<Routing>,
     pub(super) preambles: &'a Preambles,
     pub(super) client: SocketAddr,
     /// `--access-log`: the connection's facts.
-    pub(super) log: Option<&'a access::Conn>,
+    pub(super) log: Option<&'a Rc<access::Conn>>,
     /// The connection's accept.
     pub(super) started: Instant,
 }
@@ -71,9 +74,45 @@ impl Ends<'_> {
         let mut first = Some(first);
         let (mut to_backend, mut to_client) = (0, 0);
         // The last backend connection's queue and connect, for TCP mode's line.
-        let mut opened_in;
+        let mut opened_in = None;
         let (out, served) = loop {
             let b = self.routing.backend(id);
+            // An HTTP/2 backend: the gateway core serves the requests for it.
+            if let (Proto::H2, Some(h)) = (b.proto, http.as_deref_mut()) {
+                let left = match first.take() {
+                    Some(f) => self.through_core(tls, h, id, f).await,
+                    None => {
+                        let mut opening = Vec::new();
+                        if let Err(e) = h.request.moved(&mut opening, &mut h.exchange) {
+                            finish(tls, &RelayEnd::BadRequest(e), client, Some(&*h)).await;
+                            return None;
+                        }
+                        self.through_core(tls, h, id, opening).await
+                    }
+                };
+                to_backend += left.bytes_in;
+                to_client += left.bytes_out;
+                let end = match left.end {
+                    front::End::Switch(next) => {
+                        id = next;
+                        route = "host";
+                        WorkerCounters::bump(&counters.http.backend_switches);
+                        continue;
+                    }
+                    front::End::Misdirected => RelayEnd::Misdirected,
+                    front::End::Refused(r) => RelayEnd::Refused(r),
+                    front::End::BadRequest(e) => RelayEnd::BadRequest(e),
+                    front::End::Timeout(why) => RelayEnd::HttpTimeout(why),
+                    front::End::Closed => RelayEnd::Closed,
+                    front::End::Idle => RelayEnd::IdleTimeout,
+                };
+                let out = relay::RelayOutcome {
+                    client_to_backend: 0,
+                    backend_to_client: 0,
+                    end,
+                };
+                break (out, Served::Shared(left.server));
+            }
             let pre = self.preambles.get(b.preamble);
             // The clock is read for the log's queue and connect times only.
             let began = self.log.map(|_| Instant::now());
@@ -275,6 +314,42 @@ impl Ends<'_> {
 }
 
 impl Ends<'_> {
+    /// Serves the requests for HTTP/2 backend `id` through the gateway core, `first`
+    /// (the rewriter's output: a whole head, maybe more) first.
+    async fn through_core(
+        &self,
+        tls: &mut TlsStream,
+        http: &mut Http,
+        id: BackendId,
+        first: Vec<u8>,
+    ) -> front::Left {
+        let state = &self.worker.state;
+        let client = crate::gateway::Client {
+            addr: self.client,
+            // An HTTP/2 backend takes none (refused at start).
+            preambles: Preambles::default(),
+            fwd: http.request.forwarding(),
+            routing: self.routing.clone(),
+            fallback: id,
+            // The rewriter routed the requests, held them to the limits and rules: the
+            // core judges their heads, not their way again.
+            chooser: None,
+            alt_svc: self.frontend.alt_svc.clone(),
+            handshake: None,
+            log: self.log.cloned(),
+            requests: None,
+        };
+        let max_head = state.http.unwrap_or_default();
+        let gw = crate::gateway::Gateway::new(
+            self.worker.clone(),
+            crate::gateway::Version::H1,
+            client,
+            &state.limits,
+            max_head,
+        );
+        Box::pin(front::serve(Rc::new(gw), tls, http, first)).await
+    }
+
     /// TCP mode's access log line: the connection's whole life.
     fn log_tcp(
         &self,
@@ -330,6 +405,9 @@ fn cause_of(end: &RelayEnd) -> Cause {
 enum Served {
     Lease(crate::backend::Lease),
     Gone(std::sync::Arc<crate::backend::Server>),
+    /// Over the worker's shared connections to an HTTP/2 backend: the last request's
+    /// server, if one was had.
+    Shared(Option<std::sync::Arc<crate::backend::Server>>),
 }
 
 impl Served {
@@ -337,6 +415,7 @@ impl Served {
         match self {
             Served::Lease(l) => l.server().name(),
             Served::Gone(s) => s.name(),
+            Served::Shared(s) => s.as_ref().map_or("-", |s| s.name()),
         }
     }
 }
@@ -358,18 +437,6 @@ async fn open<S>(
 where
     S: tokio::io::AsyncWrite + Unpin,
 {
-    if http && backend.proto == Proto::H2 {
-        tracing::debug!(
-            name: "gateway_h1_to_h2_backend",
-            client = %client,
-            backend = %backend.name,
-            "an HTTP/1.1 request for backend {}, which speaks HTTP/2 only (proto = h2): answered 502 (HTTP/1.1 clients reach HTTP/2 backends through proto = auto, or over HTTP/2 and HTTP/3)",
-            backend.name,
-        );
-        let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(h1::NOT_TO_HTTP2)).await;
-        let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
-        return None;
-    }
     match Box::pin(upstream::open(backend, &worker.picker, preamble, key)).await {
         Ok(b) => Some(b),
         Err(e) => {

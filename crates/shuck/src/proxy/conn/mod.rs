@@ -128,7 +128,7 @@ pub async fn serve(
         routing: &routing,
         preambles: &preambles,
         client,
-        log: log.as_deref(),
+        log: log.as_ref(),
         started,
     };
     let Some(relayed) = ends

@@ -47,10 +47,9 @@ pub struct RequestRewriter {
     head: HeadBuf,
     /// Client bytes held while an upgrade is pending.
     held: Vec<u8>,
-    /// The injected headers, made once per connection.
-    forwarded: String,
-    /// Another header the client may not set (`--client-cert-header`).
-    strip: Option<String>,
+    /// The injected headers, made once per connection, and another header the client may
+    /// not set (`--client-cert-header`).
+    fwd: Forwarding,
     /// When the head being received got its first byte (`--http-request-timeout`).
     head_started: Option<tokio::time::Instant>,
     /// A chunked body's trailer section, held until whole to drop forwarding fields.
@@ -112,17 +111,11 @@ impl RequestRewriter {
         max_head: usize,
         cert_header: Option<(&str, Option<&str>)>,
     ) -> Self {
-        let Forwarding {
-            lines: forwarded,
-            strip,
-            ..
-        } = Forwarding::new(ip, cert_header);
         RequestRewriter {
             state: State::Head,
             head: HeadBuf::new(max_head),
             held: Vec::new(),
-            forwarded,
-            strip,
+            fwd: Forwarding::new(ip, cert_header),
             head_started: None,
             trailer: Vec::new(),
             requests: 0,
@@ -140,6 +133,12 @@ impl RequestRewriter {
     /// Each request gets an ID in `spec`'s header (`--request-id-header`).
     pub fn request_ids(&mut self, spec: std::sync::Arc<crate::access::request_id::Spec>) {
         self.request_id = Some(spec);
+    }
+
+    /// The forwarding headers it writes, with `--request-id-header`'s: the gateway core
+    /// judges the requests it takes from this rewriter (`h1/front/`) with the same.
+    pub fn forwarding(&self) -> Forwarding {
+        self.fwd.clone().with_request_id(self.request_id.clone())
     }
 
     /// The requests now go to `server` of backend `id`.
@@ -306,7 +305,7 @@ impl RequestRewriter {
                     i += n;
                     if c.is_done() {
                         let trailer = std::mem::take(&mut self.trailer);
-                        filter_trailer(&trailer, self.strip.as_deref(), out)?;
+                        filter_trailer(&trailer, self.fwd.strip.as_deref(), out)?;
                         self.after_message(ex);
                     }
                 }
@@ -420,7 +419,7 @@ impl RequestRewriter {
         let mut connection_upgrade = false;
         let mut close = version == 0;
         let mut h2c_dropped = false;
-        out.reserve(head.len() + self.forwarded.len() + 16);
+        out.reserve(head.len() + self.fwd.lines.len() + 16);
         let head_at = out.len();
         out.extend_from_slice(method.as_bytes());
         out.push(b' ');
@@ -430,7 +429,7 @@ impl RequestRewriter {
         } else {
             b" HTTP/1.1\r\n"
         });
-        let strip = self.strip.as_deref();
+        let strip = self.fwd.strip.as_deref();
         let id_spec = self.request_id.as_deref();
         let mut given_id = None;
         for h in req.headers.iter() {
@@ -531,7 +530,7 @@ impl RequestRewriter {
             }
             id
         });
-        out.extend_from_slice(self.forwarded.as_bytes());
+        out.extend_from_slice(self.fwd.lines.as_bytes());
 
         self.requests += 1;
         self.closing = close;
