@@ -2,7 +2,9 @@
 //! `leastconn` and `least-requests` send most to a fast server beside a slow one where
 //! round robin splits evenly; `hash` keeps each key on one server, and a third server takes
 //! about a third of the keys, only from the others; a sticky cookie keeps a client on its
-//! server over HTTP/1.1 and HTTP/2. The admin API names each backend's method.
+//! server over HTTP/1.1 and HTTP/2; hashed by path, cookie or source, each request of a
+//! keep-alive connection goes to its key's server. The admin API names each backend's
+//! method.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -91,6 +93,38 @@ fn hash_keeps_each_key_on_one_server_and_a_new_server_takes_about_a_third() {
 }
 
 #[test]
+fn hash_balance_factor_bounds_a_hot_keys_server() {
+    if !grpc::grpcio() {
+        return;
+    }
+    let pki = pki();
+    let a = grpc::Server::start_slow("a", None, None, 0.05);
+    let b = grpc::Server::start_slow("b", None, None, 0.05);
+    // One user, 8 calls in flight at a time: all on its server, unless the factor bounds
+    // a server to 125 % of the average in flight (5 of 8).
+    for factor in [0, 125] {
+        let keys =
+            format!(";proto=h2;balance=hash;hash-key=header:x-user;hash-balance-factor={factor}");
+        let s = shuck(&pki, &[&a, &b], &keys, &[]);
+        let v = call(s.port, &pki.cert, "load", &["160", "8", "unary", "hot"]);
+        assert_eq!(v["codes"]["OK"], 160, "{v}");
+        let (on_a, on_b) = (count(&v, "a"), count(&v, "b"));
+        if factor == 0 {
+            assert!(on_a == 0 || on_b == 0, "no bound: one server: {v}");
+        } else {
+            assert!(
+                on_a.min(on_b) >= 16,
+                "bounded: the other server takes some: {v}"
+            );
+            assert!(
+                on_a.max(on_b) > on_a.min(on_b),
+                "the key's server most: {v}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_sticky_cookie_keeps_a_client_on_its_server_over_http1_and_http2() {
     let one = H1Origin::start(None);
     let two = H1Origin::start(None);
@@ -154,6 +188,75 @@ fn a_sticky_cookie_keeps_a_client_on_its_server_over_http1_and_http2() {
         .unwrap();
     assert_eq!(web["balance"], "roundrobin", "{web}");
     assert_eq!(web["cookie"], "SRV", "{web}");
+}
+
+#[test]
+fn hash_follows_each_request_of_a_connection_by_path_cookie_or_source() {
+    let one = H1Origin::start(None);
+    let two = H1Origin::start(None);
+    const KEYS: usize = 16;
+    for key in ["path", "cookie:uid", "source"] {
+        let backend = format!(
+            "--named-backend=name=web;server={};server={};balance=hash;hash-key={key}",
+            one.spec, two.spec
+        );
+        let s = Shuck::start(&[
+            "--http",
+            "-b",
+            "127.0.0.1:1",
+            &backend,
+            "--route=host=localhost;backend=web",
+        ]);
+        one.seen.lock().unwrap().clear();
+        two.seen.lock().unwrap().clear();
+        for version in ["--http1.1", "--http2"] {
+            // One connection (curl reuses it across --next), each key twice.
+            let requests: Vec<String> = (0..2 * KEYS)
+                .map(|i| {
+                    let k = i % KEYS;
+                    let cookie = format!("-b uid=k{k}");
+                    format!(
+                        "-sk {version} -o /dev/null --resolve localhost:{p}:127.0.0.1 {c} https://localhost:{p}/k{k}",
+                        p = s.port,
+                        c = if key == "cookie:uid" { cookie.as_str() } else { "" },
+                    )
+                })
+                .collect();
+            let out = sh_out(&format!(
+                "curl -w '%{{num_connects}}' {}",
+                requests.join(" --next ")
+            ));
+            assert_eq!(
+                out.matches('1').count(),
+                1,
+                "{version}: one connection: {out}"
+            );
+        }
+        // Each key's requests, over both versions, on one server.
+        let on = |o: &H1Origin, k: usize| {
+            let path = format!("/k{k}");
+            o.seen
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|r| r.path == path)
+                .count()
+        };
+        let mut used = [0, 0];
+        for k in 0..KEYS {
+            let (a, b) = (on(&one, k), on(&two, k));
+            assert!(
+                (a, b) == (4, 0) || (a, b) == (0, 4),
+                "hash-key={key}: k{k} went {a} to one, {b} to two"
+            );
+            used[usize::from(b > 0)] += 1;
+        }
+        if key == "source" {
+            assert!(used.contains(&0), "one client, one server: {used:?}");
+        } else {
+            assert!(used[0] > 0 && used[1] > 0, "hash-key={key}: {used:?}");
+        }
+    }
 }
 
 #[test]

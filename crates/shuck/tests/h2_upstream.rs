@@ -273,3 +273,82 @@ fn shared_connections_close_when_idle_and_when_a_ping_goes_unanswered() {
     assert!(dead, "no PING was found unanswered: {}", s.log());
     assert_eq!(get(&s), "up\n");
 }
+
+/// An HTTP/2 server in clear (hyperium's h2, the library shuck's HTTP/2 is), that refuses
+/// the first `refuse` streams it is sent (`REFUSED_STREAM`, RFC 9113 §8.7) and echoes the
+/// body of every other; the bodies it refused and echoed are kept, in order.
+fn refusing_server(refuse: usize) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::sync::{Arc, Mutex};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let seen = log.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let left = std::rc::Rc::new(std::cell::Cell::new(refuse));
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let (left, seen) = (left.clone(), seen.clone());
+                tokio::task::spawn_local(async move {
+                    let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                        return;
+                    };
+                    while let Some(Ok((req, mut respond))) = conn.accept().await {
+                        let (left, seen) = (left.clone(), seen.clone());
+                        tokio::task::spawn_local(async move {
+                            let body = common::h2c::read_body(req.into_body())
+                                .await
+                                .unwrap_or_default();
+                            let body = String::from_utf8_lossy(&body).into_owned();
+                            if left.get() > 0 {
+                                left.set(left.get() - 1);
+                                seen.lock().unwrap().push(format!("refused {body}"));
+                                respond.send_reset(h2::Reason::REFUSED_STREAM);
+                                return;
+                            }
+                            seen.lock().unwrap().push(format!("echoed {body}"));
+                            let resp = http::Response::new(());
+                            if let Ok(mut tx) = respond.send_response(resp, false) {
+                                let _ = tx.send_data(bytes::Bytes::from(body), true);
+                            }
+                        });
+                    }
+                });
+            }
+        });
+    });
+    (port, log)
+}
+
+#[test]
+fn a_refused_stream_goes_again_with_its_body_whatever_its_method() {
+    let (port, seen) = refusing_server(2);
+    let s = gateway(port, "", &["--retries", "3"]);
+    for (version, body) in [("--http2", "from h2"), ("--http1.1", "from h1")] {
+        let out = sh_out(&format!(
+            "curl -sk {version} -X POST --data-binary '{body}' --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/up",
+            p = s.port
+        ));
+        assert_eq!(out, body, "{version}\n{}", s.log());
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            "refused from h2",
+            "refused from h2",
+            "echoed from h2",
+            "echoed from h1"
+        ],
+        "each POST refused twice then served once, its body whole"
+    );
+}

@@ -220,9 +220,11 @@ def client(port, ca, op, args):
         out = {"servers": {k: sorted(set(v)) for k, v in seen.items()}}
     elif op == "load":
         # CALLS unary calls (or Sleep ones of SECS each: "sleep:SECS") over CONC threads,
-        # each its own channel; the codes and the servers that answered, counted.
+        # each its own channel, [as USER]; the codes and the servers that answered, counted.
         calls, conc = int(args[0]), int(args[1])
         method = args[2] if len(args) > 2 else "unary"
+        # USER: every call as that user (x-user), for a hash by that header.
+        md = (("x-user", args[3]),) if len(args) > 3 else None
         codes, servers, lock = {}, {}, threading.Lock()
         left = [calls]
         def worker():
@@ -236,9 +238,9 @@ def client(port, ca, op, args):
                     left[0] -= 1
                 try:
                     if method.startswith("sleep:"):
-                        r = s(method[6:].encode(), timeout=30).decode()
+                        r = s(method[6:].encode(), timeout=30, metadata=md).decode()
                     else:
-                        r = u(b"x", timeout=30).decode().split(":")[0]
+                        r = u(b"x", timeout=30, metadata=md).decode().split(":")[0]
                     k = "OK"
                 except grpc.RpcError as e:
                     k, r = e.code().name, None

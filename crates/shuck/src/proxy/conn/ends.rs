@@ -148,6 +148,8 @@ impl Ends<'_> {
                         .map(|v| v.as_bytes()),
                 );
                 h.request.serving(lease.server_arc(), id);
+                h.request
+                    .chosen_by(b.reads_requests().then(|| (self.routing.clone(), key)));
                 if let Some(l) = &h.exchange.log {
                     l.serving(&b.name, lease.server().name(), opened_in);
                 }

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use super::chunked::Chunked;
 use super::head::{HeadBuf, Pushed};
 use super::{Exchange, Pending, Upgrade, MAX_PIPELINE};
+use crate::backend::balance::Key;
 use crate::edge::route::BackendId;
 use crate::gateway::choose::{path_of, Choice, Chooser};
 use crate::gateway::fields::{
@@ -78,6 +79,12 @@ pub struct RequestRewriter {
     retryable: bool,
     /// `--request-id-header`.
     request_id: Option<std::sync::Arc<crate::access::request_id::Spec>>,
+    /// A backend whose server a request chooses (`balance = hash` by path, header or
+    /// cookie; a sticky cookie): the routing that names it, and the key that chose the
+    /// server now connected. A request with another key goes through the choice again.
+    rekey: Option<(std::sync::Arc<crate::edge::route::Routing>, Key)>,
+    /// The client, whose address a key may be.
+    ip: IpAddr,
 }
 
 /// What the request side is waiting for, for HTTP mode's timeouts.
@@ -127,6 +134,8 @@ impl RequestRewriter {
             retry_head: Vec::new(),
             retryable: false,
             request_id: None,
+            rekey: None,
+            ip,
         }
     }
 
@@ -144,6 +153,12 @@ impl RequestRewriter {
     /// The requests now go to `server` of backend `id`.
     pub fn serving(&mut self, server: std::sync::Arc<crate::backend::Server>, id: BackendId) {
         self.server = Some((server, id));
+    }
+
+    /// The server now connected was chosen by `key`, from a request (`Some`: the backend's
+    /// balancing reads requests): a request with another key is held for a new choice.
+    pub fn chosen_by(&mut self, key: Option<(std::sync::Arc<crate::edge::route::Routing>, Key)>) {
+        self.rekey = key;
     }
 
     /// Routes each request by its `Host` and path (from the first on).
@@ -412,6 +427,12 @@ impl RequestRewriter {
                 return Ok(());
             }
         }
+        if let Some(id) = self.moves_server(path, req.headers) {
+            self.state = State::Held(Hold::Switch(id));
+            self.held.clear();
+            self.held.extend_from_slice(head);
+            return Ok(());
+        }
         let mut length: Option<u64> = None;
         let mut chunked = false;
         let mut te_seen = false;
@@ -568,6 +589,30 @@ impl RequestRewriter {
             State::Head
         };
         Ok(())
+    }
+}
+
+impl RequestRewriter {
+    /// The backend whose server a request for `path` with `fields` chooses anew, when it is
+    /// not the one connected: its sticky cookie names another, or its key is not the one
+    /// that chose this one (HAProxy re-balances each request under a deterministic method
+    /// too).
+    fn moves_server(&self, path: &str, fields: &[httparse::Header<'_>]) -> Option<BackendId> {
+        let (Some((routing, then)), Some((server, id))) = (&self.rekey, &self.server) else {
+            return None;
+        };
+        let pairs: Vec<(&[u8], &[u8])> = fields
+            .iter()
+            .map(|h| (h.name.as_bytes(), h.value))
+            .collect();
+        let now = routing
+            .backend(*id)
+            .key_of_request(self.ip, path.as_bytes(), &pairs);
+        let moves = match now.sticky {
+            Some(s) => s != crate::backend::balance::server_id(server.name()),
+            None => now.hash != then.hash,
+        };
+        moves.then_some(*id)
     }
 }
 
