@@ -332,3 +332,45 @@ fn the_access_log_says_why_shuck_ended_a_call_it_answered_200() {
         l[1]
     );
 }
+
+#[test]
+fn maxconn_counts_streams_on_a_shared_connection() {
+    if !grpc::grpcio() {
+        return;
+    }
+    let pki = pki();
+    let dir = TempDir::new("grpc-maxconn");
+    for (maxconn, events) in [(Some(2), dir.path("two")), (None, dir.path("none"))] {
+        let server = grpc::Server::start_slow("a", None, Some(&events), 0.2);
+        let limit = maxconn.map_or(String::new(), |n| format!(",maxconn={n}"));
+        let backend = format!(
+            "--named-backend=name=g;server={}{limit};proto=h2",
+            server.addr()
+        );
+        let s = Shuck::start(&[
+            "--http",
+            "-n",
+            "1",
+            "-b",
+            "127.0.0.1:1",
+            &backend,
+            "--route=host=localhost;backend=g",
+            "--route=host=127.0.0.1;backend=g",
+            &pki.both,
+        ]);
+        // 12 calls from 6 clients at once, all over the worker's one connection.
+        let v = call(s.port, &pki.cert, "load", &["12", "6"]);
+        assert_eq!(v["codes"]["OK"], 12, "{v}");
+        let most = std::fs::read_to_string(&events)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("inflight ")?.parse::<u32>().ok())
+            .max()
+            .unwrap();
+        match maxconn {
+            // The server's slots are its streams: two at a time, the others queued.
+            Some(n) => assert_eq!(most, n, "at most maxconn streams at once"),
+            None => assert!(most > 2, "without maxconn, more at once: {most}"),
+        }
+    }
+}

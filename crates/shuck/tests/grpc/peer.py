@@ -33,9 +33,17 @@ def serve(port, name, tls, events, delay=0.0):
             with open(events, "a") as f:
                 f.write(line + "\n")
 
+    inflight, lock = [0], threading.Lock()
+
     def unary(req, ctx):
         if delay:
+            # A slow server notes how many of its calls are under way (maxconn's test).
+            with lock:
+                inflight[0] += 1
+                note("inflight %d" % inflight[0])
             time.sleep(delay)
+            with lock:
+                inflight[0] -= 1
         return name.encode() + b":" + req
 
     def big(req, ctx):
