@@ -2,7 +2,7 @@
 //! `leastconn` and `least-requests` send most to a fast server beside a slow one where
 //! round robin splits evenly; `hash` keeps each key on one server, and a third server takes
 //! about a third of the keys, only from the others; a sticky cookie keeps a client on its
-//! server over HTTP/1.1 and HTTP/2; hashed by path, cookie or source, each request of a
+//! server over HTTP/1.1, HTTP/2 and HTTP/3; hashed by path, cookie or source, each request of a
 //! keep-alive connection goes to its key's server. The admin API names each backend's
 //! method.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -125,7 +125,7 @@ fn hash_balance_factor_bounds_a_hot_keys_server() {
 }
 
 #[test]
-fn a_sticky_cookie_keeps_a_client_on_its_server_over_http1_and_http2() {
+fn a_sticky_cookie_keeps_a_client_on_its_server_over_http1_http2_and_http3() {
     let one = H1Origin::start(None);
     let two = H1Origin::start(None);
     let backend = format!(
@@ -136,6 +136,7 @@ fn a_sticky_cookie_keeps_a_client_on_its_server_over_http1_and_http2() {
     let sock = dir.path("admin.sock");
     let s = Shuck::start(&[
         "--http",
+        "--quic",
         "-b",
         "127.0.0.1:1",
         &backend,
@@ -164,6 +165,24 @@ fn a_sticky_cookie_keeps_a_client_on_its_server_over_http1_and_http2() {
             "{version}: {a} and {b}"
         );
         assert_eq!(set, 1, "{version}: the cookie is set once, then sent back");
+    }
+    // HTTP/3 (aioquic): the cookie set on the first connection's answer keeps the next
+    // seven connections on that server.
+    if common::h3::aioquic() {
+        use common::h3::{answers, h3, header};
+        let (a0, b0) = (seen(&one), seen(&two));
+        let first = h3(s.port, serde_json::json!([{ "path": "/" }]), &[]);
+        let set = header(&answers(&first)[0], "set-cookie").unwrap_or_else(|| panic!("{first}"));
+        let cookie = set.split(';').next().unwrap().to_owned();
+        for _ in 0..7 {
+            let req = serde_json::json!([{ "path": "/", "headers": [["cookie", cookie]] }]);
+            let report = h3(s.port, req, &[]);
+            let a = &answers(&report)[0];
+            assert_eq!(a["status"], "200", "{report}");
+            assert!(header(a, "set-cookie").is_none(), "set once: {report}");
+        }
+        let (a, b) = (seen(&one) - a0, seen(&two) - b0);
+        assert!((a, b) == (8, 0) || (a, b) == (0, 8), "HTTP/3: {a} and {b}");
     }
     // Without cookies, both servers.
     let (a0, b0) = (seen(&one), seen(&two));
