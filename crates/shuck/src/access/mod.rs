@@ -24,11 +24,14 @@ pub use format::Format;
 pub use record::{Cause, Conn, Record, Timings};
 pub use sink::{Opened, Target};
 
-/// A worker thread's buffer is handed on when it holds this much.
-const BATCH_BYTES: usize = 16 * 1024;
+/// A worker thread's buffer is handed on when it holds this much: a hand-over wakes the
+/// writer thread and costs a write to the sink, so each carries about four hundred JSON
+/// lines (at 16 KB the writer thread spent about 1 µs a line, at 256 KB a quarter of it;
+/// bench/RESULTS.md). `FLUSH_EVERY` bounds how long a line waits in it.
+const BATCH_BYTES: usize = 256 * 1024;
 
 /// Batches the writer may have waiting: 4 MiB of lines at most.
-const QUEUE: usize = 256;
+const QUEUE: usize = 16;
 
 /// How often a worker thread hands on what it has, however little.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
@@ -115,7 +118,7 @@ impl Settings {
 
 /// Written batches' buffers kept for the worker threads' next ones: a buffer is
 /// allocated once, not once a batch.
-const SPARE: usize = 8;
+const SPARE: usize = 4;
 
 /// What the writer and the worker threads share.
 #[derive(Debug, Default)]
