@@ -4,7 +4,8 @@
 //! chunked both ways, keep-alive and pipelining, the hygiene of every request (a body
 //! shorter than declared, no Host, an address for a name), a connection that moves between
 //! an HTTP/1.1 and an HTTP/2 backend request by request, gRPC's trailers in a chunked
-//! answer's trailer section, and one access log line per request.
+//! answer's trailer section (in clear and over TLS to the backend), and one access log line
+//! per request.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -333,11 +334,21 @@ fn grpc_trailers_reach_an_http1_client_in_its_chunked_answer() {
         return;
     }
     let pki = common::grpc::pki();
-    let server = common::grpc::Server::start("a", None, None);
+    let plain = common::grpc::Server::start("a", None, None);
+    let tls = common::grpc::Server::start("a", Some((pki.cert.as_ref(), pki.key.as_ref())), None);
+    let tls_keys = format!(";proto=h2;tls=on;ca-file={};sni=localhost", pki.cert);
+    // In clear (h2c), and over TLS to the backend (ALPN h2).
+    for (server, keys) in [(&plain, ";proto=h2"), (&tls, tls_keys.as_str())] {
+        calls_over_http1(&pki, server, keys);
+    }
+}
+
+/// gRPC calls over raw HTTP/1.1 through shuck to `server` (its backend block's `keys`).
+fn calls_over_http1(pki: &common::grpc::Pki, server: &common::grpc::Server, keys: &str) {
     let s = common::grpc::shuck(
-        &pki,
-        &[&server],
-        ";proto=h2",
+        pki,
+        &[server],
+        keys,
         &["--request-id-header=x-request-id", "--request-id-response"],
     );
     let call = |c: &mut BufReader<Client>, method: &str, msg: &[u8], extra: &str| {
