@@ -342,22 +342,9 @@ fn maxconn_counts_streams_on_a_shared_connection() {
     let dir = TempDir::new("grpc-maxconn");
     for (maxconn, events) in [(Some(2), dir.path("two")), (None, dir.path("none"))] {
         let server = grpc::Server::start_slow("a", None, Some(&events), 0.2);
+        // The block's keys follow its one server: maxconn is that server's.
         let limit = maxconn.map_or(String::new(), |n| format!(",maxconn={n}"));
-        let backend = format!(
-            "--named-backend=name=g;server={}{limit};proto=h2",
-            server.addr()
-        );
-        let s = Shuck::start(&[
-            "--http",
-            "-n",
-            "1",
-            "-b",
-            "127.0.0.1:1",
-            &backend,
-            "--route=host=localhost;backend=g",
-            "--route=host=127.0.0.1;backend=g",
-            &pki.both,
-        ]);
+        let s = shuck(&pki, &[&server], &format!("{limit};proto=h2"), &[]);
         // 12 calls from 6 clients at once, all over the worker's one connection.
         let v = call(s.port, &pki.cert, "load", &["12", "6"]);
         assert_eq!(v["codes"]["OK"], 12, "{v}");

@@ -220,6 +220,45 @@ pub(super) fn check_host<'h>(
     Ok(Some(value))
 }
 
+/// What a message's `Connection` fields say (RFC 9110 §7.6.1, RFC 9112 §9.3).
+#[derive(Debug)]
+pub struct ConnectionField<'a> {
+    /// The connection persists after this message: HTTP/1.1's default unless `close`,
+    /// HTTP/1.0's only with `keep-alive`.
+    pub keep_alive: bool,
+    /// `upgrade` is named.
+    pub upgrade: bool,
+    /// Every token named: the fields they name are this hop's own, never passed on.
+    pub nominated: Vec<&'a [u8]>,
+}
+
+/// Reads the `Connection` fields of a head httparse read (`http11`: its version is 1.1).
+pub fn connection_field<'a>(fields: &[httparse::Header<'a>], http11: bool) -> ConnectionField<'a> {
+    let mut c = ConnectionField {
+        keep_alive: http11,
+        upgrade: false,
+        nominated: Vec::new(),
+    };
+    for f in fields
+        .iter()
+        .filter(|f| f.name.eq_ignore_ascii_case("connection"))
+    {
+        for t in f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+            if t.eq_ignore_ascii_case(b"close") {
+                c.keep_alive = false;
+            } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                c.keep_alive |= !http11;
+            } else if t.eq_ignore_ascii_case(b"upgrade") {
+                c.upgrade = true;
+            }
+            if !t.is_empty() {
+                c.nominated.push(t);
+            }
+        }
+    }
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

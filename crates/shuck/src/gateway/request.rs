@@ -53,7 +53,7 @@ pub enum Kind {
 const WS_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
 /// Fields that are only meaningful on one HTTP/1.1 connection (RFC 9113 §8.2.2).
-fn connection_specific(name: &header::HeaderName) -> bool {
+pub fn connection_specific(name: &header::HeaderName) -> bool {
     matches!(
         name.as_str(),
         "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"

@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use super::request::Kind;
-use crate::gateway::fields::content_length;
+use crate::gateway::fields::{connection_field, content_length, ConnectionField};
 
 /// Why a backend's answer cannot be passed on (the stream gets 502, or a reset once its
 /// head has gone).
@@ -71,23 +71,14 @@ pub fn parse(buf: &[u8], kind: Kind, max: usize) -> Result<Option<(usize, Answer
     let code = resp.code.unwrap_or(0);
     let status = StatusCode::from_u16(code).map_err(|_| BadAnswer("bad status code"))?;
     let http11 = resp.version == Some(1);
-    let mut keep_alive = http11;
     let mut length: Option<u64> = None;
     let mut te: Option<bool> = None; // Some(chunked is last)
                                      // Fields the Connection field names are this hop's too.
-    let mut nominated: Vec<&[u8]> = Vec::new();
-    for f in resp.headers.iter() {
-        if f.name.eq_ignore_ascii_case("connection") {
-            for t in f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                if t.eq_ignore_ascii_case(b"close") {
-                    keep_alive = false;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") {
-                    keep_alive |= !http11;
-                }
-                nominated.push(t);
-            }
-        }
-    }
+    let ConnectionField {
+        mut keep_alive,
+        nominated,
+        ..
+    } = connection_field(resp.headers, http11);
     let mut headers = HeaderMap::with_capacity(resp.headers.len());
     for f in resp.headers.iter() {
         // Named once (lower case, a standard name found by its length): the checks below

@@ -3,7 +3,7 @@
 //! body, trailers in the chunked body's trailer section. shuck's own answers end the
 //! connection, as the relay's do.
 
-use std::fmt::Write as _;
+use std::io::Write as _;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use super::head::Message;
 use super::Wire;
 use crate::gateway::front::{Gone, Note, Outbound, Reset, SendError};
 use crate::gateway::h1::{BAD_REQUEST, REQUEST_TIMEOUT};
+use crate::gateway::request::connection_specific;
 
 /// How the body follows the head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,16 +62,13 @@ impl<'w, 'a, S> Answer<'w, 'a, S> {
 /// The status line and the fields, without what is this connection's own.
 fn write_head(out: &mut Vec<u8>, status: StatusCode, fields: &HeaderMap) {
     let _ = write!(
-        Sink(out),
+        out,
         "HTTP/1.1 {} {}\r\n",
         status.as_str(),
         status.canonical_reason().unwrap_or("")
     );
     for (name, value) in fields {
-        if matches!(
-            name.as_str(),
-            "connection" | "keep-alive" | "transfer-encoding" | "proxy-connection" | "upgrade"
-        ) {
+        if connection_specific(name) {
             continue;
         }
         field(out, name.as_str().as_bytes(), value.as_bytes());
@@ -82,16 +80,6 @@ fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
-}
-
-/// `fmt::Write` into bytes.
-struct Sink<'v>(&'v mut Vec<u8>);
-
-impl std::fmt::Write for Sink<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
-    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Outbound for Answer<'_, '_, S> {
@@ -153,7 +141,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbound for Answer<'_, '_, S> {
         match self.out {
             Out::Chunked => {
                 if !data.is_empty() {
-                    let _ = write!(Sink(&mut b), "{:x}\r\n", data.len());
+                    let _ = write!(b, "{:x}\r\n", data.len());
                     b.extend_from_slice(&data);
                     b.extend_from_slice(b"\r\n");
                 }
@@ -189,7 +177,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbound for Answer<'_, '_, S> {
         let mut b = Vec::new();
         write_head(&mut b, resp.status(), resp.headers());
         if !resp.headers().contains_key(header::CONTENT_LENGTH) {
-            let _ = write!(Sink(&mut b), "content-length: {}\r\n", body.len());
+            let _ = write!(b, "content-length: {}\r\n", body.len());
         }
         b.extend_from_slice(b"connection: close\r\n\r\n");
         if !self.head {

@@ -8,7 +8,7 @@ use http::header::{HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Method, Request, Uri};
 
-use crate::gateway::fields::{content_length, Rejected};
+use crate::gateway::fields::{connection_field, content_length, Rejected};
 
 /// Most fields of a rewritten head: the client's (the rewriter allows 128) and those it
 /// adds (forwarding, the request's ID).
@@ -62,33 +62,15 @@ pub(super) fn parse(buf: &[u8]) -> Result<Option<(usize, Message)>, Rejected> {
     *out.uri_mut() = uri;
 
     // What Connection names is this connection's (RFC 9110 §7.6.1): never passed on.
-    let mut close = http10;
-    let mut upgrade = false;
-    let mut nominated: Vec<&[u8]> = Vec::new();
-    for f in req.headers.iter() {
-        if f.name.eq_ignore_ascii_case("connection") {
-            for t in f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                if t.eq_ignore_ascii_case(b"close") {
-                    close = true;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") {
-                    close &= !http10;
-                } else if t.eq_ignore_ascii_case(b"upgrade") {
-                    upgrade = true;
-                } else if !t.is_empty() {
-                    nominated.push(t);
-                }
-            }
-        }
-    }
+    let connection = connection_field(req.headers, !http10);
+    let close = !connection.keep_alive;
+    let mut upgrade = connection.upgrade;
     let mut framing = Framing::None;
     let mut host = false;
     let headers = out.headers_mut();
     for f in req.headers.iter() {
-        let name = f.name.as_bytes();
-        if nominated.iter().any(|t| t.eq_ignore_ascii_case(name)) {
-            continue;
-        }
-        let name = HeaderName::from_bytes(name).map_err(|_| Rejected("bad field name"))?;
+        let name =
+            HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| Rejected("bad field name"))?;
         match name.as_str() {
             "connection" | "keep-alive" | "proxy-connection" | "http2-settings" => continue,
             // The rewriter passed chunked as the last coding only.
@@ -97,19 +79,14 @@ pub(super) fn parse(buf: &[u8]) -> Result<Option<(usize, Message)>, Rejected> {
                 continue;
             }
             "upgrade" => {
-                let websocket = f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
-                upgrade &= websocket
-                    .into_iter()
-                    .any(|t| t.eq_ignore_ascii_case(b"websocket"));
+                let mut tokens = f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
+                upgrade &= tokens.any(|t| t.eq_ignore_ascii_case(b"websocket"));
                 continue;
             }
             // Only `trailers` has a meaning beyond this connection.
             "te" => {
-                let tokens = f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
-                if tokens
-                    .into_iter()
-                    .any(|t| t.eq_ignore_ascii_case(b"trailers"))
-                {
+                let mut tokens = f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
+                if tokens.any(|t| t.eq_ignore_ascii_case(b"trailers")) {
                     headers.append(http::header::TE, HeaderValue::from_static("trailers"));
                 }
                 continue;
@@ -122,6 +99,13 @@ pub(super) fn parse(buf: &[u8]) -> Result<Option<(usize, Message)>, Rejected> {
                 }
             }
             "host" => host = true,
+            _ if connection
+                .nominated
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(f.name.as_bytes())) =>
+            {
+                continue;
+            }
             _ => {}
         }
         let value = HeaderValue::from_bytes(f.value).map_err(|_| Rejected("bad field value"))?;
