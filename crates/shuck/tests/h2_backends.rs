@@ -266,7 +266,14 @@ async fn stalled_streams_give_their_backend_connections_back() {
         all_closed(&origin, Duration::from_secs(3)),
         "backend connections closed"
     );
-    wait_metric(stats, "shuck_http_stalled_total{protocol=\"h2\"}", 8.0);
+    // Counted once the connection is gone: the fifth stall ended it (the flood), and each
+    // of the second wave's others counts if its timer fell before the close, in the same
+    // second (all of them on an idle machine; under load, some end with the connection).
+    let stalled = metric(stats, "shuck_http_stalled_total{protocol=\"h2\"}");
+    assert!(
+        (5.0..=8.0).contains(&stalled),
+        "{stalled} streams counted stalled"
+    );
     drop(held);
 
     // A client that never opens its window for a large answer: reset, connection closed.
@@ -289,7 +296,11 @@ async fn stalled_streams_give_their_backend_connections_back() {
         .expect("an end")
         .expect_err("a reset");
     assert_eq!(e.reason(), Some(h2::Reason::CANCEL), "{e}");
-    wait_metric(stats, "shuck_http_stalled_total{protocol=\"h2\"}", 9.0);
+    wait_metric(
+        stats,
+        "shuck_http_stalled_total{protocol=\"h2\"}",
+        stalled + 1.0,
+    );
     assert!(
         all_closed(&origin, Duration::from_secs(3)),
         "its backend connection closed"
