@@ -284,9 +284,13 @@ fn combined(rec: &Record<'_>, out: &mut Vec<u8>) {
     if rec.method.is_empty() {
         out.push(b'-');
     } else {
-        nginx(rec.method, out);
+        let asked = |out: &mut Vec<u8>, s: &[u8]| match rec.plain {
+            true => out.extend_from_slice(cap(s)),
+            false => nginx(cap(s), out),
+        };
+        asked(out, rec.method);
         out.push(b' ');
-        nginx(cap(rec.path), out);
+        asked(out, rec.path);
         out.push(b' ');
         out.extend_from_slice(rec.conn.protocol.as_bytes());
     }
@@ -316,7 +320,18 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
             out.push(b'"');
         }
     };
-    // shuck's own words (a TLS version's, a cipher's, a cause's name): nothing to escape.
+    // What the request said: copied as it is when the record knows it plain.
+    let asked = |out: &mut Vec<u8>, s: &[u8]| match esc {
+        _ if !rec.plain || s.is_empty() => text(out, s),
+        Escape::Nginx => out.extend_from_slice(cap(s)),
+        Escape::Json => {
+            out.push(b'"');
+            out.extend_from_slice(cap(s));
+            out.push(b'"');
+        }
+    };
+    // shuck's own words (a TLS version's, a cipher's, a cause's name, a backend's, whose
+    // names are letters, digits, `-`, `_` and `.`): nothing to escape.
     let own = |out: &mut Vec<u8>, s: &str| {
         if esc == Escape::Json {
             out.push(b'"');
@@ -343,12 +358,12 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
             if esc == Escape::Json {
                 out.push(b'"');
             }
-            stamp(rec.start, out, false);
+            stamp(rec.start_us, out, false);
             if esc == Escape::Json {
                 out.push(b'"');
             }
         }
-        Field::TimeLocal => stamp(rec.start, out, true),
+        Field::TimeLocal => stamp(rec.start_us, out, true),
         Field::RemoteAddr => ip(c.client, out, esc),
         Field::RemotePort => number(u64::from(c.client.port()), out),
         Field::Frontend => text(out, c.frontend.as_bytes()),
@@ -367,16 +382,19 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
             (Escape::Nginx, Some(r)) => out.push(if r { b'r' } else { b'.' }),
         },
         Field::ServerProtocol => own(out, c.protocol),
-        Field::RequestMethod => text(out, rec.method),
-        Field::Host => text(out, rec.authority),
-        Field::RequestUri => text(out, rec.path),
+        Field::RequestMethod => asked(out, rec.method),
+        Field::Host => asked(out, rec.authority),
+        Field::RequestUri => asked(out, rec.path),
         Field::Status => opt_num(out, (rec.status != 0).then_some(u64::from(rec.status))),
         Field::BytesReceived => number(rec.bytes_in, out),
         Field::BodyBytesSent => number(rec.bytes_out, out),
-        Field::Backend => opt_text(out, rec.backend),
+        Field::Backend => match rec.backend {
+            Some(b) => own(out, b),
+            None => none(out),
+        },
         Field::UpstreamAddr => opt_text(out, rec.server),
         Field::Retries => number(u64::from(rec.retries), out),
-        Field::RequestId => text(out, rec.request_id),
+        Field::RequestId => asked(out, rec.request_id),
         Field::HandshakeUs => opt_num(out, c.handshake_us),
         Field::QueueUs => opt_num(out, rec.timings.queue),
         Field::ConnectUs => opt_num(out, rec.timings.connect),
@@ -384,16 +402,15 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
         Field::RequestUs => number(rec.timings.total, out),
         Field::TerminationState => own(out, rec.cause.code()),
         Field::Cause => own(out, rec.cause.name()),
-        Field::HttpUserAgent => text(out, rec.user_agent),
-        Field::HttpReferer => text(out, rec.referer),
+        Field::HttpUserAgent => asked(out, rec.user_agent),
+        Field::HttpReferer => asked(out, rec.referer),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::access::record::{Cause, Conn, Timings};
-    use std::time::UNIX_EPOCH;
+    use crate::access::record::{Cause, Conn, Said, Timings};
 
     fn conn() -> Conn {
         Conn {
@@ -412,7 +429,7 @@ mod tests {
 
     fn rec<'a>(c: &'a Conn, path: &'a [u8], ua: &'a [u8]) -> Record<'a> {
         Record {
-            start: UNIX_EPOCH + std::time::Duration::from_micros(1_795_851_901_000_042),
+            start_us: 1_795_851_901_000_042,
             conn: c,
             method: b"GET",
             authority: b"www.example.com",
@@ -431,6 +448,7 @@ mod tests {
                 ..Timings::default()
             },
             cause: Cause::Normal,
+            plain: false,
         }
     }
 
@@ -471,6 +489,36 @@ mod tests {
         Format::Json.write(&rec(&c, b"/\xc3\xa9\xff", b""), &mut out);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["request_uri"], "/\u{e9}\\xFF");
+    }
+
+    #[test]
+    fn fields_kept_by_said_are_escaped_unless_plain() {
+        let c = conn();
+        for (ua, plain) in [
+            (&b"curl/8.5"[..], true),
+            (b"a\"quote", false),
+            (b"back\\slash", false),
+            (b"new\nline", false),
+            (b"\xff", false),
+        ] {
+            let said = Said::new([b"GET", b"example.com", b"/p?q=1", ua, b"", b"id-1"]);
+            let rec = said.record(&c, 1_795_851_901_000_042, Cause::Normal);
+            assert_eq!(rec.plain, plain, "{ua:?}");
+            let mut out = Vec::new();
+            Format::Json.write(&rec, &mut out);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            let back = v["http_user_agent"].as_str().unwrap();
+            if ua != b"\xff" {
+                assert_eq!(back.as_bytes(), ua);
+            }
+            assert_eq!(v["request_uri"], "/p?q=1");
+            assert_eq!(v["request_id"], "id-1");
+            let mut out = Vec::new();
+            Format::Combined.write(&rec, &mut out);
+            assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
+            assert!(out.starts_with(b"192.0.2.7 - - ["));
+            assert!(String::from_utf8_lossy(&out).contains("\"GET /p?q=1 HTTP/2.0\" - 0 \"-\""));
+        }
     }
 
     #[test]

@@ -13,7 +13,10 @@ pub mod sink;
 mod write;
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,6 +138,10 @@ pub(crate) struct Shared {
 #[derive(Debug)]
 pub struct AccessLog {
     policy: ArcSwap<Policy>,
+    /// Counts [`AccessLog::set_policy`]'s stores: a worker thread keeps the policy it last
+    /// loaded and loads it again only when this moves (a counter's load against the
+    /// swap's own bookkeeping on every line).
+    generation: AtomicU64,
     tx: SyncSender<sink::Item>,
     shared: Arc<Shared>,
 }
@@ -146,14 +153,18 @@ struct Batch {
     lines: u64,
 }
 
-/// A worker thread's batches, one a sink, and its count for sampling.
+/// A worker thread's batches, one a sink, its count for sampling, and the policy it last
+/// loaded with its generation.
 struct Batches {
     each: Vec<Batch>,
     seen: u32,
+    policy: Option<(u64, Arc<Policy>)>,
 }
 
 thread_local! {
-    static BATCH: RefCell<Batches> = const { RefCell::new(Batches { each: Vec::new(), seen: 0 }) };
+    static BATCH: RefCell<Batches> = const {
+        RefCell::new(Batches { each: Vec::new(), seen: 0, policy: None })
+    };
 }
 
 impl AccessLog {
@@ -168,6 +179,7 @@ impl AccessLog {
             .spawn(move || sink::run(rx, to, s))?;
         Ok(Arc::new(AccessLog {
             policy: ArcSwap::from_pointee(policy),
+            generation: AtomicU64::new(0),
             tx,
             shared,
         }))
@@ -175,24 +187,31 @@ impl AccessLog {
 
     /// Writes `rec`'s line, if the policy takes it, into this thread's buffer.
     pub fn log(&self, rec: &Record<'_>) {
-        let policy = self.policy.load();
         let error = rec.is_error();
-        if policy.errors_only && !error {
-            return;
-        }
         BATCH.with(|b| {
             let mut all = b.borrow_mut();
+            let Batches { each, seen, policy } = &mut *all;
+            let generation = self.generation.load(Acquire);
+            if !matches!(policy, Some((g, _)) if *g == generation) {
+                *policy = Some((generation, self.policy.load_full()));
+            }
+            let Some((_, policy)) = policy.as_ref() else {
+                return;
+            };
+            if policy.errors_only && !error {
+                return;
+            }
             if policy.sample > 1 && !error {
-                all.seen = all.seen.wrapping_add(1);
-                if all.seen % policy.sample != 0 {
+                *seen = seen.wrapping_add(1);
+                if *seen % policy.sample != 0 {
                     return;
                 }
             }
             let sink = rec.conn.sink;
-            if all.each.len() <= sink {
-                all.each.resize_with(sink + 1, Batch::default);
+            if each.len() <= sink {
+                each.resize_with(sink + 1, Batch::default);
             }
-            let b = &mut all.each[sink];
+            let b = &mut each[sink];
             if b.bytes.capacity() == 0 {
                 b.bytes.reserve(BATCH_BYTES + 4096);
             }
@@ -255,6 +274,8 @@ impl AccessLog {
     /// A reload's policy.
     pub fn set_policy(&self, policy: Policy) {
         self.policy.store(Arc::new(policy));
+        // After the store: a thread that sees the new count loads the new policy.
+        self.generation.fetch_add(1, Release);
     }
 
     /// Hands on this thread's lines and waits (up to `within`) until the writer has

@@ -4,7 +4,9 @@
 
 use std::cell::Cell;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
+
+use crate::clock::Tick;
 
 /// At most this many bytes of a path, a host, a User-Agent or a Referer are written: a
 /// 64 KB request target makes a line of a few kilobytes, never of 64.
@@ -125,8 +127,9 @@ pub struct Conn {
 /// them as it must.
 #[derive(Debug, Clone, Copy)]
 pub struct Record<'a> {
-    /// When the request (in TCP mode, the connection) began.
-    pub start: SystemTime,
+    /// When the request (in TCP mode, the connection) began, in microseconds since the
+    /// Unix epoch.
+    pub start_us: u64,
     /// The connection it came on.
     pub conn: &'a Conn,
     /// The method; empty in TCP mode.
@@ -157,6 +160,10 @@ pub struct Record<'a> {
     pub timings: Timings,
     /// How it ended.
     pub cause: Cause,
+    /// Whether the request's byte strings (method, authority, path, User-Agent, Referer,
+    /// request ID) are known to need no escaping, each at most [`FIELD_CAP`] long: the
+    /// formats then copy them without a scan. `false` when not known.
+    pub plain: bool,
 }
 
 impl Record<'_> {
@@ -167,21 +174,20 @@ impl Record<'_> {
     }
 }
 
-/// The wall-clock time of `at`, from this thread's reading of both clocks taken at most a
-/// second before: a request's line needs its monotonic start anyway, and one clock read
-/// a request is saved. A step of the wall clock shows within a second.
-pub fn wall_clock(at: Instant) -> SystemTime {
+/// The wall-clock time of `at`, in microseconds since the Unix epoch, from this thread's
+/// reading of both clocks taken at most a second before: a request's line needs its
+/// monotonic start anyway, and one clock read a request is saved. A step of the wall clock
+/// shows within a second.
+pub fn wall_us(at: Tick) -> u64 {
     thread_local! {
-        static ANCHOR: Cell<Option<(Instant, SystemTime)>> = const { Cell::new(None) };
+        static ANCHOR: Cell<Option<(Tick, u64)>> = const { Cell::new(None) };
     }
     ANCHOR.with(|a| match a.get() {
-        Some((i, w)) if at >= i && at - i < Duration::from_secs(1) => w + (at - i),
+        Some((t, w)) if at >= t && at.micros_since(t) < 1_000_000 => w + at.micros_since(t),
         _ => {
-            let now = (Instant::now(), SystemTime::now());
+            let now = (Tick::now(), crate::clock::unix_us());
             a.set(Some(now));
-            now.1
-                .checked_sub(now.0.saturating_duration_since(at))
-                .unwrap_or(now.1)
+            now.1.saturating_sub(now.0.micros_since(at))
         }
     })
 }
@@ -216,6 +222,9 @@ pub fn micros(d: std::time::Duration) -> u64 {
 pub struct Said {
     text: Vec<u8>,
     ends: [usize; 6],
+    /// Whether `text` has nothing to escape: one scan of all six here, none when the
+    /// line is written.
+    plain: bool,
 }
 
 impl Said {
@@ -227,7 +236,8 @@ impl Said {
             text.extend_from_slice(&f[..f.len().min(FIELD_CAP)]);
             ends[i] = text.len();
         }
-        Said { text, ends }
+        let plain = super::write::plain_run(&text) == text.len();
+        Said { text, ends, plain }
     }
 
     fn get(&self, i: usize) -> &[u8] {
@@ -235,9 +245,9 @@ impl Said {
     }
 
     /// A record of these fields over `conn`; the rest is the caller's to fill.
-    pub fn record<'a>(&'a self, conn: &'a Conn, start: SystemTime, cause: Cause) -> Record<'a> {
+    pub fn record<'a>(&'a self, conn: &'a Conn, start_us: u64, cause: Cause) -> Record<'a> {
         Record {
-            start,
+            start_us,
             conn,
             method: self.get(0),
             authority: self.get(1),
@@ -253,28 +263,25 @@ impl Said {
             request_id: self.get(5),
             timings: Timings::default(),
             cause,
+            plain: self.plain,
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::wall_clock;
-    use std::time::{Duration, Instant, SystemTime};
+    use super::wall_us;
+    use crate::clock::{unix_us, Tick};
 
     #[test]
     fn wall_clock_follows_the_system_clock() {
-        let near = |a: SystemTime, b: SystemTime| {
-            a.duration_since(b).or_else(|e| Ok::<_, ()>(e.duration()))
-                < Ok(Duration::from_millis(50))
-        };
-        let now = Instant::now();
-        assert!(near(wall_clock(now), SystemTime::now()));
+        let near = |a: u64, b: u64| a.abs_diff(b) < 50_000;
+        let now = Tick::now();
+        assert!(near(wall_us(now), unix_us()));
         // Again from the anchor just taken, and for a time before it.
-        assert!(near(wall_clock(Instant::now()), SystemTime::now()));
-        if let Some(before) = now.checked_sub(Duration::from_secs(5)) {
-            let w = wall_clock(before);
-            assert!(near(w + Duration::from_secs(5), SystemTime::now()));
-        }
+        assert!(near(wall_us(Tick::now()), unix_us()));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let w = wall_us(now);
+        assert!(near(w + 20_000, unix_us()), "{w} {}", unix_us());
     }
 }

@@ -5,7 +5,6 @@
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::record::FIELD_CAP;
 
@@ -47,18 +46,9 @@ pub(super) fn ip(a: SocketAddr, out: &mut Vec<u8>, esc: Escape) {
     }
 }
 
-pub(super) fn number(mut n: u64, out: &mut Vec<u8>) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&buf[i..]);
+pub(super) fn number(n: u64, out: &mut Vec<u8>) {
+    // itoa writes two digits a step from a table: half the divisions of a digit loop.
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
@@ -68,34 +58,61 @@ const HEX: &[u8; 16] = b"0123456789ABCDEF";
 /// tested at once (below 0x20, 0x7f and up, or equal to `"` or `\\`), and only a word
 /// that has one is looked at byte by byte.
 pub(super) fn plain_run(s: &[u8]) -> usize {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    // Whether a byte of `w` is zero: exact as a yes or no (the borrow of a lower zero
-    // byte can mark a higher one too, which a yes or no does not mind).
-    let has_zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH != 0;
     let mut done = 0;
-    for chunk in s.chunks_exact(8) {
-        let mut b = [0; 8];
-        b.copy_from_slice(chunk);
-        let w = u64::from_ne_bytes(b);
-        // Below 0x20: as `has_zero` with 0x20 in place of 1 (exact for any bound up to
-        // 0x80). 0x7f and up: the high bit, of the byte or of it plus one (a carry from a
-        // lower byte only comes from 0xff, itself marked).
-        let low = w.wrapping_sub(ONES * 0x20) & !w & HIGH != 0;
-        let high = (w | w.wrapping_add(ONES)) & HIGH != 0;
-        if low
-            || high
-            || has_zero(w ^ (ONES * u64::from(b'"')))
-            || has_zero(w ^ (ONES * u64::from(b'\\')))
-        {
-            break;
+    while let Some(chunk) = s.get(done..done + 8) {
+        if !plain_word(chunk) {
+            return done + slow_run(&s[done..]);
         }
         done += 8;
     }
-    done + s[done..]
-        .iter()
+    if done == s.len() {
+        return done;
+    }
+    // The tail, fewer than eight bytes, in one test too: as the last eight bytes (some
+    // already passed) or, in a shorter value, padded with plain ones.
+    let tail_plain = match s.len().checked_sub(8) {
+        Some(from) => plain_word(&s[from..]),
+        None => {
+            let mut b = [b'a'; 8];
+            b[..s.len()].copy_from_slice(s);
+            plain_word(&b)
+        }
+    };
+    if tail_plain {
+        s.len()
+    } else {
+        done + slow_run(&s[done..])
+    }
+}
+
+/// Whether eight bytes are all plain: each of them tested at once (below 0x20, 0x7f and
+/// up, or equal to `"` or `\\`).
+#[inline(always)]
+fn plain_word(chunk: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // High bits marking a zero byte of `w`: exact as a yes or no (the borrow of a lower
+    // zero byte can mark a higher one too, which a yes or no does not mind).
+    let zero_marks = |w: u64| w.wrapping_sub(ONES) & !w;
+    let mut b = [0; 8];
+    b.copy_from_slice(&chunk[..8]);
+    let w = u64::from_ne_bytes(b);
+    // Below 0x20: as `zero_marks` with 0x20 in place of 1 (exact for any bound up to
+    // 0x80). 0x7f and up: the high bit, of the byte or of it plus one (a carry from a
+    // lower byte only comes from 0xff, itself marked).
+    let low = w.wrapping_sub(ONES * 0x20) & !w;
+    let high = w | w.wrapping_add(ONES);
+    let quote = w ^ (ONES * u64::from(b'"'));
+    let backslash = w ^ (ONES * u64::from(b'\\'));
+    // One test of every mark's high bits, not a branch each.
+    (low | high | zero_marks(quote) | zero_marks(backslash)) & HIGH == 0
+}
+
+/// [`plain_run`] a byte at a time, once a word has something to escape.
+fn slow_run(s: &[u8]) -> usize {
+    s.iter()
         .position(|&b| !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\')
-        .unwrap_or(s.len() - done)
+        .unwrap_or(s.len())
 }
 
 /// nginx's default escaping: `"`, `\\` and bytes outside 0x20..=0x7e as `\xHH`. Runs of
@@ -191,9 +208,8 @@ thread_local! {
 }
 
 /// `2026-11-28T07:45:01.123456Z`, or `local`: `28/Nov/2026:07:45:01 +0000`.
-pub(super) fn stamp(t: SystemTime, out: &mut Vec<u8>, local: bool) {
-    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let second = since.as_secs();
+pub(super) fn stamp(t_us: u64, out: &mut Vec<u8>, local: bool) {
+    let second = t_us / 1_000_000;
     STAMP.with(|s| {
         let mut s = s.borrow_mut();
         if s.second != second {
@@ -217,7 +233,7 @@ pub(super) fn stamp(t: SystemTime, out: &mut Vec<u8>, local: bool) {
             out.extend_from_slice(&s.local);
         } else {
             out.extend_from_slice(&s.iso);
-            let micros = since.subsec_micros();
+            let micros = t_us % 1_000_000;
             out.push(b'.');
             let mut digits = [b'0'; 6];
             let mut m = micros;
@@ -242,14 +258,17 @@ mod tests {
                 .position(|&b| !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\')
                 .unwrap_or(s.len())
         };
-        // Every byte value at every place of a 19-byte run of plain text.
-        for bad in 0..=255u8 {
-            for at in 0..19 {
-                let mut s = b"abcdefghijklmnopqrs".to_vec();
-                s[at] = bad;
-                assert_eq!(plain_run(&s), slow(&s), "byte {bad:#x} at {at}");
-                s[at..].fill(bad);
-                assert_eq!(plain_run(&s), slow(&s), "bytes {bad:#x} from {at}");
+        // Every byte value at every place of runs of plain text 1 to 19 bytes long (a
+        // word and its tail, a tail alone).
+        for len in 1..=19 {
+            for bad in 0..=255u8 {
+                for at in 0..len {
+                    let mut s = b"abcdefghijklmnopqrs"[..len].to_vec();
+                    s[at] = bad;
+                    assert_eq!(plain_run(&s), slow(&s), "byte {bad:#x} at {at} of {len}");
+                    s[at..].fill(bad);
+                    assert_eq!(plain_run(&s), slow(&s), "bytes {bad:#x} from {at} of {len}");
+                }
             }
         }
         assert_eq!(plain_run(b""), 0);

@@ -4,33 +4,42 @@
 //! dropped, however the stream ended. Only with `--access-log`: without it the core
 //! serves the version's own halves, and none of this is in a stream's way.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Response};
 
 use super::front::{Gone, Inbound, Note, Outbound, Reset, SendError};
-use crate::access::record::{micros, wall_clock, Said};
+use crate::access::record::{micros, wall_us, Said};
 use crate::access::request_id::RequestId;
 use crate::access::{AccessLog, Cause, Conn, Record, Timings};
+use crate::clock::Tick;
 
-/// What the log keeps of one stream until it ends.
+/// What the log keeps of one stream until it ends: one allocation, shared by the answer
+/// side, which fills in its facts, and the body, which counts into it.
 struct Trail {
+    bytes_in: Cell<u64>,
+    facts: RefCell<Facts>,
+}
+
+/// The answer side's part of a [`Trail`]: borrowed only by [`Logged`], never across an
+/// await.
+struct Facts {
     log: Arc<AccessLog>,
     conn: Rc<Conn>,
-    start: SystemTime,
-    began: Instant,
+    /// µs since the Unix epoch.
+    start_us: u64,
+    began: Tick,
     /// What the request said.
     said: Said,
     status: u16,
-    head_at: Option<Instant>,
-    bytes_in: Rc<Cell<u64>>,
+    head_at: Option<Tick>,
     bytes_out: u64,
     backend: Option<Arc<str>>,
     server: Option<Arc<crate::backend::Server>>,
@@ -45,14 +54,14 @@ struct Trail {
 /// request's ID back (`--request-id-response`).
 pub(super) struct Logged<O> {
     inner: O,
-    trail: Option<Box<Trail>>,
+    trail: Option<Rc<Trail>>,
     echo: Option<(http::HeaderName, http::HeaderValue)>,
 }
 
 /// A stream's body, its bytes counted for the log.
 pub(super) struct Counted<I> {
     inner: I,
-    count: Rc<Cell<u64>>,
+    trail: Option<Rc<Trail>>,
 }
 
 /// Wraps a stream's halves for the log (`log`: where lines go and the connection's part of
@@ -65,10 +74,12 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
     body: I,
     respond: O,
 ) -> (Counted<I>, Logged<O>) {
-    let count = Rc::new(Cell::new(0));
     let Some((log, conn)) = log else {
         return (
-            Counted { inner: body, count },
+            Counted {
+                inner: body,
+                trail: None,
+            },
             Logged {
                 inner: respond,
                 trail: None,
@@ -94,27 +105,32 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
         header(http::header::REFERER),
         id.as_ref().map_or(&b""[..], RequestId::as_bytes),
     ]);
-    let began = Instant::now();
-    let trail = Box::new(Trail {
-        log,
-        conn,
-        start: wall_clock(began),
-        began,
-        said,
-        status: 0,
-        head_at: None,
-        bytes_in: count.clone(),
-        bytes_out: 0,
-        backend: None,
-        server: None,
-        retries: 0,
-        queue: None,
-        connect: None,
-        finished: false,
-        cause: None,
+    let began = Tick::now();
+    let trail = Rc::new(Trail {
+        bytes_in: Cell::new(0),
+        facts: RefCell::new(Facts {
+            log,
+            conn,
+            start_us: wall_us(began),
+            began,
+            said,
+            status: 0,
+            head_at: None,
+            bytes_out: 0,
+            backend: None,
+            server: None,
+            retries: 0,
+            queue: None,
+            connect: None,
+            finished: false,
+            cause: None,
+        }),
     });
     (
-        Counted { inner: body, count },
+        Counted {
+            inner: body,
+            trail: Some(trail.clone()),
+        },
         Logged {
             inner: respond,
             trail: Some(trail),
@@ -123,7 +139,7 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
     )
 }
 
-impl Trail {
+impl Facts {
     /// The first cause seen is the one logged.
     fn ended(&mut self, cause: Cause) {
         self.cause.get_or_insert(cause);
@@ -144,8 +160,9 @@ pub(super) fn own_answer(status: u16) -> Cause {
     }
 }
 
-fn sent<T>(t: Option<&mut Trail>, r: &Result<T, SendError>) {
+fn sent<T>(t: Option<&Rc<Trail>>, r: &Result<T, SendError>) {
     let Some(t) = t else { return };
+    let mut t = t.facts.borrow_mut();
     match r {
         Ok(_) => {}
         Err(SendError::Client) => t.ended(Cause::ClientClosed),
@@ -153,10 +170,17 @@ fn sent<T>(t: Option<&mut Trail>, r: &Result<T, SendError>) {
     }
 }
 
+impl<O> Logged<O> {
+    /// The stream's facts, when it is logged.
+    fn facts(&self) -> Option<std::cell::RefMut<'_, Facts>> {
+        self.trail.as_ref().map(|t| t.facts.borrow_mut())
+    }
+}
+
 impl<O: Outbound> Outbound for Logged<O> {
     fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let p = self.inner.poll_reset(cx);
-        if let (true, Some(t)) = (p.is_ready(), self.trail.as_mut()) {
+        if let (true, Some(mut t)) = (p.is_ready(), self.facts()) {
             t.ended(Cause::ClientClosed);
         }
         p
@@ -172,13 +196,13 @@ impl<O: Outbound> Outbound for Logged<O> {
         }
         let status = resp.status().as_u16();
         let r = self.inner.respond(resp, end);
-        let Some(t) = self.trail.as_mut() else {
+        let Some(mut t) = self.facts() else {
             return r;
         };
         match r {
             Ok(()) => {
                 t.status = status;
-                t.head_at = Some(Instant::now());
+                t.head_at = Some(Tick::now());
                 t.finished |= end;
             }
             Err(Gone) => t.ended(Cause::ClientClosed),
@@ -188,15 +212,15 @@ impl<O: Outbound> Outbound for Logged<O> {
 
     async fn flush_head(&mut self, stall: Duration) -> Result<(), SendError> {
         let r = self.inner.flush_head(stall).await;
-        sent(self.trail.as_deref_mut(), &r);
+        sent(self.trail.as_ref(), &r);
         r
     }
 
     async fn send(&mut self, data: Bytes, last: bool, stall: Duration) -> Result<(), SendError> {
         let n = data.len() as u64;
         let r = self.inner.send(data, last, stall).await;
-        sent(self.trail.as_deref_mut(), &r);
-        if let (true, Some(t)) = (r.is_ok(), self.trail.as_mut()) {
+        sent(self.trail.as_ref(), &r);
+        if let (true, Some(mut t)) = (r.is_ok(), self.facts()) {
             t.bytes_out += n;
             t.finished |= last;
         }
@@ -205,7 +229,7 @@ impl<O: Outbound> Outbound for Logged<O> {
 
     async fn trailers(&mut self, trailers: HeaderMap) -> Result<(), Gone> {
         let r = self.inner.trailers(trailers).await;
-        if let Some(t) = self.trail.as_mut() {
+        if let Some(mut t) = self.facts() {
             match r {
                 Ok(()) => t.finished = true,
                 Err(Gone) => t.ended(Cause::ClientClosed),
@@ -218,21 +242,23 @@ impl<O: Outbound> Outbound for Logged<O> {
         if let Some((name, value)) = &self.echo {
             resp.headers_mut().insert(name.clone(), value.clone());
         }
-        if let Some(t) = self.trail.as_mut() {
+        if let Some(mut t) = self.facts() {
             t.status = resp.status().as_u16();
-            t.head_at = Some(Instant::now());
+            t.head_at = Some(Tick::now());
             t.bytes_out += body.len() as u64;
             t.finished = true;
-            t.ended(own_answer(t.status));
+            let cause = own_answer(t.status);
+            t.ended(cause);
         }
         self.inner.answer_now(resp, body);
     }
 
     fn reset(&mut self, why: Reset) {
-        if let Some(t) = self.trail.as_mut() {
+        if let Some(trail) = &self.trail {
+            let mut t = trail.facts.borrow_mut();
             if let Some(status) = self.inner.reset_status(why) {
                 t.status = status;
-                t.head_at = Some(Instant::now());
+                t.head_at = Some(Tick::now());
             }
             t.ended(match why {
                 Reset::Malformed => Cause::BadRequest,
@@ -255,7 +281,7 @@ impl<O: Outbound> Outbound for Logged<O> {
         if self.inner.noting() {
             self.inner.note(note.clone());
         }
-        let Some(t) = self.trail.as_mut() else { return };
+        let Some(mut t) = self.facts() else { return };
         match note {
             Note::Backend(name) => t.backend = Some(name.clone()),
             Note::Connection {
@@ -276,8 +302,8 @@ impl<O: Outbound> Outbound for Logged<O> {
 impl<I: Inbound> Inbound for Counted<I> {
     async fn data(&mut self) -> Option<Result<Bytes, Gone>> {
         let r = self.inner.data().await;
-        if let Some(Ok(b)) = &r {
-            self.count.set(self.count.get() + b.len() as u64);
+        if let (Some(Ok(b)), Some(t)) = (&r, &self.trail) {
+            t.bytes_in.set(t.bytes_in.get() + b.len() as u64);
         }
         r
     }
@@ -293,9 +319,10 @@ impl<I: Inbound> Inbound for Counted<I> {
 
 impl<O> Drop for Logged<O> {
     fn drop(&mut self) {
-        let Some(t) = self.trail.as_deref_mut() else {
+        let Some(trail) = self.trail.take() else {
             return;
         };
+        let t = trail.facts.borrow();
         let cause = match t.cause {
             Some(c) => c,
             None if t.finished => Cause::Normal,
@@ -304,7 +331,7 @@ impl<O> Drop for Logged<O> {
         };
         t.log.log(&Record {
             status: t.status,
-            bytes_in: t.bytes_in.get(),
+            bytes_in: trail.bytes_in.get(),
             bytes_out: t.bytes_out,
             backend: t.backend.as_deref(),
             server: t.server.as_ref().map(|s| s.name()),
@@ -312,10 +339,10 @@ impl<O> Drop for Logged<O> {
             timings: Timings {
                 queue: t.queue.map(micros),
                 connect: t.connect.map(micros),
-                head: t.head_at.map(|h| micros(h - t.began)),
-                total: micros(t.began.elapsed()),
+                head: t.head_at.map(|h| h.micros_since(t.began)),
+                total: Tick::now().micros_since(t.began),
             },
-            ..t.said.record(&t.conn, t.start, cause)
+            ..t.said.record(&t.conn, t.start_us, cause)
         });
     }
 }

@@ -7,20 +7,21 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
 
-use crate::access::record::{micros, wall_clock, Said, Waited};
+use crate::access::record::{micros, wall_us, Said, Waited};
 use crate::access::{AccessLog, Cause, Conn, Record, Timings};
+use crate::clock::Tick;
 
 /// One request's line in the making.
 #[derive(Debug)]
 struct Line {
-    start: SystemTime,
-    began: Instant,
+    /// µs since the Unix epoch.
+    start_us: u64,
+    began: Tick,
     /// What the request said.
     said: Said,
     status: u16,
-    head_at: Option<Instant>,
+    head_at: Option<Tick>,
     bytes_in: u64,
     bytes_out: u64,
     server: Option<Rc<str>>,
@@ -129,13 +130,13 @@ impl H1Log {
             a.referer,
             a.request_id,
         ]);
-        let began = Instant::now();
+        let began = Tick::now();
         let mut l = self.lines.borrow_mut();
         let server = l.server.clone();
         // Over a connection open already: nothing waited for, nothing connected.
         let reused = server.as_ref().map(|_| 0);
         l.waiting.push_back(Line {
-            start: wall_clock(began),
+            start_us: wall_us(began),
             began,
             said,
             status: 0,
@@ -169,7 +170,7 @@ impl H1Log {
         }
         if let Some(mut line) = l.waiting.pop_front() {
             line.status = status;
-            line.head_at = Some(Instant::now());
+            line.head_at = Some(Tick::now());
             l.answering = Some(line);
         }
     }
@@ -229,7 +230,7 @@ impl H1Log {
             match own {
                 Some((status, cause)) if i == target => {
                     line.status = status;
-                    line.head_at = Some(Instant::now());
+                    line.head_at = Some(Tick::now());
                     self.write(&l, &line, cause);
                 }
                 _ => self.write(&l, &line, unanswered),
@@ -262,10 +263,10 @@ impl H1Log {
             timings: Timings {
                 queue: line.queue,
                 connect: line.connect,
-                head: line.head_at.map(|h| micros(h - line.began)),
-                total: micros(line.began.elapsed()),
+                head: line.head_at.map(|h| h.micros_since(line.began)),
+                total: Tick::now().micros_since(line.began),
             },
-            ..line.said.record(&self.conn, line.start, cause)
+            ..line.said.record(&self.conn, line.start_us, cause)
         });
     }
 }

@@ -366,7 +366,7 @@ impl Ends<'_> {
         };
         let took = self.started.elapsed();
         log.log(&access::Record {
-            start: std::time::SystemTime::now() - took,
+            start_us: crate::clock::unix_us().saturating_sub(access::record::micros(took)),
             conn,
             method: b"",
             authority: b"",
@@ -387,6 +387,8 @@ impl Ends<'_> {
                 total: access::record::micros(took),
             },
             cause,
+            // No request strings: nothing to escape.
+            plain: true,
         });
     }
 }
