@@ -233,16 +233,13 @@ pub(super) fn stamp(t_us: u64, out: &mut Vec<u8>, local: bool) {
             out.extend_from_slice(&s.local);
         } else {
             out.extend_from_slice(&s.iso);
-            let micros = t_us % 1_000_000;
-            out.push(b'.');
-            let mut digits = [b'0'; 6];
-            let mut m = micros;
-            for d in digits.iter_mut().rev() {
-                *d = b'0' + (m % 10) as u8;
-                m /= 10;
-            }
-            out.extend_from_slice(&digits);
-            out.push(b'Z');
+            // `.uuuuuuZ`: three pairs of digits, one division each.
+            let micros = (t_us % 1_000_000) as u32;
+            let pair = |p: u32| [b'0' + (p / 10) as u8, b'0' + (p % 10) as u8];
+            let [a, b] = pair(micros / 10_000);
+            let [c, d] = pair(micros / 100 % 100);
+            let [e, f] = pair(micros % 100);
+            out.extend_from_slice(&[b'.', a, b, c, d, e, f, b'Z']);
         }
     });
 }

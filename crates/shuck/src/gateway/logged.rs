@@ -87,12 +87,25 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
             },
         );
     };
-    let header = |name| parts.headers.get(name).map_or(&b""[..], |v| v.as_bytes());
+    // The three fields in one pass over the names (each first value, as `get` finds it),
+    // not a hash and a probe each.
+    let (mut host, mut user_agent, mut referer) = (&b""[..], None, None);
+    for (name, value) in &parts.headers {
+        let slot = match *name {
+            http::header::USER_AGENT => &mut user_agent,
+            http::header::REFERER => &mut referer,
+            http::header::HOST if host.is_empty() => {
+                host = value.as_bytes();
+                continue;
+            }
+            _ => continue,
+        };
+        slot.get_or_insert(value.as_bytes());
+    }
     let authority = parts
         .uri
         .authority()
-        .map(|a| a.as_str().as_bytes())
-        .unwrap_or_else(|| header(http::header::HOST));
+        .map_or(host, |a| a.as_str().as_bytes());
     let path = parts
         .uri
         .path_and_query()
@@ -101,8 +114,8 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
         parts.method.as_str().as_bytes(),
         authority,
         path,
-        header(http::header::USER_AGENT),
-        header(http::header::REFERER),
+        user_agent.unwrap_or_default(),
+        referer.unwrap_or_default(),
         id.as_ref().map_or(&b""[..], RequestId::as_bytes),
     ]);
     let began = Tick::now();
