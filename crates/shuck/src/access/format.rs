@@ -5,8 +5,9 @@
 //! JSON as JSON requires (and bytes that are not UTF-8 as `\xHH` text, so that every line
 //! parses).
 
+use super::record::cap;
 use super::record::Record;
-use super::write::{cap, ip, json_str, nginx, number, stamp, Escape};
+use super::write::{ip, json_str, nginx, number, stamp, Escape};
 
 pub use super::record::FIELD_CAP;
 

@@ -12,6 +12,11 @@ use crate::clock::Tick;
 /// 64 KB request target makes a line of a few kilobytes, never of 64.
 pub const FIELD_CAP: usize = 2048;
 
+/// At most [`FIELD_CAP`] bytes of what a client sent.
+pub(super) fn cap(s: &[u8]) -> &[u8] {
+    &s[..s.len().min(FIELD_CAP)]
+}
+
 /// How a request or connection ended, as HAProxy's termination state says it: who ended it
 /// and where it stood. Its [`code`](Cause::code) is HAProxy's two letters, its
 /// [`name`](Cause::name) the JSON and template spelling.
@@ -233,7 +238,7 @@ impl Said {
         let mut text = Vec::with_capacity(128);
         let mut ends = [0; 6];
         for (i, f) in fields.into_iter().enumerate() {
-            text.extend_from_slice(&f[..f.len().min(FIELD_CAP)]);
+            text.extend_from_slice(cap(f));
             ends[i] = text.len();
         }
         let plain = super::write::plain_run(&text) == text.len();

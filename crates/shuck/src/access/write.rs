@@ -6,8 +6,6 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 
-use super::record::FIELD_CAP;
-
 /// Which escaping a value gets.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Escape {
@@ -15,11 +13,6 @@ pub(super) enum Escape {
     Nginx,
     /// JSON.
     Json,
-}
-
-/// At most [`FIELD_CAP`] bytes of what a client sent.
-pub(super) fn cap(s: &[u8]) -> &[u8] {
-    &s[..s.len().min(FIELD_CAP)]
 }
 
 pub(super) fn ip(a: SocketAddr, out: &mut Vec<u8>, esc: Escape) {
