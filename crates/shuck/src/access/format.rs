@@ -285,13 +285,9 @@ fn combined(rec: &Record<'_>, out: &mut Vec<u8>) {
     if rec.method.is_empty() {
         out.push(b'-');
     } else {
-        let asked = |out: &mut Vec<u8>, s: &[u8]| match rec.plain {
-            true => out.extend_from_slice(cap(s)),
-            false => nginx(cap(s), out),
-        };
-        asked(out, rec.method);
+        asked_nginx(rec, rec.method, out);
         out.push(b' ');
-        asked(out, rec.path);
+        asked_nginx(rec, rec.path, out);
         out.push(b' ');
         out.extend_from_slice(rec.conn.protocol.as_bytes());
     }
@@ -304,6 +300,15 @@ fn combined(rec: &Record<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\" \"");
     value(rec, Field::HttpUserAgent, out, Escape::Nginx);
     out.push(b'"');
+}
+
+/// What the request sent, as nginx writes it: copied as it is when the record knows it
+/// plain, escaped when not.
+fn asked_nginx(rec: &Record<'_>, s: &[u8], out: &mut Vec<u8>) {
+    match rec.plain {
+        true => out.extend_from_slice(cap(s)),
+        false => nginx(cap(s), out),
+    }
 }
 
 /// One field's value: a string quoted in JSON, a number bare; no value is `-` (JSON: null).
@@ -324,7 +329,7 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
     // What the request said: copied as it is when the record knows it plain.
     let asked = |out: &mut Vec<u8>, s: &[u8]| match esc {
         _ if !rec.plain || s.is_empty() => text(out, s),
-        Escape::Nginx => out.extend_from_slice(cap(s)),
+        Escape::Nginx => asked_nginx(rec, s, out),
         Escape::Json => {
             out.push(b'"');
             out.extend_from_slice(cap(s));

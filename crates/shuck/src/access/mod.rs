@@ -192,11 +192,9 @@ impl AccessLog {
             let mut all = b.borrow_mut();
             let Batches { each, seen, policy } = &mut *all;
             let generation = self.generation.load(Acquire);
-            if !matches!(policy, Some((g, _)) if *g == generation) {
-                *policy = Some((generation, self.policy.load_full()));
-            }
-            let Some((_, policy)) = policy.as_ref() else {
-                return;
+            let policy = match policy {
+                Some((g, p)) if *g == generation => p,
+                stale => &stale.insert((generation, self.policy.load_full())).1,
             };
             if policy.errors_only && !error {
                 return;

@@ -4,7 +4,7 @@
 //! dropped, however the stream ended. Only with `--access-log`: without it the core
 //! serves the version's own halves, and none of this is in a stream's way.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, RefCell, RefMut};
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -87,25 +87,12 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
             },
         );
     };
-    // The three fields in one pass over the names (each first value, as `get` finds it),
-    // not a hash and a probe each.
-    let (mut host, mut user_agent, mut referer) = (&b""[..], None, None);
-    for (name, value) in &parts.headers {
-        let slot = match *name {
-            http::header::USER_AGENT => &mut user_agent,
-            http::header::REFERER => &mut referer,
-            http::header::HOST if host.is_empty() => {
-                host = value.as_bytes();
-                continue;
-            }
-            _ => continue,
-        };
-        slot.get_or_insert(value.as_bytes());
-    }
+    let header = |name| parts.headers.get(name).map_or(&b""[..], |v| v.as_bytes());
     let authority = parts
         .uri
         .authority()
-        .map_or(host, |a| a.as_str().as_bytes());
+        .map(|a| a.as_str().as_bytes())
+        .unwrap_or_else(|| header(http::header::HOST));
     let path = parts
         .uri
         .path_and_query()
@@ -114,8 +101,8 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
         parts.method.as_str().as_bytes(),
         authority,
         path,
-        user_agent.unwrap_or_default(),
-        referer.unwrap_or_default(),
+        header(http::header::USER_AGENT),
+        header(http::header::REFERER),
         id.as_ref().map_or(&b""[..], RequestId::as_bytes),
     ]);
     let began = Tick::now();
@@ -173,9 +160,8 @@ pub(super) fn own_answer(status: u16) -> Cause {
     }
 }
 
-fn sent<T>(t: Option<&Rc<Trail>>, r: &Result<T, SendError>) {
-    let Some(t) = t else { return };
-    let mut t = t.facts.borrow_mut();
+fn sent<T>(t: Option<RefMut<'_, Facts>>, r: &Result<T, SendError>) {
+    let Some(mut t) = t else { return };
     match r {
         Ok(_) => {}
         Err(SendError::Client) => t.ended(Cause::ClientClosed),
@@ -185,7 +171,7 @@ fn sent<T>(t: Option<&Rc<Trail>>, r: &Result<T, SendError>) {
 
 impl<O> Logged<O> {
     /// The stream's facts, when it is logged.
-    fn facts(&self) -> Option<std::cell::RefMut<'_, Facts>> {
+    fn facts(&self) -> Option<RefMut<'_, Facts>> {
         self.trail.as_ref().map(|t| t.facts.borrow_mut())
     }
 }
@@ -225,14 +211,14 @@ impl<O: Outbound> Outbound for Logged<O> {
 
     async fn flush_head(&mut self, stall: Duration) -> Result<(), SendError> {
         let r = self.inner.flush_head(stall).await;
-        sent(self.trail.as_ref(), &r);
+        sent(self.facts(), &r);
         r
     }
 
     async fn send(&mut self, data: Bytes, last: bool, stall: Duration) -> Result<(), SendError> {
         let n = data.len() as u64;
         let r = self.inner.send(data, last, stall).await;
-        sent(self.trail.as_ref(), &r);
+        sent(self.facts(), &r);
         if let (true, Some(mut t)) = (r.is_ok(), self.facts()) {
             t.bytes_out += n;
             t.finished |= last;
@@ -267,8 +253,7 @@ impl<O: Outbound> Outbound for Logged<O> {
     }
 
     fn reset(&mut self, why: Reset) {
-        if let Some(trail) = &self.trail {
-            let mut t = trail.facts.borrow_mut();
+        if let Some(mut t) = self.facts() {
             if let Some(status) = self.inner.reset_status(why) {
                 t.status = status;
                 t.head_at = Some(Tick::now());
