@@ -7,7 +7,7 @@
 
 use super::record::cap;
 use super::record::Record;
-use super::write::{ip, json_str, nginx, number, stamp, Escape};
+use super::write::{ip, json_str, nginx, number, stamp, Escape, Out};
 
 pub use super::record::FIELD_CAP;
 
@@ -76,43 +76,65 @@ pub enum Field {
 }
 
 /// Declares [`FIELDS`] and JSON's writer from one list, so that a key is spelled once. JSON
-/// writes them in the list's order: the time, the connection's fields (rendered once a
-/// connection, [`Conn::rendered`](super::record::Conn::rendered)), then the request's; `time_local` is not in JSON.
+/// writes them in the list's order: the time, the connection's fields and the request
+/// fields a connection's requests mostly share (both kept by the connection,
+/// [`Repeated`](super::repeated::Repeated)), then the rest of the request's; `time_local` is not in JSON.
 macro_rules! fields {
     (
         line: $($name:literal => $f:ident,)*
         conn: $($cname:literal => $cf:ident,)*
+        shared: $($sname:literal => $sf:ident,)*
         request: $($rname:literal => $rf:ident,)*
         not_json: $($xname:literal => $xf:ident,)*
     ) => {
         /// Every field with its name, in the order JSON writes them.
         pub const FIELDS: &[(&str, Field)] = &[
-            $(($name, Field::$f),)* $(($cname, Field::$cf),)* $(($rname, Field::$rf),)*
-            $(($xname, Field::$xf),)*
+            $(($name, Field::$f),)* $(($cname, Field::$cf),)* $(($sname, Field::$sf),)*
+            $(($rname, Field::$rf),)* $(($xname, Field::$xf),)*
         ];
 
         /// One JSON object. Each key is a constant the compiler writes in place, and each
         /// `value` call, its field known, folds to that field's arm.
-        fn json(rec: &Record<'_>, out: &mut Vec<u8>) {
-            out.push(b'{');
+        fn json(rec: &Record<'_>, out: &mut Out<'_>) {
+            out.byte(b'{');
             $(
-                out.extend_from_slice(concat!("\"", $name, "\":").as_bytes());
+                out.put(concat!("\"", $name, "\":").as_bytes());
                 value(rec, Field::$f, out, Escape::Json);
             )*
-            let conn = rec.conn.rendered.get_or_init(|| {
-                let mut c = Vec::with_capacity(256);
-                $(
-                    c.extend_from_slice(concat!(",\"", $cname, "\":").as_bytes());
-                    value(rec, Field::$cf, &mut c, Escape::Json);
-                )*
-                c.into_boxed_slice()
-            });
-            out.extend_from_slice(conn);
+            let mut repeated = rec.conn.rendered.borrow_mut();
+            let conn_bound = 0 $(+ concat!(",\"", $cname, "\":").len() + bound(rec, Field::$cf))*;
+            let shared_bound = 0 $(+ concat!(",\"", $sname, "\":").len() + bound(rec, Field::$sf))*;
+            // The values the shared fields are written from, in the list's order.
+            let values = [$(shared(rec, Field::$sf)),*];
+            out.put(repeated.get(
+                values,
+                |v| append(v, conn_bound, |c| {
+                    $(
+                        c.put(concat!(",\"", $cname, "\":").as_bytes());
+                        value(rec, Field::$cf, c, Escape::Json);
+                    )*
+                }),
+                |v| append(v, shared_bound, |c| {
+                    $(
+                        c.put(concat!(",\"", $sname, "\":").as_bytes());
+                        value(rec, Field::$sf, c, Escape::Json);
+                    )*
+                }),
+            ));
+            drop(repeated);
             $(
-                out.extend_from_slice(concat!(",\"", $rname, "\":").as_bytes());
+                out.put(concat!(",\"", $rname, "\":").as_bytes());
                 value(rec, Field::$rf, out, Escape::Json);
             )*
-            out.push(b'}');
+            out.byte(b'}');
+        }
+
+        /// At most how long [`json`]'s object is (its keys and values, braces and commas).
+        fn json_bound(rec: &Record<'_>) -> usize {
+            2 $(+ concat!("\"", $name, "\":").len() + bound(rec, Field::$f))*
+                $(+ concat!(",\"", $cname, "\":").len() + bound(rec, Field::$cf))*
+                $(+ concat!(",\"", $sname, "\":").len() + bound(rec, Field::$sf))*
+                $(+ concat!(",\"", $rname, "\":").len() + bound(rec, Field::$rf))*
         }
     };
 }
@@ -130,15 +152,18 @@ fields! {
         "ssl_session_reused" => SslSessionReused,
         "server_protocol" => ServerProtocol,
         "handshake_us" => HandshakeUs,
-    request:
+    shared:
         "request_method" => RequestMethod,
         "host" => Host,
+        "backend" => Backend,
+        "upstream_addr" => UpstreamAddr,
+        "http_user_agent" => HttpUserAgent,
+        "http_referer" => HttpReferer,
+    request:
         "request_uri" => RequestUri,
         "status" => Status,
         "bytes_received" => BytesReceived,
         "body_bytes_sent" => BodyBytesSent,
-        "backend" => Backend,
-        "upstream_addr" => UpstreamAddr,
         "retries" => Retries,
         "request_id" => RequestId,
         "queue_us" => QueueUs,
@@ -147,8 +172,6 @@ fields! {
         "request_us" => RequestUs,
         "termination_state" => TerminationState,
         "cause" => Cause,
-        "http_user_agent" => HttpUserAgent,
-        "http_referer" => HttpReferer,
     not_json:
         "time_local" => TimeLocal,
 }
@@ -174,199 +197,214 @@ pub enum Format {
     Template(Vec<Piece>),
 }
 
-/// Why a format could not be read.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum FormatError {
-    /// `{name}` names no field.
-    #[error("unknown field {{{name}}} at byte {at} (fields: {})", FIELDS.iter().map(|f| f.0).collect::<Vec<_>>().join(", "))]
-    Unknown {
-        /// The name.
-        name: String,
-        /// Where it starts.
-        at: usize,
-    },
-    /// A `{` without its `}`, or a `}` alone.
-    #[error("unbalanced {what} at byte {at} (write {{{{ or }}}} for a brace)")]
-    Unbalanced {
-        /// `{` or `}`.
-        what: char,
-        /// Where.
-        at: usize,
-    },
-    /// A template with no field.
-    #[error("a template needs at least one {{field}}")]
-    NoField,
-}
-
-impl std::str::FromStr for Format {
-    type Err = FormatError;
-
-    /// `combined`, `json`, or a template such as `{remote_addr} {request_method} {status}`.
-    fn from_str(s: &str) -> Result<Self, FormatError> {
-        match s {
-            "combined" => return Ok(Format::Combined),
-            "json" => return Ok(Format::Json),
-            _ => {}
-        }
-        let mut pieces = Vec::new();
-        let mut text = String::new();
-        let mut rest = s.char_indices().peekable();
-        while let Some((at, c)) = rest.next() {
-            match c {
-                '{' if rest.peek().map(|p| p.1) == Some('{') => {
-                    rest.next();
-                    text.push('{');
-                }
-                '}' if rest.peek().map(|p| p.1) == Some('}') => {
-                    rest.next();
-                    text.push('}');
-                }
-                '}' => return Err(FormatError::Unbalanced { what: '}', at }),
-                '{' => {
-                    let end = s[at..]
-                        .find('}')
-                        .ok_or(FormatError::Unbalanced { what: '{', at })?;
-                    let name = &s[at + 1..at + end];
-                    let field = FIELDS
-                        .iter()
-                        .find(|f| f.0 == name)
-                        .ok_or_else(|| FormatError::Unknown {
-                            name: name.to_owned(),
-                            at,
-                        })?
-                        .1;
-                    if !text.is_empty() {
-                        pieces.push(Piece::Text(std::mem::take(&mut text)));
-                    }
-                    pieces.push(Piece::Field(field));
-                    while rest.peek().is_some_and(|p| p.0 <= at + end) {
-                        rest.next();
-                    }
-                }
-                c => text.push(c),
-            }
-        }
-        if !text.is_empty() {
-            pieces.push(Piece::Text(text));
-        }
-        if !pieces.iter().any(|p| matches!(p, Piece::Field(_))) {
-            return Err(FormatError::NoField);
-        }
-        Ok(Format::Template(pieces))
-    }
-}
-
 impl Format {
     /// Appends `rec`'s line, newline included, to `out`.
     pub fn write(&self, rec: &Record<'_>, out: &mut Vec<u8>) {
+        let len = out.len();
+        out.resize(len + self.bound(rec), 0);
+        let n = self.write_into(rec, &mut out[len..]).unwrap_or(0);
+        out.truncate(len + n);
+    }
+
+    /// Writes `rec`'s line, newline included, at the start of `room`, which has at least
+    /// [`bound`](Format::bound) bytes; how many it took (`None` if it did not fit).
+    pub fn write_into(&self, rec: &Record<'_>, room: &mut [u8]) -> Option<usize> {
+        let mut out = Out::new(room);
         match self {
-            Format::Combined => combined(rec, out),
-            Format::Json => json(rec, out),
+            Format::Combined => combined(rec, &mut out),
+            Format::Json => json(rec, &mut out),
             Format::Template(pieces) => {
                 for p in pieces {
                     match p {
-                        Piece::Text(t) => out.extend_from_slice(t.as_bytes()),
-                        Piece::Field(f) => value(rec, *f, out, Escape::Nginx),
+                        Piece::Text(t) => out.put(t.as_bytes()),
+                        Piece::Field(f) => value(rec, *f, &mut out, Escape::Nginx),
                     }
                 }
             }
         }
-        out.push(b'\n');
+        out.byte(b'\n');
+        out.fits().then(|| out.written())
     }
+
+    /// At most how many bytes `rec`'s line takes, newline included.
+    #[inline]
+    pub fn bound(&self, rec: &Record<'_>) -> usize {
+        1 + match self {
+            Format::Json => json_bound(rec),
+            Format::Combined => {
+                COMBINED_TEXT
+                    + [
+                        Field::RemoteAddr,
+                        Field::TimeLocal,
+                        Field::RequestMethod,
+                        Field::RequestUri,
+                        Field::ServerProtocol,
+                        Field::Status,
+                        Field::BodyBytesSent,
+                        Field::HttpReferer,
+                        Field::HttpUserAgent,
+                    ]
+                    .into_iter()
+                    .map(|f| bound(rec, f))
+                    .sum::<usize>()
+            }
+            Format::Template(pieces) => pieces
+                .iter()
+                .map(|p| match p {
+                    Piece::Text(t) => t.len(),
+                    Piece::Field(f) => bound(rec, *f),
+                })
+                .sum(),
+        }
+    }
+}
+
+/// `combined`'s own text between its fields, and more.
+const COMBINED_TEXT: usize = 32;
+
+/// At most this many bytes of a value not sent by a client nor named in the configuration:
+/// a number (20 digits), an address (an IPv6 one, 45, and quotes), a time, a cipher suite's
+/// name, a cause.
+const OWN_MAX: usize = 64;
+
+/// A shared field's value as [`Repeated`](super::repeated::Repeated) compares it.
+#[inline(always)]
+fn shared<'a>(rec: &Record<'a>, field: Field) -> Option<&'a [u8]> {
+    match field {
+        Field::RequestMethod => Some(rec.method),
+        Field::Host => Some(rec.authority),
+        Field::Backend => rec.backend.map(str::as_bytes),
+        Field::UpstreamAddr => rec.server.map(str::as_bytes),
+        Field::HttpUserAgent => Some(rec.user_agent),
+        Field::HttpReferer => Some(rec.referer),
+        _ => None,
+    }
+}
+
+/// At most how many bytes `field`'s value takes in any format: what a client sent (and a
+/// frontend's or server's name) six times its length, as JSON's `\u00HH` escapes a byte at
+/// worst, and its quotes; a backend's name as it is; anything else [`OWN_MAX`].
+#[inline(always)]
+fn bound(rec: &Record<'_>, field: Field) -> usize {
+    let sent = |s: &[u8]| 2 + 6 * s.len();
+    let c = rec.conn;
+    match field {
+        Field::Frontend => sent(c.frontend.as_bytes()),
+        Field::SslServerName => c.sni.as_deref().map_or(OWN_MAX, |s| sent(s.as_bytes())),
+        Field::RequestMethod => sent(rec.method),
+        Field::Host => sent(rec.authority),
+        Field::RequestUri => sent(rec.path),
+        Field::UpstreamAddr => rec.server.map_or(OWN_MAX, |s| sent(s.as_bytes())),
+        Field::RequestId => sent(rec.request_id),
+        Field::HttpUserAgent => sent(rec.user_agent),
+        Field::HttpReferer => sent(rec.referer),
+        Field::Backend => rec.backend.map_or(OWN_MAX, |b| 2 + b.len()),
+        _ => OWN_MAX,
+    }
+}
+
+/// Appends to `v` what `f` writes into room for `bound` bytes.
+fn append(v: &mut Vec<u8>, bound: usize, f: impl FnOnce(&mut Out<'_>)) {
+    let len = v.len();
+    v.resize(len + bound, 0);
+    let mut out = Out::new(&mut v[len..]);
+    f(&mut out);
+    let n = if out.fits() { out.written() } else { 0 };
+    v.truncate(len + n);
 }
 
 /// `$remote_addr - - [$time_local] "$request" $status $body_bytes_sent "$http_referer"
 /// "$http_user_agent"`, as nginx writes it.
-fn combined(rec: &Record<'_>, out: &mut Vec<u8>) {
+fn combined(rec: &Record<'_>, out: &mut Out<'_>) {
     value(rec, Field::RemoteAddr, out, Escape::Nginx);
-    out.extend_from_slice(b" - - [");
+    out.put(b" - - [");
     value(rec, Field::TimeLocal, out, Escape::Nginx);
-    out.extend_from_slice(b"] \"");
+    out.put(b"] \"");
     if rec.method.is_empty() {
-        out.push(b'-');
+        out.byte(b'-');
     } else {
         asked_nginx(rec, rec.method, out);
-        out.push(b' ');
+        out.byte(b' ');
         asked_nginx(rec, rec.path, out);
-        out.push(b' ');
-        out.extend_from_slice(rec.conn.protocol.as_bytes());
+        out.byte(b' ');
+        out.put(rec.conn.protocol.as_bytes());
     }
-    out.extend_from_slice(b"\" ");
+    out.put(b"\" ");
     value(rec, Field::Status, out, Escape::Nginx);
-    out.push(b' ');
+    out.byte(b' ');
     value(rec, Field::BodyBytesSent, out, Escape::Nginx);
-    out.extend_from_slice(b" \"");
+    out.put(b" \"");
     value(rec, Field::HttpReferer, out, Escape::Nginx);
-    out.extend_from_slice(b"\" \"");
+    out.put(b"\" \"");
     value(rec, Field::HttpUserAgent, out, Escape::Nginx);
-    out.push(b'"');
+    out.byte(b'"');
 }
 
 /// What the request sent, as nginx writes it: copied as it is when the record knows it
 /// plain, escaped when not.
-fn asked_nginx(rec: &Record<'_>, s: &[u8], out: &mut Vec<u8>) {
+fn asked_nginx(rec: &Record<'_>, s: &[u8], out: &mut Out<'_>) {
     match rec.plain {
-        true => out.extend_from_slice(cap(s)),
+        true => out.put(cap(s)),
         false => nginx(cap(s), out),
     }
 }
 
 /// One field's value: a string quoted in JSON, a number bare; no value is `-` (JSON: null).
 #[inline(always)]
-fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
+fn value(rec: &Record<'_>, field: Field, out: &mut Out<'_>, esc: Escape) {
     let c = rec.conn;
-    let text = |out: &mut Vec<u8>, s: &[u8]| match esc {
-        Escape::Nginx if s.is_empty() => out.push(b'-'),
+    let text = |out: &mut Out<'_>, s: &[u8]| match esc {
+        Escape::Nginx if s.is_empty() => out.byte(b'-'),
         Escape::Nginx => nginx(cap(s), out),
         // Often so (no User-Agent, Referer or request ID): no scan.
-        Escape::Json if s.is_empty() => out.extend_from_slice(b"\"\""),
+        Escape::Json if s.is_empty() => out.put(b"\"\""),
         Escape::Json => {
-            out.push(b'"');
+            out.byte(b'"');
             json_str(cap(s), out);
-            out.push(b'"');
+            out.byte(b'"');
         }
     };
     // What the request said: copied as it is when the record knows it plain.
-    let asked = |out: &mut Vec<u8>, s: &[u8]| match esc {
+    let asked = |out: &mut Out<'_>, s: &[u8]| match esc {
         _ if !rec.plain || s.is_empty() => text(out, s),
         Escape::Nginx => asked_nginx(rec, s, out),
         Escape::Json => {
-            out.push(b'"');
-            out.extend_from_slice(cap(s));
-            out.push(b'"');
+            out.byte(b'"');
+            out.put(cap(s));
+            out.byte(b'"');
         }
     };
     // shuck's own words (a TLS version's, a cipher's, a cause's name, a backend's, whose
     // names are letters, digits, `-`, `_` and `.`): nothing to escape.
-    let own = |out: &mut Vec<u8>, s: &str| {
+    let own = |out: &mut Out<'_>, s: &str| {
         if esc == Escape::Json {
-            out.push(b'"');
-            out.extend_from_slice(s.as_bytes());
-            out.push(b'"');
+            out.byte(b'"');
+            out.put(s.as_bytes());
+            out.byte(b'"');
         } else {
-            out.extend_from_slice(s.as_bytes());
+            out.put(s.as_bytes());
         }
     };
-    let none = |out: &mut Vec<u8>| match esc {
-        Escape::Nginx => out.push(b'-'),
-        Escape::Json => out.extend_from_slice(b"null"),
+    let none = |out: &mut Out<'_>| match esc {
+        Escape::Nginx => out.byte(b'-'),
+        Escape::Json => out.put(b"null"),
     };
-    let opt_text = |out: &mut Vec<u8>, s: Option<&str>| match s {
+    let opt_text = |out: &mut Out<'_>, s: Option<&str>| match s {
         Some(s) => text(out, s.as_bytes()),
         None => none(out),
     };
-    let opt_num = |out: &mut Vec<u8>, n: Option<u64>| match n {
+    let opt_num = |out: &mut Out<'_>, n: Option<u64>| match n {
         Some(n) => number(n, out),
         None => none(out),
     };
     match field {
         Field::Time => {
             if esc == Escape::Json {
-                out.push(b'"');
+                out.byte(b'"');
             }
             stamp(rec.start_us, out, false);
             if esc == Escape::Json {
-                out.push(b'"');
+                out.byte(b'"');
             }
         }
         Field::TimeLocal => stamp(rec.start_us, out, true),
@@ -384,8 +422,8 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
         },
         Field::SslSessionReused => match (esc, c.resumed) {
             (_, None) => none(out),
-            (Escape::Json, Some(r)) => out.extend_from_slice(if r { b"true" } else { b"false" }),
-            (Escape::Nginx, Some(r)) => out.push(if r { b'r' } else { b'.' }),
+            (Escape::Json, Some(r)) => out.put(if r { b"true" } else { b"false" }),
+            (Escape::Nginx, Some(r)) => out.byte(if r { b'r' } else { b'.' }),
         },
         Field::ServerProtocol => own(out, c.protocol),
         Field::RequestMethod => asked(out, rec.method),
@@ -414,141 +452,4 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Vec<u8>, esc: Escape) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::access::record::{Cause, Conn, Said, Timings};
-
-    fn conn() -> Conn {
-        Conn {
-            client: "192.0.2.7:40000".parse().unwrap(),
-            frontend: "*:443".into(),
-            sni: Some("www.example.com".into()),
-            tls_version: Some("TLSv1.3"),
-            cipher: Some("TLS13_AES_128_GCM_SHA256"),
-            resumed: Some(false),
-            protocol: "HTTP/2.0",
-            handshake_us: Some(900),
-            sink: 0,
-            rendered: Default::default(),
-        }
-    }
-
-    fn rec<'a>(c: &'a Conn, path: &'a [u8], ua: &'a [u8]) -> Record<'a> {
-        Record {
-            start_us: 1_795_851_901_000_042,
-            conn: c,
-            method: b"GET",
-            authority: b"www.example.com",
-            path,
-            user_agent: ua,
-            referer: b"",
-            status: 200,
-            bytes_in: 40,
-            bytes_out: 1234,
-            backend: Some("default"),
-            server: Some("127.0.0.1:8080"),
-            retries: 0,
-            request_id: b"",
-            timings: Timings {
-                total: 1500,
-                ..Timings::default()
-            },
-            cause: Cause::Normal,
-            plain: false,
-        }
-    }
-
-    #[test]
-    fn combined_is_nginx_s_line_and_escapes_what_a_client_sends() {
-        let c = conn();
-        let mut out = Vec::new();
-        Format::Combined.write(&rec(&c, b"/a\"b\n\\c\xff", b"curl/8"), &mut out);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "192.0.2.7 - - [28/Nov/2026:07:45:01 +0000] \"GET /a\\x22b\\x0A\\x5Cc\\xFF HTTP/2.0\" 200 1234 \"-\" \"curl/8\"\n"
-        );
-    }
-
-    #[test]
-    fn json_lines_parse_for_any_bytes() {
-        let c = conn();
-        let junk: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
-        for path in [
-            &b"/plain"[..],
-            b"/\"\\\n\r\t\x00\x7f",
-            b"/\xc3\xa9\xff\xfe",
-            &junk,
-        ] {
-            let mut out = Vec::new();
-            Format::Json.write(&rec(&c, path, &junk), &mut out);
-            assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
-            assert!(out.len() < 3 * 4 * FIELD_CAP, "{} bytes", out.len());
-            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-            assert_eq!(v["status"], 200);
-            assert_eq!(v["remote_addr"], "192.0.2.7");
-            assert_eq!(v["time"], "2026-11-28T07:45:01.000042Z");
-            assert_eq!(v["upstream_addr"], "127.0.0.1:8080");
-            assert_eq!(v["connect_us"], serde_json::Value::Null);
-            assert_eq!(v["termination_state"], "--");
-        }
-        let mut out = Vec::new();
-        Format::Json.write(&rec(&c, b"/\xc3\xa9\xff", b""), &mut out);
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["request_uri"], "/\u{e9}\\xFF");
-    }
-
-    #[test]
-    fn fields_kept_by_said_are_escaped_unless_plain() {
-        let c = conn();
-        for (ua, plain) in [
-            (&b"curl/8.5"[..], true),
-            (b"a\"quote", false),
-            (b"back\\slash", false),
-            (b"new\nline", false),
-            (b"\xff", false),
-        ] {
-            let said = Said::new([b"GET", b"example.com", b"/p?q=1", ua, b"", b"id-1"]);
-            let rec = said.record(&c, 1_795_851_901_000_042, Cause::Normal);
-            assert_eq!(rec.plain, plain, "{ua:?}");
-            let mut out = Vec::new();
-            Format::Json.write(&rec, &mut out);
-            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-            let back = v["http_user_agent"].as_str().unwrap();
-            if ua != b"\xff" {
-                assert_eq!(back.as_bytes(), ua);
-            }
-            assert_eq!(v["request_uri"], "/p?q=1");
-            assert_eq!(v["request_id"], "id-1");
-            let mut out = Vec::new();
-            Format::Combined.write(&rec, &mut out);
-            assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
-            assert!(out.starts_with(b"192.0.2.7 - - ["));
-            assert!(String::from_utf8_lossy(&out).contains("\"GET /p?q=1 HTTP/2.0\" - 0 \"-\""));
-        }
-    }
-
-    #[test]
-    fn templates_name_their_fields_and_refuse_unknown_ones() {
-        let f: Format =
-            "{remote_addr}:{remote_port} {{{status}}} {cause} {request_us}us {connect_us}"
-                .parse()
-                .unwrap();
-        let c = conn();
-        let mut out = Vec::new();
-        f.write(&rec(&c, b"/", b""), &mut out);
-        assert_eq!(out, b"192.0.2.7:40000 {200} normal 1500us -\n");
-        assert!(matches!(
-            "{client} {status}".parse::<Format>(),
-            Err(FormatError::Unknown { name, at: 0 }) if name == "client"
-        ));
-        assert!(matches!(
-            "{status".parse::<Format>(),
-            Err(FormatError::Unbalanced { what: '{', at: 0 })
-        ));
-        assert!(matches!(
-            "a } b".parse::<Format>(),
-            Err(FormatError::Unbalanced { what: '}', at: 2 })
-        ));
-        assert_eq!("plain".parse::<Format>(), Err(FormatError::NoField));
-    }
-}
+pub(super) mod tests;

@@ -8,8 +8,10 @@
 
 pub mod format;
 pub mod record;
+pub mod repeated;
 pub mod request_id;
 pub mod sink;
+pub mod template;
 mod write;
 
 use std::cell::RefCell;
@@ -32,6 +34,11 @@ pub use sink::{Opened, Target};
 /// lines (at 16 KB the writer thread spent about 1 µs a line, at 256 KB a quarter of it;
 /// bench/RESULTS.md). `FLUSH_EVERY` bounds how long a line waits in it.
 const BATCH_BYTES: usize = 256 * 1024;
+
+/// A batch's buffer: lines are written in place into its bytes (zeroed once, when it is
+/// made), each where the room left holds its bound, so that a line's pieces are not each
+/// a `Vec`'s growth check. A line longer than the room left hands the batch on first.
+const ROOM: usize = BATCH_BYTES + 64 * 1024;
 
 /// Batches the writer may have waiting: 4 MiB of lines at most.
 const QUEUE: usize = 16;
@@ -146,10 +153,12 @@ pub struct AccessLog {
     shared: Arc<Shared>,
 }
 
-/// A worker thread's lines for one sink not yet handed on.
+/// A worker thread's lines for one sink not yet handed on: the first `used` bytes of
+/// `bytes`, whose whole length is room to write in.
 #[derive(Default)]
 struct Batch {
     bytes: Vec<u8>,
+    used: usize,
     lines: u64,
 }
 
@@ -210,12 +219,24 @@ impl AccessLog {
                 each.resize_with(sink + 1, Batch::default);
             }
             let b = &mut each[sink];
-            if b.bytes.capacity() == 0 {
-                b.bytes.reserve(BATCH_BYTES + 4096);
+            let need = policy.format.bound(rec);
+            if b.bytes.len() - b.used < need {
+                if b.lines > 0 {
+                    self.hand_on(sink, b);
+                }
+                if b.bytes.len() < need {
+                    b.bytes.resize(need.max(ROOM), 0);
+                }
             }
-            policy.format.write(rec, &mut b.bytes);
-            b.lines += 1;
-            if b.bytes.len() >= BATCH_BYTES {
+            match policy.format.write_into(rec, &mut b.bytes[b.used..]) {
+                Some(n) => {
+                    b.used += n;
+                    b.lines += 1;
+                }
+                // Never so: the bound is an upper one. A line is lost, not a batch.
+                None => self.shared.dropped(1, "a line was longer than its bound"),
+            }
+            if b.used >= BATCH_BYTES {
                 self.hand_on(sink, b);
             }
         });
@@ -240,15 +261,15 @@ impl AccessLog {
             .lock()
             .ok()
             .and_then(|mut s| s.pop())
-            .unwrap_or_else(|| Vec::with_capacity(BATCH_BYTES + 4096));
-        let bytes = std::mem::replace(&mut b.bytes, next);
+            .unwrap_or_else(|| vec![0; ROOM]);
+        let mut bytes = std::mem::replace(&mut b.bytes, next);
+        bytes.truncate(std::mem::take(&mut b.used));
         let lines = std::mem::take(&mut b.lines);
         match self.tx.try_send(sink::Item::Lines(sink, bytes, lines)) {
             Ok(()) => {}
             Err(TrySendError::Full(item)) => {
                 self.shared.dropped(lines, "the sink is not keeping up");
-                if let sink::Item::Lines(_, mut bytes, _) = item {
-                    bytes.clear();
+                if let sink::Item::Lines(_, bytes, _) = item {
                     self.shared.give_back(bytes);
                 }
             }

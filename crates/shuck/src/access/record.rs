@@ -123,9 +123,10 @@ pub struct Conn {
     pub handshake_us: Option<u64>,
     /// The sink its lines go to (its frontend's, [`super::Settings::sink_of`]).
     pub sink: usize,
-    /// Its fields as JSON writes them, made by its first JSON line: a connection's many
-    /// requests copy them as one slice. Start it empty (`Default::default()`).
-    pub rendered: std::cell::OnceCell<Box<[u8]>>,
+    /// Its fields as JSON writes them, and the request fields its lines repeat, made by
+    /// its JSON lines: a connection's many requests copy them as one slice. Start it empty
+    /// (`Default::default()`).
+    pub rendered: std::cell::RefCell<super::repeated::Repeated>,
 }
 
 /// One line's facts. Byte strings are what the client sent, unchecked: each format escapes

@@ -155,7 +155,7 @@ pub(super) fn run(rx: Receiver<Item>, mut to: Vec<Opened>, shared: Arc<Shared>) 
             }
         }
         match item {
-            Item::Lines(sink, mut bytes, lines) => {
+            Item::Lines(sink, bytes, lines) => {
                 let Some(to) = to.get_mut(sink) else {
                     shared.dropped(lines, "no such sink");
                     continue;
@@ -165,7 +165,6 @@ pub(super) fn run(rx: Receiver<Item>, mut to: Vec<Opened>, shared: Arc<Shared>) 
                 } else {
                     shared.written();
                 }
-                bytes.clear();
                 shared.give_back(bytes);
             }
             Item::Wake => {}
@@ -253,8 +252,11 @@ impl Shared {
         }
     }
 
-    /// A written batch's buffer, for a worker thread's next batch (a few are kept).
-    pub(super) fn give_back(&self, bytes: Vec<u8>) {
+    /// A written batch's buffer, for a worker thread's next batch (a few are kept),
+    /// made whole room again here (outside the lock), off the worker threads.
+    pub(super) fn give_back(&self, mut bytes: Vec<u8>) {
+        bytes.clear();
+        bytes.resize(super::ROOM, 0);
         if let Ok(mut spare) = self.spare.lock() {
             if spare.len() < super::SPARE {
                 spare.push(bytes);

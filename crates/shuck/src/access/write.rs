@@ -6,6 +6,95 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 
+/// Where a line is written: a buffer's bytes, already there, written by index. A line's
+/// forty-odd pieces then cost a bounds check and a copy each, not a `Vec`'s check for
+/// room and store of its length (a fifth of a JSON line's instructions, bench/RESULTS.md).
+/// Its owner gives it room for the line's bound ([`super::format::Format::bound`]); a
+/// piece that would not fit is not written, and [`Out::fits`] says so.
+pub(super) struct Out<'a> {
+    room: &'a mut [u8],
+    at: usize,
+}
+
+impl<'a> Out<'a> {
+    /// Writing at the start of `room`.
+    pub(super) fn new(room: &'a mut [u8]) -> Self {
+        Out { room, at: 0 }
+    }
+
+    #[inline(always)]
+    pub(super) fn put(&mut self, s: &[u8]) {
+        let end = self.at + s.len();
+        if let Some(d) = self.room.get_mut(self.at..end) {
+            d.copy_from_slice(s);
+        }
+        self.at = end;
+    }
+
+    /// [`put`](Out::put) for a value of any length, short ones most often (a number's
+    /// digits, a method, a host): up to 32 bytes by two loads and stores, overlapping, as
+    /// `memcpy` does inside, without the call.
+    #[inline(always)]
+    pub(super) fn put_var(&mut self, s: &[u8]) {
+        let n = s.len();
+        let end = self.at + n;
+        if let Some(d) = self.room.get_mut(self.at..end) {
+            let mut at = |i: usize, w: usize| d[i..i + w].copy_from_slice(&s[i..i + w]);
+            match n {
+                0 => {}
+                1..=3 => {
+                    at(0, 1);
+                    at(n / 2, 1);
+                    at(n - 1, 1);
+                }
+                4..=7 => {
+                    at(0, 4);
+                    at(n - 4, 4);
+                }
+                8..=16 => {
+                    at(0, 8);
+                    at(n - 8, 8);
+                }
+                17..=32 => {
+                    at(0, 16);
+                    at(n - 16, 16);
+                }
+                _ => d.copy_from_slice(s),
+            }
+        }
+        self.at = end;
+    }
+
+    #[inline(always)]
+    pub(super) fn byte(&mut self, b: u8) {
+        if let Some(d) = self.room.get_mut(self.at) {
+            *d = b;
+        }
+        self.at += 1;
+    }
+
+    /// Bytes written: the line's length, when it [`fits`](Out::fits).
+    pub(super) fn written(&self) -> usize {
+        self.at
+    }
+
+    /// Whether every piece was written: false only when a bound was wrong.
+    pub(super) fn fits(&self) -> bool {
+        self.at <= self.room.len()
+    }
+}
+
+impl std::io::Write for Out<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.put(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Which escaping a value gets.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Escape {
@@ -15,16 +104,16 @@ pub(super) enum Escape {
     Json,
 }
 
-pub(super) fn ip(a: SocketAddr, out: &mut Vec<u8>, esc: Escape) {
+pub(super) fn ip(a: SocketAddr, out: &mut Out<'_>, esc: Escape) {
     if esc == Escape::Json {
-        out.push(b'"');
+        out.byte(b'"');
     }
     match a.ip().to_canonical() {
         // The common case without the formatting machinery: four numbers and dots.
         std::net::IpAddr::V4(v4) => {
             for (i, o) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    out.push(b'.');
+                    out.byte(b'.');
                 }
                 number(u64::from(o), out);
             }
@@ -35,13 +124,13 @@ pub(super) fn ip(a: SocketAddr, out: &mut Vec<u8>, esc: Escape) {
         }
     }
     if esc == Escape::Json {
-        out.push(b'"');
+        out.byte(b'"');
     }
 }
 
-pub(super) fn number(n: u64, out: &mut Vec<u8>) {
+pub(super) fn number(n: u64, out: &mut Out<'_>) {
     // itoa writes two digits a step from a table: half the divisions of a digit loop.
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.put_var(itoa::Buffer::new().format(n).as_bytes());
 }
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
@@ -110,14 +199,14 @@ fn slow_run(s: &[u8]) -> usize {
 
 /// nginx's default escaping: `"`, `\\` and bytes outside 0x20..=0x7e as `\xHH`. Runs of
 /// plain bytes are copied whole.
-pub(super) fn nginx(mut s: &[u8], out: &mut Vec<u8>) {
+pub(super) fn nginx(mut s: &[u8], out: &mut Out<'_>) {
     loop {
         let run = plain_run(s);
-        out.extend_from_slice(&s[..run]);
+        out.put(&s[..run]);
         let Some((&b, rest)) = s[run..].split_first() else {
             return;
         };
-        out.extend_from_slice(&[
+        out.put(&[
             b'\\',
             b'x',
             HEX[usize::from(b >> 4)],
@@ -130,10 +219,10 @@ pub(super) fn nginx(mut s: &[u8], out: &mut Vec<u8>) {
 /// A JSON string's inside: UTF-8 passes, controls as `\u00HH`, `"` and `\` escaped, and each
 /// byte of an invalid sequence as the text `\xHH` (its backslash escaped), so that any
 /// bytes make valid JSON and nothing is lost.
-pub(super) fn json_str(mut s: &[u8], out: &mut Vec<u8>) {
+pub(super) fn json_str(mut s: &[u8], out: &mut Out<'_>) {
     // Most values are printable ASCII without a quote or backslash: one pass copies them.
     let plain = plain_run(s);
-    out.extend_from_slice(&s[..plain]);
+    out.put(&s[..plain]);
     s = &s[plain..];
     while !s.is_empty() {
         match std::str::from_utf8(s) {
@@ -143,7 +232,7 @@ pub(super) fn json_str(mut s: &[u8], out: &mut Vec<u8>) {
                 json_valid(std::str::from_utf8(good).unwrap_or(""), out);
                 let n = e.error_len().unwrap_or(bad.len());
                 for &b in &bad[..n] {
-                    out.extend_from_slice(&[
+                    out.put(&[
                         b'\\',
                         b'\\',
                         b'x',
@@ -157,7 +246,7 @@ pub(super) fn json_str(mut s: &[u8], out: &mut Vec<u8>) {
     }
 }
 
-fn json_valid(s: &str, out: &mut Vec<u8>) {
+fn json_valid(s: &str, out: &mut Out<'_>) {
     let mut s = s.as_bytes();
     loop {
         // Runs of bytes that need nothing are copied whole (UTF-8 past ASCII included).
@@ -165,17 +254,17 @@ fn json_valid(s: &str, out: &mut Vec<u8>) {
             .iter()
             .position(|&b| b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f)
             .unwrap_or(s.len());
-        out.extend_from_slice(&s[..run]);
+        out.put(&s[..run]);
         let Some((&b, rest)) = s[run..].split_first() else {
             return;
         };
         match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            _ => out.extend_from_slice(&[
+            b'"' => out.put(b"\\\""),
+            b'\\' => out.put(b"\\\\"),
+            b'\n' => out.put(b"\\n"),
+            b'\r' => out.put(b"\\r"),
+            b'\t' => out.put(b"\\t"),
+            _ => out.put(&[
                 b'\\',
                 b'u',
                 b'0',
@@ -201,7 +290,7 @@ thread_local! {
 }
 
 /// `2026-11-28T07:45:01.123456Z`, or `local`: `28/Nov/2026:07:45:01 +0000`.
-pub(super) fn stamp(t_us: u64, out: &mut Vec<u8>, local: bool) {
+pub(super) fn stamp(t_us: u64, out: &mut Out<'_>, local: bool) {
     let second = t_us / 1_000_000;
     STAMP.with(|s| {
         let mut s = s.borrow_mut();
@@ -223,23 +312,47 @@ pub(super) fn stamp(t_us: u64, out: &mut Vec<u8>, local: bool) {
             }
         }
         if local {
-            out.extend_from_slice(&s.local);
+            out.put(&s.local);
         } else {
-            out.extend_from_slice(&s.iso);
+            out.put(&s.iso);
             // `.uuuuuuZ`: three pairs of digits, one division each.
             let micros = (t_us % 1_000_000) as u32;
             let pair = |p: u32| [b'0' + (p / 10) as u8, b'0' + (p % 10) as u8];
             let [a, b] = pair(micros / 10_000);
             let [c, d] = pair(micros / 100 % 100);
             let [e, f] = pair(micros % 100);
-            out.extend_from_slice(&[b'.', a, b, c, d, e, f, b'Z']);
+            out.put(&[b'.', a, b, c, d, e, f, b'Z']);
         }
     });
 }
 
 #[cfg(test)]
 mod tests {
-    use super::plain_run;
+    use super::{plain_run, Out};
+
+    #[test]
+    fn put_var_copies_every_length_whole() {
+        let src: Vec<u8> = (1..=80).collect();
+        for n in 0..=80 {
+            let mut room = [0u8; 100];
+            let mut out = Out::new(&mut room);
+            out.byte(b'<');
+            out.put_var(&src[..n]);
+            out.byte(b'>');
+            assert!(out.fits());
+            let len = out.written();
+            assert_eq!(
+                room[..len],
+                [&[b'<'][..], &src[..n], b">"].concat()[..],
+                "{n}"
+            );
+        }
+        // Past the room: nothing written beyond it, and said so.
+        let mut room = [0u8; 4];
+        let mut out = Out::new(&mut room);
+        out.put_var(&src[..5]);
+        assert!(!out.fits());
+    }
 
     #[test]
     fn plain_run_stops_where_a_byte_by_byte_scan_does() {

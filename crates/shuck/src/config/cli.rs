@@ -1108,7 +1108,7 @@ fn parse_access_target(s: &str) -> Result<crate::access::Target, String> {
 /// `--access-log-format`, its error naming the field or brace at fault.
 fn parse_access_format(s: &str) -> Result<crate::access::Format, String> {
     s.parse()
-        .map_err(|e: crate::access::format::FormatError| e.to_string())
+        .map_err(|e: crate::access::template::FormatError| e.to_string())
 }
 
 /// A boolean as hitch spells it, in any case: on/off, yes/no, y/n, true/false, t/f, 1/0.
