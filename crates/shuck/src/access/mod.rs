@@ -36,7 +36,8 @@ pub use sink::{Opened, Target};
 const BATCH_BYTES: usize = 256 * 1024;
 
 /// A batch's buffer: lines are written in place into its bytes (zeroed once, when it is
-/// made), each where the room left holds its bound, so that a line's pieces are not each
+/// made, and written over from then on: the writer gives it back whole), each where the
+/// room left holds its bound, so that a line's pieces are not each
 /// a `Vec`'s growth check. A line longer than the room left hands the batch on first.
 const ROOM: usize = BATCH_BYTES + 64 * 1024;
 
@@ -262,14 +263,17 @@ impl AccessLog {
             .ok()
             .and_then(|mut s| s.pop())
             .unwrap_or_else(|| vec![0; ROOM]);
-        let mut bytes = std::mem::replace(&mut b.bytes, next);
-        bytes.truncate(std::mem::take(&mut b.used));
+        let bytes = std::mem::replace(&mut b.bytes, next);
+        let used = std::mem::take(&mut b.used);
         let lines = std::mem::take(&mut b.lines);
-        match self.tx.try_send(sink::Item::Lines(sink, bytes, lines)) {
+        match self
+            .tx
+            .try_send(sink::Item::Lines(sink, bytes, used, lines))
+        {
             Ok(()) => {}
             Err(TrySendError::Full(item)) => {
                 self.shared.dropped(lines, "the sink is not keeping up");
-                if let sink::Item::Lines(_, bytes, _) = item {
+                if let sink::Item::Lines(_, bytes, ..) = item {
                     self.shared.give_back(bytes);
                 }
             }

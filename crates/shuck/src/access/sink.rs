@@ -135,8 +135,9 @@ pub fn open(target: &Target, facility: u8) -> io::Result<Opened> {
 /// What the worker threads hand the writer.
 #[derive(Debug)]
 pub(super) enum Item {
-    /// A sink's lines, each ending in a newline, and how many.
-    Lines(usize, Vec<u8>, u64),
+    /// A sink's lines, each ending in a newline: the first `.2` bytes of the buffer (the
+    /// rest is room, given back with it), and how many lines.
+    Lines(usize, Vec<u8>, usize, u64),
     /// Look for a new target (`Shared::reopen`): sent without waiting, so it may not come
     /// when the queue is full, and the target is looked for before every item anyway.
     Wake,
@@ -155,12 +156,12 @@ pub(super) fn run(rx: Receiver<Item>, mut to: Vec<Opened>, shared: Arc<Shared>) 
             }
         }
         match item {
-            Item::Lines(sink, bytes, lines) => {
+            Item::Lines(sink, bytes, used, lines) => {
                 let Some(to) = to.get_mut(sink) else {
                     shared.dropped(lines, "no such sink");
                     continue;
                 };
-                if let Err(e) = write(to, &bytes) {
+                if let Err(e) = write(to, bytes.get(..used).unwrap_or(&bytes)) {
                     shared.dropped(lines, &e.to_string());
                 } else {
                     shared.written();
@@ -252,11 +253,9 @@ impl Shared {
         }
     }
 
-    /// A written batch's buffer, for a worker thread's next batch (a few are kept),
-    /// made whole room again here (outside the lock), off the worker threads.
-    pub(super) fn give_back(&self, mut bytes: Vec<u8>) {
-        bytes.clear();
-        bytes.resize(super::ROOM, 0);
+    /// A written batch's buffer, for a worker thread's next batch (a few are kept): its
+    /// bytes stay, room to write over, not zeroed again.
+    pub(super) fn give_back(&self, bytes: Vec<u8>) {
         if let Ok(mut spare) = self.spare.lock() {
             if spare.len() < super::SPARE {
                 spare.push(bytes);

@@ -329,14 +329,16 @@ async fn serve<I: Inbound, O: Outbound>(
     let max_tries = gw.worker.state.limits.retries.max(1);
     let mut tries = 0;
     loop {
-        let asked = respond.noting().then(std::time::Instant::now);
         // An idle connection of this client's, else (boxed, as it is large and rare once
-        // the connections are warm) a new one or a wait for one.
+        // the connections are warm) a new one or a wait for one: only that is timed for
+        // the log (an idle one was waited for 0 µs, as HAProxy's %Tw says it).
         // hash and sticky cookies want one server: a connection to another does not do.
         let want = gw.backends.backend(backend).pool.wanted(&key);
+        let mut asked = None;
         let got = match gw.backends.idle(backend, want) {
             Some(c) => Ok(c),
             None => {
+                asked = respond.noting().then(std::time::Instant::now);
                 // A client being ended as hostile (a reset or stall flood) opens nothing more.
                 if gw.resets.flood().is_some() {
                     return;
@@ -363,11 +365,11 @@ async fn serve<I: Inbound, O: Outbound>(
                 return reply(&mut respond, StatusCode::SERVICE_UNAVAILABLE, false);
             }
         };
-        if let Some(asked) = asked {
+        if respond.noting() {
             let connect = conn.connect.take().unwrap_or_default();
             respond.note(Note::Connection {
                 server: conn.server_arc(),
-                waited: asked.elapsed(),
+                waited: asked.map(|a| a.elapsed()).unwrap_or_default(),
                 connect,
             });
         }

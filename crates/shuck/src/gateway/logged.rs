@@ -40,6 +40,8 @@ struct Facts {
     said: Said,
     status: u16,
     head_at: Option<Tick>,
+    /// When a head that ended the answer went out: its end too, not read again.
+    whole_at: Option<Tick>,
     bytes_out: u64,
     backend: Option<Arc<str>>,
     server: Option<Arc<crate::backend::Server>>,
@@ -116,6 +118,7 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
             said,
             status: 0,
             head_at: None,
+            whole_at: None,
             bytes_out: 0,
             backend: None,
             server: None,
@@ -200,8 +203,10 @@ impl<O: Outbound> Outbound for Logged<O> {
         };
         match r {
             Ok(()) => {
+                let now = Tick::now();
                 t.status = status;
-                t.head_at = Some(Tick::now());
+                t.head_at = Some(now);
+                t.whole_at = end.then_some(now);
                 t.finished |= end;
             }
             Err(Gone) => t.ended(Cause::ClientClosed),
@@ -338,7 +343,7 @@ impl<O> Drop for Logged<O> {
                 queue: t.queue.map(micros),
                 connect: t.connect.map(micros),
                 head: t.head_at.map(|h| h.micros_since(t.began)),
-                total: Tick::now().micros_since(t.began),
+                total: t.whole_at.unwrap_or_else(Tick::now).micros_since(t.began),
             },
             ..t.said.record(&t.conn, t.start_us, cause)
         });
