@@ -289,6 +289,18 @@ thread_local! {
     static STAMP: RefCell<Stamp> = const { RefCell::new(Stamp { second: u64::MAX, iso: [0; 19], local: [0; 26] }) };
 }
 
+/// "00" to "99", two bytes each.
+const PAIRS: [u8; 200] = {
+    let mut t = [0; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
+
 /// `2026-11-28T07:45:01.123456Z`, or `local`: `28/Nov/2026:07:45:01 +0000`.
 pub(super) fn stamp(t_us: u64, out: &mut Out<'_>, local: bool) {
     let second = t_us / 1_000_000;
@@ -315,12 +327,15 @@ pub(super) fn stamp(t_us: u64, out: &mut Out<'_>, local: bool) {
             out.put(&s.local);
         } else {
             out.put(&s.iso);
-            // `.uuuuuuZ`: three pairs of digits, one division each.
-            let micros = (t_us % 1_000_000) as u32;
-            let pair = |p: u32| [b'0' + (p / 10) as u8, b'0' + (p % 10) as u8];
+            // `.uuuuuuZ`: three pairs of digits, each from a table.
+            let micros = (t_us % 1_000_000) as usize;
+            let pair = |p: usize| {
+                let at = 2 * (p % 100);
+                [PAIRS[at], PAIRS[at + 1]]
+            };
             let [a, b] = pair(micros / 10_000);
-            let [c, d] = pair(micros / 100 % 100);
-            let [e, f] = pair(micros % 100);
+            let [c, d] = pair(micros / 100);
+            let [e, f] = pair(micros);
             out.put(&[b'.', a, b, c, d, e, f, b'Z']);
         }
     });
@@ -329,6 +344,22 @@ pub(super) fn stamp(t_us: u64, out: &mut Out<'_>, local: bool) {
 #[cfg(test)]
 mod tests {
     use super::{plain_run, Out};
+
+    #[test]
+    fn stamps_write_every_microsecond_digit() {
+        for (us, want) in [
+            (0, "1970-01-01T00:00:00.000000Z"),
+            (1_795_851_901_123_456, "2026-11-28T07:45:01.123456Z"),
+            (1_795_851_901_999_999, "2026-11-28T07:45:01.999999Z"),
+            (1_795_851_902_010_203, "2026-11-28T07:45:02.010203Z"),
+        ] {
+            let mut room = [0u8; 64];
+            let mut out = Out::new(&mut room);
+            super::stamp(us, &mut out, false);
+            let n = out.written();
+            assert_eq!(std::str::from_utf8(&room[..n]).unwrap(), want);
+        }
+    }
 
     #[test]
     fn put_var_copies_every_length_whole() {

@@ -21,6 +21,14 @@ use crate::access::request_id::RequestId;
 use crate::access::{AccessLog, Cause, Conn, Record, Timings};
 use crate::clock::Tick;
 
+/// A connection's log: where its streams' lines go and its part of them, one count a
+/// stream (an `Rc`'s, not an `Arc`'s atomic one as well).
+#[derive(Debug)]
+pub(super) struct ConnLog {
+    pub(super) log: Arc<AccessLog>,
+    pub(super) conn: Rc<Conn>,
+}
+
 /// What the log keeps of one stream until it ends: one allocation, shared by the answer
 /// side, which fills in its facts, and the body, which counts into it.
 struct Trail {
@@ -31,8 +39,7 @@ struct Trail {
 /// The answer side's part of a [`Trail`]: borrowed only by [`Logged`], never across an
 /// await.
 struct Facts {
-    log: Arc<AccessLog>,
-    conn: Rc<Conn>,
+    line: Rc<ConnLog>,
     /// µs since the Unix epoch.
     start_us: u64,
     began: Tick,
@@ -69,14 +76,14 @@ pub(super) struct Counted<I> {
 /// Wraps a stream's halves for the log (`log`: where lines go and the connection's part of
 /// them), its request's facts taken from `parts`, and for the ID its answer carries back.
 pub(super) fn watch<I: Inbound, O: Outbound>(
-    log: Option<(Arc<AccessLog>, Rc<Conn>)>,
+    log: Option<Rc<ConnLog>>,
     echo: Option<(http::HeaderName, http::HeaderValue)>,
     id: Option<RequestId>,
     parts: &Parts,
     body: I,
     respond: O,
 ) -> (Counted<I>, Logged<O>) {
-    let Some((log, conn)) = log else {
+    let Some(line) = log else {
         return (
             Counted {
                 inner: body,
@@ -111,8 +118,7 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
     let trail = Rc::new(Trail {
         bytes_in: Cell::new(0),
         facts: RefCell::new(Facts {
-            log,
-            conn,
+            line,
             start_us: wall_us(began),
             began,
             said,
@@ -332,7 +338,7 @@ impl<O> Drop for Logged<O> {
             // Dropped under way: the client went (its connection, or the drain deadline).
             None => Cause::ClientClosed,
         };
-        t.log.log(&Record {
+        t.line.log.log(&Record {
             status: t.status,
             bytes_in: trail.bytes_in.get(),
             bytes_out: t.bytes_out,
@@ -345,7 +351,7 @@ impl<O> Drop for Logged<O> {
                 head: t.head_at.map(|h| h.micros_since(t.began)),
                 total: t.whole_at.unwrap_or_else(Tick::now).micros_since(t.began),
             },
-            ..t.said.record(&t.conn, t.start_us, cause)
+            ..t.said.record(&t.line.conn, t.start_us, cause)
         });
     }
 }

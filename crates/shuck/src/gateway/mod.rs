@@ -118,7 +118,7 @@ pub struct Gateway {
     /// HTTP/3 with 0-RTT: the handshake its early requests wait on.
     handshake: Option<Rc<Handshake>>,
     /// `--access-log`: where each stream's line goes, and the connection's part of it.
-    log: Option<(Arc<crate::access::AccessLog>, Rc<crate::access::Conn>)>,
+    log: Option<Rc<logged::ConnLog>>,
     /// `--client-request-rate`: what each stream is held to.
     requests: Option<crate::clients::RequestLimit>,
 }
@@ -241,7 +241,8 @@ impl Gateway {
         max_head: usize,
     ) -> Self {
         let counters = worker.counters.clone();
-        let log = worker.state.access.clone().zip(client.log);
+        let log = (worker.state.access.clone().zip(client.log))
+            .map(|(log, conn)| Rc::new(logged::ConnLog { log, conn }));
         Gateway {
             worker,
             client: client.addr,
