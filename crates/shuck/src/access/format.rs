@@ -87,6 +87,11 @@ macro_rules! fields {
         request: $($rname:literal => $rf:ident,)*
         not_json: $($xname:literal => $xf:ident,)*
     ) => {
+        /// The fields a connection's JSON keeps with the values they came from
+        /// ([`shared`] must give each of them a value).
+        #[cfg(test)]
+        const SHARED_FIELDS: &[Field] = &[$(Field::$sf),*];
+
         /// Every field with its name, in the order JSON writes them.
         pub const FIELDS: &[(&str, Field)] = &[
             $(($name, Field::$f),)* $(($cname, Field::$cf),)* $(($sname, Field::$sf),)*

@@ -60,10 +60,7 @@ impl Repeated {
         for (i, f) in fields.iter().enumerate() {
             let end = self.ends[i];
             let same = match (f, self.none & (1 << i)) {
-                (Some(f), 0) => self
-                    .key
-                    .get(start..end)
-                    .is_some_and(|was| same_bytes(f, was)),
+                (Some(f), 0) => self.key.get(start..end).is_some_and(|was| was == *f),
                 (None, bit) => bit != 0,
                 (Some(_), _) => false,
             };
@@ -73,31 +70,5 @@ impl Repeated {
             start = end;
         }
         true
-    }
-}
-
-/// `a == b`, without a call to `memcmp` for the short values these fields mostly are:
-/// up to 16 bytes by two loads each, overlapping.
-#[inline(always)]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    let u32_at = |s: &[u8], at: usize| {
-        s.get(at..at + 4)
-            .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
-    };
-    let u64_at = |s: &[u8], at: usize| {
-        s.get(at..at + 8)
-            .and_then(|w| w.try_into().ok())
-            .map(u64::from_ne_bytes)
-    };
-    match n {
-        0 => true,
-        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
-        4..=7 => u32_at(a, 0) == u32_at(b, 0) && u32_at(a, n - 4) == u32_at(b, n - 4),
-        8..=16 => u64_at(a, 0) == u64_at(b, 0) && u64_at(a, n - 8) == u64_at(b, n - 8),
-        _ => a == b,
     }
 }

@@ -221,6 +221,17 @@ fn a_connection_s_lines_each_show_their_own_request_s_shared_fields() {
 }
 
 #[test]
+fn every_shared_field_is_compared_by_its_own_value() {
+    // A shared field `shared` gave no value would compare as equal whatever its request
+    // said, and a connection's lines would repeat its first value.
+    let c = conn();
+    let r = rec(&c, b"/", b"agent/1");
+    for f in SHARED_FIELDS {
+        assert!(shared(&r, *f).is_some(), "{f:?} has no value to compare");
+    }
+}
+
+#[test]
 fn a_line_never_outgrows_its_bound() {
     let mut c = conn();
     c.frontend = "\u{1}".repeat(300);
