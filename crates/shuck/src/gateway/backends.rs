@@ -39,8 +39,6 @@ pub struct BackendConn {
     pub tcp: Upstream,
     /// Bytes read and not yet used.
     pub buf: BytesMut,
-    /// True once it carried a stream before (it may have been closed by the backend since).
-    pub reused: bool,
     /// Its maxconn slot; released with it.
     lease: Lease,
     /// Its `--idle-timeout` while an answer is awaited.
@@ -414,7 +412,6 @@ impl Backends {
                             connect: Some(took.connect),
                             tcp,
                             buf: BytesMut::with_capacity(READ_SIZE),
-                            reused: false,
                             lease,
                             silence: Silence::new(self.idle_timeout),
                             _slot: slot,
@@ -458,7 +455,6 @@ impl Backends {
                 return;
             }
         }
-        c.reused = true;
         idle.push(c);
         drop(idle);
         if !self.keeping.replace(true) {

@@ -255,9 +255,10 @@ enum Head {
 }
 
 /// Whether a request may be sent again on a new connection when its own turns out closed
-/// (a reused one the backend had closed, or a server that died). One not yet written to the backend always may; one written and then closed on
-/// without a byte of answer only when it is idempotent (RFC 9110 §9.2.2) and has no body
-/// (which was streamed, not kept): a POST is never sent twice.
+/// (a reused one the backend had closed, or a server that died). One not yet written to the
+/// backend always may; one written and then closed on without a byte of answer only when it
+/// is idempotent (RFC 9110 §9.2.2) and has no body (which was streamed, not kept): a POST is
+/// never sent twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Retry {
     /// Only if nothing of it was written.
@@ -412,8 +413,9 @@ async fn serve<I: Inbound, O: Outbound>(
                 return gw.backends.put(conn);
             }
             Ok(_) => return gw.resets.answered(),
-            // The backend closed it while idle: the request goes again, on a new one.
-            Err(End::Unsent) if conn.reused && tries < max_tries => {
+            // Nothing of it was written (a reused connection the backend closed while idle, or
+            // a server that died since the connect): it goes again, on another connection.
+            Err(End::Unsent) if tries < max_tries => {
                 tries += 1;
                 WorkerCounters::bump(&gw.worker.counters.http.retries);
                 respond.note(Note::Retry);
@@ -485,7 +487,7 @@ async fn fetch<O: Outbound>(
     cookie: Option<http::HeaderValue>,
     respond: &mut O,
 ) -> Result<Done, End> {
-    write_head(conn, head).await?;
+    write_head(&mut conn.tcp, head).await?;
     let BackendConn {
         tcp, buf, silence, ..
     } = conn;
@@ -504,7 +506,7 @@ async fn exchange<I: Inbound, O: Outbound>(
     body: &mut I,
     respond: &mut O,
 ) -> Result<Done, End> {
-    write_head(conn, head).await?;
+    write_head(&mut conn.tcp, head).await?;
     let BackendConn {
         tcp, buf, silence, ..
     } = conn;

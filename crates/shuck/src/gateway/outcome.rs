@@ -3,9 +3,8 @@
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::backends::BackendConn;
 use super::front::{Outbound, Reset};
 use super::response::BadAnswer;
 use super::Gateway;
@@ -20,7 +19,8 @@ pub(super) enum End {
     /// it (on a reused one: closed while idle, or on taking the request).
     #[error("the backend closed the connection without an answer")]
     Stale,
-    /// A reused connection that failed before any byte of the request was written.
+    /// A connection that failed before any byte of the request was written (reused: closed
+    /// while idle; new: its server died since the connect).
     #[error("the backend connection was closed before the request was written")]
     Unsent,
     /// The client sent nothing of its request body for `--http-stall-timeout` (the stream
@@ -77,21 +77,19 @@ pub(super) fn stalled(gw: &Gateway, stream: u64, why: &str) {
     gw.resets.stalled();
 }
 
-/// Writes the request head. On a reused connection, a failure of the first write means
-/// nothing of the request reached the backend ([`End::Unsent`]: it may go again whatever its
-/// method); one later means the backend took part of it ([`End::Stale`]).
-pub(super) async fn write_head(conn: &mut BackendConn, head: &[u8]) -> Result<(), End> {
-    let first = match conn.tcp.write(head).await {
-        Ok(0) | Err(_) if conn.reused => return Err(End::Unsent),
-        Ok(0) => return Err(End::Write(std::io::ErrorKind::WriteZero.into())),
-        Err(e) => return Err(End::Write(e)),
+/// Writes the request head. A failure of the first write means nothing of the request
+/// reached the backend ([`End::Unsent`]: it may go again whatever its method), on a reused
+/// connection the backend closed while idle as on a new one to a server that died since its
+/// connect; one later means the backend took part of it ([`End::Stale`]).
+pub(super) async fn write_head<W: AsyncWrite + Unpin>(
+    conn: &mut W,
+    head: &[u8],
+) -> Result<(), End> {
+    let first = match conn.write(head).await {
+        Ok(0) | Err(_) => return Err(End::Unsent),
         Ok(n) => n,
     };
-    match conn.tcp.write_all(&head[first..]).await {
-        Ok(()) => Ok(()),
-        Err(_) if conn.reused => Err(End::Stale),
-        Err(e) => Err(End::Write(e)),
-    }
+    conn.write_all(&head[first..]).await.map_err(|_| End::Stale)
 }
 
 /// An answer of shuck's own: the status and its reason phrase as the body, or to a gRPC
@@ -151,4 +149,44 @@ pub(super) fn malformed<O: Outbound>(gw: &Gateway, respond: &mut O, why: &str) {
     respond.reset(Reset::Malformed);
     gw.count_reset_sent();
     gw.resets.hit();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A connection and the far end of it, on loopback.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("address");
+        let (near, far) = tokio::join!(TcpStream::connect(addr), l.accept());
+        (near.expect("connect"), far.expect("accept").0)
+    }
+
+    #[tokio::test]
+    async fn a_head_whose_first_write_fails_is_unsent_on_a_new_connection_too() {
+        // A server that died between the connect and the request: its end reset.
+        let (mut near, far) = pair().await;
+        socket2::SockRef::from(&far)
+            .set_linger(Some(std::time::Duration::ZERO))
+            .expect("linger");
+        drop(far);
+        // Ready once the reset has arrived; nothing is read, so the error stays for the write.
+        near.readable().await.expect("readable");
+        let got = write_head(&mut near, b"GET / HTTP/1.1\r\n\r\n").await;
+        assert!(matches!(got, Err(End::Unsent)), "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn a_head_written_whole_reaches_the_backend() {
+        let (mut near, mut far) = pair().await;
+        let head = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
+        write_head(&mut near, head).await.expect("written");
+        let mut got = vec![0; head.len()];
+        tokio::io::AsyncReadExt::read_exact(&mut far, &mut got)
+            .await
+            .expect("read");
+        assert_eq!(got, head);
+    }
 }

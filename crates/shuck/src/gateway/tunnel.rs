@@ -24,7 +24,7 @@ pub(super) async fn upgrade<I: Inbound, O: Outbound>(
     body: &mut I,
     respond: &mut O,
 ) -> Result<Done, End> {
-    write_head(conn, head).await?;
+    write_head(&mut conn.tcp, head).await?;
     let BackendConn {
         tcp, buf, silence, ..
     } = conn;
