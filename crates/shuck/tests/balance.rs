@@ -1,8 +1,9 @@
 //! Balancing methods (`balance` in a backend block), counted at recording backends:
 //! `leastconn` and `least-requests` send most to a fast server beside a slow one where
 //! round robin splits evenly; `hash` keeps each key on one server, and a third server takes
-//! about a third of the keys, only from the others; a sticky cookie keeps a client on its
-//! server over HTTP/1.1, HTTP/2 and HTTP/3; hashed by path, cookie or source, each request of a
+//! about a third of the keys (38 of 90, the same every run: the ring holds server names),
+//! only from the others; a sticky cookie keeps a client on its server over HTTP/1.1, HTTP/2
+//! and HTTP/3; hashed by path, cookie or source, each request of a
 //! keep-alive connection goes to its key's server. The admin API names each backend's
 //! method.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -54,8 +55,16 @@ fn hash_keeps_each_key_on_one_server_and_a_new_server_takes_about_a_third() {
     let a = grpc::Server::start("a", None, None);
     let b = grpc::Server::start("b", None, None);
     let c = grpc::Server::start("c", None, None);
-    let keys = ";proto=h2;balance=hash;hash-key=header:x-user;hash-balance-factor=0";
-    let two = shuck(&pki, &[&a, &b], keys, &[]);
+    // The servers named by their own names: a ring of addresses would hold test ports, and
+    // how many keys move would be a new draw each run (about 30, and past 42 now and then).
+    let named = |servers: &[&grpc::Server]| {
+        let mut keys = String::new();
+        for s in servers {
+            keys.push_str(&format!(";server={},name={}", s.addr(), s.name));
+        }
+        keys + ";proto=h2;balance=hash;hash-key=header:x-user;hash-balance-factor=0"
+    };
+    let two = shuck(&pki, &[], &named(&[&a, &b]), &[]);
     let v = call(two.port, &pki.cert, "users", &["90", "3"]);
     let before = v["servers"].as_object().unwrap().clone();
     assert_eq!(before.len(), 90, "{v}");
@@ -69,14 +78,14 @@ fn hash_keeps_each_key_on_one_server_and_a_new_server_takes_about_a_third() {
     let on = |s: &str| before.values().filter(|v| v[0] == s).count();
     assert!(on("a") > 20 && on("b") > 20, "{v}");
     // The same servers and one more (a ring of the same names: any host, any restart).
-    let three = shuck(&pki, &[&a, &b, &c], keys, &[]);
+    let three = shuck(&pki, &[], &named(&[&a, &b, &c]), &[]);
     let after = call(three.port, &pki.cert, "users", &["90", "1"]);
     let moved: Vec<&String> = before
         .keys()
         .filter(|u| after["servers"][u.as_str()] != before[u.as_str()])
         .collect();
     assert!(
-        (15..=42).contains(&moved.len()),
+        (20..=40).contains(&moved.len()),
         "{} of 90 keys moved for a third server (about 30 expected)",
         moved.len()
     );
