@@ -20,9 +20,9 @@ const RAW_ANSWER: &[u8] = b"200";
 /// The answer to every HTTP/1.1 request.
 const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
 
-/// Serves on `addr` (TCP and UDP) with the certificate and key in the PEM file `pem`, on
-/// one thread, until killed.
-pub fn run(addr: SocketAddr, pem: &Path) -> anyhow::Result<()> {
+/// One certificate's TLS 1.3 server configuration with the one suite every server is given
+/// (the one QUIC starts with, as bench/handshake-ab.sh runs shuck), ALPN left to the caller.
+pub(crate) fn tls13_config(pem: &Path) -> anyhow::Result<rustls::ServerConfig> {
     let certs = CertificateDer::pem_file_iter(pem)
         .and_then(|c| c.collect::<Result<Vec<_>, _>>())
         .with_context(|| format!("certificates in {}", pem.display()))?;
@@ -30,13 +30,20 @@ pub fn run(addr: SocketAddr, pem: &Path) -> anyhow::Result<()> {
     let key = PrivateKeyDer::from_pem_file(pem)
         .with_context(|| format!("a private key in {}", pem.display()))?;
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
-    // The suite QUIC starts with, on both sides (as bench/handshake-ab.sh runs shuck).
     provider.cipher_suites =
         vec![rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256];
-    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
+    Ok(
+        rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)?,
+    )
+}
+
+/// Serves on `addr` (TCP and UDP) with the certificate and key in the PEM file `pem`, on
+/// one thread, until killed.
+pub fn run(addr: SocketAddr, pem: &Path) -> anyhow::Result<()> {
+    let tls = tls13_config(pem)?;
     let mut tcp_tls = tls.clone();
     tcp_tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let mut quic_tls = tls;

@@ -21,7 +21,8 @@ use crate::report;
 /// Options of `h2`.
 #[derive(Debug, Clone, Args)]
 pub struct H2Opts {
-    /// Servers to measure, comma-separated: shuck, haproxy, nginx, caddy.
+    /// Servers to measure, comma-separated: shuck, haproxy, nginx, caddy (each with -log, but
+    /// caddy); with --h2c shuck-h2c, haproxy-h2c, nginx-grpc and floor-h2c (`floor-h2`).
     #[arg(
         long,
         value_delimiter = ',',
@@ -150,11 +151,19 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             "shuck-h2c" => (Target::Shuck, "shuck-h2c.args"),
             "haproxy-h2c" => (Target::Haproxy, "haproxy-h2c.cfg"),
             "nginx-grpc" => (Target::Nginx, "nginx-grpc.conf"),
-            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy, nginx or caddy (with -log for its access log on, but caddy), or with --h2c shuck-h2c, haproxy-h2c, nginx-grpc"),
+            // The libraries alone (`floor-h2`, this program), the floor under shuck-h2c.
+            "floor-h2c" => (Target::Shuck, "floor-h2c.args"),
+            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy, nginx or caddy (with -log for its access log on, but caddy), or with --h2c shuck-h2c, haproxy-h2c, nginx-grpc, floor-h2c"),
         };
-        let program = match peers::ensure_installed(target, &shuck) {
-            Ok(p) => {
-                versions.push(format!("{}: {}", target.name(), target.version(&shuck)));
+        let installed = match name.as_str() {
+            "floor-h2c" => std::env::current_exe()
+                .map(|p| (p, "shuck-bench floor-h2 (tokio-rustls, h2)".to_owned()))
+                .map_err(|e| e.to_string()),
+            _ => peers::ensure_installed(target, &shuck).map(|p| (p, target.version(&shuck))),
+        };
+        let program = match installed {
+            Ok((p, version)) => {
+                versions.push(format!("{name}: {version}"));
                 p
             }
             Err(why) => {
@@ -451,7 +460,8 @@ fn render(o: &H2Opts, rows: &[Row], versions: &[String], machine: &str, pin: boo
     for size in sizes {
         let best_peer = rows
             .iter()
-            .filter(|(t, sz, _)| sz == size && !t.starts_with("shuck"))
+            // The floor is no peer: its row is set against the peers as shuck's is.
+            .filter(|(t, sz, _)| sz == size && !t.starts_with("shuck") && !t.starts_with("floor"))
             .filter_map(|(_, _, r)| r.as_ref().ok().map(Measured::cpu_per_req))
             .min_by(f64::total_cmp);
         for (t, _, r) in rows.iter().filter(|(_, sz, _)| sz == size) {

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod capacity;
 mod compare;
 mod floor;
+mod floor_h2;
 mod h2;
 mod h3;
 mod limit;
@@ -90,6 +91,20 @@ enum Cmd {
         #[arg(long)]
         cert: std::path::PathBuf,
     },
+    /// Pass HTTP/2 streams over TLS to an HTTP/2 origin in clear with the libraries shuck's
+    /// gateway is built on and nothing else: the floor under `h2 --h2c` (target floor-h2c).
+    #[command(name = "floor-h2")]
+    FloorH2 {
+        /// Where to listen.
+        #[arg(long)]
+        listen: SocketAddr,
+        /// A PEM file with the certificate chain and its private key.
+        #[arg(long)]
+        cert: std::path::PathBuf,
+        /// The h2c origin.
+        #[arg(long)]
+        origin: SocketAddr,
+    },
     /// New TCP connections as fast as it can, each held until the server closes it:
     /// prints `refused served failed` (bench/client-limits.sh).
     #[command(name = "connect-load", hide = true)]
@@ -158,6 +173,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::FloorServer { listen, cert } => floor::run(listen, &cert),
+        Cmd::FloorH2 {
+            listen,
+            cert,
+            origin,
+        } => {
+            compare::raise_fd_limit();
+            floor_h2::run(listen, &cert, origin)
+        }
         Cmd::Compare(o) => {
             let md = compare::run(&o)?;
             println!("report: {}", md.display());

@@ -5,10 +5,12 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BENCH: &str = env!("CARGO_BIN_EXE_shuck-bench");
+mod common;
+
+use common::*;
 
 /// The shuck binary next to shuck-bench, built if this test runs alone.
 fn shuck_bin() -> PathBuf {
@@ -22,45 +24,6 @@ fn shuck_bin() -> PathBuf {
         assert!(st.success());
     }
     p
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "port {port} never opened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// `program args` with `{port}` in them replaced by a free port, once that port is open.
-fn serving(program: &std::path::Path, args: &[&str]) -> (Proc, u16) {
-    let port = free_port();
-    let child = Command::new(program)
-        .args(args.iter().map(|a| a.replace("{port}", &port.to_string())))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let p = Proc(child);
-    wait_port(port);
-    (p, port)
 }
 
 fn origin() -> (Proc, u16) {
@@ -477,16 +440,6 @@ fn plain_load_speaks_tcp_without_tls_to_a_relay_or_an_origin() {
         !out.status.success() || tls.is_some_and(|t| t["completed"].as_u64() == Some(0)),
         "TLS against a plain port: {text}"
     );
-}
-
-/// A certificate for localhost with its key, in one PEM file at `path`.
-fn write_pem(path: &std::path::Path) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    std::fs::write(path, format!("{}{}", cert.pem(), key.serialize_pem())).unwrap();
 }
 
 #[test]
