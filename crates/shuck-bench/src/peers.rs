@@ -263,10 +263,10 @@ pub struct SyncParams<'a> {
 
 /// A running server; stopped on drop.
 pub struct Server {
-    /// Which one.
-    pub target: Target,
     child: Child,
-    dir: PathBuf,
+    /// Its standard error, named after its configuration: two targets of one program (shuck
+    /// and shuck-log, shuck-h2c and floor-h2c) run side by side and keep their own.
+    log: PathBuf,
 }
 
 impl Server {
@@ -299,9 +299,7 @@ impl Server {
     /// The tail of what it logged, for error reports.
     pub fn log_tail(&self) -> String {
         let mut s = String::new();
-        if let Ok(mut f) =
-            std::fs::File::open(self.dir.join(format!("{}.stderr", self.target.name())))
-        {
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
             let _ = f.read_to_string(&mut s);
         }
         s.lines()
@@ -396,7 +394,8 @@ pub fn start_template(
         }
         None => Command::new(program),
     };
-    let stderr = std::fs::File::create(p.dir.join(format!("{}.stderr", t.name())))?;
+    let log = p.dir.join(format!("{template_name}.stderr"));
+    let stderr = std::fs::File::create(&log)?;
     let child = cmd
         .args(&args)
         .stdin(Stdio::null())
@@ -404,11 +403,7 @@ pub fn start_template(
         .stderr(stderr)
         .spawn()
         .with_context(|| format!("cannot start {}", program.display()))?;
-    let mut server = Server {
-        target: t,
-        child,
-        dir: p.dir.to_owned(),
-    };
+    let mut server = Server { child, log };
     let addr = SocketAddr::from(([127, 0, 0, 1], p.port));
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {

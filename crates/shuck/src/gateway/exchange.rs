@@ -415,7 +415,7 @@ async fn serve<I: Inbound, O: Outbound>(
             Ok(_) => return gw.resets.answered(),
             // Nothing of it was written (a reused connection the backend closed while idle, or
             // a server that died since the connect): it goes again, on another connection.
-            Err(End::Unsent) if tries < max_tries => {
+            Err(End::Unsent(_)) if tries < max_tries => {
                 tries += 1;
                 WorkerCounters::bump(&gw.worker.counters.http.retries);
                 respond.note(Note::Retry);

@@ -20,9 +20,9 @@ pub(super) enum End {
     #[error("the backend closed the connection without an answer")]
     Stale,
     /// A connection that failed before any byte of the request was written (reused: closed
-    /// while idle; new: its server died since the connect).
-    #[error("the backend connection was closed before the request was written")]
-    Unsent,
+    /// while idle; new: its server died since the connect), and the system's word for it.
+    #[error("the backend connection was closed before the request was written{}", why(.0))]
+    Unsent(Option<std::io::Error>),
     /// The client sent nothing of its request body for `--http-stall-timeout` (the stream
     /// is reset).
     #[error("the request body stopped arriving")]
@@ -44,6 +44,11 @@ pub(super) enum End {
     /// Writing to or reading from the backend failed (`502`).
     #[error("backend connection: {0}")]
     Write(std::io::Error),
+}
+
+/// `: ` and the system's error, when there is one.
+fn why(e: &Option<std::io::Error>) -> String {
+    e.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
 }
 
 /// How a stream's answer ended once its head was sent.
@@ -86,7 +91,8 @@ pub(super) async fn write_head<W: AsyncWrite + Unpin>(
     head: &[u8],
 ) -> Result<(), End> {
     let first = match conn.write(head).await {
-        Ok(0) | Err(_) => return Err(End::Unsent),
+        Ok(0) => return Err(End::Unsent(None)),
+        Err(e) => return Err(End::Unsent(Some(e))),
         Ok(n) => n,
     };
     conn.write_all(&head[first..]).await.map_err(|_| End::Stale)
@@ -175,7 +181,13 @@ mod tests {
         // Ready once the reset has arrived; nothing is read, so the error stays for the write.
         near.readable().await.expect("readable");
         let got = write_head(&mut near, b"GET / HTTP/1.1\r\n\r\n").await;
-        assert!(matches!(got, Err(End::Unsent)), "{got:?}");
+        assert!(matches!(got, Err(End::Unsent(Some(_)))), "{got:?}");
+        // The 502's log line says what the system said.
+        let said = got.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            said.starts_with("the backend connection was closed before the request was written: "),
+            "{said}"
+        );
     }
 
     #[tokio::test]
