@@ -46,6 +46,8 @@ pub fn run(listen: SocketAddr, pem: &Path, origin: SocketAddr) -> anyhow::Result
         let pool = Rc::new(Pool {
             origin,
             conns: RefCell::new(Vec::new()),
+            opening: Cell::new(false),
+            opened: tokio::sync::Notify::new(),
         });
         loop {
             let (tcp, _) = listener.accept().await?;
@@ -65,6 +67,10 @@ type Conn = (SendRequest<Bytes>, Rc<Cell<usize>>);
 struct Pool {
     origin: SocketAddr,
     conns: RefCell<Vec<Conn>>,
+    /// A connection is being opened: the streams that find no room wait for it, as shuck's
+    /// pool does, rather than each opening one of its own.
+    opening: Cell<bool>,
+    opened: tokio::sync::Notify,
 }
 
 /// A stream's place on an origin connection, given back when it ends.
@@ -79,33 +85,43 @@ impl Drop for Taken {
 impl Pool {
     /// A connection with room for one more stream, opened when none has it.
     async fn take(&self) -> anyhow::Result<(SendRequest<Bytes>, Taken)> {
-        let found = self
-            .conns
-            .borrow()
-            .iter()
-            .find(|(_, n)| n.get() < MAX_STREAMS)
-            .map(|(s, n)| (s.clone(), n.clone()));
-        let (send, n) = match found {
-            Some(c) => c,
-            None => {
-                let tcp = tokio::net::TcpStream::connect(self.origin).await?;
-                tcp.set_nodelay(true)?;
-                let (send, conn) = h2::client::Builder::new()
-                    .initial_window_size(STREAM_WINDOW)
-                    .initial_connection_window_size(CONN_WINDOW)
-                    .enable_push(false)
-                    .handshake::<_, Bytes>(tcp)
-                    .await?;
-                tokio::task::spawn_local(async move {
-                    let _ = conn.await;
-                });
-                let n = Rc::new(Cell::new(0));
-                self.conns.borrow_mut().push((send.clone(), n.clone()));
-                (send, n)
+        loop {
+            let found = self
+                .conns
+                .borrow()
+                .iter()
+                .find(|(_, n)| n.get() < MAX_STREAMS)
+                .map(|(s, n)| (s.clone(), n.clone()));
+            if let Some((send, n)) = found {
+                n.set(n.get() + 1);
+                return Ok((send, Taken(n)));
             }
-        };
-        n.set(n.get() + 1);
-        Ok((send, Taken(n)))
+            if self.opening.replace(true) {
+                self.opened.notified().await;
+                continue;
+            }
+            let opened = self.open().await;
+            self.opening.set(false);
+            self.opened.notify_waiters();
+            opened?;
+        }
+    }
+
+    /// One more origin connection, driven by a task of its own.
+    async fn open(&self) -> anyhow::Result<()> {
+        let tcp = tokio::net::TcpStream::connect(self.origin).await?;
+        tcp.set_nodelay(true)?;
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONN_WINDOW)
+            .enable_push(false)
+            .handshake::<_, Bytes>(tcp)
+            .await?;
+        tokio::task::spawn_local(async move {
+            let _ = conn.await;
+        });
+        self.conns.borrow_mut().push((send, Rc::new(Cell::new(0))));
+        Ok(())
     }
 }
 
