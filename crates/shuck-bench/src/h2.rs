@@ -14,6 +14,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::compare::{free_port, make_cert, Bench, BenchOpts, Origin};
+use crate::paired;
 use crate::peers::{self, which, Params, SyncParams, Target};
 use crate::procfs;
 use crate::report;
@@ -131,6 +132,8 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
     let syslog = std::net::UdpSocket::bind("127.0.0.1:0")?;
     let syslog_port = syslog.local_addr()?.port();
     let mut rows: Vec<Row> = Vec::new();
+    // Every run of each server and size, for the log's cost taken a round at a time.
+    let mut kept: Vec<(String, String, Vec<Measured>)> = Vec::new();
     let mut versions = Vec::new();
     // All servers are started first and measured in turn, one run each per round, so that
     // the machine's drift over the minutes a comparison takes falls on all of them alike
@@ -241,13 +244,21 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             }
         }
         for ((name, ..), got) in servers.iter().zip(runs) {
+            if let Ok(done) = &got {
+                kept.push((name.clone(), size.clone(), done.clone()));
+            }
             rows.push((name.clone(), size.clone(), Measured::median(got)));
         }
     }
     for (_, _, server) in servers {
         server.stop();
     }
-    let text = render(o, &rows, &versions, &machine, pin);
+    let mut text = render(o, &rows, &versions, &machine, pin);
+    let paired: Vec<paired::Runs<'_>> = kept
+        .iter()
+        .map(|(target, size, runs)| paired::Runs { target, size, runs })
+        .collect();
+    text.push_str(&paired::render(&paired));
     print!("{text}");
     std::fs::create_dir_all(&o.bench.out)?;
     let path = o

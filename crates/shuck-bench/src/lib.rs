@@ -20,6 +20,7 @@ mod limit;
 mod load;
 mod origin;
 mod origin_h2;
+mod paired;
 mod peers;
 mod procfs;
 mod ramp;
