@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions one access log line costs to write, apart from a request's: callgrind over
 # crates/shuck/examples/access_line.rs, which writes N lines of an HTTP/2 request's facts
-# (h2load's) as a worker thread does, into batches handed on every 256 KiB.
+# (h2load's) as a worker thread does, into batches handed on every 1 MiB.
 #
 #   bench/callgrind-line.sh [FORMAT] [N]     (defaults: json, 100000)
 #

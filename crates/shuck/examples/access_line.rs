@@ -7,10 +7,10 @@ use std::hint::black_box;
 use shuck::access::record::Said;
 use shuck::access::{Cause, Conn, Format, Timings};
 
-/// Writes `n` lines of `format` as a worker thread would, handing on every 256 KiB.
+/// Writes `n` lines of `format` as a worker thread would, handing on every 1 MiB.
 #[inline(never)]
 fn lines(format: &Format, said: &Said, conn: &Conn, n: u64) -> usize {
-    let mut out = vec![0; 256 * 1024 + 64 * 1024];
+    let mut out = vec![0; 1024 * 1024 + 64 * 1024];
     let mut used = 0;
     let mut total = 0;
     for i in 0..n {

@@ -66,7 +66,7 @@ pub struct Asked<'a> {
 }
 
 impl Asked<'_> {
-    /// The fields of a head as httparse read it.
+    /// The fields of a head as httparse read it (each the first of its name).
     pub fn of<'a>(
         method: &'a str,
         target: &'a str,
@@ -268,5 +268,40 @@ impl H1Log {
             },
             ..line.said.record(&self.conn, line.start_us, cause)
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Asked;
+
+    #[test]
+    fn a_heads_fields_are_the_first_of_their_names_in_any_case() {
+        let h = |name, value: &'static [u8]| httparse::Header { name, value };
+        let headers = [
+            h("X-Ab", b"not the host: four letters"),
+            h("HOST", b"a.example"),
+            h("Referrer", b"not Referer's spelling"),
+            h("user-agent", b"curl/8"),
+            h("Host", b"b.example"),
+            h("X-Referer", b"x"),
+            h("ReFeReR", b"https://c.example/"),
+            h("User-Agent", b"second"),
+        ];
+        let a = Asked::of("GET", "/p?q", &headers);
+        assert_eq!(a.method, b"GET");
+        assert_eq!(a.target, b"/p?q");
+        assert_eq!(a.host, b"a.example");
+        assert_eq!(a.user_agent, b"curl/8");
+        assert_eq!(a.referer, b"https://c.example/");
+        assert_eq!(a.request_id, b"");
+        let none = Asked::of("GET", "/", &headers[..1]);
+        assert_eq!(
+            (none.host, none.user_agent, none.referer),
+            (&b""[..], &b""[..], &b""[..])
+        );
+        // An empty first value is the value, as a later one does not replace it.
+        let empty = [h("Host", b""), h("Host", b"later")];
+        assert_eq!(Asked::of("GET", "/", &empty).host, b"");
     }
 }
