@@ -57,19 +57,25 @@ pub(crate) fn render(all: &[Runs<'_>]) -> String {
         s,
         "\nThe log's cost, server CPU a request with it on over the same server with it off, \
          a ratio each round (both measured in the same round):\n\n\
-         | size | server | the log's cost, median | middle half of the rounds | rounds |\n\
-         |---|---|---|---|---|"
+         | size | server | the log's cost, median | middle half of the rounds | rounds | each round, in order |\n\
+         |---|---|---|---|---|---|"
     );
-    for (base, size, mut ratios) in found {
-        ratios.sort_by(f64::total_cmp);
+    for (base, size, ratios) in found {
+        let each: Vec<String> = ratios
+            .iter()
+            .map(|r| format!("{:+.1}", r * 100.0))
+            .collect();
+        let mut sorted = ratios;
+        sorted.sort_by(f64::total_cmp);
         let pct = |x: f64| format!("{:+.1} %", x * 100.0);
         let _ = writeln!(
             s,
-            "| {size} | {base} | {} | {} to {} | {} |",
-            pct(quantile(&ratios, 0.5)),
-            pct(quantile(&ratios, 0.25)),
-            pct(quantile(&ratios, 0.75)),
-            ratios.len()
+            "| {size} | {base} | {} | {} to {} | {} | {} |",
+            pct(quantile(&sorted, 0.5)),
+            pct(quantile(&sorted, 0.25)),
+            pct(quantile(&sorted, 0.75)),
+            sorted.len(),
+            each.join(" ")
         );
     }
     s
