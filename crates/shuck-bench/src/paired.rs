@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 
 use crate::h2::Measured;
 
-/// One server's runs at one size, in round order (a failed run ends them).
+/// One server's runs at one size, in round order: every round's (a server with a failed run
+/// has none here), so that its runs and its twin's pair up by position.
 pub(crate) struct Runs<'a> {
     pub(crate) target: &'a str,
     pub(crate) size: &'a str,
@@ -125,7 +126,7 @@ mod tests {
         assert_eq!(r, ["0.100", "0.100", "0.300"]);
         let text = render(&all);
         assert!(
-            text.contains("| 0 | shuck | +10.0 % | +10.0 % to +20.0 % | 3 |"),
+            text.contains("| 0 | shuck | +10.0 % | +10.0 % to +20.0 % | 3 | +10.0 +10.0 +30.0 |"),
             "{text}"
         );
     }
