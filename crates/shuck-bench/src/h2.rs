@@ -149,6 +149,10 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             "shuck-log" => (Target::Shuck, "shuck-h2-log.args"),
             "haproxy-log" => (Target::Haproxy, "haproxy-h2-log.cfg"),
             "nginx-log" => (Target::Nginx, "nginx-h2-log.conf"),
+            // The same with ten header rules (five on requests, five on answers).
+            "shuck-rules" => (Target::Shuck, "shuck-h2-rules.args"),
+            "haproxy-rules" => (Target::Haproxy, "haproxy-h2-rules.cfg"),
+            "nginx-rules" => (Target::Nginx, "nginx-h2-rules.conf"),
             // HTTP/2 to the origin (--h2c): shuck's proto = h2, HAProxy's proto h2, nginx's
             // grpc_pass.
             "shuck-h2c" => (Target::Shuck, "shuck-h2c.args"),
@@ -156,7 +160,7 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             "nginx-grpc" => (Target::Nginx, "nginx-grpc.conf"),
             // The libraries alone (`floor-h2`, this program), the floor under shuck-h2c.
             "floor-h2c" => (Target::Shuck, "floor-h2c.args"),
-            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy, nginx or caddy (with -log for its access log on, but caddy), or with --h2c shuck-h2c, haproxy-h2c, nginx-grpc, floor-h2c"),
+            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy, nginx or caddy (with -log for its access log on, -rules for ten header rules, but caddy), or with --h2c shuck-h2c, haproxy-h2c, nginx-grpc, floor-h2c"),
         };
         let installed = match name.as_str() {
             "floor-h2c" => std::env::current_exe()
@@ -256,7 +260,11 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
     let mut text = render(o, &rows, &versions, &machine, pin);
     let paired: Vec<paired::Runs<'_>> = kept
         .iter()
-        .map(|(target, size, runs)| paired::Runs { target, size, runs })
+        .map(|(target, size, runs)| paired::Runs {
+            target,
+            size,
+            runs: runs.iter().map(Measured::cpu_per_req).collect(),
+        })
         .collect();
     text.push_str(&paired::render(&paired));
     print!("{text}");

@@ -1,26 +1,32 @@
-//! What a feature costs, measured as pairs: a server with it on (`X-log`) against the same
-//! server with it off (`X`), one run of each per round. Each round gives one ratio; the
+//! What a feature costs, measured as pairs: a server with it on (`X-log`: its access log;
+//! `X-rules`: ten header rules) against the same server with it off (`X`), one run of each
+//! per round. Each round gives one ratio; the
 //! report gives their median and quartiles. The machine's speed drifts between rounds (on
 //! the dev VM, a quarter from one comparison to the next), and a ratio taken within a round
 //! cancels that drift where the medians of the two servers' runs, taken apart, do not.
 
 use std::fmt::Write as _;
 
-use crate::h2::Measured;
-
-/// One server's runs at one size, in round order: every round's (a server with a failed run
-/// has none here), so that its runs and its twin's pair up by position.
+/// One server's runs at one size, in round order: every round's server CPU a request, µs
+/// (a server with a failed run has none here), so that its runs and its twin's pair up by
+/// position. Plain numbers, so that this module needs nothing of the benchmarks it serves.
 pub(crate) struct Runs<'a> {
     pub(crate) target: &'a str,
     pub(crate) size: &'a str,
-    pub(crate) runs: &'a [Measured],
+    pub(crate) runs: Vec<f64>,
 }
 
-/// The cost of each `X-log` over its `X` at one size: (the server `X`, per-round ratios).
-fn pairs<'a>(all: &'a [Runs<'a>]) -> Vec<(&'a str, &'a str, Vec<f64>)> {
+/// The features measured so, by the suffix of the server with it on, and their names.
+const FEATURES: [(&str, &str); 2] = [
+    ("-log", "The log's cost"),
+    ("-rules", "Ten header rules' cost"),
+];
+
+/// The cost of each `X{suffix}` over its `X` at one size: (the server `X`, per-round ratios).
+fn pairs<'a>(all: &'a [Runs<'a>], suffix: &str) -> Vec<(&'a str, &'a str, Vec<f64>)> {
     let mut out = Vec::new();
     for on in all {
-        let Some(base) = on.target.strip_suffix("-log") else {
+        let Some(base) = on.target.strip_suffix(suffix) else {
             continue;
         };
         let Some(off) = all.iter().find(|r| r.target == base && r.size == on.size) else {
@@ -29,8 +35,8 @@ fn pairs<'a>(all: &'a [Runs<'a>]) -> Vec<(&'a str, &'a str, Vec<f64>)> {
         let ratios = off
             .runs
             .iter()
-            .zip(on.runs)
-            .map(|(a, b)| b.cpu_per_req() / a.cpu_per_req().max(f64::MIN_POSITIVE) - 1.0)
+            .zip(&on.runs)
+            .map(|(a, b)| b / a.max(f64::MIN_POSITIVE) - 1.0)
             .collect();
         out.push((base, on.size, ratios));
     }
@@ -47,18 +53,26 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
 }
 
-/// The report's section on the log's cost, or nothing when no `X-log` has its `X`.
+/// The report's sections on each feature's cost, or nothing when no `X-log` or
+/// `X-rules` has its `X`.
 pub(crate) fn render(all: &[Runs<'_>]) -> String {
-    let found = pairs(all);
     let mut s = String::new();
+    for (suffix, what) in FEATURES {
+        render_one(all, suffix, what, &mut s);
+    }
+    s
+}
+
+fn render_one(all: &[Runs<'_>], suffix: &str, what: &str, s: &mut String) {
+    let found = pairs(all, suffix);
     if found.is_empty() {
-        return s;
+        return;
     }
     let _ = writeln!(
         s,
-        "\nThe log's cost, server CPU a request with it on over the same server with it off, \
+        "\n{what}, server CPU a request with it on over the same server with it off, \
          a ratio each round (both measured in the same round):\n\n\
-         | size | server | the log's cost, median | middle half of the rounds | rounds | each round, in order |\n\
+         | size | server | cost, median | middle half of the rounds | rounds | each round, in order |\n\
          |---|---|---|---|---|---|"
     );
     for (base, size, ratios) in found {
@@ -79,20 +93,15 @@ pub(crate) fn render(all: &[Runs<'_>]) -> String {
             each.join(" ")
         );
     }
-    s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn m(cpu_us: u64) -> Measured {
-        Measured {
-            requests: 100,
-            failed: 0,
-            cpu_us,
-            seconds: 1.0,
-        }
+    /// A run's CPU a request for `cpu_us` over 100 requests.
+    fn m(cpu_us: u64) -> f64 {
+        cpu_us as f64 / 100.0
     }
 
     #[test]
@@ -105,20 +114,20 @@ mod tests {
             Runs {
                 target: "shuck",
                 size: "0",
-                runs: &off,
+                runs: off.to_vec(),
             },
             Runs {
                 target: "shuck-log",
                 size: "0",
-                runs: &on,
+                runs: on.to_vec(),
             },
             Runs {
                 target: "haproxy-log",
                 size: "0",
-                runs: &other,
+                runs: other.to_vec(),
             },
         ];
-        let got = pairs(&all);
+        let got = pairs(&all, "-log");
         assert_eq!(got.len(), 1, "haproxy-log has no haproxy to pair with");
         let (base, size, r) = &got[0];
         assert_eq!((*base, *size), ("shuck", "0"));

@@ -30,6 +30,7 @@ pub mod gateway;
 pub mod http_host;
 pub mod origin;
 pub mod proxy;
+pub mod redirect;
 pub mod runtime;
 pub mod session;
 pub(crate) mod shutdown;

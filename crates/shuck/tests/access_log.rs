@@ -364,6 +364,8 @@ fn request_ids_pass_or_are_made_and_come_back() {
         "--request-id-header",
         "X-Request-ID",
         "--request-id-response",
+        "--trusted-proxies",
+        "127.0.0.1",
         "--access-log",
         log.to_str().unwrap(),
         "--access-log-format",
@@ -496,6 +498,37 @@ fn request_ids_pass_or_are_made_and_come_back() {
     }
     let distinct: std::collections::HashSet<&String> = ids.iter().map(|i| &i.2).collect();
     assert_eq!(distinct.len(), 12);
+    drop(shuck);
+    // A peer not in --trusted-proxies (issue 60, point 9): its own ID never passes, over
+    // any version, so no client chooses its request's ID or takes another request's.
+    let shuck = Shuck::start(&[
+        "--http",
+        "--quic",
+        "-b",
+        &origin.spec,
+        "--request-id-header",
+        "X-Request-ID",
+        "--request-id-response",
+        "--trusted-proxies",
+        "10.0.0.0/8",
+    ]);
+    for v in ["--http1.1", "--http2"] {
+        let head = curl_head(&shuck, v, "/untrusted", &["-H", "X-Request-ID: chosen-1"]);
+        assert!(!head.contains("chosen-1"), "{v}: {head}");
+        made(&head);
+    }
+    let report = h3(
+        shuck.port,
+        json!([{"path": "/untrusted", "headers": [["x-request-id", "chosen-1"]]}]),
+        &[],
+    );
+    let id = common::h3::header(&answers(&report)[0], "x-request-id").unwrap();
+    assert!(id.len() == 32 && id != "chosen-1", "{id}");
+    assert!(origin
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/untrusted")
+        .all(|r| r.all("x-request-id") != ["chosen-1"]));
 }
 
 /// Sends raw HTTP/1.1 on one TLS connection; what came back.
@@ -658,7 +691,17 @@ fn each_end_has_its_cause() {
     opts.sni = None;
     let answer = raw_h1(&shuck, b"GET / HTTP/1.1\r\nHost: x\r\nno colon\r\n\r\n");
     assert!(answer.starts_with(b"HTTP/1.1 400"));
-    let got = lines(&log, 8);
+    // A transfer coding shuck does not decode: 501 (issue 60, point 11).
+    let answer = raw_h1(
+        &shuck,
+        b"POST /gz HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+    );
+    assert!(
+        answer.starts_with(b"HTTP/1.1 501"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let got = lines(&log, 9);
     let has = |want: &str| {
         assert!(
             got.iter().any(|l| l == want),
@@ -673,7 +716,9 @@ fn each_end_has_its_cause() {
     has("HTTP/1.1 /size/100000000 200 client_closed CD");
     has("HTTP/2.0 /slow/800 - client_closed CD");
     has("HTTP/1.1 /other 421 misdirected PR");
-    has("HTTP/1.1 - 400 bad_request PR");
+    // Refused lines keep their request line, as nginx's do (fail2ban's filters read it).
+    has("HTTP/1.1 / 400 bad_request PR");
+    has("HTTP/1.1 /gz 501 bad_request PR");
 }
 
 #[test]
@@ -954,7 +999,7 @@ fn a_sink_nobody_reads_costs_counted_drops_not_requests() {
         "--stats",
         &stats_s,
         "--access-log",
-        fifo.to_str().unwrap(),
+        &format!("fifo:{}", fifo.display()),
         "--access-log-format",
         "json",
     ]);
@@ -1016,6 +1061,11 @@ fn syslog_over_udp_gets_rfc5424_lines() {
     let msg = String::from_utf8_lossy(&buf[..n]);
     // local0 (16) at info (6): PRI 134; version 1; then the line.
     assert!(msg.starts_with("<134>1 "), "{msg}");
+    // RFC 5424 §6.2.3: TIME-SECFRAC is at most six digits (issue 60, point 13).
+    let stamp = msg.split(' ').nth(1).unwrap();
+    let frac = stamp.split_once('.').map(|(_, f)| f.trim_end_matches('Z'));
+    assert_eq!(stamp.len(), "2026-01-01T00:00:00.000000Z".len(), "{stamp}");
+    assert_eq!(frac.map(str::len), Some(6), "{stamp}");
     assert!(msg.contains(" shuck "), "{msg}");
     assert!(msg.contains(" access - 127.0.0.1 - - ["), "{msg}");
     assert!(
@@ -1299,4 +1349,56 @@ fn each_frontend_writes_to_its_own_log_or_none() {
         err.contains("line 3") && err.contains("only udp:// is a network target"),
         "{err}"
     );
+}
+
+/// Issue 60, point 8: the master opens the log as root, so a directory its worker's user
+/// may write (where it could plant a link), or a FIFO at the path (an open that waits for a
+/// reader for ever), is refused at start with the path named; a FIFO asked for by
+/// `fifo:PATH`, a regular file and `/dev/null` are written.
+#[test]
+fn the_log_is_opened_only_where_root_may_write_safely() {
+    let dir = TempDir::new("access-open");
+    let run = |target: &str| {
+        let started = std::time::Instant::now();
+        let r = run_to_exit(&with_cert(&[
+            "--http",
+            "-f",
+            "[127.0.0.1]:1",
+            "-b",
+            "127.0.0.1:1",
+            "--access-log",
+            target,
+            "--user",
+            "nobody",
+        ]));
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{target}: hung"
+        );
+        r
+    };
+    let fifo = dir.path("fifo");
+    sh(&format!("mkfifo {}", fifo.display()));
+    let (code, err) = run(fifo.to_str().unwrap());
+    assert_ne!(code, Some(0));
+    assert!(err.contains("fifo:PATH") && err.contains("fifo"), "{err}");
+    let theirs = dir.path("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    sh(&format!("chown nobody {}", theirs.display()));
+    let (code, err) = run(theirs.join("access.log").to_str().unwrap());
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("owned by uid") && err.contains("theirs"),
+        "{err}"
+    );
+    let open = dir.path("open");
+    std::fs::create_dir(&open).unwrap();
+    sh(&format!("chmod 0777 {}", open.display()));
+    let (code, err) = run(open.join("access.log").to_str().unwrap());
+    assert_ne!(code, Some(0));
+    assert!(err.contains("writable by group or others"), "{err}");
+    let device = "/dev/zero";
+    let (code, err) = run(device);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("not a regular file"), "{err}");
 }

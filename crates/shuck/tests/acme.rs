@@ -119,7 +119,8 @@ fn tls_alpn_01_and_http_01_certificates_are_issued_and_served() {
         &["one.test", "two.test,www.two.test"],
         &["--stats", &sa],
     );
-    // B answers http-01 on --acme-http-listen (pebble's httpPort).
+    // B answers http-01 on its plain-HTTP listener, --redirect-listen (pebble's httpPort):
+    // one listener for the redirects and the challenges.
     let listen = format!("127.0.0.1:{http_port}");
     let b = acme_shuck(
         &pebble,
@@ -130,7 +131,7 @@ fn tls_alpn_01_and_http_01_certificates_are_issued_and_served() {
         &[
             "--acme-challenge",
             "http-01",
-            "--acme-http-listen",
+            "--redirect-listen",
             &listen,
             "--acme-key-type",
             "rsa-2048",
@@ -222,13 +223,13 @@ fn tls_alpn_01_and_http_01_certificates_are_issued_and_served() {
     );
     assert!(expiry > now + 3000.0 && expiry < now + 3700.0, "{expiry}");
 
-    // Port 80 redirects everything but the challenges.
+    // Port 80 redirects everything but the challenges (308, as --redirect-listen's).
     let mut c = std::net::TcpStream::connect(("127.0.0.1", http_port)).unwrap();
-    c.write_all(b"GET /a/b?c=d HTTP/1.1\r\nHost: three.test:80\r\n\r\n")
+    c.write_all(b"GET /a/b?c=d HTTP/1.1\r\nHost: three.test:80\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut resp = String::new();
     c.read_to_string(&mut resp).unwrap();
-    assert!(resp.starts_with("HTTP/1.1 301"), "{resp}");
+    assert!(resp.starts_with("HTTP/1.1 308"), "{resp}");
     assert!(
         resp.contains("Location: https://three.test/a/b?c=d\r\n"),
         "{resp}"
@@ -584,7 +585,7 @@ fn bad_acme_settings_are_refused_naming_them() {
         ),
         (
             base(&["--acme-challenge", "http-01"]),
-            "http-01 needs --acme-http-listen",
+            "http-01 needs --redirect-listen or --acme-http-listen",
         ),
         (
             base(&["--acme-key-type", "dsa"]),

@@ -323,3 +323,69 @@ fn balancing_settings_are_checked() {
     let (code, out) = test_backend("name=b;server=127.0.0.1:9;balance=hash", &[]);
     assert_eq!(code, Some(0), "{out}");
 }
+
+/// The unkeyed id an earlier shuck gave a server named `name` (FNV-1a, then splitmix64's
+/// finaliser): what anyone could compute from a guess of the name.
+fn unkeyed_id(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name.as_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+#[test]
+fn a_sticky_cookie_names_its_server_under_a_key() {
+    // Issue 60, point 10: a server without name= was named in its cookie by an unkeyed
+    // hash of its address, recovered offline from a guess.
+    let one = H1Origin::start(None);
+    let backend = format!("--named-backend=name=web;server={};cookie=SRV", one.spec);
+    let dir = TempDir::new("cookie-key");
+    let key = common::netns::key_file(&dir);
+    let cookie_of = |extra: &[&str]| {
+        let mut args = vec![
+            "--http",
+            "-b",
+            "127.0.0.1:1",
+            &backend,
+            "--route=host=localhost;backend=web",
+        ];
+        args.extend_from_slice(extra);
+        let s = Shuck::start(&args);
+        let out = sh_out(&format!(
+            "curl -sk -i --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/",
+            p = s.port
+        ));
+        let line = out
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("set-cookie: srv="))
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_owned();
+        let v = line.split_once('=').unwrap().1.split(';').next().unwrap();
+        u64::from_str_radix(v, 16).unwrap()
+    };
+    let port = one.spec.rsplit(':').next().unwrap();
+    let plain = cookie_of(&[]);
+    for name in [
+        one.spec.clone(),
+        format!("127.0.0.1:{port}"),
+        format!("[127.0.0.1]:{port}"),
+    ] {
+        assert_ne!(plain, unkeyed_id(&name), "{name}");
+    }
+    // Two hosts of a farm (one key) name the server alike; without it, a key per start.
+    let farm = |port: &str| {
+        cookie_of(&[
+            "--shared-cache-key",
+            key.as_str(),
+            "-U",
+            &format!("[127.0.0.1]:{port}"),
+        ])
+    };
+    let (u1, u2) = (free_port().to_string(), free_port().to_string());
+    assert_eq!(farm(&u1), farm(&u2));
+    assert_ne!(cookie_of(&[]), plain);
+}

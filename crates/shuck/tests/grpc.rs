@@ -189,7 +189,15 @@ fn a_graceful_stop_under_load_loses_no_call() {
     let pki = pki();
     let mut a = grpc::Server::start("a", None, None);
     let b = grpc::Server::start("b", None, None);
-    let s = shuck(&pki, &[&a, &b], ";proto=h2", &[]);
+    // grpc-core's stop answers the calls it had not yet handed to the service CANCELLED
+    // (at or below its GOAWAY's last stream, so HTTP/2 says they were processed): this
+    // service's calls bear running twice, and its operator says so with retry-on.
+    let s = shuck(
+        &pki,
+        &[&a, &b],
+        ";proto=h2;retry-on=cancelled,unavailable",
+        &[],
+    );
     let load = call_in_background(s.port, &pki.cert, "load", vec!["3000".into(), "6".into()]);
     std::thread::sleep(Duration::from_millis(700));
     // grpcio's stop with a grace period: GOAWAY, then the calls under way finish.

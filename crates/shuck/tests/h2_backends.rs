@@ -314,3 +314,56 @@ async fn stalled_streams_give_their_backend_connections_back() {
     }
     assert!(origin.max_open.load(Ordering::SeqCst) <= 4, "the cap held");
 }
+
+#[tokio::test]
+async fn streams_whose_windows_stay_shut_end_in_goaway_over_http1_backends() {
+    // Issue 60, point 4: answers the client never lets in held the client's backend
+    // connections wave after wave, as each stalled stream's end counted as an answer.
+    let origin = H1Origin::start(None);
+    let (shuck, stats) = gateway(
+        &origin,
+        &["--http-stall-timeout", "1", "--http-max-backend-conns", "4"],
+    );
+    let tls = h2c::tls_h2(shuck.addr()).await;
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, Bytes>(tls)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(conn);
+    let started = Instant::now();
+    let mut bodies = Vec::new();
+    for i in 0..30 {
+        let req = http::Request::get(format!("https://localhost/size/{}", 100_000 + i))
+            .body(())
+            .unwrap();
+        let mut s = send.clone().ready().await.unwrap();
+        let (resp, _) = s.send_request(req, true).unwrap();
+        bodies.push(resp);
+    }
+    // The connection ends with GOAWAY ENHANCE_YOUR_CALM once more than four streams have
+    // stalled in a row: after the second wave, never a third.
+    let ended = tokio::time::timeout(Duration::from_secs(10), driver)
+        .await
+        .expect("the connection ended within 10 s")
+        .unwrap();
+    let e = ended.expect_err("ended by shuck's GOAWAY");
+    assert_eq!(e.reason(), Some(h2::Reason::ENHANCE_YOUR_CALM), "{e}");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    wait_metric(
+        stats,
+        "shuck_h2_goaway_total{reason=\"enhance_your_calm\"}",
+        1.0,
+    );
+    assert!(
+        origin.conns.load(Ordering::SeqCst) <= 8,
+        "two waves of four at most: {}",
+        origin.conns.load(Ordering::SeqCst)
+    );
+    assert!(
+        all_closed(&origin, Duration::from_secs(3)),
+        "its backend connections let go"
+    );
+    drop(bodies);
+}

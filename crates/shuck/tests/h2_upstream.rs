@@ -352,3 +352,157 @@ fn a_refused_stream_goes_again_with_its_body_whatever_its_method() {
         "each POST refused twice then served once, its body whole"
     );
 }
+
+/// An HTTP/2 server in clear that, as grpc-go's and grpc-java's `MaxConnectionAge` do,
+/// sends GOAWAY on each connection as its first stream comes (so every stream is at or
+/// below its last stream: processed), and answers every call trailers-only with
+/// `grpc-status: 14`; the calls it was sent, counted.
+fn going_away_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let seen = seen.clone();
+                tokio::task::spawn_local(async move {
+                    let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                        return;
+                    };
+                    while let Some(Ok((req, mut respond))) = conn.accept().await {
+                        conn.graceful_shutdown();
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        tokio::task::spawn_local(async move {
+                            let _ = common::h2c::read_body(req.into_body()).await;
+                            let resp = http::Response::builder()
+                                .header("content-type", "application/grpc")
+                                .header("grpc-status", "14")
+                                .header("grpc-message", "going away")
+                                .body(())
+                                .unwrap();
+                            let _ = respond.send_response(resp, true);
+                        });
+                    }
+                });
+            }
+        });
+    });
+    (port, calls)
+}
+
+#[test]
+fn a_grpc_call_a_server_answered_after_its_goaway_is_sent_once_unless_retry_on_asks() {
+    use std::sync::atomic::Ordering;
+    let (port, calls) = going_away_server();
+    let call = Fields {
+        body: Some(b"\0\0\0\0\0".to_vec()),
+        ..Fields::request(
+            "POST",
+            "localhost",
+            "/test.Echo/Unary",
+            &[("content-type", "application/grpc"), ("te", "trailers")],
+        )
+    };
+    let curl = |port: u16, version: &str| {
+        sh_out(&format!(
+            "curl -sk {version} -o /dev/null -D - -H 'content-type: application/grpc' --data-binary @/dev/null --resolve localhost:{port}:127.0.0.1 https://localhost:{port}/test.Echo/Unary"
+        ))
+    };
+    let conn = Conn::sni("localhost");
+    let h3_ok = common::h3::aioquic();
+    // HAProxy's and nginx's way: the server processed it (at or below the GOAWAY's last
+    // stream), so it goes once, and the client reads the server's status.
+    let s = gateway(port, "", &["--retries", "3"]);
+    for version in ["--http2", "--http1.1"] {
+        let before = calls.load(Ordering::SeqCst);
+        let head = curl(s.port, version);
+        assert!(
+            head.contains("grpc-status: 14"),
+            "{version}: {head}\n{}",
+            s.log()
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst) - before,
+            1,
+            "{version}: sent once"
+        );
+    }
+    let before = calls.load(Ordering::SeqCst);
+    assert_eq!(shapes::h2(s.addr(), &conn, &call), Verdict::Status(200));
+    if h3_ok {
+        assert_eq!(
+            shapes::h3(s.port, &conn, std::slice::from_ref(&call)),
+            [Verdict::Status(200)]
+        );
+    }
+    let want = if h3_ok { 2 } else { 1 };
+    assert_eq!(
+        calls.load(Ordering::SeqCst) - before,
+        want,
+        "each sent once"
+    );
+    drop(s);
+    // Asked for (Envoy's retry_on): sent again up to --retries times, then the server's
+    // status is the client's.
+    let s = gateway(port, ";retry-on=unavailable", &["--retries", "2"]);
+    for version in ["--http2", "--http1.1"] {
+        let before = calls.load(Ordering::SeqCst);
+        let head = curl(s.port, version);
+        assert!(
+            head.contains("grpc-status: 14"),
+            "{version}: {head}\n{}",
+            s.log()
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst) - before,
+            3,
+            "{version}: 1 + 2 tries"
+        );
+    }
+    if h3_ok {
+        let before = calls.load(Ordering::SeqCst);
+        assert_eq!(
+            shapes::h3(s.port, &conn, std::slice::from_ref(&call)),
+            [Verdict::Status(200)]
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst) - before,
+            3,
+            "HTTP/3: 1 + 2 tries"
+        );
+    }
+    // A status it does not name is passed on at once.
+    drop(s);
+    let s = gateway(port, ";retry-on=cancelled", &["--retries", "2"]);
+    let before = calls.load(Ordering::SeqCst);
+    curl(s.port, "--http2");
+    assert_eq!(calls.load(Ordering::SeqCst) - before, 1);
+    let (code, out) = test_backend(
+        "name=g;server=127.0.0.1:1;retry-on=unavailable",
+        &["--http"],
+    );
+    assert_ne!(code, Some(0));
+    assert!(
+        out.contains("retry-on") && out.contains("proto = h2"),
+        "{out}"
+    );
+    let (code, out) = test_backend(
+        "name=g;server=127.0.0.1:1;proto=h2;retry-on=5xx",
+        &["--http"],
+    );
+    assert_ne!(code, Some(0));
+    assert!(out.contains("\"5xx\""), "{out}");
+}

@@ -11,16 +11,6 @@ use std::time::Duration;
 
 use common::*;
 
-/// The SPKI pin Chromium is told to trust (base64 of the SHA-256 of the key's
-/// SubjectPublicKeyInfo), from the test certificate's file.
-fn spki_pin(pem: &str) -> String {
-    sh_out(&format!(
-        "openssl x509 -in {pem} -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64"
-    ))
-    .trim()
-    .to_owned()
-}
-
 /// The first of Debian's names for it.
 fn chromium() -> Option<&'static str> {
     if !require("chromium", "chromium") {
@@ -48,27 +38,7 @@ fn chromium_loads_forty_images_over_h3() {
     page.push_str("<p id=done>loaded</p></body>\n");
     std::fs::write(www.join("index.html"), page).unwrap();
 
-    let port = free_port();
-    let d = dir.0.display();
-    let cfg = dir.path("nginx.conf");
-    std::fs::write(
-        &cfg,
-        format!(
-            "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\n\
-             http {{ log_format fwd '$http_x_forwarded_for|$http_x_forwarded_proto|$request';\n\
-             access_log {d}/access.log fwd;\n\
-             client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n\
-             types {{ text/html html; image/png png; }}\n\
-             server {{ listen 127.0.0.1:{port}; root {www}; }} }}\n",
-            www = www.display()
-        ),
-    )
-    .unwrap();
-    let mut nginx = Command::new("nginx")
-        .args(["-c", cfg.to_str().unwrap(), "-e", &format!("{d}/error.log")])
-        .spawn()
-        .unwrap();
-    wait_listening(port, "nginx");
+    let (nginx, port) = static_nginx(&dir, &www);
     let backend = format!("[127.0.0.1]:{port}");
     let stats = free_port();
     let stats_arg = format!("127.0.0.1:{stats}");
@@ -103,8 +73,7 @@ fn chromium_loads_forty_images_over_h3() {
         .output()
         .unwrap();
     let dom = String::from_utf8_lossy(&out.stdout);
-    let _ = nginx.kill();
-    let _ = nginx.wait();
+    drop(nginx);
     assert!(
         dom.contains("<p id=\"done\">loaded</p>"),
         "Chromium did not load the page ({:?}): {dom}\n{}",

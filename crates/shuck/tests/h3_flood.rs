@@ -1,7 +1,7 @@
 //! HTTP/3 under hostile clients (`tests/h3/flood.py`, on aioquic), all at once for six
 //! seconds against two workers: streams opened and reset as fast as a connection is let
-//! (each such connection is closed with `H3_EXCESSIVE_LOAD`), new connections with forged
-//! tokens past `--quic-retry`'s threshold (each sent a Retry), and slow readers holding
+//! (each such connection is closed with `H3_EXCESSIVE_LOAD`), new connections' Initials
+//! with forged tokens past `--quic-retry`'s threshold (each sent a Retry), and slow readers holding
 //! 200 streams of 50 MB answers behind 1 KiB windows (each reset at
 //! `--http-stall-timeout`). Meanwhile another client's requests are answered within 100 ms
 //! at p99, the worker's memory stays bounded, and shuck leaves CPU to spare.
@@ -141,9 +141,11 @@ fn floods_leave_another_clients_requests_fast_and_memory_bounded() {
             .all(|c| c == 0x107),
         "closed with H3_EXCESSIVE_LOAD: {resets}"
     );
-    // Paced at 60 a second, niced: a loaded machine gives it fewer (196 in one CI run);
-    // past 20 a second on average is what the threshold needs to be crossed.
-    assert!(tokens["connections"].as_u64() >= Some(120), "{tokens}");
+    // Sent on a clock at 60 a second, over two workers each let 20 a second before it asks
+    // for a Retry: about a third are sent one (143 of 360 in a run), none taken on its token.
+    let sent = tokens["connections"].as_u64().unwrap_or(0);
+    assert!(sent >= 300, "{tokens}");
+    assert!(tokens["retries"].as_u64() >= Some(sent / 4), "{tokens}");
     assert!(tiny["streams"].as_u64() == Some(200), "{tiny}");
     assert!(
         tiny["reset_by_server"].as_u64() == Some(200),

@@ -31,6 +31,7 @@ const LAYERS: &[&[&str]] = &[
     &["edge"],
     &["gateway"],
     &["proxy"],
+    &["redirect"],
     &["stats"],
     &["admin", "ctl"],
     &["runtime"],

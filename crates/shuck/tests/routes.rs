@@ -547,3 +547,65 @@ fn alternating_hosts_before_closing_backends_get_every_answer() {
         }
     }
 }
+
+/// Issue 60, point 12: `%2F` is no separator when routes match (`/admin%2Fx` is not under
+/// `/admin/`, as HAProxy reads it); `--http-refuse-encoded-slashes` refuses such a path
+/// (and `%5C`, `\`) with 400 over HTTP/1.1, HTTP/2 and HTTP/3, for a backend that would
+/// decode it.
+#[test]
+fn encoded_slashes_are_refused_when_asked() {
+    use common::shapes::{self, Conn, Fields, Verdict};
+    let origin = H1Origin::start(None);
+    let start = |extra: &[&str]| {
+        let mut args = vec![
+            "--http",
+            "--quic",
+            "-b",
+            &origin.spec,
+            "--named-backend=name=admin;server=127.0.0.1:1",
+            "--route=host=localhost;path-prefix=/admin/;backend=admin",
+        ];
+        args.extend_from_slice(extra);
+        Shuck::start(&args)
+    };
+    let status = |s: &Shuck, version: &str, path: &str| {
+        sh_out(&format!(
+            "curl -sk {version} --path-as-is -o /dev/null -w '%{{http_code}}' --resolve localhost:{p}:127.0.0.1 'https://localhost:{p}{path}'",
+            p = s.port
+        ))
+    };
+    let s = start(&[]);
+    for v in ["--http1.1", "--http2"] {
+        // Not the admin route: the default backend answers it.
+        assert_eq!(status(&s, v, "/admin%2Fx"), "200", "{v}");
+        assert_eq!(status(&s, v, "/admin/x"), "503", "{v}: the admin route");
+    }
+    drop(s);
+    let s = start(&["--http-refuse-encoded-slashes"]);
+    for v in ["--http1.1", "--http2"] {
+        for p in ["/admin%2Fx", "/a%2fb", "/a%5Cb", "/a%5cb?q"] {
+            assert_eq!(status(&s, v, p), "400", "{v} {p}\n{}", s.log());
+        }
+        assert_eq!(
+            status(&s, v, "/plain?x=%2F"),
+            "200",
+            "{v}: a query may hold one"
+        );
+    }
+    let conn = Conn::sni("localhost");
+    let req = Fields::request("GET", "localhost", "/admin%2Fx", &[]);
+    // The shapes client reads a 400 as its Refused.
+    let refused = |v: &Verdict| matches!(v, Verdict::Status(400) | Verdict::Refused);
+    let got = shapes::h2(s.addr(), &conn, &req);
+    assert!(refused(&got), "{got:?}");
+    let raw = Fields::request("GET", "localhost", "/a\\b", &[]);
+    let got = shapes::h2(s.addr(), &conn, &raw);
+    assert!(refused(&got), "{got:?}");
+    if common::h3::aioquic() {
+        let got = shapes::h3(s.port, &conn, std::slice::from_ref(&req));
+        assert!(refused(&got[0]), "{got:?}");
+    }
+    let (code, out) = run_to_exit(&["--http-refuse-encoded-slashes=maybe", "--test"]);
+    assert_ne!(code, Some(0));
+    assert!(out.contains("--http-refuse-encoded-slashes"), "{out}");
+}

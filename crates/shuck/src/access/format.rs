@@ -106,6 +106,24 @@ macro_rules! fields {
                 out.put(concat!("\"", $name, "\":").as_bytes());
                 value(rec, Field::$f, out, Escape::Json);
             )*
+            // A trusted proxy's request names its own client: its connection's fields are
+            // not the connection's cached ones.
+            if rec.client.is_some() {
+                $(
+                    out.put(concat!(",\"", $cname, "\":").as_bytes());
+                    value(rec, Field::$cf, out, Escape::Json);
+                )*
+                $(
+                    out.put(concat!(",\"", $sname, "\":").as_bytes());
+                    value(rec, Field::$sf, out, Escape::Json);
+                )*
+                $(
+                    out.put(concat!(",\"", $rname, "\":").as_bytes());
+                    value(rec, Field::$rf, out, Escape::Json);
+                )*
+                out.byte(b'}');
+                return;
+            }
             let mut repeated = rec.conn.rendered.borrow_mut();
             let conn_bound = 0 $(+ concat!(",\"", $cname, "\":").len() + bound(rec, Field::$cf))*;
             let shared_bound = 0 $(+ concat!(",\"", $sname, "\":").len() + bound(rec, Field::$sf))*;
@@ -413,7 +431,10 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Out<'_>, esc: Escape) {
             }
         }
         Field::TimeLocal => stamp(rec.start_us, out, true),
-        Field::RemoteAddr => ip(c.client, out, esc),
+        Field::RemoteAddr => match rec.client {
+            Some(real) => ip(std::net::SocketAddr::new(real, c.client.port()), out, esc),
+            None => ip(c.client, out, esc),
+        },
         Field::RemotePort => number(u64::from(c.client.port()), out),
         Field::Frontend => text(out, c.frontend.as_bytes()),
         Field::SslServerName => opt_text(out, c.sni.as_deref()),

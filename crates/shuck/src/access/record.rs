@@ -138,6 +138,9 @@ pub struct Record<'a> {
     pub start_us: u64,
     /// The connection it came on.
     pub conn: &'a Conn,
+    /// `--trusted-proxies`: the client the trusted peer named, when it named one (then
+    /// `remote_addr`; the peer stays the connection's).
+    pub client: Option<std::net::IpAddr>,
     /// The method; empty in TCP mode.
     pub method: &'a [u8],
     /// `:authority` or `Host`.
@@ -231,6 +234,8 @@ pub struct Said {
     /// Whether `text` has nothing to escape: one scan of all six here, none when the
     /// line is written.
     plain: bool,
+    /// `--trusted-proxies`: the client the trusted peer named ([`Record::client`]).
+    pub client: Option<std::net::IpAddr>,
 }
 
 impl Said {
@@ -243,7 +248,12 @@ impl Said {
             ends[i] = text.len();
         }
         let plain = super::write::plain_run(&text) == text.len();
-        Said { text, ends, plain }
+        Said {
+            text,
+            ends,
+            plain,
+            client: None,
+        }
     }
 
     fn get(&self, i: usize) -> &[u8] {
@@ -255,6 +265,7 @@ impl Said {
         Record {
             start_us,
             conn,
+            client: self.client,
             method: self.get(0),
             authority: self.get(1),
             path: self.get(2),

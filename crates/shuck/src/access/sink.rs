@@ -23,6 +23,9 @@ pub enum Target {
     Stderr,
     /// A file, appended to.
     File(PathBuf),
+    /// `fifo:PATH`: a named pipe a log reader holds open (asked for by name: a FIFO at a
+    /// file's path is refused, as opening it could wait for a reader for ever).
+    Fifo(PathBuf),
     /// `syslog` (`/dev/log`) or `unix:PATH`: a syslog's datagram socket.
     Unix(PathBuf),
     /// `udp://HOST:PORT`: a syslog server.
@@ -35,6 +38,7 @@ impl std::fmt::Display for Target {
         match self {
             Target::Stderr => f.write_str("stderr"),
             Target::File(p) => write!(f, "{}", p.display()),
+            Target::Fifo(p) => write!(f, "fifo:{}", p.display()),
             Target::Unix(p) if p == Path::new(DEV_LOG) => f.write_str("syslog"),
             Target::Unix(p) => write!(f, "unix:{}", p.display()),
             Target::Udp(a) => write!(f, "udp://{a}"),
@@ -45,7 +49,7 @@ impl std::fmt::Display for Target {
 impl std::str::FromStr for Target {
     type Err = String;
 
-    /// `stderr`, `syslog`, `unix:PATH`, `udp://HOST:PORT`, or a file's path.
+    /// `stderr`, `syslog`, `unix:PATH`, `udp://HOST:PORT`, `fifo:PATH`, or a file's path.
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "" => Err(
@@ -56,6 +60,8 @@ impl std::str::FromStr for Target {
             "syslog" => Ok(Target::Unix(PathBuf::from(DEV_LOG))),
             "unix:" => Err("unix: needs the syslog socket's path (unix:/dev/log)".into()),
             _ if s.starts_with("unix:") => Ok(Target::Unix(PathBuf::from(&s[5..]))),
+            "fifo:" => Err("fifo: needs the named pipe's path (fifo:/run/shuck/log)".into()),
+            _ if s.starts_with("fifo:") => Ok(Target::Fifo(PathBuf::from(&s[5..]))),
             _ => match s.strip_prefix("udp://") {
                 Some(hp) => hp
                     .to_socket_addrs()
@@ -119,7 +125,8 @@ pub fn open(target: &Target, facility: u8) -> io::Result<Opened> {
     };
     Ok(match target {
         Target::Stderr => Opened::Stderr,
-        Target::File(p) => Opened::File(crate::system::files::create_nofollow(p, true)?),
+        Target::File(p) => Opened::File(crate::system::files::open_log(p, false)?),
+        Target::Fifo(p) => Opened::File(crate::system::files::open_log(p, true)?),
         Target::Unix(p) => Opened::Syslog(syslog(SyslogTo::Unix(p.clone(), None, None))),
         Target::Udp(a) => {
             let any: SocketAddr = if a.is_ipv4() {
@@ -192,10 +199,18 @@ fn write(to: &mut Opened, bytes: &[u8]) -> io::Result<()> {
 impl Syslog {
     /// Each line as one datagram: `<PRI>1 TIMESTAMP HOST shuck PID access - LINE`.
     fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        // RFC 5424 §6.2.3: at most six digits of a second (RFC 3339 alone allows nine).
         let now = time::OffsetDateTime::now_utc();
-        let stamp = now
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_else(|_| "-".into());
+        let stamp = format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            now.year(),
+            u8::from(now.month()),
+            now.day(),
+            now.hour(),
+            now.minute(),
+            now.second(),
+            now.microsecond()
+        );
         let mut msg = Vec::with_capacity(256);
         for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
             msg.clear();

@@ -11,13 +11,12 @@
 //! - [`schedule`]: when each certificate is renewed (the CA's renewal window, or two
 //!   thirds of its lifetime; backoff after a failure);
 //! - [`client`]: the client process's loop;
-//! - [`answers`] and [`http01`]: in the worker, the challenge answers the CA checks
-//!   (tls-alpn-01 on the frontends, http-01 on `--acme-http-listen`).
+//! - [`answers`]: in the worker, the challenge answers the CA checks (tls-alpn-01 on the
+//!   frontends, http-01 on the plain-HTTP listener, `crate::redirect`).
 
 pub mod answers;
 pub mod client;
 pub mod farm;
-pub mod http01;
 pub mod order;
 pub mod schedule;
 pub mod state;

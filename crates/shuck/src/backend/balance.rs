@@ -118,10 +118,49 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// A server's identity in a sticky cookie: a hash of its name, so that the cookie says
-/// nothing of its address and stays valid across reloads and hosts.
+/// The key of sticky cookies' server identities: the farm key's derivation where there is
+/// one (so every host of the farm names a server alike), else random per master (set
+/// before the worker is forked, so its restarts keep it).
+static COOKIE_KEY: std::sync::OnceLock<aws_lc_rs::hmac::Key> = std::sync::OnceLock::new();
+
+/// Keys sticky cookies with `farm_key` (`--shared-cache-key`), or a random key without
+/// one; the first call wins (the master's, at start).
+pub fn set_cookie_key(farm_key: Option<&[u8; 32]>) {
+    let _ = COOKIE_KEY.get_or_init(|| cookie_key(farm_key));
+}
+
+fn cookie_key(farm_key: Option<&[u8; 32]>) -> aws_lc_rs::hmac::Key {
+    use aws_lc_rs::hmac;
+    let secret = match farm_key {
+        // A key of its own, derived, so that a cookie never exposes the farm key's uses.
+        Some(k) => hmac::sign(
+            &hmac::Key::new(hmac::HMAC_SHA256, k),
+            b"shuck sticky cookie v1",
+        )
+        .as_ref()
+        .to_vec(),
+        None => {
+            let mut r = [0u8; 32];
+            if aws_lc_rs::rand::fill(&mut r).is_err() {
+                // No randomness at all: the names' hash alone, as a last resort.
+                r = [0u8; 32];
+            }
+            r.to_vec()
+        }
+    };
+    hmac::Key::new(hmac::HMAC_SHA256, &secret)
+}
+
+/// A server's identity in a sticky cookie: its name under a keyed hash (HMAC-SHA256), so
+/// that the cookie says nothing of its name or address (which an unkeyed hash would, to
+/// anyone who tries the likely ones) and stays valid across reloads and, with a farm key,
+/// across hosts and restarts.
 pub fn server_id(name: &str) -> u64 {
-    hash(name.as_bytes())
+    let key = COOKIE_KEY.get_or_init(|| cookie_key(None));
+    let tag = aws_lc_rs::hmac::sign(key, name.as_bytes());
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&tag.as_ref()[..8]);
+    u64::from_be_bytes(id)
 }
 
 /// Points each unit of weight puts on the ring: enough that shares are within a few
@@ -276,9 +315,21 @@ mod tests {
         // The same on every host and release: a farm sends a key to one server.
         assert_eq!(hash(b"abc"), hash(b"abc"));
         assert_ne!(hash(b"abc"), hash(b"abd"));
+        // A server's cookie id is keyed: the same for one key, not the names' plain hash.
+        assert_eq!(server_id("a"), server_id("a"));
+        assert_ne!(server_id("a"), hash(b"a"));
+        let farm = cookie_key(Some(&[7; 32]));
+        let id = |k: &aws_lc_rs::hmac::Key| aws_lc_rs::hmac::sign(k, b"a").as_ref()[..8].to_vec();
         assert_eq!(
-            format!("{:016x}", server_id("a")),
-            format!("{:016x}", hash(b"a"))
+            id(&farm),
+            id(&cookie_key(Some(&[7; 32]))),
+            "one farm key, one id"
+        );
+        assert_ne!(id(&farm), id(&cookie_key(Some(&[8; 32]))));
+        assert_ne!(
+            id(&cookie_key(None)),
+            id(&cookie_key(None)),
+            "random without one"
         );
         let d = Dice::default();
         let mut seen = [false; 5];

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use balance::{server_id, Balance, Dice, Key, Ring};
+#[cfg(test)]
+use balance::server_id;
+use balance::{Balance, Dice, Key, Ring};
 pub use server::{Address, Admin, Lease, Server};
 pub use stream::{BackendStream, ReadHalf, WriteHalf};
 
@@ -212,7 +214,7 @@ impl Pool {
     /// A pool of `servers` (at least one).
     pub fn new(servers: Vec<Server>, limits: PoolLimits) -> Self {
         let servers: Vec<Arc<Server>> = servers.into_iter().map(Arc::new).collect();
-        let ids = servers.iter().map(|s| server_id(s.name())).collect();
+        let ids = servers.iter().map(|s| s.sticky_id()).collect();
         Pool {
             servers,
             limits,

@@ -56,6 +56,8 @@ pub struct ServerStats {
 #[derive(Debug)]
 pub struct Server {
     name: String,
+    /// Its identity in a sticky cookie ([`super::balance::server_id`]), made once.
+    sticky_id: u64,
     target: Target,
     /// Its weight (the admin API may change it).
     weight: AtomicU32,
@@ -141,6 +143,7 @@ impl Server {
     /// A server named `name` (for logs) at `address`.
     pub fn new(name: String, address: Address, maxconn: Option<usize>, weight: u32) -> Self {
         Server {
+            sticky_id: super::balance::server_id(&name),
             name,
             target: match address {
                 Address::Tcp(addrs) => Target::Tcp(ArcSwap::from_pointee(addrs)),
@@ -205,6 +208,11 @@ impl Server {
     /// Its name in logs.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Its identity in a sticky cookie: keyed, so that the cookie tells nothing of it.
+    pub fn sticky_id(&self) -> u64 {
+        self.sticky_id
     }
 
     /// Its weight.

@@ -169,6 +169,18 @@ impl CidrList {
         Ok(())
     }
 
+    /// [`Self::parse_value`] for an allow list: one that reads as no block at all (a file
+    /// emptied) is refused, naming it, as an empty allow list would serve everyone.
+    pub fn parse_allow(value: &str) -> Result<CidrList, String> {
+        let list = Self::parse_value(value)?;
+        if list.0.is_empty() && !value.trim().is_empty() {
+            return Err(format!(
+                "{value:?} holds no address block: an allow list must name one (an empty one would serve everyone; to serve everyone, leave client-allow out)"
+            ));
+        }
+        Ok(list)
+    }
+
     /// Reads a value as `--client-allow` takes it: blocks, or `file:PATH` (one block or more
     /// a line; read through `system::files`, so a reload's recording replays it).
     pub fn parse_value(value: &str) -> Result<CidrList, String> {

@@ -77,6 +77,22 @@ fn words(c: &Cidr) -> Words {
     )
 }
 
+/// Whether an IPv6 block shorter than /96 holds `::ffff:0:0/96`, every IPv4 address.
+fn covers_v4(c: &Cidr) -> bool {
+    let (net, len) = c.parts();
+    let len = u32::from(len);
+    if len > 96 {
+        return false;
+    }
+    let mapped: u128 = 0xffff << 32;
+    let mask = if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - len)
+    };
+    mapped & mask == net & mask
+}
+
 /// Instructions that return `verdict` when the source is in `block` and fall through when
 /// not (the source's IPv4 address in X for IPv4 blocks).
 fn test(block: &Words, verdict: u32, out: &mut Vec<Insn>) {
@@ -104,16 +120,19 @@ fn test(block: &Words, verdict: u32, out: &mut Vec<Insn>) {
 /// kernel takes (the blocks left out are then judged after accept, as without it).
 pub fn program(deny: &[Cidr], allow: &[Cidr]) -> Option<Vec<Insn>> {
     let (mut v4, mut v6) = (Vec::new(), Vec::new());
-    for c in deny {
-        match words(c) {
-            w @ Words::V4 { .. } => test(&w, DROP, &mut v4),
-            w => test(&w, DROP, &mut v6),
-        }
-    }
-    for c in allow {
-        match words(c) {
-            w @ Words::V4 { .. } => test(&w, KEEP, &mut v4),
-            w => test(&w, KEEP, &mut v6),
+    for (blocks, verdict) in [(deny, DROP), (allow, KEEP)] {
+        for c in blocks {
+            match words(c) {
+                w @ Words::V4 { .. } => test(&w, verdict, &mut v4),
+                w => {
+                    // An IPv6 block wider than ::ffff:0:0/96 holds every IPv4 address as
+                    // the checks after accept read them (mapped): the kernel must agree.
+                    if covers_v4(c) {
+                        test(&Words::V4 { net: 0, mask: 0 }, verdict, &mut v4);
+                    }
+                    test(&w, verdict, &mut v6)
+                }
+            }
         }
     }
     let rest = if allow.is_empty() { KEEP } else { DROP };
@@ -224,6 +243,16 @@ mod tests {
         assert_eq!(run(&p, ip("2001:db8::1"), syn), DROP);
         let p = program(&[], &[]).unwrap();
         assert_eq!(run(&p, ip("8.8.8.8"), syn), KEEP);
+        // An IPv6 block that holds every IPv4 address (mapped) holds them here too, as
+        // the checks after accept say (issue 60, point 7).
+        for all in ["::/0", "::/8", "::ffff:0:0/96"] {
+            let p = program(&[], &cidrs(&[all])).unwrap();
+            assert_eq!(run(&p, ip("8.8.8.8"), syn), KEEP, "allow {all}");
+            let p = program(&cidrs(&[all]), &[]).unwrap();
+            assert_eq!(run(&p, ip("8.8.8.8"), syn), DROP, "deny {all}");
+        }
+        let p = program(&[], &cidrs(&["2001:db8::/32"])).unwrap();
+        assert_eq!(run(&p, ip("8.8.8.8"), syn), DROP, "allow 2001:db8::/32");
         // Too many for the kernel: none.
         let many: Vec<Cidr> = (0..2000u32)
             .map(|i| {
@@ -234,5 +263,36 @@ mod tests {
             })
             .collect();
         assert!(program(&many, &[]).is_none());
+    }
+
+    #[test]
+    fn bans_and_rules_stay_in_the_filter_whatever_the_refused_clients() {
+        // Issue 60, point 6: past the kernel's length the whole program was dropped, and
+        // with it the bans' and rules' SYN drops.
+        let c = crate::clients::Clients::new(Default::default(), 64, true);
+        c.set_bans(&[crate::clients::bans::Ban {
+            block: "192.0.2.0/24".parse().unwrap(),
+            until_ms: None,
+            reason: String::new(),
+        }]);
+        let policy = crate::clients::Policy {
+            deny: crate::clients::CidrList(cidrs(&["198.51.100.0/24"])),
+            ..Default::default()
+        };
+        let until = crate::clock::unix_ms() + 60_000;
+        for i in 0..3000u32 {
+            let ip = std::net::Ipv4Addr::from(0x0a00_0000 + i);
+            c.shun(c.folding.key(ip.into()), until);
+        }
+        let (p, next) = c.drop_filter(Some(&policy));
+        let p = p.expect("a program that fits");
+        assert!(p.len() <= MAX_INSNS);
+        assert_eq!(next, Some(until));
+        let ip = |s: &str| s.parse().unwrap();
+        assert_eq!(run(&p, ip("192.0.2.9"), 0x02), DROP, "the ban");
+        assert_eq!(run(&p, ip("198.51.100.9"), 0x02), DROP, "the rule");
+        assert_eq!(run(&p, ip("10.0.0.0"), 0x02), DROP, "the first shunned");
+        assert_eq!(run(&p, ip("10.0.11.183"), 0x02), KEEP, "the last, left out");
+        assert_eq!(run(&p, ip("203.0.113.1"), 0x02), KEEP);
     }
 }

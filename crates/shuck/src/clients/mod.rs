@@ -223,10 +223,8 @@ impl Clients {
             allow = &p.allow.0;
         }
         let s = self.shunned.lock().unwrap_or_else(|p| p.into_inner());
-        let live = s.iter().filter(|(_, until)| *until > now);
-        let next = live.clone().map(|(_, until)| *until).min();
-        deny.extend(live.map(|(b, _)| *b));
-        (filter::program(&deny, allow), next)
+        let live: Vec<&(Cidr, u64)> = s.iter().filter(|(_, until)| *until > now).collect();
+        drop_filter_fit(deny, allow, &live)
     }
 
     /// A frontend holds its clients to `policy` (start, reload): the farm's reports are
@@ -235,6 +233,9 @@ impl Clients {
     pub fn note_scope(&self, policy: &Policy) {
         if policy.limits.any() {
             self.table();
+        }
+        if let Some(t) = self.table_if_made() {
+            t.set_scope(policy.scope, policy.limits);
         }
         let mut s = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
         s.insert(policy.scope, policy.limits);
@@ -278,13 +279,9 @@ impl Clients {
         r
     }
 
-    /// Judges a new connection from `ip` under `policy`: bans, rules, then the limits.
-    /// `Ok(None)`: nothing to count; `Ok(Some)`: counted until it drops.
-    pub fn admit(
-        self: &Arc<Self>,
-        policy: &Policy,
-        ip: IpAddr,
-    ) -> Result<Option<Admitted>, Refused> {
+    /// Judges `ip` by the bans and `policy`'s rules alone: what an address says of itself
+    /// whether or not it was proven, so a QUIC Initial is judged by it at once.
+    pub fn judge(&self, policy: &Policy, ip: IpAddr) -> Result<(), Refused> {
         if let Some(first) = self.bans.holds(ip) {
             return Err(self.count(Refused {
                 reason: Reason::Ban,
@@ -299,6 +296,40 @@ impl Clients {
                 first: false,
             }));
         }
+        Ok(())
+    }
+
+    /// Whether a new connection from `ip` would be refused by `policy`'s connection limits,
+    /// or leave it at them, without charging anything: a QUIC source not yet proven is
+    /// sent a Retry then, so that its limits are judged before any TLS work.
+    pub fn near_limits(&self, policy: &Policy, ip: IpAddr) -> bool {
+        let l = &policy.limits;
+        (l.max_conns > 0 || l.conn_rate.is_some())
+            && self.table().near(self.folding.key(ip), policy.scope, l)
+    }
+
+    /// Judges a new connection from `ip` under `policy`: bans, rules, then the limits.
+    /// `Ok(None)`: nothing to count; `Ok(Some)`: counted until it drops. `source`: how
+    /// its address is known; only a TCP peer's (a completed three-way handshake) may be
+    /// shunned in the kernel.
+    pub fn admit(
+        self: &Arc<Self>,
+        policy: &Policy,
+        ip: IpAddr,
+        source: Source,
+    ) -> Result<Option<Admitted>, Refused> {
+        self.judge(policy, ip)?;
+        self.charge_limits(policy, ip, source)
+    }
+
+    /// [`Self::admit`]'s limits alone, for a QUIC connection whose address its handshake
+    /// has just proven (its bans and rules were judged as its Initial came).
+    pub fn charge_limits(
+        self: &Arc<Self>,
+        policy: &Policy,
+        ip: IpAddr,
+        source: Source,
+    ) -> Result<Option<Admitted>, Refused> {
         if !policy.limits.any() {
             return Ok(None);
         }
@@ -308,7 +339,7 @@ impl Clients {
                 Ok(s) => Some(s),
                 Err(r) => {
                     let r = self.count(refused(r));
-                    if self.drop {
+                    if self.drop && source == Source::Tcp {
                         // At least a second: a SYN dropped is sent again after one.
                         let wait = u64::from(r.retry_ms.unwrap_or(0)).max(1000);
                         self.shun(key, crate::clock::unix_ms() + wait);
@@ -330,12 +361,80 @@ impl Clients {
         }))
     }
 
+    /// What a request from `ip` is held to under `policy`'s request rate, if it gives one
+    /// (`--trusted-proxies`: a client a trusted proxy names, whose connection is not its
+    /// own).
+    pub fn request_limit(&self, policy: &Policy, ip: IpAddr) -> Option<RequestLimit> {
+        policy.limits.request_rate.map(|rate| RequestLimit {
+            key: self.folding.key(ip),
+            scope: policy.scope,
+            rate,
+        })
+    }
+
     /// One request under `limit`: `Err` when over the request rate (answer 429).
     pub fn request(&self, limit: &RequestLimit) -> Result<(), Refused> {
         self.table()
             .request(limit.key, limit.scope, &limit.rate)
             .map_err(|r| self.count(refused(r)))
     }
+}
+
+/// The program of `deny` and `allow` (bans and rules) and as many of the `shunned` as the
+/// kernel takes besides, the ones shunned first kept: bans and rules never leave the
+/// filter for a flood of refused clients (those left out are still refused after accept).
+/// When it must be made again: the soonest end of a shunned client's time it holds.
+fn drop_filter_fit(
+    mut deny: Vec<Cidr>,
+    allow: &[Cidr],
+    shunned: &[&(Cidr, u64)],
+) -> (Option<Vec<filter::Insn>>, Option<u64>) {
+    let base = deny.len();
+    let with = |deny: &mut Vec<Cidr>, k: usize| {
+        deny.truncate(base);
+        deny.extend(shunned[..k].iter().map(|(b, _)| *b));
+        filter::program(deny, allow)
+    };
+    let mut k = shunned.len();
+    let mut p = with(&mut deny, k);
+    if p.is_none() && k > 0 {
+        // The most that fit, by halves: a program's length grows with its blocks.
+        let (mut lo, mut hi) = (0, k);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if with(&mut deny, mid).is_some() {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        k = lo;
+        p = with(&mut deny, k);
+        tracing::debug!(
+            name: "client_filter_too_long",
+            kept = k,
+            left_out = shunned.len() - k,
+            "--client-refuse drop: the kernel's filter holds the bans, the rules and {k} of the refused clients; the others are refused after accept",
+        );
+    }
+    let next = shunned[..k].iter().map(|(_, until)| *until).min();
+    // Those left out come in as others' times end.
+    let next = match (next, shunned.get(k)) {
+        (n, None) => n,
+        (Some(n), Some(_)) => Some(n),
+        (None, Some((_, until))) => Some(*until),
+    };
+    (p, next)
+}
+
+/// How a connection's address is known, for what a refusal may do to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A TCP peer (or the PROXY header of one): its SYNs may be dropped in the kernel.
+    Tcp,
+    /// A QUIC peer whose address was proven (a Retry's token, a completed handshake): its
+    /// limits are charged, but UDP is never filtered in the kernel for it.
+    Quic,
 }
 
 /// What a connection's requests are held to: copied into each version's request side.

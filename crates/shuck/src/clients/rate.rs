@@ -51,6 +51,15 @@ impl Rate {
         *tokens = (i64::from(*tokens) - owed).max(-i64::from(self.cap)) as i32;
     }
 
+    /// Milliseconds until a bucket left at `tokens` at `at` is full again, at `now`: how
+    /// long a client is in debt to this rate, and must be remembered.
+    pub fn owed_ms(&self, tokens: i32, at: u32, now: u32) -> u64 {
+        let (mut tokens, mut at) = (tokens.min(self.cap), at);
+        self.refill(&mut tokens, &mut at, now);
+        let short = u64::try_from(i64::from(self.cap) - i64::from(tokens)).unwrap_or(0);
+        (short * 60_000).div_ceil(self.per_min_milli.max(1))
+    }
+
     fn refill(&self, tokens: &mut i32, at: &mut u32, now: u32) {
         let dt = now.wrapping_sub(*at);
         // Another thread's clock read a moment earlier: no time has passed.

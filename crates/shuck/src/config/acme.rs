@@ -115,10 +115,10 @@ pub(super) fn settings(cli: &Cli) -> Result<Option<acme::Settings>, ConfigError>
         }
     };
     let http_listen = match &cli.acme_http_listen {
-        None if challenge == Challenge::Http01 => {
+        None if challenge == Challenge::Http01 && cli.redirect_listen.is_empty() => {
             return Err(invalid(
                 "--acme-challenge",
-                "http-01 needs --acme-http-listen [HOST]:PORT (usually :80), where the CA asks",
+                "http-01 needs --redirect-listen or --acme-http-listen [HOST]:PORT (usually :80), where the CA asks",
             ))
         }
         None => None,

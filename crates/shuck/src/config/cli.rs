@@ -152,7 +152,8 @@ pub struct Cli {
     /// `alpn`). With `--http`, `proto=http/1.1` (the default), `h2` (HTTP/2: in clear with
     /// prior knowledge, or by ALPN over TLS; a worker's connections shared by its clients,
     /// gRPC end to end) or `auto` (TLS: HTTP/2 where the server agrees by ALPN), and
-    /// `max-streams=N` (most streams on one HTTP/2 connection, 100 by default). How its
+    /// `max-streams=N` (most streams on one HTTP/2 connection, 100 by default) and
+    /// `retry-on=unavailable,cancelled,...` (gRPC statuses a call is sent again on). How its
     /// servers share the work: `balance=roundrobin|leastconn|least-requests|hash`,
     /// `hash-key=source|path|header:NAME|cookie:NAME`, `hash-balance-factor=PERCENT`, and
     /// `cookie=NAME` for sticky sessions (`--http`).
@@ -277,6 +278,15 @@ pub struct Cli {
     /// `SETTINGS_MAX_HEADER_LIST_SIZE`), and largest backend answer head.
     #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024)]
     pub max_header_bytes: usize,
+
+    /// In `--http` mode with routes, refuse (`400`) a request whose path holds an encoded
+    /// slash or backslash (`%2F`, `%5C`) or a backslash: routes match paths with those
+    /// left as they are (`/admin%2Fx` is not under `path-prefix = "/admin/"`), where a
+    /// backend that decodes them would read another path. Off by default, as HAProxy's;
+    /// nginx decodes them instead. Config key `http-refuse-encoded-slashes`.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
+          default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]
+    pub http_refuse_encoded_slashes: bool,
 
     /// In `--http` mode, time a whole request head gets from its first byte (the first
     /// request and every later one); a slower one (slowloris) is answered `408 Request
@@ -737,7 +747,8 @@ pub struct Cli {
     pub acme_challenge: String,
 
     /// Answer http-01 at `/.well-known/acme-challenge/` on this port (usually `:80`, bound
-    /// by the master as root); every other request gets `301` to the same URL in https.
+    /// by the master as root); every other request is redirected to https as on
+    /// `--redirect-listen` (which answers http-01 itself: give one or the other).
     #[arg(long, value_name = "[HOST]:PORT")]
     pub acme_http_listen: Option<String>,
 
@@ -1003,7 +1014,7 @@ pub struct Cli {
     /// An access log line per HTTP request (HTTP/1.1, HTTP/2 and HTTP/3 alike) and per
     /// connection in TCP mode: `stderr`, `syslog` (RFC 5424 to /dev/log), `unix:PATH`
     /// (the same to another syslog socket), `udp://HOST:PORT` (RFC 5424 to a syslog
-    /// server), or a file.
+    /// server), `fifo:PATH` (a named pipe), or a file (in a directory only root may write).
     ///
     /// Off by default. A frontend may have its own (`access-log` in its block, `;access-log=`
     /// in `-f`: a target, or `off`); the format and the filters are the same for all. A
@@ -1039,13 +1050,86 @@ pub struct Cli {
     /// `--http`: each request gets an ID in this header (e.g. `X-Request-ID`), sent to the
     /// backend and written in the access log's `request_id`.
     ///
-    /// A client's well-formed value (visible ASCII, 1 to 64 bytes; the first such header)
-    /// passes; any other is replaced, and a request without one gets a new one (128 bits as
-    /// 32 hex digits, unique across workers and hosts without coordination). A header that
+    /// A well-formed value (visible ASCII, 1 to 64 bytes; the first such header) from a
+    /// peer of `--trusted-proxies` passes; any other, and every client's otherwise, is
+    /// replaced, and a request without one gets a new one (128 bits as 32 hex digits, a
+    /// counter under a random AES key of each worker thread: unique and unpredictable). A header that
     /// frames or routes a request (Host, Content-Length, Connection, ...) or one shuck sets
     /// is refused. Config key `request-id-header`; off by default.
     #[arg(long, value_name = "NAME", value_parser = parse_header_name)]
     pub request_id_header: Option<String>,
+
+    /// Peers whose forwarding information shuck takes as theirs to give, repeatable: CIDRs
+    /// as `--client-allow` writes them (`file:PATH` too). Today: their `--request-id-header`
+    /// value passes (a load balancer's or CDN's ID); anyone else's is replaced, so that no
+    /// client can choose its own request's ID, or take another's. Config key
+    /// `trusted-proxies`.
+    #[arg(long, value_name = "CIDRS")]
+    pub trusted_proxies: Vec<String>,
+
+    /// Listen for plain HTTP on this address, repeatable (usually `:80`, bound by the master
+    /// as root): every request is answered with a redirect to the same URL in https
+    /// (`https://` + its Host, without the port + its path and query).
+    ///
+    /// ACME http-01 tokens are answered there when ACME is on (no `--acme-http-listen`
+    /// needed). A request without one usable Host gets 400. The client's bans, rules and
+    /// limits (`--client-*`, the global ones) apply. Works in TCP and `--http` mode alike.
+    /// Config key `redirect-listen`.
+    #[arg(long, value_name = "[HOST]:PORT")]
+    pub redirect_listen: Vec<String>,
+
+    /// The plain-HTTP listener's redirect status: 308 (the default, which keeps the
+    /// method), 301, 302, 303 or 307. Config key `redirect-code`.
+    #[arg(long, value_name = "CODE", value_parser = super::redirect::parse_code)]
+    pub redirect_code: Option<u16>,
+
+    /// The port the plain-HTTP listener's redirects name (`https://HOST:PORT/...`), for
+    /// frontends that are not on 443. Config key `redirect-port`.
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub redirect_port: Option<u16>,
+
+    /// `--http`: a rule on the request's fields on their way to the backend, repeatable:
+    /// `NAME: VALUE` sets the field (the client's of that name dropped), `+NAME: VALUE`
+    /// adds one, `?NAME: VALUE` sets it only when the client sent none, `-NAME` deletes it.
+    ///
+    /// A frontend, a named backend and a route may give their own (`request-header` in
+    /// their block); the most specific level that gives any rule wins, as nginx's
+    /// `proxy_set_header` inherits. Fields that frame the message (`Content-Length`,
+    /// `Transfer-Encoding`, `Connection`, `Host`, ...), `:pseudo` fields and the forwarding
+    /// fields shuck writes (`X-Forwarded-For`, `X-Forwarded-Proto`, `Forwarded`) are refused;
+    /// a value with CR, LF, NUL or another control byte is an error at load. Config key
+    /// `request-header`.
+    #[arg(long, value_name = "RULE", value_parser = parse_request_rule)]
+    pub request_header: Vec<String>,
+
+    /// `--http`: a rule on the answer's fields on their way to the client, repeatable, as
+    /// `--request-header` writes them (`NAME: VALUE`, `+NAME: VALUE`, `?NAME: VALUE`,
+    /// `-NAME`).
+    ///
+    /// They apply to shuck's own answers too (400, 403, 421, 429, 502, 503, 504), as
+    /// nginx's `add_header ... always`. Levels as `--request-header`'s. Config key
+    /// `response-header`.
+    #[arg(long, value_name = "RULE", value_parser = parse_response_rule)]
+    pub response_header: Vec<String>,
+
+    /// `--http`: `Strict-Transport-Security` on every answer (RFC 6797), e.g.
+    /// `max-age=63072000; includeSubDomains; preload`.
+    ///
+    /// Checked: `max-age=N`, then `includeSubDomains` and `preload`, each once. Set before
+    /// the answer rules, so a route's `-Strict-Transport-Security` removes it. Config key
+    /// `hsts`.
+    #[arg(long, value_name = "VALUE", value_parser = parse_hsts)]
+    pub hsts: Option<http::HeaderValue>,
+
+    /// `--http`: the most bytes a request body may have (`512k`, `10m`, `1g`; 0: no
+    /// limit), as nginx's `client_max_body_size`.
+    ///
+    /// A declared length over it is answered 413 before anything reaches the backend; a
+    /// body without one (chunked, HTTP/2, HTTP/3) that grows past it is answered 413 if no
+    /// answer began, else reset, and its backend connection closed. A route or a named
+    /// backend may give its own (`max-body-bytes`). Config key `max-body-bytes`.
+    #[arg(long, value_name = "BYTES", default_value = "0", value_parser = parse_body_bytes)]
+    pub max_body_bytes: super::policy::BodyLimit,
 
     /// Answers carry their request's ID back in `--request-id-header`'s header.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
@@ -1098,6 +1182,28 @@ fn parse_header_name(s: &str) -> Result<String, String> {
         ));
     }
     Ok(s.to_ascii_lowercase())
+}
+
+/// `--request-header`'s rule, checked where it stands (a file's error names its line).
+fn parse_request_rule(s: &str) -> Result<String, String> {
+    use super::policy::{Direction, HeaderRule};
+    HeaderRule::parse(s, Direction::Request).map(|_| s.to_owned())
+}
+
+/// `--response-header`'s rule, checked where it stands.
+fn parse_response_rule(s: &str) -> Result<String, String> {
+    use super::policy::{Direction, HeaderRule};
+    HeaderRule::parse(s, Direction::Response).map(|_| s.to_owned())
+}
+
+/// `--hsts`.
+fn parse_hsts(s: &str) -> Result<http::HeaderValue, String> {
+    super::policy::check_hsts(s)
+}
+
+/// `--max-body-bytes`.
+fn parse_body_bytes(s: &str) -> Result<super::policy::BodyLimit, String> {
+    super::policy::parse_body_limit(s).map(super::policy::BodyLimit)
 }
 
 /// `--access-log`'s target.

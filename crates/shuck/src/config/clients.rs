@@ -32,7 +32,7 @@ impl Own {
             "client-max-conns" => self.max_conns = Some(parse_count(value)?),
             "client-conn-rate" => self.conn_rate = Some(parse_rate_or_off(value)?),
             "client-request-rate" => self.request_rate = Some(parse_rate_or_off(value)?),
-            "client-allow" => self.allow = Some(CidrList::parse_value(value)?),
+            "client-allow" => self.allow = Some(CidrList::parse_allow(value)?),
             "client-deny" => self.deny = Some(CidrList::parse_value(value)?),
             _ => return Ok(false),
         }
@@ -131,8 +131,12 @@ pub(super) fn settings(cli: &Cli, frontends: &[super::Frontend]) -> Result<Setti
     let list = |option: &'static str, values: &[String]| {
         let mut all = CidrList::default();
         for v in values {
-            let l = CidrList::parse_value(v)
-                .map_err(|reason| ConfigError::Invalid { option, reason })?;
+            let l = if option == "--client-allow" {
+                CidrList::parse_allow(v)
+            } else {
+                CidrList::parse_value(v)
+            };
+            let l = l.map_err(|reason| ConfigError::Invalid { option, reason })?;
             all.0.extend(l.0);
         }
         Ok::<_, ConfigError>(all)

@@ -41,6 +41,8 @@ pub struct Frontend {
     /// Its own client limits and rules (`;client-max-conns=` and the rest), over the
     /// `--client-*` flags.
     pub clients: super::clients::Own,
+    /// `--http`: its level of the edge's policy (header rules, body limit).
+    pub policy: super::policy::Policy,
 }
 
 /// `[HOST]:PORT[+PEM...][;key=value...]`: a frontend with, optionally, its own
@@ -58,7 +60,8 @@ pub(super) fn parse(
         value: spec.to_owned(),
         reason,
     };
-    let mut sections = spec.split(';');
+    let sections = super::policy::split_spec(spec);
+    let mut sections = sections.iter().map(String::as_str);
     let head = sections.next().unwrap_or("");
     let mut parts = head.split('+');
     let endpoint = Endpoint::parse("--frontend", parts.next().unwrap_or(""))?;
@@ -80,12 +83,16 @@ pub(super) fn parse(
     let mut quic = quic_default;
     let mut access_log = None;
     let mut clients = super::clients::Own::default();
+    let mut policy = super::policy::Policy::default();
     for setting in sections.filter(|s| !s.trim().is_empty()) {
         let (k, v) = setting
             .split_once('=')
             .ok_or_else(|| bad(format!("{setting:?}: expected key=value")))?;
         let (k, v) = (k.trim(), v.trim());
         let on_off = |v: &str| parse_on_off(v).map_err(|reason| bad(format!("{k}: {reason}")));
+        if policy.set(k, v).map_err(&bad)? {
+            continue;
+        }
         match k {
             "client-verify" => {
                 client_verify = Some(Mode::parse(v).map_err(|r| bad(format!("{k}: {r}")))?);
@@ -138,7 +145,7 @@ pub(super) fn parse(
             "match-global-certs" => match_global_certs = on_off(v)?,
             other => {
                 return Err(bad(format!(
-                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log, client-max-conns, client-conn-rate, client-request-rate, client-allow, client-deny)"
+                    "unknown frontend setting {other:?} (ciphers, ciphersuites, tls-protos, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log, client-max-conns, client-conn-rate, client-request-rate, client-allow, client-deny, request-header, response-header, max-body-bytes)"
                 )))
             }
         }
@@ -160,6 +167,7 @@ pub(super) fn parse(
         quic,
         access_log,
         clients,
+        policy,
     })
 }
 

@@ -16,6 +16,8 @@ pub mod frontend;
 pub mod named_backend;
 pub mod pem_file;
 pub mod places;
+pub mod policy;
+pub mod redirect;
 pub mod replication;
 pub mod route;
 mod services;
@@ -64,6 +66,8 @@ pub struct Limits {
     pub retries: usize,
     /// `--http`: time for a whole request head from its first byte.
     pub http_request_timeout: Duration,
+    /// `--http-refuse-encoded-slashes`: a path with `%2F`, `%5C` or `\` is refused.
+    pub http_refuse_encoded_slashes: bool,
     /// `--http`: longest wait for the next request of a keep-alive connection.
     pub http_keepalive_timeout: Duration,
     /// `--http`: longest time an exchange may make no progress waiting on the client.
@@ -160,8 +164,14 @@ pub struct Config {
     pub clients: clients::Settings,
     /// `--syslog-facility`'s code, for the access log's syslog targets.
     pub syslog_facility: u8,
+    /// `--request-header`, `--response-header`, `--max-body-bytes`: the global level of the
+    /// edge's policy (frontends, named backends and routes give their own); `--hsts` leads
+    /// every level's answer rules.
+    pub policy: policy::Policy,
     /// `--request-id-header` and `--request-id-response`.
     pub request_id: Option<std::sync::Arc<crate::access::request_id::Spec>>,
+    /// `--trusted-proxies`: peers whose requests name their clients.
+    pub trusted_proxies: Option<std::sync::Arc<crate::clients::CidrList>>,
     /// What to write before the client's bytes.
     pub preamble: Preamble,
     /// Read a PROXY header from the client side first.
@@ -172,6 +182,8 @@ pub struct Config {
     pub replication: Option<sync::Settings>,
     /// Automatic certificates (`--acme-*`), when on.
     pub acme: Option<crate::acme::Settings>,
+    /// The plain-HTTP listener (`--redirect-*`).
+    pub redirect: redirect::Redirect,
     /// How many of `certs`, at their start, come from the ACME state directory.
     pub acme_certs: usize,
     /// `--admin-certs`: where certificates added through the admin API are kept.
@@ -369,7 +381,21 @@ impl Config {
             !self_signed || acme.is_some() || frontends.iter().any(|f| !f.certs.is_empty());
         let backend = backend::target(cli, certificate_given)?;
         backend::check_preamble(preamble, &backend)?;
-        let (named_backends, routes) = services::resolve(cli, &frontends, preamble)?;
+        let (mut named_backends, mut routes) = services::resolve(cli, &frontends, preamble)?;
+        policy_levels(cli, &frontends, &named_backends, &routes)?;
+        let mut frontends = frontends;
+        let mut global_policy = values::global_policy(cli)?;
+        if let Some(v) = &cli.hsts {
+            // HSTS is a Set rule before every level's answer rules, and the global level's
+            // when it has none: applied with them, in one pass, never lost by inheritance.
+            let levels = (frontends.iter_mut().map(|f| &mut f.policy))
+                .chain(named_backends.iter_mut().map(|b| &mut b.policy))
+                .chain(routes.iter_mut().map(|r| &mut r.policy));
+            for p in levels {
+                p.lead_with_hsts(v, false);
+            }
+            global_policy.lead_with_hsts(v, true);
+        }
         let access_log = values::access_log(cli, &frontends)?;
         let clients = clients::settings(cli, &frontends)?;
         if !certificate_given && !cli.backends.is_empty() {
@@ -422,6 +448,7 @@ impl Config {
                 retry_after: cli.backend_retry_after,
                 retries: cli.retries,
                 http_request_timeout: cli.http_request_timeout,
+                http_refuse_encoded_slashes: cli.http_refuse_encoded_slashes,
                 http_keepalive_timeout: cli.http_keepalive_timeout,
                 http_stall_timeout: cli.http_stall_timeout,
                 h2: h2_limits(cli)?,
@@ -430,7 +457,9 @@ impl Config {
             log_connections: cli.log_connections,
             access_log,
             clients,
+            policy: global_policy,
             request_id: values::request_id(cli)?,
+            trusted_proxies: values::trusted_proxies(cli)?,
             syslog_facility: crate::system::log::facility(&cli.syslog_facility).map_err(
                 |reason| ConfigError::Invalid {
                     option: "--syslog-facility",
@@ -441,6 +470,7 @@ impl Config {
             proxy_proxy: cli.proxy_proxy,
             http: cli.http.then_some(cli.max_header_bytes),
             replication,
+            redirect: services::redirect(cli, acme.as_ref().and_then(|a| a.http_listen))?,
             acme,
             acme_certs,
             admin_certs_dir: cli.admin_certs.clone(),
@@ -532,4 +562,47 @@ impl Config {
             }
         )
     }
+}
+
+/// Each level's own policy: only in `--http` mode, and no request rule writing a field
+/// another option owns (the error names the level).
+fn policy_levels(
+    cli: &Cli,
+    frontends: &[Frontend],
+    backends: &[NamedBackend],
+    routes: &[RouteSpec],
+) -> Result<(), ConfigError> {
+    let levels = (frontends
+        .iter()
+        .map(|f| (format!("frontend {}", f.endpoint), &f.policy)))
+    .chain(
+        backends
+            .iter()
+            .map(|b| (format!("backend {}", b.name), &b.policy)),
+    )
+    .chain(
+        routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("route {}", i + 1), &r.policy)),
+    );
+    for (what, p) in levels {
+        if p.is_empty() {
+            continue;
+        }
+        if !cli.http {
+            return Err(ConfigError::Invalid {
+                option: "--http",
+                reason: format!(
+                    "{what} gives {}, which needs --http (a TCP relay has no requests)",
+                    policy::POLICY_KEYS
+                ),
+            });
+        }
+        values::check_policy_names(cli, p).map_err(|reason| ConfigError::Invalid {
+            option: "request-header",
+            reason: format!("{what}: {reason}"),
+        })?;
+    }
+    Ok(())
 }

@@ -10,7 +10,7 @@ use super::cli::parse_on_off;
 use super::ConfigError;
 
 /// The keys of a backend block, for messages.
-pub const BACKEND_KEYS: &str = "name, server, write-proxy-v1, write-proxy-v2, write-ip, proxy-proxy, connect-timeout, tls, verify, ca-file, sni, cert, alpn, proto, max-streams, balance, hash-key, hash-balance-factor, cookie";
+pub const BACKEND_KEYS: &str = "name, server, write-proxy-v1, write-proxy-v2, write-ip, proxy-proxy, connect-timeout, tls, verify, ca-file, sni, cert, alpn, proto, max-streams, retry-on, balance, hash-key, hash-balance-factor, cookie, request-header, response-header, max-body-bytes";
 
 /// A backend with a name, its servers and its own way of being reached.
 #[derive(Debug, Clone)]
@@ -36,10 +36,15 @@ pub struct NamedBackend {
     /// `proto = h2`: most streams at once on one shared connection (`max-streams`),
     /// under each server's own `SETTINGS_MAX_CONCURRENT_STREAMS`.
     pub max_streams: usize,
+    /// `proto = h2`: the gRPC statuses of a trailers-only answer on which a call is sent
+    /// again (`retry-on`, Envoy's `retry_on`); none unless asked.
+    pub retry_on: GrpcRetryOn,
     /// How its servers share the work (`balance`, `hash-key`, `hash-balance-factor`).
     pub balance: crate::backend::balance::Balance,
     /// `--http`: the sticky cookie naming a client's server (`cookie`).
     pub cookie: Option<String>,
+    /// `--http`: its level of the edge's policy (header rules, body limit).
+    pub policy: super::policy::Policy,
 }
 
 /// Streams one shared HTTP/2 backend connection carries at most, unless `max-streams`
@@ -80,6 +85,60 @@ impl Proto {
     }
 }
 
+/// The gRPC statuses on which a call answered trailers-only is sent again (`retry-on`):
+/// a set of codes, one bit each. A status says nothing of whether the server ran the call,
+/// so nothing is retried on one unless the operator says the backend's calls bear it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GrpcRetryOn(u32);
+
+impl GrpcRetryOn {
+    /// The names `retry-on` takes, Envoy's for `retry_on`'s gRPC conditions, and their codes.
+    pub const NAMES: [(&'static str, u8); 5] = [
+        ("cancelled", 1),
+        ("deadline-exceeded", 4),
+        ("resource-exhausted", 8),
+        ("internal", 13),
+        ("unavailable", 14),
+    ];
+
+    /// `retry-on`'s comma-separated names.
+    pub fn parse(v: &str) -> Result<GrpcRetryOn, String> {
+        let mut set = 0u32;
+        for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let Some((_, code)) = Self::NAMES
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            else {
+                let names: Vec<&str> = Self::NAMES.iter().map(|(n, _)| *n).collect();
+                return Err(format!(
+                    "{name:?} is not a gRPC status shuck retries on (expected {})",
+                    names.join(", ")
+                ));
+            };
+            set |= 1 << code;
+        }
+        if set == 0 {
+            return Err("name at least one gRPC status".into());
+        }
+        Ok(GrpcRetryOn(set))
+    }
+
+    /// Whether a `grpc-status` value is one of the set.
+    pub fn holds(self, status: &[u8]) -> bool {
+        let code = match status {
+            [d] if d.is_ascii_digit() => d - b'0',
+            [a, b] if a.is_ascii_digit() && b.is_ascii_digit() => (a - b'0') * 10 + (b - b'0'),
+            _ => return false,
+        };
+        code < 32 && self.0 & (1 << code) != 0
+    }
+
+    /// Whether it names no status.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
 /// `tls = on` in a backend block: how shuck speaks TLS to the servers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpstreamTls {
@@ -108,13 +167,22 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
     let mut tls_keys = Vec::new();
     let mut proto = None;
     let mut max_streams = None;
+    let mut retry_on = None;
     let (mut balance, mut hash_key, mut factor, mut cookie) = (None, None, None, None);
-    for part in spec.split(';').filter(|s| !s.trim().is_empty()) {
+    let mut policy = super::policy::Policy::default();
+    let parts = super::policy::split_spec(spec);
+    for part in &parts {
+        if part.trim().is_empty() {
+            continue;
+        }
         let (k, v) = part
             .split_once('=')
             .ok_or_else(|| bad(format!("{part:?}: expected key=value")))?;
         let (k, v) = (k.trim(), v.trim());
         let on_off = |v: &str| parse_on_off(v).map_err(|r| bad(format!("{k}: {r}")));
+        if policy.set(k, v).map_err(&bad)? {
+            continue;
+        }
         match k {
             "name" => name = Some(check_name(v).map_err(&bad)?),
             "server" => servers.push(BackendSpec::parse(v)?),
@@ -197,6 +265,9 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
                         .ok_or_else(|| bad(format!("max-streams: {v:?}: expected 1 to 1000000")))?,
                 )
             }
+            "retry-on" => {
+                retry_on = Some(GrpcRetryOn::parse(v).map_err(|r| bad(format!("retry-on: {r}")))?)
+            }
             "balance" => {
                 if !["roundrobin", "leastconn", "least-requests", "hash"].contains(&v) {
                     return Err(bad(format!(
@@ -275,6 +346,11 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
             "backend {name:?}: max-streams is for connections shared over HTTP/2: it needs proto = h2 or auto"
         )));
     }
+    if retry_on.is_some() && proto != Proto::H2 && proto != Proto::Auto {
+        return Err(bad(format!(
+            "backend {name:?}: retry-on names gRPC statuses, which come over HTTP/2: it needs proto = h2 or auto"
+        )));
+    }
     if proto == Proto::Auto && tls != Some(true) {
         return Err(bad(format!(
             "backend {name:?}: proto = auto chooses by ALPN, which needs tls = on (in clear, say h2 or http/1.1)"
@@ -320,8 +396,10 @@ pub fn parse_backend(spec: &str) -> Result<NamedBackend, ConfigError> {
         tls_client_h1: None,
         proto,
         max_streams: max_streams.unwrap_or(MAX_STREAMS),
+        retry_on: retry_on.unwrap_or_default(),
         balance,
         cookie,
+        policy,
     })
 }
 
@@ -354,4 +432,20 @@ pub(super) fn is_dns_name(v: &str) -> bool {
         && v.len() <= 253
         && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GrpcRetryOn;
+
+    #[test]
+    fn retry_on_names_grpc_statuses() {
+        let r = GrpcRetryOn::parse("unavailable, Cancelled").unwrap();
+        assert!(r.holds(b"14") && r.holds(b"1"));
+        assert!(!r.holds(b"0") && !r.holds(b"4") && !r.holds(b"114") && !r.holds(b""));
+        assert!(GrpcRetryOn::parse("").is_err());
+        let e = GrpcRetryOn::parse("unavailable,5xx").unwrap_err();
+        assert!(e.contains("\"5xx\"") && e.contains("unavailable"), "{e}");
+        assert!(GrpcRetryOn::default().is_empty());
+    }
 }

@@ -6,7 +6,7 @@
 
 use super::named_backend::{bad, check_name, is_dns_name};
 pub use super::named_backend::{
-    parse_backend, NamedBackend, Proto, UpstreamTls, BACKEND_KEYS, MAX_STREAMS,
+    parse_backend, GrpcRetryOn, NamedBackend, Proto, UpstreamTls, BACKEND_KEYS, MAX_STREAMS,
 };
 use super::ConfigError;
 
@@ -14,7 +14,8 @@ use super::ConfigError;
 pub const DEFAULT_BACKEND: &str = "default";
 
 /// The keys of a route block, for messages.
-pub const ROUTE_KEYS: &str = "sni, host, path-prefix, backend, client-allow, client-deny";
+pub const ROUTE_KEYS: &str =
+    "sni, host, path-prefix, backend, client-allow, client-deny, request-header, response-header, max-body-bytes";
 
 /// What a route matches.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -41,6 +42,8 @@ pub struct RouteSpec {
     pub backend: String,
     /// `--http`: who may reach it (`client-allow`, `client-deny`; others get 403).
     pub rules: Option<crate::clients::Rules>,
+    /// `--http`: its level of the edge's policy (header rules, body limit).
+    pub policy: super::policy::Policy,
 }
 
 /// A server name or host to match: lowercase, at most one leading `*.`.
@@ -63,11 +66,19 @@ pub fn parse_route(spec: &str) -> Result<RouteSpec, ConfigError> {
     let bad = |reason: String| bad("--route", spec, reason);
     let (mut sni, mut host, mut prefix, mut backend) = (None, None, None, None);
     let mut rules: Option<crate::clients::Rules> = None;
-    for part in spec.split(';').filter(|s| !s.trim().is_empty()) {
+    let mut policy = super::policy::Policy::default();
+    let parts = super::policy::split_spec(spec);
+    for part in &parts {
+        if part.trim().is_empty() {
+            continue;
+        }
         let (k, v) = part
             .split_once('=')
             .ok_or_else(|| bad(format!("{part:?}: expected key=value")))?;
         let (k, v) = (k.trim(), v.trim());
+        if policy.set(k, v).map_err(&bad)? {
+            continue;
+        }
         match k {
             "sni" => sni = Some(check_pattern(k, v).map_err(&bad)?),
             "host" => host = Some(check_pattern(k, v).map_err(&bad)?),
@@ -122,6 +133,7 @@ pub fn parse_route(spec: &str) -> Result<RouteSpec, ConfigError> {
         matches,
         backend,
         rules,
+        policy,
     })
 }
 
@@ -307,6 +319,7 @@ mod tests {
                 matches: RouteMatch::Sni("*.example.com".into()),
                 backend: "web".into(),
                 rules: None,
+                policy: Default::default(),
             }
         );
         assert_eq!(

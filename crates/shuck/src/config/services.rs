@@ -1,6 +1,7 @@
 //! The services of a configuration read as a whole: each named backend and route parsed
 //! (an error names which one, so that the file's line is found), TLS to a backend built,
-//! and every name they use resolved against the backends and frontends.
+//! and every name they use resolved against the backends and frontends; the plain-HTTP
+//! listener's flags (`--redirect-*`), checked against `--acme-http-listen`.
 
 use super::backend::{self, BackendTarget, Preamble};
 use super::route::{self, NamedBackend, RouteSpec};
@@ -120,4 +121,49 @@ pub(super) fn resolve(
         .collect();
     route::check(&backends, &routes, &fronts, cli.http)?;
     Ok((backends, routes))
+}
+
+/// The plain-HTTP listener's flags; `acme_http` is `--acme-http-listen`'s address, when given.
+pub(super) fn redirect(
+    cli: &Cli,
+    acme_http: Option<std::net::SocketAddr>,
+) -> Result<super::redirect::Redirect, ConfigError> {
+    let mut listen = Vec::new();
+    for spec in &cli.redirect_listen {
+        let ep = super::endpoint::Endpoint::parse("--redirect-listen", spec)?;
+        for addr in ep.listen_addrs("--redirect-listen")? {
+            if Some(addr) == acme_http {
+                return Err(ConfigError::Invalid {
+                    option: "--acme-http-listen",
+                    reason: format!(
+                        "{addr} is also a --redirect-listen address, which answers http-01 itself: give it once"
+                    ),
+                });
+            }
+            if listen.contains(&addr) {
+                return Err(ConfigError::Invalid {
+                    option: "--redirect-listen",
+                    reason: format!("{addr} given twice"),
+                });
+            }
+            listen.push(addr);
+        }
+    }
+    let given = cli.redirect_code.is_some() || cli.redirect_port.is_some();
+    if given && listen.is_empty() && acme_http.is_none() {
+        return Err(ConfigError::Invalid {
+            option: if cli.redirect_code.is_some() {
+                "--redirect-code"
+            } else {
+                "--redirect-port"
+            },
+            reason: "no plain HTTP listener to redirect from: give --redirect-listen [HOST]:PORT"
+                .into(),
+        });
+    }
+    Ok(super::redirect::Redirect {
+        listen,
+        code: cli.redirect_code.unwrap_or(308),
+        port: cli.redirect_port,
+    })
 }

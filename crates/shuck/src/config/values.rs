@@ -253,6 +253,35 @@ pub(super) fn access_log(
     }
 }
 
+/// `--trusted-proxies`: the peers whose forwarding fields name their requests' clients
+/// (HTTP mode's).
+pub(super) fn trusted_proxies(
+    cli: &Cli,
+) -> Result<Option<std::sync::Arc<crate::clients::CidrList>>, ConfigError> {
+    if cli.trusted_proxies.is_empty() {
+        return Ok(None);
+    }
+    let bad = |reason: String| ConfigError::Invalid {
+        option: "--trusted-proxies",
+        reason,
+    };
+    if !cli.http {
+        return Err(bad(
+            "needs --http (it reads each request's X-Forwarded-For; in TCP mode a proxy's PROXY header gives the client: --proxy-proxy)".into(),
+        ));
+    }
+    let mut trusted = crate::clients::CidrList::default();
+    for v in &cli.trusted_proxies {
+        trusted
+            .0
+            .extend(crate::clients::CidrList::parse_value(v).map_err(bad)?.0);
+    }
+    if trusted.0.is_empty() {
+        return Err(bad("no address in it (a file emptied?)".into()));
+    }
+    Ok(Some(std::sync::Arc::new(trusted)))
+}
+
 /// `--request-id-header` and `--request-id-response`: HTTP mode's, the second only with the
 /// first.
 pub(super) fn request_id(
@@ -285,9 +314,86 @@ pub(super) fn request_id(
                 reason: format!("{name} is --client-cert-header's too; give each its own"),
             })
         }
-        (Some(name), respond) => Ok(Some(std::sync::Arc::new(crate::access::request_id::Spec {
-            name: name.clone(),
-            respond,
-        }))),
+        (Some(name), respond) => {
+            let trusted = trusted_proxies(cli)?
+                .map(|t| (*t).clone())
+                .unwrap_or_default();
+            Ok(Some(std::sync::Arc::new(crate::access::request_id::Spec {
+                name: name.clone(),
+                respond,
+                trusted,
+            })))
+        }
     }
+}
+
+/// The global level of the edge's policy (`--request-header`, `--response-header`,
+/// `--max-body-bytes`); `--hsts` and they need `--http`.
+pub(super) fn global_policy(cli: &Cli) -> Result<super::policy::Policy, ConfigError> {
+    use super::policy::{Direction, Policy};
+    let given = [
+        ("--request-header", !cli.request_header.is_empty()),
+        ("--response-header", !cli.response_header.is_empty()),
+        ("--hsts", cli.hsts.is_some()),
+        ("--max-body-bytes", cli.max_body_bytes.0.is_some()),
+    ];
+    if let Some((option, _)) = given.iter().find(|(_, g)| *g).filter(|_| !cli.http) {
+        return Err(ConfigError::Invalid {
+            option,
+            reason: "needs --http (a TCP relay has no requests to apply it to)".into(),
+        });
+    }
+    let mut p = Policy {
+        max_body: Some(cli.max_body_bytes.0),
+        ..Policy::default()
+    };
+    for (option, list, dir) in [
+        ("--request-header", &cli.request_header, Direction::Request),
+        (
+            "--response-header",
+            &cli.response_header,
+            Direction::Response,
+        ),
+    ] {
+        for rule in list {
+            let key = if dir == Direction::Request {
+                "request-header"
+            } else {
+                "response-header"
+            };
+            p.set(key, rule)
+                .map_err(|reason| ConfigError::Invalid { option, reason })?;
+        }
+    }
+    check_policy_names(cli, &p).map_err(|reason| ConfigError::Invalid {
+        option: "--request-header",
+        reason,
+    })?;
+    Ok(p)
+}
+
+/// A request rule may not write the fields shuck writes by other options (the request's
+/// ID, the client certificate's subject): the backend would get two claims.
+pub(super) fn check_policy_names(cli: &Cli, p: &super::policy::Policy) -> Result<(), String> {
+    let Some(rules) = &p.request else {
+        return Ok(());
+    };
+    let folded = |s: &str| s.to_ascii_lowercase().replace('_', "-");
+    let owned: Vec<(String, &str)> = [
+        cli.request_id_header
+            .as_deref()
+            .map(|n| (folded(n), "--request-id-header")),
+        cli.client_cert_header
+            .as_deref()
+            .map(|n| (folded(n), "--client-cert-header")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for r in &rules.0 {
+        if let Some((_, by)) = owned.iter().find(|(n, _)| *n == r.lower.as_str()) {
+            return Err(format!("{}: shuck writes it itself ({by})", r.name));
+        }
+    }
+    Ok(())
 }

@@ -8,6 +8,9 @@ use super::{CertCommand, Command};
 fn cell(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
+        // What a client or an operator wrote (a ban's reason) may hold control characters:
+        // escaped, so a cell never moves the terminal's cursor or breaks its row.
+        Value::String(s) if s.chars().any(char::is_control) => s.escape_default().to_string(),
         Value::String(s) => s.clone(),
         Value::Array(a) => a.iter().map(cell).collect::<Vec<_>>().join(","),
         other => other.to_string(),
@@ -192,4 +195,16 @@ pub fn refusal(status: u16, v: &Value) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cell;
+
+    #[test]
+    fn a_cell_escapes_control_characters() {
+        let v = serde_json::json!("scan\u{1b}[2J\nnext");
+        assert_eq!(cell(&v), "scan\\u{1b}[2J\\nnext");
+        assert_eq!(cell(&serde_json::json!("plain text")), "plain text");
+    }
 }

@@ -56,6 +56,8 @@ pub struct ProxyState {
     pub access: Option<Arc<crate::access::AccessLog>>,
     /// `--request-id-header`: each request's ID, and whether answers carry it back.
     pub request_id: Option<Arc<crate::access::request_id::Spec>>,
+    /// `--trusted-proxies`: peers whose requests name their clients.
+    pub trusted: Option<Arc<crate::clients::CidrList>>,
     /// `--client-*`: the client table, the bans, the refusal counters.
     pub clients: Arc<crate::clients::Clients>,
 }
@@ -130,15 +132,59 @@ impl FrontendState {
         client: std::net::SocketAddr,
     ) -> Option<Option<crate::clients::Admitted>> {
         let policy = self.clients.load();
-        static NONE: crate::clients::Policy = crate::clients::Policy::NONE;
-        let policy = policy.as_deref().unwrap_or(&NONE);
-        match state.clients.admit(policy, client.ip()) {
-            Ok(a) => Some(a),
-            Err(r) => {
-                crate::clients::log_refused(&r, client, &self.name);
-                None
-            }
-        }
+        let policy = policy.as_deref().unwrap_or(&NO_POLICY);
+        let r = state
+            .clients
+            .admit(policy, client.ip(), crate::clients::Source::Tcp);
+        self.refused_if(r, client)
+    }
+
+    /// A QUIC Initial from `client`, whose address is not proven: the bans and this
+    /// frontend's rules only (a spoofed source must not charge its victim's limits).
+    /// `false`: refused (counted, logged as [`Self::admit_client`] does).
+    pub fn judge_quic_client(&self, state: &ProxyState, client: std::net::SocketAddr) -> bool {
+        let policy = self.clients.load();
+        let policy = policy.as_deref().unwrap_or(&NO_POLICY);
+        self.refused_if(state.clients.judge(policy, client.ip()), client)
+            .is_some()
+    }
+
+    /// Whether a QUIC source not yet proven is near or over this frontend's connection
+    /// limits: it is sent a Retry, so that they are judged before any TLS work.
+    pub fn quic_client_near_limits(&self, state: &ProxyState, ip: std::net::IpAddr) -> bool {
+        let policy = self.clients.load();
+        policy
+            .as_deref()
+            .is_some_and(|p| state.clients.near_limits(p, ip))
+    }
+
+    /// A QUIC connection whose address is proven (by a Retry's token or its completed
+    /// handshake): its connection limits charged (bans and rules: [`Self::judge_quic_client`],
+    /// and again here for a proven Initial, which is judged in one step). `None`: refused.
+    pub fn admit_quic_client(
+        &self,
+        state: &ProxyState,
+        client: std::net::SocketAddr,
+        judged: bool,
+    ) -> Option<Option<crate::clients::Admitted>> {
+        let policy = self.clients.load();
+        let policy = policy.as_deref().unwrap_or(&NO_POLICY);
+        let quic = crate::clients::Source::Quic;
+        let r = if judged {
+            state.clients.charge_limits(policy, client.ip(), quic)
+        } else {
+            state.clients.admit(policy, client.ip(), quic)
+        };
+        self.refused_if(r, client)
+    }
+
+    fn refused_if<T>(
+        &self,
+        r: Result<T, crate::clients::Refused>,
+        client: std::net::SocketAddr,
+    ) -> Option<T> {
+        r.map_err(|r| crate::clients::log_refused(&r, client, &self.name))
+            .ok()
     }
 
     /// A reload's new TLS state: new connections use it; HTTP/2 ones are told to go.
@@ -161,6 +207,9 @@ impl FrontendState {
         );
     }
 }
+
+/// The policy of a frontend that asks nothing of its clients (the bans still hold).
+static NO_POLICY: crate::clients::Policy = crate::clients::Policy::NONE;
 
 /// What the main thread tells a worker.
 #[derive(Debug)]

@@ -256,7 +256,17 @@ pub fn acme(data: &[u8]) {
         if let Some(m) = FarmMsg::decode(rest) {
             assert_eq!(m.encode(), rest, "a farm message that does not encode back");
         }
-    } else if let Some(r) = crate::acme::http01::response_to(rest, true) {
+    } else {
+        let settings = crate::redirect::answer::Settings {
+            code: 308,
+            port: Some(8443),
+            acme: true,
+        };
+        let mut out = Vec::new();
+        if crate::redirect::answer::respond(rest, true, settings, &mut out).is_none() {
+            return;
+        }
+        let r = String::from_utf8_lossy(&out);
         assert!(r.starts_with("HTTP/1.1 "), "{r}");
         let head = r.split("\r\n\r\n").next().unwrap_or("");
         assert!(
@@ -342,7 +352,7 @@ pub fn gateway_request(data: &[u8]) {
     );
     for end_stream in [true, false] {
         let mut out = Vec::new();
-        if let Ok((body, _)) = build(&parts, end_stream, &fwd, None, &mut out) {
+        if let Ok((body, _)) = build(&parts, end_stream, &fwd, None, None, &mut out) {
             let head = String::from_utf8_lossy(&out);
             assert_eq!(head.matches("\r\nHost: ").count(), 1, "{head}");
             assert!(!(end_stream && matches!(body, Body::Length(n) if n > 0)));

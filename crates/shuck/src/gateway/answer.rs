@@ -151,15 +151,15 @@ pub(super) fn pass_on<'a, R: AsyncRead + Unpin, O: Outbound>(
     }
     async move {
         if taken.is_err() {
-            return Done::Close;
+            return Done::Cut;
         }
         match respond.flush_head(gw.stall).await {
             Ok(()) => {}
-            Err(SendError::Client) => return Done::Close,
+            Err(SendError::Client) => return Done::Cut,
             Err(SendError::Stalled) => {
                 respond.reset(Reset::Cancel);
                 stalled(gw, respond.id(), "the client's window stayed shut");
-                return Done::Close;
+                return Done::Cut;
             }
         }
         if empty {
@@ -189,12 +189,12 @@ async fn send_all<R: AsyncRead + Unpin, O: Outbound>(
         Ok(()) => done,
         Err(BodyEnd::Client) => {
             client_reset(gw);
-            Done::Close
+            Done::Cut
         }
         Err(BodyEnd::Stalled) => {
             tx.reset(Reset::Cancel);
             stalled(gw, tx.id(), "the client's window stayed shut");
-            Done::Close
+            Done::Cut
         }
         Err(e) => {
             tracing::warn!(
@@ -206,7 +206,7 @@ async fn send_all<R: AsyncRead + Unpin, O: Outbound>(
             );
             tx.reset(Reset::Internal);
             gw.count_reset_sent();
-            Done::Close
+            Done::Cut
         }
     }
 }

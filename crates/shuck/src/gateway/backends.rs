@@ -309,6 +309,11 @@ impl Backends {
         }
     }
 
+    /// The routing the client connection found.
+    pub fn routing(&self) -> &Arc<Routing> {
+        &self.routing
+    }
+
     /// Backend `id`, as the client connection found it.
     pub fn backend(&self, id: BackendId) -> &Arc<crate::edge::route::Backend> {
         self.routing.backend(id)

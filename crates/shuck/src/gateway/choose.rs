@@ -12,20 +12,27 @@ use std::sync::Arc;
 
 use rustls::sign::CertifiedKey;
 
-use crate::edge::route::{BackendId, Routing};
+use crate::edge::route::{BackendId, RouteId, Routing, Target};
 use crate::tls::sni::SniResolver;
 use crate::tls::TlsState;
 
 /// What a request's head says of where it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Choice {
-    /// To this backend.
-    Backend(BackendId),
+    /// To this backend, by this route.
+    Backend(Target),
     /// Nowhere: its name is not the connection's (answered 421).
     Misdirected,
     /// Nowhere: its route's access rules refuse the client (answered 403, counted).
     Forbidden,
+    /// Nowhere: its path holds an encoded slash or backslash, and
+    /// `--http-refuse-encoded-slashes` refuses them (answered 400).
+    EncodedSlash,
 }
+
+/// Why a path with an encoded separator is refused.
+pub const ENCODED_SLASH: &str =
+    "an encoded slash or backslash in the path (--http-refuse-encoded-slashes)";
 
 /// One connection's routing of requests.
 #[derive(Debug)]
@@ -39,8 +46,8 @@ pub struct Chooser {
     served: Arc<CertifiedKey>,
     /// The client, for routes' access rules, and where their refusals are counted.
     client: std::net::IpAddr,
-    /// The rules of the server-name route that chose `fallback`, if it has some.
-    fallback_rules: Option<Arc<crate::clients::Rules>>,
+    /// The server-name route that chose `fallback`, if one did.
+    fallback_route: Option<RouteId>,
     clients: Arc<crate::clients::Clients>,
 }
 
@@ -62,7 +69,7 @@ impl Chooser {
         client: (std::net::IpAddr, &Arc<crate::clients::Clients>),
     ) -> Self {
         Chooser {
-            fallback_rules: routing.sni_rules(sni),
+            fallback_route: routing.sni_route(sni),
             routing,
             fallback,
             served: resolver.choose(sni).clone(),
@@ -70,6 +77,11 @@ impl Chooser {
             client: client.0,
             clients: client.1.clone(),
         }
+    }
+
+    /// The server-name route that chose the connection's own backend, if one did.
+    pub fn fallback_route(&self) -> Option<RouteId> {
+        self.fallback_route
     }
 
     /// The routing this connection started with.
@@ -80,35 +92,46 @@ impl Chooser {
     /// Where a request for `host` (its `Host` or `:authority`, a port allowed) and `path`
     /// goes. Without a host (HTTP/1.0 in origin form), the connection's backend.
     pub fn choose(&self, host: Option<&str>, path: &str) -> Choice {
+        self.choose_for(host, path, self.client)
+    }
+
+    /// As [`Self::choose`], for a request whose client is `client` (`--trusted-proxies`:
+    /// the one a trusted peer named), whom routes' rules judge.
+    pub fn choose_for(&self, host: Option<&str>, path: &str, client: std::net::IpAddr) -> Choice {
         let Some(host) = host.map(without_port) else {
-            return self.judged(self.fallback, self.fallback_rules.as_deref(), "-");
+            return self.judged(self.fallback, self.fallback_route, "-", client);
         };
         // One certificate serves every name: nothing to look up.
         let only = self.resolver.all().len() == 1;
         if !only && !Arc::ptr_eq(self.resolver.choose(Some(host)), &self.served) {
             return Choice::Misdirected;
         }
+        if self.routing.refuse_encoded_slashes && super::path::has_encoded_separator(path) {
+            return Choice::EncodedSlash;
+        }
         let path = super::path::for_matching(path);
         match self.routing.for_request(host, &path) {
-            Some((b, rules)) => self.judged(b, rules, host),
-            None => self.judged(self.fallback, self.fallback_rules.as_deref(), host),
+            Some((b, route)) => self.judged(b, Some(route), host, client),
+            None => self.judged(self.fallback, self.fallback_route, host, client),
         }
     }
 
-    /// `backend`, unless the rules of the route that chose it refuse the client.
+    /// `backend`, unless the rules of `route`, which chose it, refuse `client`.
     fn judged(
         &self,
         backend: BackendId,
-        rules: Option<&crate::clients::Rules>,
+        route: Option<RouteId>,
         host: &str,
+        client: std::net::IpAddr,
     ) -> Choice {
-        if !rules.is_some_and(|r| r.denies(self.client)) {
-            return Choice::Backend(backend);
+        let rules = route.and_then(|r| self.routing.route_rules(r));
+        if !rules.is_some_and(|r| r.denies(client)) {
+            return Choice::Backend(Target { backend, route });
         }
         self.clients.route_denied();
         tracing::debug!(
             name: "request_route_denied",
-            client = %self.client,
+            client = %client,
             host,
             "a request for a route whose rules refuse the client: 403",
         );

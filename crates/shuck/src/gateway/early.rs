@@ -150,9 +150,15 @@ mod tests {
         assert_eq!(of(http::Method::HEAD, Body::None), Early::Passed);
         assert_eq!(of(http::Method::POST, Body::None), Early::Waited);
         assert_eq!(of(http::Method::DELETE, Body::None), Early::Waited);
-        assert_eq!(of(http::Method::GET, Body::Chunked), Early::Waited);
+        assert_eq!(
+            of(http::Method::GET, Body::Chunked(Default::default())),
+            Early::Waited
+        );
         h.settle(true);
-        assert_eq!(of(http::Method::POST, Body::Chunked), Early::No);
+        assert_eq!(
+            of(http::Method::POST, Body::Chunked(Default::default())),
+            Early::No
+        );
         assert_eq!(
             Early::of(None, &http::Method::GET, Body::None, Kind::Normal),
             Early::No

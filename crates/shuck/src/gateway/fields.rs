@@ -9,6 +9,24 @@ use std::net::IpAddr;
 #[error("bad request: {0}")]
 pub struct Rejected(pub &'static str);
 
+/// Why a request whose body has a transfer coding shuck does not decode is refused: it
+/// is answered `501` (RFC 9112 §6.1, as nginx does), not `400`.
+pub const UNSUPPORTED_CODING: &str = "a transfer coding other than chunked";
+
+impl Rejected {
+    /// The status it is answered with: `501` for [`UNSUPPORTED_CODING`], `413` for a body
+    /// over its limit, else `400`.
+    pub fn status(&self) -> u16 {
+        if self.0 == UNSUPPORTED_CODING {
+            501
+        } else if self.0 == crate::gateway::policy::body::TOO_LARGE {
+            413
+        } else {
+            400
+        }
+    }
+}
+
 /// The forwarding headers of one client connection, made once, and the extra header name
 /// the client may not set; shared by the HTTP/1.1 and HTTP/2 paths.
 #[derive(Debug, Clone)]
@@ -71,6 +89,18 @@ impl Forwarding {
     ) -> Self {
         self.request_id = spec;
         self
+    }
+
+    /// The same for a request whose client is `ip` (`--trusted-proxies`: the client a
+    /// trusted proxy named), not the connection's peer.
+    pub fn for_client(&self, ip: IpAddr) -> Self {
+        let rest = self.lines.split_once("\r\n").map_or("\r\n", |(_, r)| r);
+        Forwarding {
+            lines: format!("X-Forwarded-For: {}\r\n{rest}", ip.to_canonical()),
+            strip: self.strip.clone(),
+            request_id: self.request_id.clone(),
+            fields: std::cell::OnceCell::new(),
+        }
     }
 
     /// Whether the client's header `name` must be removed.

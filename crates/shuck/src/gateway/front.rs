@@ -56,6 +56,8 @@ pub enum Note<'a> {
     Retry,
     /// shuck gives up on the exchange, for this reason.
     Failed(crate::access::Cause),
+    /// `--trusted-proxies`: the client the trusted peer named.
+    Client(std::net::IpAddr),
 }
 
 /// The request's body, as the client sends it.
@@ -111,6 +113,12 @@ pub trait Outbound {
     fn noting(&self) -> bool {
         false
     }
+    /// Whether a final answer's head was given ([`respond`](Outbound::respond) or
+    /// [`answer_now`](Outbound::answer_now)); only the core's outermost wrapper
+    /// (`policy::Answering`) keeps count.
+    fn began(&self) -> bool {
+        false
+    }
 }
 
 /// How the wait for a request body's next piece ended, short of a piece.
@@ -122,6 +130,8 @@ pub enum BodyWait {
     Stalled,
     /// The body ran past its `content-length`, or ended short of it.
     Length,
+    /// The body ran past the edge policy's limit (`--max-body-bytes`).
+    TooLarge,
 }
 
 /// The body's next piece within `wait` (`None` at its end), counted against what its
@@ -130,6 +140,7 @@ pub async fn next_piece<I: Inbound>(
     body: &mut I,
     wait: Duration,
     left: &mut Option<u64>,
+    budget: &mut crate::gateway::policy::body::Budget,
 ) -> Result<Option<Bytes>, BodyWait> {
     loop {
         let data = match tokio::time::timeout(wait, body.data()).await {
@@ -147,6 +158,9 @@ pub async fn next_piece<I: Inbound>(
                 .checked_sub(data.len() as u64)
                 .ok_or(BodyWait::Length)?;
         }
+        budget
+            .take(data.len() as u64)
+            .map_err(|_| BodyWait::TooLarge)?;
         return Ok(Some(data));
     }
 }

@@ -25,7 +25,8 @@ pub use backends::wake_keepers;
 mod early;
 pub use early::Handshake;
 mod exchange;
-pub use exchange::{accept, Stream};
+mod intake;
+pub use intake::{accept, Stream};
 pub mod fields;
 pub mod front;
 pub mod grpc;
@@ -35,6 +36,8 @@ pub mod h3;
 mod logged;
 mod outcome;
 pub mod path;
+pub mod policy;
+pub mod real_ip;
 pub mod request;
 pub mod response;
 mod tunnel;
@@ -121,6 +124,13 @@ pub struct Gateway {
     log: Option<Rc<logged::ConnLog>>,
     /// `--client-request-rate`: what each stream is held to.
     requests: Option<crate::clients::RequestLimit>,
+    /// The frontend's own level of the edge's policy, when it gives one.
+    frontend_policy: Option<Arc<crate::config::policy::Policy>>,
+    /// Whether the core applies the edge policy (not to HTTP/1.1's requests: see
+    /// [`Client::policed`]).
+    policed: bool,
+    /// The peer is a trusted proxy: each request names its client.
+    behind: Option<real_ip::Behind>,
 }
 
 /// Streams reset by the client (or refused as malformed) in the current second, and
@@ -229,6 +239,14 @@ pub struct Client {
     pub log: Option<Rc<crate::access::Conn>>,
     /// `--client-request-rate`: what each of its requests is held to.
     pub requests: Option<crate::clients::RequestLimit>,
+    /// The frontend's own level of the edge's policy (`Routing::frontend_policy`).
+    pub policy: Option<Arc<crate::config::policy::Policy>>,
+    /// Whether the core applies the edge policy. Not to HTTP/1.1's requests: their
+    /// rewriter chose each one's route and applied its request phase (header rules, body
+    /// limit), and `h1/front/` wraps each answer side in that route's answer rules.
+    pub policed: bool,
+    /// `--trusted-proxies`, when the peer is one: each request names its client.
+    pub behind: Option<real_ip::Behind>,
 }
 
 impl Gateway {
@@ -268,7 +286,15 @@ impl Gateway {
             handshake: client.handshake,
             log,
             requests: client.requests,
+            frontend_policy: client.policy,
+            policed: client.policed,
+            behind: client.behind,
         }
+    }
+
+    /// The server-name route that chose the connection's backend, if one did.
+    pub(super) fn fallback_route(&self) -> Option<crate::edge::route::RouteId> {
+        self.chooser.as_ref().and_then(Chooser::fallback_route)
     }
 
     /// Counts a stream in until the guard drops.

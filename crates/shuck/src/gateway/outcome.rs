@@ -31,6 +31,10 @@ pub(super) enum End {
     /// reset as malformed, the backend connection closed).
     #[error("the request body is not its content-length")]
     BadLength,
+    /// The request's body ran past the edge policy's limit (`413`, or a reset once the
+    /// answer began; the backend connection closed).
+    #[error("{}", crate::gateway::policy::body::TOO_LARGE)]
+    TooLarge,
     /// The backend's answer cannot be passed on (`502`).
     #[error(transparent)]
     Bad(BadAnswer),
@@ -58,6 +62,10 @@ pub(super) enum Done {
     Reusable,
     /// The backend connection is not reusable (closed framing, a tunnel, a reset).
     Close,
+    /// Ended before the answer was whole (the client's window stayed shut, the client
+    /// reset, the backend cut it): the connection is not reused, and the stream does not
+    /// count as answered, so that stalls in a row stay in a row.
+    Cut,
 }
 
 /// The client reset the stream: counted, and against the reset limit.
@@ -138,6 +146,24 @@ pub(super) fn reply_with<O: Outbound>(
         h.insert(name, value);
     }
     respond.answer_now(resp, Bytes::from_static(text.as_bytes()));
+}
+
+/// A request body over the edge policy's limit: `413` when no answer began, else the
+/// stream is reset (`CANCEL`, `H3_REQUEST_CANCELLED`). The caller drops the backend
+/// connection, which had part of the body.
+pub(super) fn too_large<O: Outbound>(gw: &Gateway, respond: &mut O, grpc: bool) {
+    tracing::debug!(
+        name: "gateway_body_too_large",
+        protocol = gw.version.as_str(),
+        client = %gw.client,
+        "request refused: {}",
+        crate::gateway::policy::body::TOO_LARGE,
+    );
+    if respond.began() {
+        respond.reset(super::front::Reset::Cancel);
+    } else {
+        reply(respond, StatusCode::PAYLOAD_TOO_LARGE, grpc);
+    }
 }
 
 /// A malformed request (RFC 9113 §8.1.1, RFC 9114 §4.1.2): its stream reset

@@ -45,6 +45,18 @@ pub fn for_matching(path: &str) -> Cow<'_, str> {
     Cow::Owned(s)
 }
 
+/// Whether `path` (its query left out) holds `%2F`, `%5C` (any case) or `\`: a separator a
+/// backend may decode or read as one, which route matching leaves inside its segment.
+pub fn has_encoded_separator(path: &str) -> bool {
+    let path = path.split_once('?').map_or(path, |(p, _)| p).as_bytes();
+    path.contains(&b'\\')
+        || path.windows(3).any(|w| {
+            w[0] == b'%'
+                && (w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'f')
+                    || w[1] == b'5' && w[2].eq_ignore_ascii_case(&b'c'))
+        })
+}
+
 /// Decodes `%XX` where it stands for an unreserved character; leaves every other escape
 /// (a `%2F` is not a `/`: it stays inside its segment).
 fn decode_unreserved(path: &str) -> Cow<'_, str> {

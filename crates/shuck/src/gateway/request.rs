@@ -31,8 +31,9 @@ pub enum Body {
     /// version's library checks, so that no byte past it reaches the backend as a request
     /// of its own and none short of it leaves the backend waiting.
     Length(u64),
-    /// No length declared: chunked, and the client's trailers follow it.
-    Chunked,
+    /// No length declared: chunked, and the client's trailers follow it; its data held
+    /// to the edge policy's limit (`--max-body-bytes`).
+    Chunked(crate::gateway::policy::body::Budget),
     /// A WebSocket's bytes after the backend's `101` (extended CONNECT, RFC 8441).
     Tunnel,
 }
@@ -80,6 +81,10 @@ pub trait HeadOut {
     fn te_trailers(&mut self) {}
     /// A body without a declared length follows.
     fn chunked(&mut self);
+    /// A header rule's field (`--request-header`).
+    fn rule(&mut self, r: &crate::config::policy::HeaderRule) {
+        self.field(r.lower.as_str().as_bytes(), r.value.as_bytes());
+    }
     /// A WebSocket's upgrade with its `Sec-WebSocket-Key`.
     fn upgrade(&mut self, key: &[u8]);
     /// The forwarding headers, ending the head.
@@ -120,6 +125,11 @@ impl HeadOut for Vec<u8> {
         self.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
     }
 
+    fn rule(&mut self, r: &crate::config::policy::HeaderRule) {
+        // HTTP/1.1 writes the name as the operator did.
+        self.field(r.name.as_bytes(), r.value.as_bytes());
+    }
+
     fn upgrade(&mut self, key: &[u8]) {
         self.extend_from_slice(b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ");
         self.extend_from_slice(key);
@@ -138,8 +148,10 @@ pub fn build<H: HeadOut>(
     end_stream: bool,
     fwd: &Forwarding,
     id: Option<&crate::access::request_id::RequestId>,
+    rules: Option<&crate::config::policy::HeaderRules>,
     out: &mut H,
 ) -> Result<(Body, Kind), Refusal> {
+    let mut rules = crate::gateway::policy::RequestRules::new(rules);
     let protocol = req.extensions.get::<h2::ext::Protocol>();
     let (method, kind) = match (&req.method, protocol) {
         // Extended CONNECT (RFC 8441, RFC 9220), or HTTP/1.1's GET with its Upgrade
@@ -252,6 +264,9 @@ pub fn build<H: HeadOut>(
         if fwd.is_request_id(name.as_str().as_bytes()) {
             continue; // the request's ID, written below
         }
+        if !rules.is_empty() && !rules.keeps(name.as_str().as_bytes()) {
+            continue; // a rule's own value, written below
+        }
         out.header(name, value);
     }
     if cookies > 0 {
@@ -276,7 +291,7 @@ pub fn build<H: HeadOut>(
             Some(n) => Body::Length(n),
             None => {
                 out.chunked();
-                Body::Chunked
+                Body::Chunked(Default::default())
             }
         },
     };
@@ -291,6 +306,7 @@ pub fn build<H: HeadOut>(
     if let (Some(id), Some(spec)) = (id, &fwd.request_id) {
         out.field(spec.name.as_bytes(), id.as_bytes());
     }
+    rules.finish(|r| out.rule(r));
     out.end(fwd);
     Ok((body, kind))
 }
@@ -327,7 +343,7 @@ mod tests {
         let fwd = Forwarding::new("203.0.113.5".parse().unwrap(), Some(("X-Client", None)));
         let (parts, ()) = req.into_parts();
         let mut out = Vec::new();
-        let (body, _) = build(&parts, end_stream, &fwd, None, &mut out)?;
+        let (body, _) = build(&parts, end_stream, &fwd, None, None, &mut out)?;
         Ok((String::from_utf8(out).unwrap(), body))
     }
 
@@ -364,7 +380,7 @@ mod tests {
         assert_eq!(body, Body::Length(5));
         let (h, body) = head(post().body(()).unwrap(), false).unwrap();
         assert!(h.contains("Transfer-Encoding: chunked\r\n"), "{h}");
-        assert_eq!(body, Body::Chunked);
+        assert!(matches!(body, Body::Chunked(_)));
     }
 
     #[test]

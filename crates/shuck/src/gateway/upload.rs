@@ -19,6 +19,8 @@ pub(super) enum Up {
     /// The body ran past its `content-length`, or ended short of it: what was read past it
     /// is never written.
     Length,
+    /// The body ran past the edge policy's limit: what went past is never written.
+    TooLarge,
     /// The backend could not take more.
     Backend(std::io::Error),
 }
@@ -29,6 +31,7 @@ impl From<BodyWait> for Up {
             BodyWait::Client => Up::Client,
             BodyWait::Stalled => Up::Stalled,
             BodyWait::Length => Up::Length,
+            BodyWait::TooLarge => Up::TooLarge,
         }
     }
 }
@@ -44,12 +47,15 @@ pub(super) async fn upload<W: AsyncWrite + Unpin, I: Inbound>(
     if matches!(framing, Body::None | Body::Tunnel) {
         return Ok(());
     }
-    let chunked = framing == Body::Chunked;
+    let (chunked, mut budget) = match framing {
+        Body::Chunked(b) => (true, b),
+        _ => (false, Default::default()),
+    };
     let mut left = match framing {
         Body::Length(n) => Some(n),
         _ => None,
     };
-    while let Some(data) = next_piece(body, gw.stall, &mut left).await? {
+    while let Some(data) = next_piece(body, gw.stall, &mut left, &mut budget).await? {
         let n = data.len();
         let written = if chunked {
             let size = format!("{n:x}\r\n");

@@ -406,25 +406,14 @@ impl Pump {
             self.moved = true;
             match filter {
                 Filter::None => {}
-                Filter::Response(t, ex, _) if t.adds_lines() => {
-                    // `--quic`, `--request-id-response`: answers get lines (Alt-Svc, the
-                    // request's ID), so the bytes go through `pending` (the plain path
-                    // below is the one without them).
-                    let mut from = 0;
-                    let pending = &mut self.pending;
-                    let seen = t.observe_with(&scratch[..n], ex, |at, lines| {
-                        pending.extend_from_slice(&scratch[from..at]);
-                        pending.extend_from_slice(lines);
-                        from = at;
-                    });
-                    let to = match seen {
-                        Ok(()) => n,
-                        Err(at) => {
-                            self.stray = true;
-                            at
-                        }
-                    };
-                    self.pending.extend_from_slice(&scratch[from..to]);
+                Filter::Response(t, ex, _) if t.rewrites(ex) => {
+                    // `--quic`, `--request-id-response`, a sticky cookie, the edge policy:
+                    // answers' heads change, so the bytes go through `pending` (the plain
+                    // path below is the one without them).
+                    let seen = t.rewrite(&scratch[..n], ex, &mut self.pending);
+                    if seen.is_err() {
+                        self.stray = true;
+                    }
                     self.pos = 0;
                     continue;
                 }

@@ -46,9 +46,9 @@ pub enum StartError {
         /// The system's reason.
         source: io::Error,
     },
-    /// The http-01 port could not be bound.
-    #[error("--acme-http-listen {addr}: cannot listen: {source}")]
-    AcmeHttp {
+    /// A plain-HTTP port (`--redirect-listen`, `--acme-http-listen`) could not be bound.
+    #[error("--redirect-listen/--acme-http-listen {addr}: cannot listen: {source}")]
+    Plain {
         /// The address.
         addr: SocketAddr,
         /// The system's reason.

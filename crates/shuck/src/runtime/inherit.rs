@@ -169,7 +169,7 @@ impl Inherited {
         out
     }
 
-    /// A service's TCP listener (`--stats`, `--acme-http-listen`) offered for `addr`.
+    /// A service's TCP listener (`--stats`, a plain-HTTP one) offered for `addr`.
     pub fn take_tcp(&mut self, addr: SocketAddr) -> Option<TcpListener> {
         let i = self
             .offered
@@ -208,7 +208,7 @@ fn self_name(kind: Kind) -> &'static str {
         Kind::Frontend => "inherited listener",
         Kind::Stats => "inherited stats listener",
         Kind::Replication => "inherited replication socket",
-        Kind::AcmeHttp => "inherited ACME http-01 listener",
+        Kind::Plain => "inherited plain HTTP listener",
         Kind::Quic => "inherited QUIC socket",
     }
 }

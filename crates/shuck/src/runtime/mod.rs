@@ -37,6 +37,8 @@ use sockets::Sockets;
 /// binary on disk and hands over to it.
 pub fn run(mut config: Config, source: Source) -> Result<(), StartError> {
     crate::system::limits::raise_nofile();
+    // Before any server is made, and before the worker is forked, which keeps it.
+    crate::backend::balance::set_cookie_key(config.farm_key().as_ref());
     let mut inherited =
         Inherited::take().map_err(|e| StartError::System(std::io::Error::other(e.to_string())))?;
 

@@ -73,12 +73,12 @@ impl FrontSockets {
 pub struct Sockets {
     pub(super) stats: Option<std::net::TcpListener>,
     pub(super) replication: Option<UdpSocket>,
-    pub(super) acme_http: Option<std::net::TcpListener>,
+    pub(super) plain: Vec<std::net::TcpListener>,
 }
 
 impl Sockets {
-    /// Binds the `--stats` port, the replication socket and the http-01 port, when asked
-    /// for (or takes them from those inherited).
+    /// Binds the `--stats` port, the replication socket and the plain-HTTP ports, when
+    /// asked for (or takes them from those inherited).
     pub fn bind(config: &Config, inherited: &mut Inherited) -> Result<Self, StartError> {
         let stats = config
             .stats
@@ -86,15 +86,13 @@ impl Sockets {
                 tcp_listener(addr, inherited).map_err(|source| StartError::Stats { addr, source })
             })
             .transpose()?;
-        let acme_http = config
-            .acme
-            .as_ref()
-            .and_then(|a| a.http_listen)
+        let plain = config
+            .plain_listen()
+            .into_iter()
             .map(|addr| {
-                tcp_listener(addr, inherited)
-                    .map_err(|source| StartError::AcmeHttp { addr, source })
+                tcp_listener(addr, inherited).map_err(|source| StartError::Plain { addr, source })
             })
-            .transpose()?;
+            .collect::<Result<_, _>>()?;
         let replication = match &config.replication {
             Some(settings) => Some(match inherited.take_udp(settings.listen) {
                 Some(s) => s,
@@ -105,7 +103,7 @@ impl Sockets {
         Ok(Sockets {
             stats,
             replication,
-            acme_http,
+            plain,
         })
     }
 
@@ -114,7 +112,7 @@ impl Sockets {
         Sockets {
             stats: None,
             replication: None,
-            acme_http: None,
+            plain: Vec::new(),
         }
     }
 
@@ -127,7 +125,11 @@ impl Sockets {
                 .as_ref()
                 .map(|s| s.try_clone())
                 .transpose()?,
-            acme_http: self.acme_http.as_ref().map(|l| l.try_clone()).transpose()?,
+            plain: self
+                .plain
+                .iter()
+                .map(|l| l.try_clone())
+                .collect::<Result<_, _>>()?,
         })
     }
 
@@ -154,11 +156,11 @@ impl Sockets {
                 s.try_clone()?.into(),
             ));
         }
-        if let Some(l) = &self.acme_http {
+        for l in &self.plain {
             let addr = l.local_addr()?;
             out.push((
                 Entry {
-                    kind: Kind::AcmeHttp,
+                    kind: Kind::Plain,
                     addr,
                 },
                 l.try_clone()?.into(),

@@ -480,6 +480,25 @@ impl prometheus_client::collector::Collector for Exposition {
             "TLS to the backend: handshakes with the server that failed (its certificate refused, or no handshake in time); each marks it down.",
             &crow(&|s| s.stats.handshake_failures.load(Relaxed)),
         )?;
+        if let Some(plain) = &sources.plain {
+            let [redirect, acme, bad, refused] = plain.counts();
+            counter(
+                &mut enc,
+                "shuck_redirect_answers",
+                "The plain-HTTP listener's answers (--redirect-listen), by kind: a redirect to https, an ACME http-01 answer, a request refused (no usable Host, malformed, 429).",
+                &[
+                    (&[("kind", "redirect")], redirect),
+                    (&[("kind", "acme")], acme),
+                    (&[("kind", "refused")], bad),
+                ],
+            )?;
+            counter(
+                &mut enc,
+                "shuck_redirect_clients_refused",
+                "Connections and requests to the plain-HTTP listener refused by the client's bans, rules or limits.",
+                &[(&[], refused)],
+            )?;
+        }
         if let Some(acme) = &sources.acme {
             let st = acme.lock().map(|s| s.clone()).unwrap_or_default();
             counter(

@@ -141,7 +141,7 @@ pub(super) fn http_metrics(enc: &mut Enc<'_>, h: &HttpTotals) -> std::fmt::Resul
     counter(
         enc,
         "shuck_http_retries",
-        "HTTP mode: requests sent again on a new backend connection (idempotent, or not yet written, with nothing answered).",
+        "HTTP mode: requests sent again on a new backend connection (idempotent, or not yet written, with nothing answered; or a gRPC status the backend's retry-on names).",
         &[(&[], h.retries)],
     )?;
     counter(

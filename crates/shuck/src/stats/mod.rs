@@ -37,4 +37,6 @@ pub struct Sources {
     pub served: Arc<Mutex<Vec<Arc<FrontendState>>>>,
     /// The ACME client's last counters (`--acme-directory`), as the master relays them.
     pub acme: Option<Mutex<crate::acme::Status>>,
+    /// The plain-HTTP listeners' counts, when there is one.
+    pub plain: Option<Arc<crate::redirect::Plain>>,
 }

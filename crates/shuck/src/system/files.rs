@@ -197,6 +197,58 @@ pub fn create_nofollow(path: &Path, append: bool) -> io::Result<std::fs::File> {
     })
 }
 
+/// Opens an access log at `path` as root, to append: its directory held to
+/// [`check_private_dir`]'s rules (a directory another user may write lets them make root
+/// create or append to a file anywhere, by a link), never through a link, and never waiting:
+/// opened non-blocking, and refused unless a regular file (or, with `fifo`, a named pipe,
+/// opened for reading too so that it needs no reader to open; `/dev/null` is let through).
+pub fn open_log(path: &Path, fifo: bool) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    if path == Path::new("/dev/null") {
+        return std::fs::OpenOptions::new().append(true).open(path);
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    check_private_dir(dir).map_err(io::Error::other)?;
+    let mut o = std::fs::OpenOptions::new();
+    o.append(true)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits());
+    if fifo {
+        o.read(true);
+    } else {
+        o.create(true).mode(0o644);
+    }
+    let f = o.open(path).map_err(|e| match e.raw_os_error() {
+        Some(nix::libc::ELOOP) => {
+            io::Error::other("is a symbolic link; not followed (give the real path)")
+        }
+        Some(nix::libc::ENXIO) => {
+            io::Error::other("is a FIFO (give fifo:PATH to write to a named pipe)")
+        }
+        _ => e,
+    })?;
+    let kind = f.metadata()?.file_type();
+    let ok = if fifo { kind.is_fifo() } else { kind.is_file() };
+    if !ok {
+        let what = if kind.is_fifo() {
+            "a FIFO (give fifo:PATH to write to a named pipe)"
+        } else if kind.is_file() {
+            "a regular file, not a FIFO (leave fifo: out)"
+        } else {
+            "not a regular file (a device, socket or directory)"
+        };
+        return Err(io::Error::other(format!("is {what}")));
+    }
+    // The writer thread's writes wait, as a file's do; only the open must not.
+    let flags = nix::fcntl::fcntl(&f, nix::fcntl::FcntlArg::F_GETFL).map_err(io::Error::from)?;
+    let mut flags = nix::fcntl::OFlag::from_bits_truncate(flags);
+    flags.remove(nix::fcntl::OFlag::O_NONBLOCK);
+    nix::fcntl::fcntl(&f, nix::fcntl::FcntlArg::F_SETFL(flags)).map_err(io::Error::from)?;
+    Ok(f)
+}
+
 /// Warns when `path`, which holds `what` (a secret), is open to others. Its group may read
 /// it: Debian keeps keys at 0640 `root:ssl-cert`, and a warning at every start for that
 /// would teach operators to ignore it. From the disk, not a recording: a worker may not see

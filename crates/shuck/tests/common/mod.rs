@@ -760,18 +760,36 @@ pub fn nghttpd(dir: &TempDir) -> Option<(Proc, u16)> {
     if !require("nghttpd", "nghttp2-server") {
         return None;
     }
-    let port = free_port();
-    let child = Command::new("nghttpd")
-        .args(["--no-tls", "--echo-upload", "-d"])
-        .arg(&dir.0)
-        .arg(port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let p = Proc(child);
-    wait_listening(port, "nghttpd");
-    Some((p, port))
+    // A fresh port can be taken by another test between free_port and nghttpd's bind: one
+    // that exits at once is started again on another, three times at most.
+    for _ in 0..3 {
+        let port = free_port();
+        let child = Command::new("nghttpd")
+            .args(["--no-tls", "--echo-upload", "-d"])
+            .arg(&dir.0)
+            .arg(port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut p = Proc(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some((p, port));
+            }
+            if let Ok(Some(status)) = p.0.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = p.0.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                eprintln!("nghttpd on port {port} exited ({status}): {err}");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    panic!("nghttpd did not start");
 }
 
 /// Reads one HTTP/1.1 head, up to and including its blank line; `None` at end of stream.
@@ -1349,4 +1367,43 @@ impl Drop for RssWatch {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// nginx serving the files of `www` (HTML and PNG) on 127.0.0.1, each request logged to
+/// `dir`'s `access.log` as the client's `X-Forwarded-For|X-Forwarded-Proto|request line`;
+/// the port it listens on.
+pub fn static_nginx(dir: &TempDir, www: &std::path::Path) -> (Proc, u16) {
+    let port = free_port();
+    let d = dir.0.display();
+    let cfg = dir.path("nginx.conf");
+    std::fs::write(
+        &cfg,
+        format!(
+            "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\n\
+             http {{ log_format fwd '$http_x_forwarded_for|$http_x_forwarded_proto|$request';\n\
+             access_log {d}/access.log fwd;\n\
+             client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n\
+             types {{ text/html html; image/png png; }}\n\
+             server {{ listen 127.0.0.1:{port}; root {www}; }} }}\n",
+            www = www.display()
+        ),
+    )
+    .unwrap();
+    let nginx = Command::new("nginx")
+        .args(["-c", cfg.to_str().unwrap(), "-e", &format!("{d}/error.log")])
+        .spawn()
+        .unwrap();
+    let nginx = Proc(nginx);
+    wait_listening(port, "nginx");
+    (nginx, port)
+}
+
+/// The SPKI pin Chromium is told to trust (base64 of the SHA-256 of the key's
+/// SubjectPublicKeyInfo), from a certificate's PEM file.
+pub fn spki_pin(pem: &str) -> String {
+    sh_out(&format!(
+        "openssl x509 -in {pem} -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64"
+    ))
+    .trim()
+    .to_owned()
 }

@@ -34,6 +34,7 @@ pub(in crate::access) fn rec<'a>(c: &'a Conn, path: &'a [u8], ua: &'a [u8]) -> R
         server: Some("127.0.0.1:8080"),
         retries: 0,
         request_id: b"",
+        client: None,
         timings: Timings {
             total: 1500,
             ..Timings::default()

@@ -122,10 +122,13 @@ pub(super) fn frontend_block(
                 | "client-conn-rate"
                 | "client-request-rate"
                 | "client-allow"
-                | "client-deny"),
+                | "client-deny"
+                | "request-header"
+                | "response-header"
+                | "max-body-bytes"),
                 Value::Scalar(v),
             ) => {
-                if v.contains(';') {
+                if v.contains(';') && !k.ends_with("-header") {
                     return Err(err(e.line, format!("{k}: ';' is not allowed in the value")));
                 }
                 // Check the value here, where its line is known.
@@ -138,15 +141,18 @@ pub(super) fn frontend_block(
                     k if crate::config::clients::KEYS.contains(&k) => {
                         crate::config::clients::check_key(k, v)
                     }
+                    k @ ("request-header" | "response-header" | "max-body-bytes") => {
+                        crate::config::policy::Policy::default().set(k, v).map(drop)
+                    }
                     _ => parse_on_off(v).map(drop),
                 };
                 checked.map_err(|reason| err(e.line, format!("frontend {k}: {reason}")))?;
-                settings.push(format!(";{k}={v}"));
+                settings.push(format!(";{k}={}", crate::config::policy::escape_spec(v)));
             }
             (k, _) => {
                 return Err(err(
                     e.line,
-                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log, client-max-conns, client-conn-rate, client-request-rate, client-allow, client-deny)"),
+                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log, client-max-conns, client-conn-rate, client-request-rate, client-allow, client-deny, request-header, response-header, max-body-bytes)"),
                 ))
             }
         }
@@ -187,11 +193,8 @@ pub(super) fn keyed_block(
                 format!("{} takes a value, not a {{ }} block", e.key),
             ));
         };
-        if v.contains(';') || e.key.contains(['=', ';']) {
-            return Err(err(
-                e.line,
-                format!("{}: ';' is not allowed in the value", e.key),
-            ));
+        if e.key.contains(['=', ';']) {
+            return Err(err(e.line, format!("{}: not a key", e.key)));
         }
         if !keys.split(", ").any(|k| k == e.key) {
             return Err(err(
@@ -204,7 +207,9 @@ pub(super) fn keyed_block(
         }
         spec.push_str(&e.key);
         spec.push('=');
-        spec.push_str(v);
+        // A value's ';' (a header rule's) is escaped: the spec's parts are split on the
+        // others.
+        spec.push_str(&crate::config::policy::escape_spec(v));
     }
     if spec.is_empty() {
         return Err(err(line, format!("an empty {what} block")));

@@ -323,6 +323,21 @@ fn check_value(key: &str, value: &str) -> Result<(), String> {
 /// closed set takes when it lists them (`[possible values: text, json]`). The command line
 /// and the file report a bad value alike.
 pub fn clap_reason(e: &clap::Error) -> String {
+    // A value's own check says what is wrong in its own words, its value escaped: clap's
+    // rendering repeats the value raw, and a line feed in it would cut the message short.
+    let raw = match e.get(clap::error::ContextKind::InvalidValue) {
+        Some(clap::error::ContextValue::String(v)) => v.chars().any(char::is_control),
+        _ => false,
+    };
+    if let (clap::error::ErrorKind::ValueValidation, Some(why), true) =
+        (e.kind(), std::error::Error::source(e), raw)
+    {
+        let arg = match e.get(clap::error::ContextKind::InvalidArg) {
+            Some(clap::error::ContextValue::String(a)) => a.as_str(),
+            _ => "a value",
+        };
+        return format!("invalid value for '{arg}': {why}");
+    }
     let rendered = e.render().to_string();
     let first = rendered.lines().next().unwrap_or("bad value");
     let first = first.strip_prefix("error: ").unwrap_or(first);

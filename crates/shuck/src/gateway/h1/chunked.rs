@@ -5,9 +5,9 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChunkError(pub &'static str);
 
-/// Where in a chunked body we are.
+/// Where in a chunked body we are, and what its data may still bring (`--max-body-bytes`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunked(Step);
+pub struct Chunked(Step, crate::gateway::policy::body::Budget);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Step {
@@ -35,7 +35,13 @@ const MAX_TRAILER: usize = 16 * 1024;
 impl Chunked {
     /// At the start of a chunked body.
     pub fn new() -> Self {
-        Chunked(Step::size_line())
+        Chunked(Step::size_line(), Default::default())
+    }
+
+    /// At the start of a chunked body whose data is held to `budget`: a chunk that takes
+    /// it past is refused at its size line, before a byte of it passes.
+    pub fn within(budget: crate::gateway::policy::body::Budget) -> Self {
+        Chunked(Step::size_line(), budget)
     }
 
     /// Consumes body bytes from `input`; returns how many it took: less than
@@ -43,7 +49,7 @@ impl Chunked {
     /// again with the rest).
     pub fn advance(&mut self, input: &[u8]) -> Result<usize, ChunkError> {
         let mut i = 0;
-        let state = &mut self.0;
+        let (state, budget) = (&mut self.0, &mut self.1);
         while i < input.len() {
             match state {
                 Step::Done => return Ok(i),
@@ -95,6 +101,9 @@ impl Chunked {
                             // The caller sees where the trailer section begins.
                             return Ok(i);
                         }
+                        budget
+                            .take(*size)
+                            .map_err(|_| ChunkError(crate::gateway::policy::body::TOO_LARGE))?;
                         *state = Step::Data(*size);
                         continue;
                     }

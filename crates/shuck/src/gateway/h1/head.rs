@@ -42,6 +42,16 @@ impl HeadBuf {
         self.buf.is_empty()
     }
 
+    /// How many bytes of a head have arrived.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// What was received, taken (the buffer is empty after).
+    pub fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
     /// Forgets what was received (and frees it).
     pub fn clear(&mut self) {
         self.buf = Vec::new();

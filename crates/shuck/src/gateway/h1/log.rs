@@ -63,6 +63,8 @@ pub struct Asked<'a> {
     pub referer: &'a [u8],
     /// The request's ID (`--request-id-header`).
     pub request_id: &'a [u8],
+    /// `--trusted-proxies`: the client the trusted peer named.
+    pub client: Option<std::net::IpAddr>,
 }
 
 impl Asked<'_> {
@@ -85,6 +87,7 @@ impl Asked<'_> {
             user_agent: field("user-agent"),
             referer: field("referer"),
             request_id: b"",
+            client: None,
         }
     }
 }
@@ -122,7 +125,7 @@ impl H1Log {
 
     /// A request's head was accepted.
     pub fn asked(&self, a: &Asked<'_>) {
-        let said = Said::new([
+        let mut said = Said::new([
             a.method,
             a.host,
             a.target,
@@ -130,6 +133,7 @@ impl H1Log {
             a.referer,
             a.request_id,
         ]);
+        said.client = a.client;
         let began = Tick::now();
         let mut l = self.lines.borrow_mut();
         let server = l.server.clone();
@@ -209,6 +213,7 @@ impl H1Log {
             user_agent: b"",
             referer: b"",
             request_id: b"",
+            client: None,
         };
         let own_line =
             refused.is_some() || (own.is_some() && self.lines.borrow().waiting.is_empty());
@@ -236,6 +241,17 @@ impl H1Log {
                 _ => self.write(&l, &line, unanswered),
             }
             i += 1;
+        }
+    }
+
+    /// As [`Self::ended_held`] for a head refused as malformed: its line carries what it
+    /// asked, unless a request before it still waits, whose line takes shuck's answer (the
+    /// refused bytes were that request's, as a body longer than declared is).
+    pub fn ended_refused(&self, head: &[u8], cut: Cause, unanswered: Cause, own: (u16, Cause)) {
+        if self.lines.borrow().waiting.is_empty() {
+            self.ended_held(head, cut, unanswered, own);
+        } else {
+            self.ended(cut, unanswered, Some(own), None);
         }
     }
 

@@ -58,6 +58,14 @@ pub struct Exchange {
     pub log: Option<Box<log::H1Log>>,
     /// `--request-id-response`: the IDs of the requests whose answers have not begun.
     pub ids: VecDeque<crate::access::request_id::RequestId>,
+    /// The edge policy applies (`Http::police`): each request's answer rules, queued as
+    /// `pending` is, and those of shuck's own answers (the connection's, or the last
+    /// request's).
+    pub policed: bool,
+    /// See `policed`.
+    pub answers: VecDeque<crate::gateway::policy::AnswerRules>,
+    /// See `policed`.
+    pub own: crate::gateway::policy::AnswerRules,
 }
 
 /// Most requests in flight (pipelined) on one connection.
@@ -72,6 +80,9 @@ impl Exchange {
             lost: false,
             log: None,
             ids: VecDeque::new(),
+            policed: false,
+            answers: VecDeque::new(),
+            own: Default::default(),
         }
     }
 }
@@ -152,6 +163,24 @@ impl Http {
         }
     }
 
+    /// The edge policy applies to this connection's requests: `routing`'s levels, the
+    /// frontend's own (`frontend`), and `connection`, where a request no route takes goes.
+    pub fn police(
+        &mut self,
+        routing: std::sync::Arc<crate::edge::route::Routing>,
+        frontend: Option<std::sync::Arc<crate::config::policy::Policy>>,
+        connection: crate::edge::route::Target,
+    ) {
+        let own = crate::gateway::policy::Effective::of(&routing, connection, frontend.as_deref());
+        self.exchange.own = crate::gateway::policy::AnswerRules::of(&own);
+        self.exchange.policed = true;
+        self.request.police(request::Police {
+            routing,
+            frontend,
+            connection,
+        });
+    }
+
     /// Between requests: nothing owed either way, no head begun, no upgrade. A backend
     /// that closes now can be replaced at the client's next request.
     pub fn at_rest(&self) -> bool {
@@ -194,9 +223,17 @@ impl Http {
     }
 }
 
+/// The answer to a request whose body is over its limit (`--max-body-bytes`).
+pub const PAYLOAD_TOO_LARGE: &[u8] =
+    b"HTTP/1.1 413 Content Too Large\r\nContent-Type: text/plain\r\nContent-Length: 18\r\nConnection: close\r\n\r\nContent Too Large\n";
+
 /// The answer to a refused request.
 pub const BAD_REQUEST: &[u8] =
     b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\nBad Request\n";
+
+/// The answer to a request whose body has a transfer coding other than chunked.
+pub const NOT_IMPLEMENTED: &[u8] =
+    b"HTTP/1.1 501 Not Implemented\r\nContent-Type: text/plain\r\nContent-Length: 16\r\nConnection: close\r\n\r\nNot Implemented\n";
 
 /// The answer to a request head that took longer than `--http-request-timeout`.
 pub const REQUEST_TIMEOUT: &[u8] =

@@ -1,6 +1,8 @@
 //! Backend → client in HTTP mode: responses pass through unchanged; their framing is
-//! followed only to pair each with its request and to see an upgrade accepted (101). With
-//! `--quic`, a final answer's head without `Alt-Svc` is told of, so that the relay adds one.
+//! followed only to pair each with its request and to see an upgrade accepted (101). When
+//! final answers' heads change (`--quic`'s `Alt-Svc`, the request's ID, a sticky cookie,
+//! the edge policy's answer rules: `gateway/policy/`), each head is held until whole and
+//! written anew ([`ResponseTracker::rewrite`]).
 
 use super::chunked::Chunked;
 use super::head::{HeadBuf, Pushed};
@@ -22,8 +24,10 @@ pub struct ResponseTracker {
     head: HeadBuf,
     /// `--quic`: the `Alt-Svc` line final answers get when they have none.
     announce: Option<bytes::Bytes>,
-    /// The head just complete is a final answer that gets `extra`.
+    /// The head just complete is a final answer that gets `extra` or `rules`.
     wants_line: bool,
+    /// The edge policy's rules on the answer whose head just completed.
+    rules: crate::gateway::policy::AnswerRules,
     /// `--request-id-response`: the header that carries each request's ID back.
     echo: Option<std::sync::Arc<crate::access::request_id::Spec>>,
     /// The lines the answer whose head just completed gets: `Alt-Svc`, its request's ID.
@@ -41,6 +45,7 @@ impl ResponseTracker {
             head: HeadBuf::new(max_head),
             announce: None,
             wants_line: false,
+            rules: Default::default(),
             echo: None,
             extra: Vec::new(),
             cookie: None,
@@ -72,10 +77,10 @@ impl ResponseTracker {
         self.echo = Some(spec);
     }
 
-    /// Whether answers' heads get lines (`Alt-Svc`, the request's ID, a sticky cookie):
-    /// their bytes then go through [`observe_with`](Self::observe_with).
-    pub fn adds_lines(&self) -> bool {
-        self.announce.is_some() || self.echo.is_some() || self.cookie.is_some()
+    /// Whether answers' heads change (`Alt-Svc`, the request's ID, a sticky cookie, the
+    /// edge policy): their bytes then go through [`rewrite`](Self::rewrite).
+    pub fn rewrites(&self, ex: &Exchange) -> bool {
+        self.announce.is_some() || self.echo.is_some() || self.cookie.is_some() || ex.policed
     }
 
     /// An answer framed by the backend's close (or no longer followed): its end is the
@@ -93,26 +98,44 @@ impl ResponseTracker {
     /// an answer no request asked for (every answer owed is complete): they must not reach
     /// the client, who would take them for the answer to its next request.
     pub fn observe(&mut self, input: &[u8], ex: &mut Exchange) -> Result<(), usize> {
-        self.observe_with(input, ex, |_, _| {})
+        self.pass(input, ex, None)
     }
 
-    /// [`observe`](Self::observe), telling `at_end` where in `input` each final answer's
-    /// head that gets lines ends (before its blank line's CRLF), and the lines.
-    pub fn observe_with(
+    /// [`observe`](Self::observe), writing what goes to the client into `out`: each final
+    /// answer's head held until whole, then written with its lines and rules applied.
+    pub fn rewrite(
         &mut self,
         input: &[u8],
         ex: &mut Exchange,
-        mut at_end: impl FnMut(usize, &[u8]),
+        out: &mut Vec<u8>,
     ) -> Result<(), usize> {
+        self.pass(input, ex, Some(out))
+    }
+
+    fn pass(
+        &mut self,
+        input: &[u8],
+        ex: &mut Exchange,
+        mut out: Option<&mut Vec<u8>>,
+    ) -> Result<(), usize> {
+        let copy = |o: &mut Option<&mut Vec<u8>>, bytes: &[u8]| {
+            if let Some(o) = o {
+                o.extend_from_slice(bytes);
+            }
+        };
         let mut i = 0;
         while i < input.len() {
             match &mut self.state {
-                State::Opaque => return Ok(()),
+                State::Opaque => {
+                    copy(&mut out, &input[i..]);
+                    return Ok(());
+                }
                 State::Head if self.head.is_empty() && ex.pending.is_empty() && !ex.lost => {
                     return Err(i)
                 }
                 State::Body(left) => {
                     let take = (*left).min((input.len() - i) as u64) as usize;
+                    copy(&mut out, &input[i..i + take]);
                     i += take;
                     *left -= take as u64;
                     if let Some(l) = &ex.log {
@@ -127,6 +150,7 @@ impl ResponseTracker {
                 }
                 State::Chunked(c) => match c.advance(&input[i..]) {
                     Ok(n) => {
+                        copy(&mut out, &input[i..i + n]);
                         i += n;
                         if let Some(l) = &ex.log {
                             l.received(n);
@@ -140,25 +164,42 @@ impl ResponseTracker {
                     }
                     Err(_) => {
                         self.lose(ex);
+                        copy(&mut out, &input[i..]);
                         return Ok(());
                     }
                 },
-                State::Head => match self.head.push(&input[i..]) {
-                    Pushed::Complete { used, head } => {
-                        i += used;
-                        self.start_response(&head, ex);
-                        // Where the blank line's CRLF is in this input (not when its CR
-                        // came in the previous read: that answer goes without).
-                        if std::mem::take(&mut self.wants_line) && used >= 2 {
-                            at_end(i - 2, &self.extra);
+                State::Head => {
+                    let before = self.head.len();
+                    match self.head.push(&input[i..]) {
+                        Pushed::Complete { used, head } => {
+                            i += used;
+                            self.start_response(&head, ex);
+                            let changes = std::mem::take(&mut self.wants_line);
+                            if let Some(o) = &mut out {
+                                if changes {
+                                    crate::gateway::policy::headers::rewrite_h1_head(
+                                        &head,
+                                        self.rules.rules.as_deref(),
+                                        &self.extra,
+                                        o,
+                                    );
+                                } else {
+                                    o.extend_from_slice(&head);
+                                }
+                            }
                         }
+                        Pushed::TooLarge | Pushed::BareLineEnd => {
+                            // Not followed any more: what earlier reads held goes as it
+                            // came, then this read from where the head's bytes in it began.
+                            let held = self.head.take();
+                            copy(&mut out, &held[..before.min(held.len())]);
+                            copy(&mut out, &input[i..]);
+                            self.lose(ex);
+                            return Ok(());
+                        }
+                        Pushed::Partial => return Ok(()),
                     }
-                    Pushed::TooLarge | Pushed::BareLineEnd => {
-                        self.lose(ex);
-                        return Ok(());
-                    }
-                    Pushed::Partial => return Ok(()),
-                },
+                }
             }
         }
         Ok(())
@@ -169,6 +210,7 @@ impl ResponseTracker {
         self.head.clear();
         ex.lost = true;
         ex.ids.clear();
+        ex.answers.clear();
     }
 
     fn start_response(&mut self, head: &[u8], ex: &mut Exchange) {
@@ -184,6 +226,7 @@ impl ResponseTracker {
             }
             ex.pending.pop_front();
             ex.ids.pop_front();
+            ex.answers.pop_front();
             ex.upgrade = Upgrade::Tunnel;
             self.state = State::Opaque;
             return;
@@ -218,7 +261,10 @@ impl ResponseTracker {
         if let Some(line) = &self.cookie {
             self.extra.extend_from_slice(line);
         }
-        self.wants_line = !self.extra.is_empty();
+        if ex.policed {
+            self.rules = ex.answers.pop_front().unwrap_or_default();
+        }
+        self.wants_line = !self.extra.is_empty() || !self.rules.is_empty();
         for h in resp.headers.iter() {
             if h.name.eq_ignore_ascii_case("content-length") {
                 length = std::str::from_utf8(h.value)
@@ -281,16 +327,11 @@ mod tests {
         ex.pending
             .extend([Pending::Normal, Pending::Normal, Pending::Normal]);
         let stream = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxHTTP/1.1 200 OK\r\nalt-svc: clear\r\nContent-Length: 0\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n";
+        // In pieces of 5 bytes: a head held over reads is written once whole.
         let mut out = Vec::new();
-        let line = t.announced().cloned().unwrap();
-        let mut from = 0;
-        t.observe_with(stream, &mut ex, |at, _| {
-            out.extend_from_slice(&stream[from..at]);
-            out.extend_from_slice(&line);
-            from = at;
-        })
-        .unwrap();
-        out.extend_from_slice(&stream[from..]);
+        for piece in stream.chunks(5) {
+            t.rewrite(piece, &mut ex, &mut out).unwrap();
+        }
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\nAlt-Svc: h3=\":443\"\r\n\r\nxHTTP/1.1 200 OK\r\nalt-svc: clear\r\nContent-Length: 0\r\n\r\nHTTP/1.1 204 No Content\r\nAlt-Svc: h3=\":443\"\r\n\r\n"

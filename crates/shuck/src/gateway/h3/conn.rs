@@ -24,6 +24,9 @@ use crate::gateway::{self, Client, Gateway, Version};
 /// (its stream's end nearly always comes in the head's own packet).
 const BODY_PEEK: Duration = Duration::from_millis(50);
 
+/// QUIC's `CONNECTION_REFUSED` (RFC 9000 §20.1), as `Incoming::refuse` sends it.
+const CONNECTION_REFUSED: u32 = 0x2;
+
 /// How long a closing connection is given to tell the client.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
@@ -42,11 +45,22 @@ pub(super) async fn serve(
     let state = &worker.state;
     let limits = &state.limits;
     let peer = incoming.remote_address();
-    // The client's limits and rules before any TLS work: refused with CONNECTION_REFUSED.
-    let Some(admitted) = frontend.admit_client(state, peer) else {
+    // The client's bans and rules before any TLS work, and its limits too when its address
+    // is proven (a Retry's token): refused with CONNECTION_REFUSED. An address not proven
+    // is charged only once its handshake proves it, so that datagrams with a victim's
+    // address as source cannot spend the victim's limits (issue 60).
+    let proven = incoming.remote_address_validated();
+    let mut admitted = None;
+    if proven {
+        let Some(a) = frontend.admit_quic_client(state, peer, false) else {
+            incoming.refuse();
+            return;
+        };
+        admitted = a;
+    } else if !frontend.judge_quic_client(state, peer) {
         incoming.refuse();
         return;
-    };
+    }
     let connecting = match incoming.accept() {
         Ok(c) => c,
         Err(e) => {
@@ -99,6 +113,19 @@ pub(super) async fn serve(
             None
         }
     };
+    if !proven {
+        // Proven now (or, with 0-RTT, proving it alongside its first requests).
+        match frontend.admit_quic_client(state, peer, true) {
+            Some(a) => admitted = a,
+            None => {
+                conn.close(
+                    quinn::VarInt::from_u32(CONNECTION_REFUSED),
+                    b"client limits",
+                );
+                return;
+            }
+        }
+    }
     WorkerCounters::bump(&counters.frontend(frontend.slot).accepted);
     let started = Instant::now();
     let data = conn
@@ -312,6 +339,7 @@ fn client(
     );
     let cert_header = preamble::cert_header(state, &subject);
     let tls = frontend.tls.load();
+    let policy = routing.frontend_policy(&frontend.name);
     let chooser = Chooser::wanted(&routing, &tls).then(|| {
         let who = (peer.ip(), &state.clients);
         Chooser::new(routing.clone(), fallback, &tls.resolver, sni, who)
@@ -329,6 +357,13 @@ fn client(
         handshake: None,
         log: None,
         requests: None,
+        policy,
+        policed: true,
+        behind: crate::gateway::real_ip::Behind::of(
+            peer.ip(),
+            state.trusted.as_ref(),
+            Some((state.clients.clone(), frontend.client_policy())),
+        ),
     }
 }
 

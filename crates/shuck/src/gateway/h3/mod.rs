@@ -226,9 +226,13 @@ pub async fn serve(
                     WorkerCounters::bump(&worker.counters.http.h3.incoming);
                     // A client that has not proven its address yet, when asked to: a Retry
                     // (no state kept); its next Initial carries the token back.
+                    // A source near or over its connection limits is asked to prove its
+                    // address first, whatever --quic-retry says: its limits are then
+                    // judged before the TLS work, and a spoofed one never comes back.
                     let i = if !i.remote_address_validated()
                         && i.may_retry()
-                        && meter.wants_retry(limits.h3.retry)
+                        && (meter.wants_retry(limits.h3.retry)
+                            || frontend.quic_client_near_limits(&worker.state, i.remote_address().ip()))
                     {
                         match i.retry() {
                             Ok(()) => {

@@ -63,18 +63,6 @@ impl Conn {
         self.open.get() && self.in_flight.get() < self.cap.min(self.send.current_max_send_streams())
     }
 
-    /// Whether the server sent GOAWAY (or the connection failed): h2 then opens no stream
-    /// on it. Asked without waiting; the connection is retired if so.
-    pub fn going_away(&self) -> bool {
-        let mut send = self.send.clone();
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        let gone = matches!(send.poll_ready(&mut cx), std::task::Poll::Ready(Err(_)));
-        if gone {
-            self.retire();
-        }
-        gone
-    }
-
     /// Takes no new stream (a GOAWAY, a failure); its streams under way go on.
     pub fn retire(&self) {
         self.open.set(false);

@@ -2,36 +2,31 @@
 //! request's body up and the answer down at once (gRPC's streaming both ways), each
 //! under its peer's flow control, with trailers both ways. A stream the backend never
 //! processed (above a GOAWAY's last stream, or `REFUSED_STREAM`) goes to another
-//! connection with the body sent so far, kept for that ([`REPLAY_MAX`]); a client's reset
-//! is passed on as `RST_STREAM` (`CANCEL`) and the backend's to the client; a gRPC call's
-//! `grpc-timeout` is its deadline.
+//! connection with the body sent so far (`upload.rs` keeps it), as does one answered with
+//! a gRPC status the backend's `retry-on` names; a client's reset is passed on as
+//! `RST_STREAM` (`CANCEL`) and the backend's to the client; a gRPC call's `grpc-timeout` is
+//! its deadline.
 
+use crate::gateway::outcome::too_large;
 use std::cell::Cell;
 use std::future::poll_fn;
 
 use bytes::Bytes;
-use h2::{Reason, RecvStream, SendStream};
+use h2::{Reason, RecvStream};
 use http::{HeaderMap, Request, Response, StatusCode};
 use tokio::time::Instant;
 
 use super::pool;
+use super::upload::{filtered, upload, Replay, Up};
 use crate::access::Cause;
 use crate::backend::balance::Key;
 use crate::counters::WorkerCounters;
 use crate::edge::route::BackendId;
-use crate::gateway::front::{
-    next_piece, trailers_within, BodyWait, Inbound, Note, Outbound, Reset, SendError,
-};
+use crate::gateway::front::{BodyWait, Inbound, Note, Outbound, Reset, SendError};
 use crate::gateway::grpc::{self, Code};
 use crate::gateway::outcome::{client_reset, malformed, reply, stalled};
 use crate::gateway::request::Body;
-use crate::gateway::response::allowed_trailer;
 use crate::gateway::Gateway;
-
-/// Most request body kept to send again when a backend turns a stream away unprocessed:
-/// a gRPC call's messages are mostly far smaller; a longer body that is turned away is
-/// answered `502` (`UNAVAILABLE`).
-pub const REPLAY_MAX: usize = 64 * 1024;
 
 /// What a stream is besides its head.
 #[derive(Debug, Clone, Copy)]
@@ -47,27 +42,6 @@ pub struct Call {
     pub resendable: bool,
     /// What it brings to the choice of its server.
     pub key: Key,
-}
-
-/// The body sent so far, to send again.
-#[derive(Debug, Default)]
-struct Replay {
-    pieces: Vec<Bytes>,
-    len: usize,
-    /// More than [`REPLAY_MAX`] went: it cannot be sent again.
-    over: bool,
-}
-
-impl Replay {
-    fn keep(&mut self, data: &Bytes) {
-        if self.over || self.len + data.len() > REPLAY_MAX {
-            self.over = true;
-            self.pieces = Vec::new();
-            return;
-        }
-        self.len += data.len();
-        self.pieces.push(data.clone());
-    }
 }
 
 /// How a try ended before the answer's head reached the client.
@@ -88,14 +62,11 @@ enum Fail {
     Stalled,
     /// The client's body is not its `content-length`.
     Length,
-}
-
-/// Why the body's way up stopped.
-enum Up {
-    /// The client's side of it.
-    Wait(BodyWait),
-    /// The backend's stream closed or its window stayed shut for `--idle-timeout`.
-    Backend,
+    /// The client's body ran past the edge policy's limit.
+    TooLarge,
+    /// Answered trailers-only with a `grpc-status` of the backend's `retry-on`: sent again
+    /// while tries are left, else this answer is the client's.
+    Status(Box<http::response::Parts>),
 }
 
 /// What became of a stream given to [`serve`].
@@ -153,7 +124,18 @@ pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
             });
         }
         let cookie = be.set_cookie(&call.key, taken.lease.server());
-        let tried = exchange(gw, &taken, &req, call, cookie, &mut replay, body, respond).await;
+        let retry_on = be.retry_on;
+        let tried = exchange(
+            gw,
+            &taken,
+            &req,
+            (call, retry_on),
+            cookie,
+            &mut replay,
+            body,
+            respond,
+        )
+        .await;
         let again = match &tried {
             Ok(()) => {
                 gw.resets.answered();
@@ -164,6 +146,20 @@ pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
                 !replay.over
             }
             Err(Fail::Lost(_)) => call.resendable,
+            Err(Fail::Status(parts)) => {
+                let again = !replay.over && tries < max_tries;
+                tracing::debug!(
+                    name: "gateway_grpc_retry_on",
+                    protocol = gw.version.as_str(),
+                    client = %gw.client,
+                    backend = %be.name,
+                    server = %taken.lease.server().name(),
+                    grpc_status = %String::from_utf8_lossy(grpc_status(&parts.headers)),
+                    again,
+                    "a call answered with a status of the backend's retry-on",
+                );
+                again
+            }
             Err(_) => false,
         };
         if again && tries < max_tries {
@@ -174,6 +170,18 @@ pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
         }
         let status = match tried {
             Ok(()) => return Served::Done,
+            // No try left: the server's own answer is the client's.
+            Err(Fail::Status(parts)) => {
+                let cookie = be.set_cookie(&call.key, taken.lease.server());
+                if respond
+                    .respond(answer_head(gw, *parts, cookie), true)
+                    .is_ok()
+                {
+                    gw.resets.answered();
+                    let _ = respond.flush_head(gw.stall).await;
+                }
+                return Served::Done;
+            }
             Err(Fail::Client) => {
                 client_reset(gw);
                 return Served::Done;
@@ -189,6 +197,10 @@ pub(in crate::gateway) async fn serve<I: Inbound, O: Outbound>(
             }
             Err(Fail::Length) => {
                 malformed(gw, respond, "the body is not its content-length");
+                return Served::Done;
+            }
+            Err(Fail::TooLarge) => {
+                too_large(gw, respond, call.grpc);
                 return Served::Done;
             }
             Err(Fail::Timeout) => StatusCode::GATEWAY_TIMEOUT,
@@ -261,7 +273,7 @@ async fn exchange<I: Inbound, O: Outbound>(
     gw: &Gateway,
     taken: &pool::Taken,
     req: &Request<()>,
-    call: Call,
+    (call, retry_on): (Call, crate::config::route::GrpcRetryOn),
     cookie: Option<http::HeaderValue>,
     replay: &mut Replay,
     body: &mut I,
@@ -295,6 +307,7 @@ async fn exchange<I: Inbound, O: Outbound>(
                 Err(Up::Wait(BodyWait::Client)) => return Err(Fail::Client),
                 Err(Up::Wait(BodyWait::Stalled)) => return Err(Fail::Stalled),
                 Err(Up::Wait(BodyWait::Length)) => return Err(Fail::Length),
+                Err(Up::Wait(BodyWait::TooLarge)) => return Err(Fail::TooLarge),
                 Err(Up::Backend) => sent = true, // its answer, or its reset, says why
             },
             () = poll_fn(|cx| respond.poll_reset(cx)) => return Err(Fail::Client),
@@ -307,21 +320,13 @@ async fn exchange<I: Inbound, O: Outbound>(
         Err(e) => return Err(classify(e)),
     };
     let (parts, mut rx) = resp.into_parts();
-    if call.grpc && rx.is_end_stream() && turned_away(&parts.headers) && taken.conn.going_away() {
-        // A server shutting down (grpc-core's stop) answers the calls it will not start
-        // trailers-only, CANCELLED or UNAVAILABLE, after its GOAWAY: never processed.
-        return Err(Fail::Unprocessed);
+    // A trailers-only status the operator retries on (`retry-on`): whether the server ran
+    // the call is not said by it (a GOAWAY's last stream covers it), so only when asked.
+    if call.grpc && rx.is_end_stream() && retry_on.holds(grpc_status(&parts.headers)) {
+        return Err(Fail::Status(Box::new(parts)));
     }
     processed.set(true);
-    let mut resp = Response::from_parts(parts, ());
-    if let Some(v) = &gw.alt_svc {
-        if let http::header::Entry::Vacant(e) = resp.headers_mut().entry(http::header::ALT_SVC) {
-            e.insert(v.clone());
-        }
-    }
-    if let Some(c) = cookie {
-        resp.headers_mut().append(http::header::SET_COOKIE, c);
-    }
+    let resp = answer_head(gw, parts, cookie);
     let empty = rx.is_end_stream();
     if respond.respond(resp, empty).is_err() {
         return Err(Fail::Client);
@@ -345,6 +350,7 @@ async fn exchange<I: Inbound, O: Outbound>(
                     Err(Up::Wait(BodyWait::Client)) => break Err(Down::Client),
                     Err(Up::Wait(BodyWait::Stalled)) => break Err(Down::Stalled),
                     Err(Up::Wait(BodyWait::Length)) => break Err(Down::Length),
+                    Err(Up::Wait(BodyWait::TooLarge)) => break Err(Down::TooLarge),
                 },
             }
         }
@@ -361,6 +367,7 @@ async fn exchange<I: Inbound, O: Outbound>(
             );
         }
         Err(Down::Length) => malformed(gw, respond, "the body is not its content-length"),
+        Err(Down::TooLarge) => too_large(gw, respond, call.grpc),
         Err(Down::Deadline) => end_call(gw, respond, Code::DeadlineExceeded, DEADLINE).await,
         Err(Down::Backend(e)) => lost_midway(gw, respond, call, &e).await,
         Err(Down::Silent) => {
@@ -371,10 +378,28 @@ async fn exchange<I: Inbound, O: Outbound>(
     Ok(())
 }
 
-/// A trailers-only gRPC answer that turned the call away: `CANCELLED` or `UNAVAILABLE`.
-fn turned_away(h: &HeaderMap) -> bool {
-    h.get("grpc-status")
-        .is_some_and(|v| v.as_bytes() == b"1" || v.as_bytes() == b"14")
+/// A trailers-only answer's `grpc-status`, empty when it has none.
+fn grpc_status(h: &HeaderMap) -> &[u8] {
+    h.get("grpc-status").map_or(&[], |v| v.as_bytes())
+}
+
+/// The backend's answer head as the client gets it: `Alt-Svc` unless the backend set one,
+/// and the sticky cookie.
+fn answer_head(
+    gw: &Gateway,
+    parts: http::response::Parts,
+    cookie: Option<http::HeaderValue>,
+) -> Response<()> {
+    let mut resp = Response::from_parts(parts, ());
+    if let Some(v) = &gw.alt_svc {
+        if let http::header::Entry::Vacant(e) = resp.headers_mut().entry(http::header::ALT_SVC) {
+            e.insert(v.clone());
+        }
+    }
+    if let Some(c) = cookie {
+        resp.headers_mut().append(http::header::SET_COOKIE, c);
+    }
+    resp
 }
 
 /// What a stream's error before its answer means for sending it again.
@@ -424,6 +449,7 @@ enum Down {
     Stalled,
     /// The client's body is not its `content-length`.
     Length,
+    TooLarge,
     Deadline,
     /// No byte from the backend for `--idle-timeout`.
     Silent,
@@ -479,85 +505,4 @@ async fn download<O: Outbound>(
         Ok(None) => Ok(respond.send(Bytes::new(), true, gw.stall).await?),
         Err(e) => Err(Down::Backend(e)),
     }
-}
-
-/// Trailers without what may not travel as one, nor the forwarding names.
-fn filtered(gw: &Gateway, mut t: HeaderMap) -> HeaderMap {
-    let drop: Vec<_> = t
-        .keys()
-        .filter(|n| gw.fwd.strips(n.as_str().as_bytes()) || !allowed_trailer(n))
-        .cloned()
-        .collect();
-    for n in drop {
-        t.remove(n);
-    }
-    t
-}
-
-impl From<BodyWait> for Up {
-    fn from(w: BodyWait) -> Self {
-        Up::Wait(w)
-    }
-}
-
-/// The body up: what was kept from an earlier try first, then the client's as it comes,
-/// each piece sent within the backend's window and its own window given back to the
-/// client once sent; then the client's trailers, or the end.
-async fn upload<I: Inbound>(
-    gw: &Gateway,
-    tx: &mut SendStream<Bytes>,
-    body: &mut I,
-    framing: Body,
-    replay: &mut Replay,
-    processed: &Cell<bool>,
-) -> Result<(), Up> {
-    if framing == Body::None {
-        return Ok(());
-    }
-    for piece in replay.pieces.clone() {
-        send_data(gw, tx, piece).await?;
-    }
-    let mut left = match framing {
-        Body::Length(n) => Some(n.saturating_sub(replay.len as u64)),
-        _ => None,
-    };
-    if replay.over {
-        return Err(Up::Backend); // cannot be whole again: the caller never gets here
-    }
-    loop {
-        // Before the answer the client is waited on for --http-stall-timeout; once the
-        // backend answers, a stream both ways may rest for --idle-timeout.
-        let wait = if processed.get() { gw.idle } else { gw.stall };
-        let Some(data) = next_piece(body, wait, &mut left).await? else {
-            break;
-        };
-        let n = data.len();
-        if !processed.get() {
-            replay.keep(&data);
-        }
-        send_data(gw, tx, data).await?;
-        body.release(n);
-    }
-    let trailers = trailers_within(body, gw.stall).await?;
-    match trailers.map(|t| filtered(gw, t)).filter(|t| !t.is_empty()) {
-        Some(t) => tx.send_trailers(t).map_err(|_| Up::Backend),
-        None => tx.send_data(Bytes::new(), true).map_err(|_| Up::Backend),
-    }
-}
-
-/// `data` to the backend as its window opens, never ahead of it.
-async fn send_data(gw: &Gateway, tx: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), Up> {
-    while !data.is_empty() {
-        tx.reserve_capacity(data.len());
-        let cap = match tokio::time::timeout(gw.idle, poll_fn(|cx| tx.poll_capacity(cx))).await {
-            Ok(Some(Ok(n))) => n,
-            _ => return Err(Up::Backend),
-        };
-        if cap == 0 {
-            continue;
-        }
-        let piece = data.split_to(cap.min(data.len()));
-        tx.send_data(piece, false).map_err(|_| Up::Backend)?;
-    }
-    Ok(())
 }

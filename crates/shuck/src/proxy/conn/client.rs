@@ -50,7 +50,11 @@ where
                 error = %why,
                 "request refused",
             );
-            Some(h1::BAD_REQUEST)
+            Some(match why.status() {
+                501 => h1::NOT_IMPLEMENTED,
+                413 => h1::PAYLOAD_TOO_LARGE,
+                _ => h1::BAD_REQUEST,
+            })
         }
         RelayEnd::Stray => {
             tracing::debug!(
@@ -79,9 +83,12 @@ where
         | RelayEnd::BackendClosed
         | RelayEnd::SendAgain => return,
     };
+    // The edge policy's answer rules cover shuck's own answers too (nginx's `always`).
+    let own = http.map(|h| &h.exchange.own);
+    let answer = answer.map(|a| own.map_or(std::borrow::Cow::Borrowed(a), |o| o.own_h1(a)));
     let _ = tokio::time::timeout(CLOSE_GRACE, async {
         if let Some(a) = answer {
-            tls.write_all(a).await?;
+            tls.write_all(&a).await?;
         }
         tls.shutdown().await
     })
@@ -119,7 +126,15 @@ fn log_end(l: &h1::log::H1Log, end: &RelayEnd, stalled_408: bool, http: Option<&
         RelayEnd::IdleTimeout => (C::BackendTimeout, C::BackendTimeout, None),
         RelayEnd::Error(Side::Client, _) => (C::ClientClosed, C::ClientClosed, None),
         RelayEnd::Error(Side::Backend, _) => (C::AnswerCut, C::BackendReset, None),
-        RelayEnd::BadRequest(_) => (C::BadRequest, C::BadRequest, Some((400, C::BadRequest))),
+        RelayEnd::BadRequest(why) => {
+            let own = (why.status(), C::BadRequest);
+            // A head refused: its own line, with its request line. A body refused: the
+            // line of its request, already open, takes the status.
+            if let Some(head) = http.and_then(|h| h.request.refused_head()) {
+                return l.ended_refused(head, C::BadRequest, C::BadRequest, own);
+            }
+            (C::BadRequest, C::BadRequest, Some(own))
+        }
         RelayEnd::HttpTimeout(h1::Expired::Request) => (
             C::RequestTimeout,
             C::RequestTimeout,

@@ -123,7 +123,8 @@ impl Ends<'_> {
                 (None, Some(h)) => h1::head::key_of_head(b, client.ip(), h.request.held_head()),
                 _ => b.key_of_client(client.ip()),
             };
-            let opened = open(worker, b, pre, client, tls, fe_counters, http_mode, &key);
+            let own = http.as_deref().map(|h| &h.exchange.own);
+            let opened = open(worker, b, pre, client, tls, fe_counters, own, &key);
             let Some((mut backend, lease)) = opened.await else {
                 if let Some(l) = http.as_deref().and_then(|h| h.exchange.log.as_deref()) {
                     let refused = Some((503, Cause::BackendRefused));
@@ -340,6 +341,16 @@ impl Ends<'_> {
             handshake: None,
             log: self.log.cloned(),
             requests: None,
+            // The rewriter resolved the policy of each request; h1/front/ hands it over.
+            policy: None,
+            policed: false,
+            // The rewriter judged each request's client and wrote it in X-Forwarded-For,
+            // which the core reads back from the trusted peer's connection.
+            behind: crate::gateway::real_ip::Behind::of(
+                self.client.ip(),
+                state.trusted.as_ref(),
+                None,
+            ),
         };
         let max_head = state.http.unwrap_or_default();
         let gw = crate::gateway::Gateway::new(
@@ -368,6 +379,7 @@ impl Ends<'_> {
         log.log(&access::Record {
             start_us: crate::clock::unix_us().saturating_sub(access::record::micros(took)),
             conn,
+            client: None,
             method: b"",
             authority: b"",
             path: b"",
@@ -435,7 +447,7 @@ async fn open<S>(
     client: SocketAddr,
     tls: &mut S,
     fe_counters: &FrontendCounters,
-    http: bool,
+    http: Option<&crate::gateway::policy::AnswerRules>,
     key: &crate::backend::balance::Key,
 ) -> Option<(Upstream, crate::backend::Lease)>
 where
@@ -446,9 +458,9 @@ where
         Err(e) => {
             worker.connect_failed(client, &e);
             WorkerCounters::bump(&fe_counters.refused);
-            if http {
-                let _ =
-                    tokio::time::timeout(CLOSE_GRACE, tls.write_all(h1::SERVICE_UNAVAILABLE)).await;
+            if let Some(own) = http {
+                let answer = own.own_h1(h1::SERVICE_UNAVAILABLE);
+                let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(&answer)).await;
             }
             // close_notify, then FIN: the client learns at once that nothing will come.
             let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;

@@ -328,6 +328,13 @@ fn told(
             handshake: None,
             log,
             requests,
+            policy: routing.frontend_policy(&frontend.name),
+            policed: true,
+            behind: crate::gateway::real_ip::Behind::of(
+                client.ip(),
+                state.trusted.as_ref(),
+                Some((state.clients.clone(), frontend.client_policy())),
+            ),
         };
         return Told::H2(client, max_head);
     }
@@ -340,6 +347,14 @@ fn told(
         let mut h = Http::new(client.ip(), max, cert_header, timeouts);
         if let Some(line) = &frontend.alt_svc_line {
             h.response.announce(line.clone());
+        }
+        if routing.has_policy() {
+            let connection = crate::edge::route::Target {
+                backend: fallback,
+                route: routing.sni_route(tls.sni()),
+            };
+            let own = routing.frontend_policy(&frontend.name);
+            h.police(routing.clone(), own, connection);
         }
         if let Some(c) = chooser() {
             h.request.route(c);

@@ -29,8 +29,8 @@ pub enum Kind {
     Stats = 1,
     /// The replication socket.
     Replication = 2,
-    /// The `--acme-http-listen` socket (http-01 answers).
-    AcmeHttp = 3,
+    /// A plain-HTTP listener (`--redirect-listen`, `--acme-http-listen`).
+    Plain = 3,
     /// A frontend's UDP socket for QUIC (`--quic`).
     Quic = 4,
 }
@@ -346,7 +346,7 @@ pub(super) fn decode(tag: u8, payload: &[u8], fds: Vec<OwnedFd>) -> Result<Msg, 
                     0 => Kind::Frontend,
                     1 => Kind::Stats,
                     2 => Kind::Replication,
-                    3 => Kind::AcmeHttp,
+                    3 => Kind::Plain,
                     4 => Kind::Quic,
                     k => {
                         return Err(CodecError::Invalid {

@@ -18,8 +18,13 @@ pub(crate) fn open_files(config: &Config) -> Result<Vec<(usize, File)>, StartErr
     };
     let mut files = Vec::new();
     for (sink, target) in settings.sinks.iter().enumerate() {
-        if let Target::File(path) = target {
-            let f = crate::system::files::create_nofollow(path, true).map_err(|source| {
+        let (path, fifo) = match target {
+            Target::File(p) => (p, false),
+            Target::Fifo(p) => (p, true),
+            _ => continue,
+        };
+        {
+            let f = crate::system::files::open_log(path, fifo).map_err(|source| {
                 StartError::AccessLog {
                     path: path.clone(),
                     source,

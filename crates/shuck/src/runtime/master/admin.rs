@@ -146,7 +146,7 @@ impl super::Run {
                     .bans
                     .retain(|b| b.live(now) && b.block != ban.block);
                 let body = json!({ "banned": crate::admin::clients::ban_json(&ban) });
-                tracing::info!(name: "client_banned", block = %ban.block, reason = %ban.reason, "admin API: {} banned", ban.block);
+                tracing::info!(name: "client_banned", block = %ban.block, reason = ?ban.reason, "admin API: {} banned", ban.block);
                 self.admin.bans.push(ban);
                 self.save_server_settings();
                 let call = WorkerCall::Bans(self.admin.bans.clone());

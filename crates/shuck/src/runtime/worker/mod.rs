@@ -181,6 +181,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         frontends: frontends.names.clone(),
         served: frontends.served.clone(),
         acme: config.acme.as_ref().map(|_| Default::default()),
+        plain: (!services.plain.0.is_empty()).then(|| services.plain.1.clone()),
     });
     let access = sources.state.access.clone();
     let reloader = Reloader::new(
@@ -336,6 +337,7 @@ fn proxy_state(
         quic_tokens: crate::tls::quic_tokens::tokens(config.farm_key()),
         access,
         request_id: config.request_id.clone(),
+        trusted: config.trusted_proxies.clone(),
         clients,
     }
 }

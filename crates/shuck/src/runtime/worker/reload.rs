@@ -137,10 +137,10 @@ impl Reloader {
     /// (those under way keep the ones they started with; a backend whose servers stayed
     /// keeps them, with their connections and state).
     fn reroute(&mut self, new: &Config) {
-        let fronts = |c: &Config| -> Vec<(String, Option<String>)> {
+        let fronts = |c: &Config| -> Vec<(String, Option<String>, crate::config::policy::Policy)> {
             c.frontends
                 .iter()
-                .map(|f| (f.endpoint.to_string(), f.backend.clone()))
+                .map(|f| (f.endpoint.to_string(), f.backend.clone(), f.policy.clone()))
                 .collect()
         };
         let old = &self.current;
@@ -161,6 +161,8 @@ impl Reloader {
             && format!("{:?}", old.named_backends) == format!("{:?}", new.named_backends)
             && old.routes == new.routes
             && fronts(old) == fronts(new)
+            && old.limits.http_refuse_encoded_slashes == new.limits.http_refuse_encoded_slashes
+            && old.policy == new.policy
         {
             return;
         }
@@ -312,7 +314,10 @@ impl Reloader {
         let old = self.current.access_log.as_ref().map(|a| &a.sinks[..]);
         for (sink, target) in settings.sinks.iter().enumerate() {
             if old.and_then(|o| o.get(sink)) == Some(target)
-                || matches!(target, crate::access::Target::File(_))
+                || matches!(
+                    target,
+                    crate::access::Target::File(_) | crate::access::Target::Fifo(_)
+                )
             {
                 continue;
             }

@@ -21,8 +21,9 @@ use crate::tls::ocsp::manager::{self as ocsp, Target, Updates};
 pub struct Services {
     /// The `--stats` listener, served by the supervisor's runtime.
     pub stats: Option<std::net::TcpListener>,
-    /// The `--acme-http-listen` listener, served by the supervisor's runtime.
-    pub acme_http: Option<std::net::TcpListener>,
+    /// The plain-HTTP listeners (`--redirect-listen`, `--acme-http-listen`), served by the
+    /// supervisor's runtime, and what they read.
+    pub plain: (Vec<std::net::TcpListener>, Arc<crate::redirect::Plain>),
     /// With ACME and replication: farm messages out to the peers, and in from them.
     pub farm: Option<(
         crate::session::sync::FarmOut,
@@ -138,7 +139,10 @@ impl Services {
         };
         Ok(Services {
             stats: sockets.stats,
-            acme_http: sockets.acme_http,
+            plain: (
+                sockets.plain,
+                crate::redirect::Plain::new(config, clients.clone()),
+            ),
             farm,
             ocsp_updates,
             restaple,

@@ -162,15 +162,19 @@ impl Supervisor {
                 );
                 tokio::spawn(stats::serve(l, sources.clone()));
             }
-            if let Some(l) = services.acme_http.take() {
+            let plain = services.plain.1.clone();
+            for l in std::mem::take(&mut services.plain.0) {
                 let l = tokio::net::TcpListener::from_std(l)?;
+                let code = reloader.current.redirect.code;
                 tracing::info!(
-                    name: "http01_listening",
+                    name: "redirect_listening",
                     addr = %(l.local_addr()?),
-                    "answering ACME http-01 challenges at http://{}/.well-known/acme-challenge/ (other requests: 301 to https)",
+                    acme = reloader.current.acme.is_some(),
+                    "plain HTTP on http://{}: {code} to https{}",
                     l.local_addr()?,
+                    if reloader.current.acme.is_some() { ", ACME http-01 answered" } else { "" },
                 );
-                tokio::spawn(crate::acme::http01::serve(l));
+                tokio::spawn(crate::redirect::serve(l, plain.clone()));
             }
             let (farm_out, mut farm_in) = match services.farm.take() {
                 Some((out, rx)) => (Some(out), Some(rx)),
@@ -222,7 +226,10 @@ impl Supervisor {
                                 }
                             }
                         }
-                        Some(Msg::Apply(rec)) => reloader.apply(&mut frontends, rec, &mut given),
+                        Some(Msg::Apply(rec)) => {
+                            reloader.apply(&mut frontends, rec, &mut given);
+                            plain.follow(&reloader.current);
+                        }
                         Some(Msg::AccessLog(sink, fd)) => reloader.access_file(sink, fd),
                         Some(Msg::Tickets(state)) => {
                             if let Some(t) = &resumption.tickets {
@@ -295,12 +302,9 @@ impl Supervisor {
                         farm_message(&body, &master, farm_out.as_ref(), worker_id);
                     }
                     _ = report.tick() => {
-                        tracing::debug!(
-                            name: "summary",
-                            summary = %(stats::summary(&sources)),
-                            "{}",
-                            stats::summary(&sources),
-                        );
+                        // The summary once, as the message (a field beside it printed it
+                        // twice on every line).
+                        tracing::debug!(name: "summary", "{}", stats::summary(&sources));
                         crate::acme::answers::answers().expire(crate::acme::answers::MAX_AGE);
                     }
                     _ = workers.done.recv() => {
@@ -322,7 +326,6 @@ impl Supervisor {
             tokio::select! {
                 _ = workers.done.recv() => tracing::info!(
                     name: "stopped",
-                    summary = %(stats::summary(&sources)),
                     "stopped; {}",
                     stats::summary(&sources),
                 ),

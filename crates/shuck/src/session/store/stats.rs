@@ -19,17 +19,24 @@ pub enum Op {
     RingWrite,
     /// The rotation lock taken or renewed.
     Lock,
+    /// This host's report of its clients and bans written (`--client-share-interval`).
+    ClientsWrite,
+    /// The farm's reports read (`unsealed`: a value that did not open; `miss`: a host's
+    /// report read torn).
+    ClientsRead,
 }
 
 impl Op {
     /// Every operation, in the order of [`Op::name`].
-    pub const ALL: [Op; 6] = [
+    pub const ALL: [Op; 8] = [
         Op::Get,
         Op::Take,
         Op::Put,
         Op::RingRead,
         Op::RingWrite,
         Op::Lock,
+        Op::ClientsWrite,
+        Op::ClientsRead,
     ];
 
     /// Its label value.
@@ -41,6 +48,8 @@ impl Op {
             Op::RingRead => "ring_read",
             Op::RingWrite => "ring_write",
             Op::Lock => "lock",
+            Op::ClientsWrite => "clients_write",
+            Op::ClientsRead => "clients_read",
         }
     }
 }

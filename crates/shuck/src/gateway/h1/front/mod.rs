@@ -33,6 +33,7 @@ use super::{Expired, Http};
 use crate::backend::Server;
 use crate::edge::route::BackendId;
 use crate::gateway::front::SendError;
+use crate::gateway::policy::{AnswerRules, Answering};
 use crate::gateway::Gateway;
 
 /// How a run of requests through the core ended.
@@ -212,8 +213,9 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> Wire<'a, S> {
     }
 
     /// The request just taken leaves the rewriter's books: the answers it owes, the IDs
-    /// it echoes and the lines it logs are the core's for it.
-    fn took(&self) {
+    /// it echoes and the lines it logs are the core's for it; the answer rules of the
+    /// route the rewriter chose for it, given back.
+    fn took(&self) -> AnswerRules {
         let mut http = self.http.borrow_mut();
         let ex = &mut http.exchange;
         ex.pending.pop_front();
@@ -221,6 +223,7 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> Wire<'a, S> {
         if let Some(l) = &ex.log {
             l.taken_by_core();
         }
+        ex.answers.pop_front().unwrap_or_default()
     }
 
     /// close_notify, within `--http-stall-timeout`.
@@ -258,7 +261,7 @@ where
             Ok(m) => m,
             Err(e) => break e,
         };
-        wire.took();
+        let rules = wire.took();
         id += 1;
         let end_stream = msg.framing == head::Framing::None;
         *wire.turn.borrow_mut() = Turn {
@@ -266,7 +269,9 @@ where
             ..Turn::default()
         };
         let body = body::Body::new(&wire, msg.framing);
-        let answer = answer::Answer::new(&wire, &msg, id);
+        // The edge policy's answer phase, for the route the rewriter chose (the core,
+        // told only the backend, applies none of it to these requests).
+        let answer = Answering::new(answer::Answer::new(&wire, &msg, id), rules);
         let active = gw.stream_opened();
         if let Some(stream) = crate::gateway::accept(active, msg.parts, end_stream, body, answer) {
             stream.await;

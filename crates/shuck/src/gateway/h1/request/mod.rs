@@ -40,6 +40,17 @@ pub enum Hold {
     Refused(crate::clients::Refused),
 }
 
+/// What the edge policy needs to resolve a request's part (`gateway/policy/`).
+#[derive(Debug)]
+pub struct Police {
+    /// The levels.
+    pub routing: std::sync::Arc<crate::edge::route::Routing>,
+    /// The frontend's own level.
+    pub frontend: Option<std::sync::Arc<crate::config::policy::Policy>>,
+    /// Where a request no route takes goes.
+    pub connection: crate::edge::route::Target,
+}
+
 /// The request side of HTTP mode.
 #[derive(Debug)]
 pub struct RequestRewriter {
@@ -48,6 +59,8 @@ pub struct RequestRewriter {
     head: HeadBuf,
     /// Client bytes held while an upgrade is pending.
     held: Vec<u8>,
+    /// `held` is a head refused as malformed (for the access log's line).
+    head_refused: bool,
     /// The injected headers, made once per connection, and another header the client may
     /// not set (`--client-cert-header`).
     fwd: Forwarding,
@@ -85,6 +98,8 @@ pub struct RequestRewriter {
     rekey: Option<(std::sync::Arc<crate::edge::route::Routing>, Key)>,
     /// The client, whose address a key may be.
     ip: IpAddr,
+    /// The edge policy, when some level gives one.
+    police: Option<Box<Police>>,
 }
 
 /// What the request side is waiting for, for HTTP mode's timeouts.
@@ -122,6 +137,7 @@ impl RequestRewriter {
             state: State::Head,
             head: HeadBuf::new(max_head),
             held: Vec::new(),
+            head_refused: false,
             fwd: Forwarding::new(ip, cert_header),
             head_started: None,
             trailer: Vec::new(),
@@ -136,7 +152,13 @@ impl RequestRewriter {
             request_id: None,
             rekey: None,
             ip,
+            police: None,
         }
+    }
+
+    /// Each request under the edge policy `police` resolves.
+    pub fn police(&mut self, police: Police) {
+        self.police = Some(Box::new(police));
     }
 
     /// Each request gets an ID in `spec`'s header (`--request-id-header`).
@@ -184,6 +206,12 @@ impl RequestRewriter {
     /// The head of a request held (for another backend, or misdirected).
     pub fn held_head(&self) -> &[u8] {
         &self.held
+    }
+
+    /// The head refused as malformed, when the refusal was of a head (not of a body under
+    /// way, whose request has its own line already).
+    pub fn refused_head(&self) -> Option<&[u8]> {
+        self.head_refused.then_some(&self.held[..])
     }
 
     /// What is held, if anything.
@@ -337,7 +365,14 @@ impl RequestRewriter {
                         Pushed::Complete { used, head } => {
                             i += used;
                             self.head_started = None;
-                            self.start_message(&head, out, ex)?;
+                            if let Err(e) = self.start_message(&head, out, ex) {
+                                // Kept for the access log's line, as nginx logs a refused
+                                // request's line (fail2ban's filters read it).
+                                self.held.clear();
+                                self.held.extend_from_slice(&head);
+                                self.head_refused = true;
+                                return Err(e);
+                            }
                         }
                         Pushed::TooLarge => {
                             return Err(Rejected("request head too large (--max-header-bytes)"));

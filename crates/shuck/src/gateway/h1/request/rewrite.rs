@@ -4,10 +4,15 @@
 
 use super::{Hold, RequestRewriter, State};
 use crate::edge::route::BackendId;
-use crate::gateway::choose::{path_of, Choice};
-use crate::gateway::fields::{check_host, content_length, is_forwarding, is_request_id, Rejected};
+use crate::gateway::choose::{path_of, Choice, ENCODED_SLASH};
+use crate::gateway::fields::{
+    check_host, content_length, is_forwarding, is_request_id, Rejected, UNSUPPORTED_CODING,
+};
 use crate::gateway::h1::chunked::Chunked;
 use crate::gateway::h1::{Exchange, Pending, Upgrade, MAX_PIPELINE};
+use crate::gateway::policy::body::{Budget, TOO_LARGE};
+use crate::gateway::policy::{AnswerRules, Effective, RequestRules};
+use crate::gateway::request::HeadOut;
 
 impl RequestRewriter {
     /// Judges, routes and rewrites one whole head into `out`.
@@ -51,21 +56,27 @@ impl RequestRewriter {
             self.held.extend_from_slice(head);
             return Ok(());
         }
+        let mut routed = None;
         if let Some(c) = &self.choose {
             // A Host that passed check_host is ASCII.
             let host = host.and_then(|h| std::str::from_utf8(h).ok());
-            let hold = match c.choose(host, path_of(path)) {
+            let choice = c.choose(host, path_of(path));
+            if let Choice::Backend(t) = choice {
+                routed = Some(t);
+            }
+            let hold = match choice {
                 Choice::Misdirected => Some(Hold::Misdirected),
                 Choice::Forbidden => Some(Hold::Refused(crate::clients::Refused {
                     reason: crate::clients::Reason::Deny,
                     retry_ms: None,
                     first: false,
                 })),
-                Choice::Backend(b) if self.current.is_none_or(|c| c == b) => {
-                    self.current = Some(b);
+                Choice::Backend(t) if self.current.is_none_or(|c| c == t.backend) => {
+                    self.current = Some(t.backend);
                     None
                 }
-                Choice::Backend(b) => Some(Hold::Switch(b)),
+                Choice::Backend(t) => Some(Hold::Switch(t.backend)),
+                Choice::EncodedSlash => return Err(Rejected(ENCODED_SLASH)),
             };
             if let Some(h) = hold {
                 self.state = State::Held(h);
@@ -80,6 +91,15 @@ impl RequestRewriter {
             self.held.extend_from_slice(head);
             return Ok(());
         }
+        // The edge policy's request phase: what applies to where it goes.
+        let policy = self.police.as_deref().map_or_else(Effective::default, |p| {
+            Effective::of(
+                &p.routing,
+                routed.unwrap_or(p.connection),
+                p.frontend.as_deref(),
+            )
+        });
+        let mut rules = RequestRules::new(policy.request);
         let mut length: Option<u64> = None;
         let mut chunked = false;
         let mut te_seen = false;
@@ -150,9 +170,18 @@ impl RequestRewriter {
                 te_seen = true;
                 let v =
                     std::str::from_utf8(h.value).map_err(|_| Rejected("bad Transfer-Encoding"))?;
-                let last = v.rsplit(',').next().unwrap_or("").trim();
-                // Only the last coding of the last header decides; it must be chunked.
-                chunked = last.eq_ignore_ascii_case("chunked");
+                // chunked, once, is the only coding shuck reads: anything else before it
+                // (`gzip, chunked`) would reach the backend decoded of the chunks alone,
+                // its coding lost on the way to an HTTP/2 backend.
+                for coding in v.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+                    if !coding.eq_ignore_ascii_case("chunked") {
+                        return Err(Rejected(UNSUPPORTED_CODING));
+                    }
+                    if chunked {
+                        return Err(Rejected("chunked twice in Transfer-Encoding"));
+                    }
+                    chunked = true;
+                }
             } else if name.eq_ignore_ascii_case("upgrade") {
                 // h2c would make the rest of the connection HTTP/2 that no rewriter reads
                 // (forged forwarding fields would reach the backend): its token is dropped.
@@ -175,6 +204,8 @@ impl RequestRewriter {
                 continue;
             } else if name.eq_ignore_ascii_case("http2-settings") {
                 continue; // h2c's own field, meaningless once its token is dropped
+            } else if !rules.is_empty() && !rules.keeps(name.as_bytes()) {
+                continue; // a rule's own value, written below
             }
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b": ");
@@ -190,15 +221,24 @@ impl RequestRewriter {
         if te_seen && (!chunked || version == 0) {
             return Err(Rejected("unsupported Transfer-Encoding"));
         }
+        let budget = Budget::new(policy.max_body);
+        if length.is_some_and(|n| budget.refuses(n)) {
+            return Err(Rejected(TOO_LARGE));
+        }
         let id = self.request_id.as_ref().map(|spec| {
-            let id = crate::access::request_id::RequestId::of(given_id.into_iter());
+            let trusted = spec.trusts(self.ip);
+            let id = crate::access::request_id::RequestId::of(trusted, given_id.into_iter());
             id.write_line(&spec.name, out);
             if spec.respond {
                 ex.ids.push_back(id);
             }
             id
         });
+        rules.finish(|r| HeadOut::rule(out, r));
         out.extend_from_slice(self.fwd.lines.as_bytes());
+        if ex.policed {
+            ex.answers.push_back(AnswerRules::of(&policy));
+        }
 
         self.requests += 1;
         self.closing = close;
@@ -227,7 +267,7 @@ impl RequestRewriter {
             self.retry_head.extend_from_slice(&out[head_at..]);
         }
         self.state = if chunked {
-            State::Chunked(Chunked::new())
+            State::Chunked(Chunked::within(budget))
         } else if let Some(n) = length.filter(|&n| n > 0) {
             State::Body(n)
         } else if upgrade {
@@ -254,7 +294,7 @@ impl RequestRewriter {
             .backend(*id)
             .key_of_request(self.ip, path.as_bytes(), &pairs);
         let moves = match now.sticky {
-            Some(s) => s != crate::backend::balance::server_id(server.name()),
+            Some(s) => s != server.sticky_id(),
             None => now.hash != then.hash,
         };
         moves.then_some(*id)

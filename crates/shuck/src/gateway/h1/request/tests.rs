@@ -116,7 +116,15 @@ fn smuggling_and_malformed_heads_are_refused() {
         (b"GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n", "malformed"),
         (
             b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
-            "Transfer-Encoding",
+            "transfer coding",
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "transfer coding",
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "chunked twice",
         ),
         (
             b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",

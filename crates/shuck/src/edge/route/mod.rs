@@ -10,146 +10,39 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rustls::pki_types::ServerName;
+mod backend;
 
-use crate::backend::balance::{self, Balance, HashKey, Key};
-use crate::backend::{Address, Pool, PoolLimits, Server};
+use backend::named;
+pub use backend::{pool_limits, server, server_label, Backend, BackendTls};
+
+use crate::backend::Pool;
 use crate::clients::Rules;
-use crate::config::{
-    BackendEndpoint, BackendSpec, Config, NamedBackend, Preamble, Proto, RouteMatch,
-};
-
-/// One backend: its servers and how they are reached.
-#[derive(Debug)]
-pub struct Backend {
-    /// As routes, logs and metrics name it (`default` for `-b`'s).
-    pub name: std::sync::Arc<str>,
-    /// Its servers, queues and down-marking.
-    pub pool: Pool,
-    /// What is written before the client's bytes.
-    pub preamble: Preamble,
-    /// TLS to its servers, when on.
-    pub tls: Option<BackendTls>,
-    /// `--http`: the HTTP version its servers speak.
-    pub proto: Proto,
-    /// `proto = h2`: most streams on one shared connection.
-    pub max_streams: usize,
-    /// `--http`: the sticky cookie naming a client's server.
-    pub cookie: Option<Box<str>>,
-    /// Its servers as configured, to tell at a reload whether they changed.
-    spec: String,
-}
-
-impl Backend {
-    /// What a connection from `client` brings to the choice of its server (TCP mode, and
-    /// a backend whose method reads nothing of a request).
-    pub fn key_of_client(&self, client: std::net::IpAddr) -> Key {
-        match self.pool.balance() {
-            Balance::Hash {
-                key: HashKey::Source,
-                ..
-            } => Key {
-                hash: Some(source_hash(client)),
-                sticky: None,
-            },
-            _ => Key::default(),
-        }
-    }
-
-    /// Whether the choice of its server reads a request (a path, header or cookie).
-    pub fn reads_requests(&self) -> bool {
-        self.cookie.is_some()
-            || matches!(self.pool.balance(), Balance::Hash { key, .. } if *key != HashKey::Source)
-    }
-
-    /// What a request from `client` for `path` with `fields` (name, value) brings to the
-    /// choice of its server: its key's hash, and the server its sticky cookie names.
-    pub fn key_of_request(
-        &self,
-        client: std::net::IpAddr,
-        path: &[u8],
-        fields: &[(&[u8], &[u8])],
-    ) -> Key {
-        let mut key = self.key_of_client(client);
-        if !self.reads_requests() {
-            return key;
-        }
-        let cookie = |name: &str| {
-            fields
-                .iter()
-                .filter(|(n, _)| n.eq_ignore_ascii_case(b"cookie"))
-                .find_map(|(_, v)| cookie_value(v, name.as_bytes()))
-        };
-        if let Balance::Hash { key: k, .. } = self.pool.balance() {
-            key.hash = match k {
-                HashKey::Source => key.hash,
-                HashKey::Path => {
-                    let end = path.iter().position(|&b| b == b'?').unwrap_or(path.len());
-                    Some(balance::hash(&path[..end]))
-                }
-                HashKey::Header(name) => fields
-                    .iter()
-                    .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
-                    .map(|(_, v)| balance::hash(v)),
-                HashKey::Cookie(name) => cookie(name).map(balance::hash),
-            };
-        }
-        if let Some(name) = &self.cookie {
-            key.sticky = cookie(name)
-                .and_then(|v| std::str::from_utf8(v).ok())
-                .and_then(|v| u64::from_str_radix(v, 16).ok());
-        }
-        key
-    }
-
-    /// The `Set-Cookie` that pins a client to `server`, when the backend has a sticky
-    /// cookie and the request did not already name that server.
-    pub fn set_cookie(
-        &self,
-        key: &Key,
-        server: &crate::backend::Server,
-    ) -> Option<http::HeaderValue> {
-        let name = self.cookie.as_deref()?;
-        let id = balance::server_id(server.name());
-        if key.sticky == Some(id) {
-            return None;
-        }
-        http::HeaderValue::from_str(&format!("{name}={id:016x}; Path=/; HttpOnly")).ok()
-    }
-}
-
-/// `client`'s hash for `hash-key = source`: its address's bytes.
-fn source_hash(client: std::net::IpAddr) -> u64 {
-    match client.to_canonical() {
-        std::net::IpAddr::V4(a) => balance::hash(&a.octets()),
-        std::net::IpAddr::V6(a) => balance::hash(&a.octets()),
-    }
-}
-
-/// The value of cookie `name` in a `Cookie` field's `a=1; b=2`.
-fn cookie_value<'a>(field: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
-    field.split(|&b| b == b';').find_map(|pair| {
-        let pair = pair.trim_ascii();
-        let eq = pair.iter().position(|&b| b == b'=')?;
-        (pair[..eq].trim_ascii() == name).then(|| pair[eq + 1..].trim_ascii())
-    })
-}
-
-/// TLS to a backend's servers: the connector (one client configuration, so sessions
-/// resume across connections) and the name each server is verified by.
-#[derive(Debug)]
-pub struct BackendTls {
-    /// Its client configuration (and so its session cache).
-    pub config: std::sync::Arc<rustls::ClientConfig>,
-    /// `proto = auto`: the configuration of its HTTP/1.1 connections (ALPN `http/1.1`
-    /// alone); `None`: `config` for every connection.
-    pub h1: Option<std::sync::Arc<rustls::ClientConfig>>,
-    /// Each server's name (by the server's own name, as the pool gives it), in order.
-    pub names: Vec<(Box<str>, ServerName<'static>)>,
-}
+use crate::config::{Config, Preamble, Proto, RouteMatch};
 
 /// The index of a backend in its [`Routing`].
 pub type BackendId = u32;
+
+/// The index of a route in its [`Routing`].
+pub type RouteId = u32;
+
+/// What a route holds besides its match and backend, for `--http`'s requests.
+#[derive(Debug, Default)]
+struct Route {
+    /// Who may reach it (`client-allow`, `client-deny`).
+    rules: Option<Rules>,
+    /// Its level of the edge's policy.
+    policy: crate::config::policy::Policy,
+}
+
+/// Where a request was sent: its backend, and the route that chose it (none: the
+/// connection's frontend or the default chose).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// The backend.
+    pub backend: BackendId,
+    /// The route.
+    pub route: Option<RouteId>,
+}
 
 /// The default backend's index.
 pub const DEFAULT: BackendId = 0;
@@ -195,14 +88,14 @@ impl<T> Names<T> {
 
 /// A host's path prefixes, longest first (the empty one, every path, last).
 #[derive(Debug, Default)]
-struct Paths(Vec<(Box<str>, BackendId, Option<Arc<Rules>>)>);
+struct Paths(Vec<(Box<str>, BackendId, RouteId)>);
 
 impl Paths {
-    fn find(&self, path: &str) -> Option<(BackendId, Option<&Rules>)> {
+    fn find(&self, path: &str) -> Option<(BackendId, RouteId)> {
         self.0
             .iter()
             .find(|(p, _, _)| path.starts_with(&**p))
-            .map(|(_, b, r)| (*b, r.as_deref()))
+            .map(|(_, b, r)| (*b, *r))
     }
 }
 
@@ -212,12 +105,20 @@ pub struct Routing {
     backends: Vec<Arc<Backend>>,
     /// Each frontend's own backend (`backend = NAME` in its block), by endpoint.
     frontends: HashMap<Box<str>, BackendId>,
-    sni: Names<BackendId>,
+    sni: Names<(BackendId, RouteId)>,
     hosts: Names<Paths>,
-    /// The access rules of server-name routes that have some (`--http`: their requests).
-    sni_rules: Names<Arc<Rules>>,
+    /// Every route's rules and policy, by [`RouteId`].
+    routes: Vec<Route>,
+    /// The global level of the edge's policy (`--request-header` and the rest).
+    policy: crate::config::policy::Policy,
+    /// Each frontend's own level, by endpoint, for those that give one.
+    frontend_policy: HashMap<Box<str>, Arc<crate::config::policy::Policy>>,
+    /// Whether any level gives a policy: without one, requests skip it at once.
+    any_policy: bool,
     /// Which preambles some backend writes, by [`preamble_index`].
     preambles: [bool; PREAMBLES],
+    /// `--http-refuse-encoded-slashes`.
+    pub refuse_encoded_slashes: bool,
 }
 
 /// How many kinds of preamble there are besides none.
@@ -276,7 +177,9 @@ impl Routing {
             tls: None,
             proto: Proto::Http1,
             max_streams: crate::config::route::MAX_STREAMS,
+            retry_on: Default::default(),
             cookie: None,
+            policy: Default::default(),
             spec: String::new(),
         })];
         for (i, b) in config.named_backends.iter().enumerate() {
@@ -299,24 +202,35 @@ impl Routing {
             .filter_map(|f| Some((f.endpoint.to_string().into(), id(f.backend.as_deref()?))))
             .collect();
         let (mut sni, mut hosts) = (Names::default(), Names::<Paths>::default());
-        let mut sni_rules = Names::default();
-        for r in &config.routes {
+        let mut routes = Vec::with_capacity(config.routes.len());
+        for (i, r) in config.routes.iter().enumerate() {
             let b = id(&r.backend);
-            let rules = r.rules.clone().map(Arc::new);
+            let route = i as RouteId;
+            routes.push(Route {
+                rules: r.rules.clone(),
+                policy: r.policy.clone(),
+            });
             match &r.matches {
-                RouteMatch::Sni(name) => {
-                    *sni.entry(name) = b;
-                    if let Some(rules) = rules {
-                        *sni_rules.entry(name) = rules;
-                    }
-                }
+                RouteMatch::Sni(name) => *sni.entry(name) = (b, route),
                 RouteMatch::Host { host, path_prefix } => {
                     let paths = hosts.entry(host);
-                    paths.0.push((path_prefix.as_str().into(), b, rules));
+                    paths.0.push((path_prefix.as_str().into(), b, route));
                     paths.0.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
                 }
             }
         }
+        let frontend_policy: HashMap<Box<str>, Arc<crate::config::policy::Policy>> = config
+            .frontends
+            .iter()
+            .filter(|f| !f.policy.is_empty())
+            .map(|f| (f.endpoint.to_string().into(), Arc::new(f.policy.clone())))
+            .collect();
+        let any_policy = config.policy.request.is_some()
+            || config.policy.response.is_some()
+            || config.policy.max_body.is_some_and(|m| m.is_some())
+            || !frontend_policy.is_empty()
+            || backends.iter().any(|b| !b.policy.is_empty())
+            || routes.iter().any(|r| !r.policy.is_empty());
         let mut preambles = [false; PREAMBLES];
         for b in &backends {
             if let Some(i) = preamble_index(b.preamble) {
@@ -328,8 +242,12 @@ impl Routing {
             frontends,
             sni,
             hosts,
-            sni_rules,
+            routes,
+            policy: config.policy.clone(),
+            frontend_policy,
+            any_policy,
             preambles,
+            refuse_encoded_slashes: config.limits.http_refuse_encoded_slashes,
         }
     }
 
@@ -372,7 +290,7 @@ impl Routing {
     /// (`frontend`), or the default (`default`).
     pub fn for_connection(&self, frontend: &str, sni: Option<&str>) -> (BackendId, &'static str) {
         let mut buf = [0u8; 256];
-        if let Some(&b) = sni
+        if let Some(&(b, _)) = sni
             .and_then(|n| lowercase(n, &mut buf))
             .and_then(|n| self.sni.find(n))
         {
@@ -387,9 +305,9 @@ impl Routing {
     /// `--http`: the backend for a request to `host` (no port) and `path`, on a
     /// connection whose own choice is `fallback` (see [`Self::for_connection`]): host routes,
     /// then server-name routes by the host, then the connection's.
-    /// With it, the route's access rules, when it has some; `None` when no route takes it
-    /// (then the connection's own backend does, under its rules: [`Self::sni_rules`]).
-    pub fn for_request(&self, host: &str, path: &str) -> Option<(BackendId, Option<&Rules>)> {
+    /// With it, the route that took it; `None` when no route takes it (then the
+    /// connection's own backend does, under its route: [`Self::sni_route`]).
+    pub fn for_request(&self, host: &str, path: &str) -> Option<(BackendId, RouteId)> {
         let mut buf = [0u8; 256];
         let host = lowercase(host, &mut buf)?;
         if let Some(b) = self
@@ -407,84 +325,51 @@ impl Routing {
             }
             rest = parent;
         }
-        let b = *self.sni.find(host)?;
-        Some((b, self.sni_rules.find(host).map(|r| &**r)))
+        self.sni.find(host).copied()
     }
 
-    /// The access rules of the server-name route that chose a connection asking for `sni`,
-    /// if it has some: its requests that no route takes (no `Host`, an address, a name
-    /// no route has) are held to them.
-    pub fn sni_rules(&self, sni: Option<&str>) -> Option<Arc<Rules>> {
+    /// The server-name route that chose a connection asking for `sni`, if one did: its
+    /// requests that no route takes (no `Host`, an address, a name no route has) are held
+    /// to its rules and policy.
+    pub fn sni_route(&self, sni: Option<&str>) -> Option<RouteId> {
         let mut buf = [0u8; 256];
         let sni = lowercase(sni?, &mut buf)?;
-        self.sni_rules.find(sni).cloned()
+        self.sni.find(sni).map(|&(_, r)| r)
     }
-}
 
-/// The pool settings a backend takes from the global flags.
-pub fn pool_limits(config: &Config) -> PoolLimits {
-    let l = &config.limits;
-    PoolLimits {
-        connect_timeout: l.connect_timeout,
-        queue_timeout: l.queue_timeout,
-        queue_size: l.queue_size,
-        retry_after: l.retry_after,
-        retries: l.retries,
+    /// The access rules of route `route`, if it has some.
+    pub fn route_rules(&self, route: RouteId) -> Option<&Rules> {
+        self.routes.get(route as usize)?.rules.as_ref()
     }
-}
 
-/// A server's name in logs and metrics: its `name=`, else its address.
-pub fn server_label(spec: &BackendSpec) -> String {
-    spec.name
-        .clone()
-        .unwrap_or_else(|| spec.endpoint.to_string())
-}
-
-/// A server of `spec`, with its health check.
-pub fn server(spec: &BackendSpec) -> Server {
-    let address = match &spec.endpoint {
-        BackendEndpoint::Tcp(_) => Address::Tcp(spec.addrs.clone()),
-        BackendEndpoint::Unix(path) => Address::Unix(path.clone()),
-    };
-    let server = Server::new(server_label(spec), address, spec.maxconn, spec.weight);
-    match &spec.check {
-        Some(c) => server.with_check(c.clone()),
-        None => server,
+    /// Whether some level gives a policy (else requests skip it at once).
+    pub fn has_policy(&self) -> bool {
+        self.any_policy
     }
-}
 
-fn named(b: &NamedBackend, global: Preamble, mut limits: PoolLimits, slot: usize) -> Backend {
-    if let Some(t) = b.connect_timeout {
-        limits.connect_timeout = t;
+    /// The frontend `endpoint`'s own level of the policy, when it gives one.
+    pub fn frontend_policy(&self, endpoint: &str) -> Option<Arc<crate::config::policy::Policy>> {
+        if self.frontend_policy.is_empty() {
+            return None;
+        }
+        self.frontend_policy.get(endpoint).cloned()
     }
-    // Everything that makes its servers what they are (addresses, maxconn, weight, name,
-    // check): a reload that changes none of it keeps them.
-    let spec = format!("{:?}", b.servers);
-    let tls = b.tls_client.as_ref().map(|client| BackendTls {
-        config: client.clone(),
-        h1: b.tls_client_h1.clone(),
-        names: b
-            .servers
-            .iter()
-            .filter_map(|s| {
-                let sni = b.tls.as_ref().and_then(|t| t.sni.as_deref());
-                // Checked when the configuration was read (config::named).
-                let name = crate::tls::upstream::server_name(sni, &s.host()).ok()?;
-                Some((server_label(s).into(), name))
-            })
-            .collect(),
-    });
-    Backend {
-        name: b.name.as_str().into(),
-        pool: Pool::new(b.servers.iter().map(server).collect(), limits)
-            .with_slot(slot)
-            .with_balance(b.balance.clone()),
-        preamble: b.preamble.unwrap_or(global),
-        tls,
-        proto: b.proto,
-        max_streams: b.max_streams,
-        cookie: b.cookie.as_deref().map(Into::into),
-        spec,
+
+    /// The levels of the policy over a request sent to `to` through a frontend whose own
+    /// level is `frontend`: the most specific first (route, backend, frontend, global).
+    pub fn levels<'a>(
+        &'a self,
+        to: Target,
+        frontend: Option<&'a crate::config::policy::Policy>,
+    ) -> [Option<&'a crate::config::policy::Policy>; 4] {
+        [
+            to.route
+                .and_then(|r| self.routes.get(r as usize))
+                .map(|r| &r.policy),
+            Some(&self.backend(to.backend).policy),
+            frontend,
+            Some(&self.policy),
+        ]
     }
 }
 
@@ -521,7 +406,7 @@ mod tests {
         let mut hosts = Names::<Paths>::default();
         for (p, b) in [("", 1), ("/assets/", 2), ("/assets/big/", 3)] {
             let paths = hosts.entry("static.example.com");
-            paths.0.push((p.into(), b, None));
+            paths.0.push((p.into(), b, 0));
             paths.0.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         }
         let p = hosts.find("static.example.com").unwrap();

@@ -85,6 +85,17 @@ impl Entry {
         self.heat = self.heat.saturating_add(1);
     }
 
+    /// How long it owes `limits`' rates (the longer of its two buckets), in ms.
+    fn owed_ms(&self, limits: &Limits, now: u32) -> u64 {
+        let conn = limits
+            .conn_rate
+            .map_or(0, |r| r.owed_ms(self.conn_tokens, self.conn_at, now));
+        let req = limits
+            .request_rate
+            .map_or(0, |r| r.owed_ms(self.req_tokens, self.req_at, now));
+        conn.max(req)
+    }
+
     /// Counts a refusal; whether it starts an episode.
     fn refuse(&mut self, now: u32) -> bool {
         // A moment earlier on another thread's clock wraps: the same episode.
@@ -156,6 +167,8 @@ pub struct Table {
     epoch: Instant,
     evictions: AtomicU64,
     used: AtomicU64,
+    /// Each scope's limits, by scope (what a pushed-out client's debt is read by).
+    scopes: arc_swap::ArcSwap<Vec<Limits>>,
 }
 
 impl Table {
@@ -171,7 +184,19 @@ impl Table {
             epoch: Instant::now(),
             evictions: AtomicU64::new(0),
             used: AtomicU64::new(0),
+            scopes: Default::default(),
         }
+    }
+
+    /// `scope` holds its clients to `limits` from now on (start, reload).
+    pub fn set_scope(&self, scope: u16, limits: Limits) {
+        let mut v = Vec::clone(&self.scopes.load());
+        let i = usize::from(scope);
+        if v.len() <= i {
+            v.resize(i + 1, Limits::default());
+        }
+        v[i] = limits;
+        self.scopes.store(std::sync::Arc::new(v));
     }
 
     /// Entries it holds at most.
@@ -200,12 +225,17 @@ impl Table {
         self.epoch.elapsed().as_millis() as u32
     }
 
+    /// The shard and the set in it where `key`'s entry in `scope` lives.
+    fn set_of(&self, key: Key, scope: u16) -> (usize, usize) {
+        let h = self.hasher.hash_one((key.0, scope));
+        let set = (h >> 8) as usize % (self.sets_per_shard * SHARDS);
+        (set % SHARDS, set / SHARDS)
+    }
+
     /// The client's entry (made, pushing out the coldest of its set, if it had none) under
     /// its shard's lock.
     fn with<T>(&self, key: Key, scope: u16, f: impl FnOnce(&mut Entry, u32, u32) -> T) -> T {
-        let h = self.hasher.hash_one((key.0, scope));
-        let set = (h >> 8) as usize % (self.sets_per_shard * SHARDS);
-        let (shard, set) = (set % SHARDS, set / SHARDS);
+        let (shard, set) = self.set_of(key, scope);
         let now = self.now();
         // A thread that panicked under the lock left counters, never a broken invariant.
         let mut ways = self.shards[shard].lock().unwrap_or_else(|p| p.into_inner());
@@ -215,7 +245,8 @@ impl Table {
         let at = match ways.iter().position(|e| e.scope == tag && e.key == key.0) {
             Some(i) => i,
             None => {
-                let i = victim(ways, now);
+                let scopes = self.scopes.load();
+                let i = victim(ways, now, &scopes);
                 if ways[i].scope == 0 {
                     self.used.fetch_add(1, Relaxed);
                 } else {
@@ -263,6 +294,31 @@ impl Table {
             e.total_conns = e.total_conns.saturating_add(1);
             e.warm(now);
             Ok(Slot { index, key, scope })
+        })
+    }
+
+    /// Whether one more connection of `key` in `scope` would be refused, or leave it at
+    /// its limits; nothing is charged (an entry not yet there is not made).
+    pub fn near(&self, key: Key, scope: u16, limits: &Limits) -> bool {
+        let (shard, set) = self.set_of(key, scope);
+        let now = self.now();
+        let ways = self.shards[shard].lock().unwrap_or_else(|p| p.into_inner());
+        let base = set * WAYS;
+        let tag = scope + 1;
+        let Some(e) = ways[base..base + WAYS]
+            .iter()
+            .find(|e| e.scope == tag && e.key == key.0)
+        else {
+            return false;
+        };
+        let open = e.conns + u32::from(e.remote_conns);
+        if limits.max_conns > 0 && open + 1 >= limits.max_conns {
+            return true;
+        }
+        limits.conn_rate.is_some_and(|r| {
+            let (mut tokens, mut at) = (e.conn_tokens.min(r.full()), e.conn_at);
+            // Two more would not pass: the next one is the last the bucket holds.
+            r.take(&mut tokens, &mut at, now).is_err() || r.take(&mut tokens, &mut at, now).is_err()
         })
     }
 
@@ -372,14 +428,20 @@ pub struct Remote {
 
 /// The way a new client takes: a free one, else the coldest, one with connections open
 /// only when every way has some.
-fn victim(ways: &[Entry], now: u32) -> usize {
+fn victim(ways: &[Entry], now: u32, scopes: &[Limits]) -> usize {
     let mut best = 0;
-    let mut best_rank = (true, u32::MAX);
+    let mut best_rank = (true, u64::MAX, u32::MAX);
     for (i, e) in ways.iter().enumerate() {
         if e.scope == 0 {
             return i;
         }
-        let rank = (e.conns > 0, e.heat_at(now));
+        // A client in debt to a rate is kept for as long as it owes, over one that owes
+        // less: a spray of new addresses, each owing a token, cannot push out the one
+        // that spent its burst and so win it a fresh one (`1/m` is owed for minutes).
+        let owed = scopes
+            .get(usize::from(e.scope - 1))
+            .map_or(0, |l| e.owed_ms(l, now));
+        let rank = (e.conns > 0, owed, e.heat_at(now));
         if rank < best_rank {
             best = i;
             best_rank = rank;
@@ -389,136 +451,4 @@ fn victim(ways: &[Entry], now: u32) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clients::addr::Folding;
-
-    fn key(s: &str) -> Key {
-        Folding::default().key(s.parse().unwrap())
-    }
-
-    #[test]
-    fn counts_connections_to_the_limit() {
-        let t = Table::new(1024);
-        let l = Limits {
-            max_conns: 2,
-            ..Limits::default()
-        };
-        let a = t.open(key("10.0.0.1"), 0, &l).unwrap();
-        let _b = t.open(key("10.0.0.1"), 0, &l).unwrap();
-        let r = t.open(key("10.0.0.1"), 0, &l).unwrap_err();
-        assert_eq!(
-            r,
-            Refusal {
-                over: Over::Conns,
-                first: true
-            }
-        );
-        assert!(!t.open(key("10.0.0.1"), 0, &l).unwrap_err().first);
-        // Another client, and the same one in another scope, have their own.
-        t.open(key("10.0.0.2"), 0, &l).unwrap();
-        t.open(key("10.0.0.1"), 3, &l).unwrap();
-        t.close(a);
-        t.open(key("10.0.0.1"), 0, &l).unwrap();
-        assert_eq!(t.len(), 3);
-        let top = t.top(1);
-        assert_eq!(top[0].key, key("10.0.0.1"));
-        assert_eq!((top[0].conns, top[0].refused), (2, 2));
-    }
-
-    #[test]
-    fn a_spray_keeps_the_heavy_hitter() {
-        let t = Table::new(512);
-        let l = Limits {
-            max_conns: 1000,
-            ..Limits::default()
-        };
-        let heavy = key("192.0.2.1");
-        let mut kept = Vec::new();
-        for i in 0..200u32 {
-            kept.push(t.open(heavy, 0, &l).unwrap());
-            t.close(kept.pop().unwrap());
-            let _ = i;
-        }
-        let held = t.open(heavy, 0, &l).unwrap();
-        for i in 0..200_000u32 {
-            let ip = std::net::Ipv4Addr::from(0x0a00_0000 + i);
-            let s = t.open(Folding::default().key(ip.into()), 0, &l).unwrap();
-            t.close(s);
-        }
-        assert!(t.len() as usize <= t.capacity());
-        assert!(t.evictions() > 150_000);
-        let top = t.top(1);
-        assert_eq!(top[0].key, heavy, "the heavy hitter was pushed out");
-        assert_eq!(top[0].conns, 1);
-        t.close(held);
-        assert_eq!(t.top(1)[0].conns, 0);
-    }
-
-    #[test]
-    fn top_keeps_the_most_active_in_order() {
-        let t = Table::new(1024);
-        let l = Limits {
-            max_conns: 100,
-            ..Limits::default()
-        };
-        for (ip, n) in [
-            ("10.0.0.1", 3),
-            ("10.0.0.2", 9),
-            ("10.0.0.3", 1),
-            ("10.0.0.4", 5),
-        ] {
-            for _ in 0..n {
-                let s = t.open(key(ip), 0, &l).unwrap();
-                t.close(s);
-            }
-        }
-        let top: Vec<Key> = t.top(2).iter().map(|r| r.key).collect();
-        assert_eq!(top, [key("10.0.0.2"), key("10.0.0.4")]);
-        assert_eq!(t.top(10).len(), 4);
-        assert!(t.top(0).is_empty());
-    }
-
-    #[test]
-    fn rates_refuse_with_a_retry_time() {
-        let t = Table::new(64);
-        let l = Limits {
-            conn_rate: Some("2/s".parse().unwrap()),
-            ..Limits::default()
-        };
-        let k = key("2001:db8::1");
-        t.open(k, 0, &l).unwrap();
-        t.open(key("2001:db8::2"), 0, &l).unwrap();
-        match t.open(key("2001:db8::3"), 0, &l) {
-            Err(Refusal {
-                over: Over::ConnRate(ms),
-                first: true,
-            }) => assert!(ms <= 500, "{ms}"),
-            other => panic!("{other:?}"),
-        }
-        let rate: Rate = "1/s".parse().unwrap();
-        t.request(k, 0, &rate).unwrap();
-        assert!(matches!(
-            t.request(k, 0, &rate),
-            Err(Refusal {
-                over: Over::RequestRate(_),
-                ..
-            })
-        ));
-        t.charge(
-            k,
-            0,
-            &Limits { max_conns: 1, ..l },
-            Remote {
-                conns: 1,
-                conn_events: 0,
-                requests: 0,
-            },
-        );
-        let three = Limits {
-            max_conns: 3,
-            ..Limits::default()
-        };
-        assert_eq!(t.open(k, 0, &three).unwrap_err().over, Over::Conns);
-    }
-}
+mod tests;

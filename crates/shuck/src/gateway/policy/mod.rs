@@ -1,0 +1,192 @@
+//! The edge's HTTP policy (issue 61), applied in one place for HTTP/1.1, HTTP/2 and HTTP/3,
+//! as Envoy's filter chain and pingora's `request_filter` / `response_filter` phases are:
+//! once a request has been judged and its route chosen, [`Effective::of`] resolves what
+//! applies to it (the most specific level of each part: route, backend, frontend,
+//! global); the request phase writes its rules into the head (`headers.rs`'s
+//! [`RequestRules`], which HTTP/1.1's rewriter and the core's `request::build` both call)
+//! and holds its body to the limit (`body.rs`); the answer phase rewrites every answer's
+//! head, the backend's and shuck's own: [`Answering`] wraps a stream's answer side in the
+//! core, and the HTTP/1.1 relay's tracker calls [`headers::rewrite_h1_head`].
+
+pub mod body;
+pub mod headers;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Response;
+
+use crate::config::policy::{HeaderRules, Policy};
+use crate::edge::route::{Routing, Target};
+use crate::gateway::front::{Gone, Note, Outbound, Reset, SendError};
+
+pub use headers::RequestRules;
+
+/// What applies to one request: each part from the most specific level that gives it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Effective<'a> {
+    /// Rules on the request's fields.
+    pub request: Option<&'a HeaderRules>,
+    /// Rules on the answer's fields.
+    pub response: Option<&'a Arc<HeaderRules>>,
+    /// The body limit.
+    pub max_body: Option<u64>,
+}
+
+impl<'a> Effective<'a> {
+    /// The policy over a request sent to `to` through a frontend whose own level is
+    /// `frontend`.
+    pub fn of(routing: &'a Routing, to: Target, frontend: Option<&'a Policy>) -> Self {
+        if !routing.has_policy() {
+            return Effective::default();
+        }
+        let levels = routing.levels(to, frontend);
+        let first = |f: fn(&'a Policy) -> bool| levels.iter().flatten().copied().find(|p| f(p));
+        Effective {
+            request: first(|p| p.request.is_some()).and_then(|p| p.request.as_deref()),
+            response: first(|p| p.response.is_some()).and_then(|p| p.response.as_ref()),
+            max_body: first(|p| p.max_body.is_some()).and_then(|p| p.max_body.flatten()),
+        }
+    }
+}
+
+/// The answer phase's part of [`Effective`], owned, for a stream's answer side (and the
+/// HTTP/1.1 tracker's answers): an `Arc` count a request when there are rules (`--hsts`
+/// is the first of every level's, set so by the configuration).
+#[derive(Debug, Clone, Default)]
+pub struct AnswerRules {
+    /// The rules.
+    pub rules: Option<Arc<HeaderRules>>,
+}
+
+impl AnswerRules {
+    /// The answer part of `e`.
+    pub fn of(e: &Effective<'_>) -> Self {
+        AnswerRules {
+            rules: e.response.cloned(),
+        }
+    }
+
+    /// Whether it changes anything.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_none()
+    }
+
+    /// shuck's own HTTP/1.1 answer `answer` (head and body) under it: as it is when
+    /// nothing applies.
+    pub fn own_h1<'b>(&self, answer: &'b [u8]) -> std::borrow::Cow<'b, [u8]> {
+        let at = answer.windows(4).position(|w| w == b"\r\n\r\n");
+        match at {
+            Some(at) if !self.is_empty() => {
+                let (head, body) = answer.split_at(at + 4);
+                let mut out = Vec::with_capacity(answer.len() + 256);
+                headers::rewrite_h1_head(head, self.rules.as_deref(), &[], &mut out);
+                out.extend_from_slice(body);
+                std::borrow::Cow::Owned(out)
+            }
+            _ => std::borrow::Cow::Borrowed(answer),
+        }
+    }
+
+    /// Applies it to an answer's fields.
+    pub fn apply(&self, map: &mut http::HeaderMap) {
+        if let Some(rules) = &self.rules {
+            headers::apply_map(rules, map);
+        }
+    }
+}
+
+/// A stream's answer side with the answer phase applied to every final answer's head,
+/// the backend's and shuck's own alike. The rules are the connection's until a route is
+/// chosen ([`Answering::set`]).
+pub struct Answering<O> {
+    inner: O,
+    rules: AnswerRules,
+    /// A final answer's head was given.
+    began: bool,
+}
+
+impl<O: Outbound> Answering<O> {
+    /// `inner`, its answers under `rules`.
+    pub fn new(inner: O, rules: AnswerRules) -> Self {
+        Answering {
+            inner,
+            rules,
+            began: false,
+        }
+    }
+
+    /// The chosen route's rules from now on.
+    pub fn set(&mut self, rules: AnswerRules) {
+        self.rules = rules;
+    }
+}
+
+impl<O: Outbound> Outbound for Answering<O> {
+    fn poll_reset(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.inner.poll_reset(cx)
+    }
+
+    fn informational(&mut self, resp: Response<()>) -> impl std::future::Future<Output = ()> {
+        self.inner.informational(resp)
+    }
+
+    fn respond(&mut self, mut resp: Response<()>, end: bool) -> Result<(), Gone> {
+        self.rules.apply(resp.headers_mut());
+        self.began = true;
+        self.inner.respond(resp, end)
+    }
+
+    fn flush_head(
+        &mut self,
+        stall: std::time::Duration,
+    ) -> impl std::future::Future<Output = Result<(), SendError>> {
+        self.inner.flush_head(stall)
+    }
+
+    fn send(
+        &mut self,
+        data: Bytes,
+        last: bool,
+        stall: std::time::Duration,
+    ) -> impl std::future::Future<Output = Result<(), SendError>> {
+        self.inner.send(data, last, stall)
+    }
+
+    fn trailers(
+        &mut self,
+        trailers: http::HeaderMap,
+    ) -> impl std::future::Future<Output = Result<(), Gone>> {
+        self.inner.trailers(trailers)
+    }
+
+    fn answer_now(&mut self, mut resp: Response<()>, body: Bytes) {
+        self.rules.apply(resp.headers_mut());
+        self.began = true;
+        self.inner.answer_now(resp, body)
+    }
+
+    fn reset(&mut self, why: Reset) {
+        self.inner.reset(why)
+    }
+
+    fn reset_status(&self, why: Reset) -> Option<u16> {
+        self.inner.reset_status(why)
+    }
+
+    fn id(&self) -> u64 {
+        self.inner.id()
+    }
+
+    fn note(&mut self, note: Note<'_>) {
+        self.inner.note(note)
+    }
+
+    fn noting(&self) -> bool {
+        self.inner.noting()
+    }
+
+    fn began(&self) -> bool {
+        self.began
+    }
+}
