@@ -270,6 +270,9 @@ fn header_rules_and_hsts_over_every_version() {
 /// at a reload the old rules stay.
 #[test]
 fn a_rule_that_could_not_be_written_is_refused_at_load_and_at_reload() {
+    if !require("curl", "curl") || !common::h3::aioquic() {
+        return;
+    }
     for (flag, rule, says) in [
         ("--response-header", "X-A: a\r\nX-B: b", "control bytes"),
         (
@@ -410,16 +413,16 @@ fn http1_requests_through_the_core_keep_their_routes_policy() {
         return;
     }
     let dir = TempDir::new("edge-h1-core");
-    let Some((_nghttpd, h2port)) = nghttpd(&dir) else {
+    let Some((_nghttpd, h2c)) = nghttpd(&dir) else {
         return;
     };
     std::fs::write(dir.path("index.html"), "hello\n").unwrap();
     let (pem, _) = rcgen_cert(&dir, "site", &["localhost", "a.localhost"], false);
     let conf = format!(
         "pem-file = \"{pem}\"\n\
-         backend = \"127.0.0.1:{h2port}\"\n\
+         backend = \"{h2c}\"\n\
          response-header = \"X-Frame-Options: DENY\"\n\
-         backend = {{\n name = \"h\"\n server = \"127.0.0.1:{h2port}\"\n proto = \"h2\"\n}}\n\
+         backend = {{\n name = \"h\"\n server = \"{h2c}\"\n proto = \"h2\"\n}}\n\
          route = {{\n host = \"a.localhost\"\n backend = \"h\"\n response-header = \"+Via: route-a\"\n max-body-bytes = 10\n}}\n",
         pem = shapes::s(&pem),
     );

@@ -105,11 +105,11 @@ fn get(path: &str) -> String {
 fn http1_clients_reach_an_h2c_backend_through_the_core() {
     let dir = TempDir::new("nghttpd");
     std::fs::write(dir.path("index.html"), "served over h2c\n").unwrap();
-    let Some((_server, port)) = nghttpd(&dir) else {
+    let Some((_server, h2c)) = nghttpd(&dir) else {
         return;
     };
     let log = dir.path("access.log");
-    let backend = format!("--named-backend=name=h;server=127.0.0.1:{port};proto=h2");
+    let backend = format!("--named-backend=name=h;server={h2c};proto=h2");
     let log_arg = format!("--access-log={}", log.display());
     let s = Shuck::start(&[
         "--http",
@@ -302,11 +302,11 @@ fn http1_clients_reach_an_h2c_backend_through_the_core() {
 fn one_connection_moves_between_http1_and_http2_backends() {
     let dir = TempDir::new("nghttpd");
     std::fs::write(dir.path("index.html"), "from h2\n").unwrap();
-    let Some((_server, port)) = nghttpd(&dir) else {
+    let Some((_server, h2c)) = nghttpd(&dir) else {
         return;
     };
     let plain = Origin::http("from h1\n");
-    let h2 = format!("--named-backend=name=h;server=127.0.0.1:{port};proto=h2");
+    let h2 = format!("--named-backend=name=h;server={h2c};proto=h2");
     let h1 = format!("--named-backend=name=p;server={}", plain.addr());
     let s = Shuck::start(&[
         "--http",

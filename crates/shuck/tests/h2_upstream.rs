@@ -15,8 +15,8 @@ use common::*;
 
 /// shuck with `--http --quic` before backend `h` (`proto=h2`, `keys` after it), every host
 /// routed to it.
-fn gateway(port: u16, keys: &str, extra: &[&str]) -> Shuck {
-    let backend = format!("--named-backend=name=h;server=127.0.0.1:{port};proto=h2{keys}");
+fn gateway(server: &str, keys: &str, extra: &[&str]) -> Shuck {
+    let backend = format!("--named-backend=name=h;server={server};proto=h2{keys}");
     let mut args = vec![
         "--http",
         "--quic",
@@ -42,10 +42,10 @@ fn post(path: &str, extra: &[(&str, &str)]) -> Fields {
 fn http2_and_http3_clients_reach_an_h2c_backend_with_the_same_hygiene() {
     let dir = TempDir::new("nghttpd");
     std::fs::write(dir.path("index.html"), "served over h2c\n").unwrap();
-    let Some((_server, port)) = nghttpd(&dir) else {
+    let Some((_server, h2c)) = nghttpd(&dir) else {
         return;
     };
-    let s = gateway(port, "", &[]);
+    let s = gateway(&h2c, "", &[]);
     let addr = s.addr();
     let body = sh_out(&format!(
         "curl -sk --http2 --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/index.html",
@@ -118,8 +118,8 @@ fn http2_and_http3_clients_reach_an_h2c_backend_with_the_same_hygiene() {
     assert_eq!(out, "served over h2c\n");
 }
 
-fn backend_conns(port: u16) -> usize {
-    sh_out(&format!("ss -tnH state established dst 127.0.0.1:{port}"))
+fn backend_conns(server: &str) -> usize {
+    sh_out(&format!("ss -tnH state established dst {server}"))
         .lines()
         .filter(|l| !l.trim().is_empty())
         .count()
@@ -132,11 +132,11 @@ fn streams_of_fifty_clients_share_the_configured_connections() {
     }
     let dir = TempDir::new("nghttpd");
     std::fs::write(dir.path("index.html"), "x".repeat(1000)).unwrap();
-    let Some((_server, port)) = nghttpd(&dir) else {
+    let Some((_server, h2c)) = nghttpd(&dir) else {
         return;
     };
     // One worker: 50 streams at once over connections of 10 streams each.
-    let s = gateway(port, ";max-streams=10", &["-n", "1"]);
+    let s = gateway(&h2c, ";max-streams=10", &["-n", "1"]);
     let out = sh_out(&format!(
         "h2load -c 50 -m 1 -n 2000 https://127.0.0.1:{}/index.html",
         s.port
@@ -146,7 +146,7 @@ fn streams_of_fifty_clients_share_the_configured_connections() {
         "{out}\n{}",
         s.log()
     );
-    let conns = backend_conns(port);
+    let conns = backend_conns(&h2c);
     assert!(
         (1..=5).contains(&conns),
         "{conns} backend connections for 50 streams at most, 10 per connection\n{out}"
@@ -242,7 +242,7 @@ fn shared_connections_close_when_idle_and_when_a_ping_goes_unanswered() {
     }
     let dir = TempDir::new("nghttpd");
     std::fs::write(dir.path("index.html"), "up\n").unwrap();
-    let Some((server, port)) = nghttpd(&dir) else {
+    let Some((server, h2c)) = nghttpd(&dir) else {
         return;
     };
     let get = |s: &Shuck| {
@@ -252,11 +252,11 @@ fn shared_connections_close_when_idle_and_when_a_ping_goes_unanswered() {
         ))
     };
     // Idle for --http-keepalive-timeout: closed at the driver's next look (every 10 s).
-    let quick = gateway(port, "", &["--http-keepalive-timeout", "1"]);
+    let quick = gateway(&h2c, "", &["--http-keepalive-timeout", "1"]);
     assert_eq!(get(&quick), "up\n");
-    assert_eq!(backend_conns(port), 1);
+    assert_eq!(backend_conns(&h2c), 1);
     assert!(
-        wait_until(std::time::Duration::from_secs(25), || backend_conns(port)
+        wait_until(std::time::Duration::from_secs(25), || backend_conns(&h2c)
             == 0),
         "the idle connection was never closed"
     );
@@ -264,7 +264,7 @@ fn shared_connections_close_when_idle_and_when_a_ping_goes_unanswered() {
     // A server that stops answering (stopped: the kernel still holds the connection): its
     // PING goes unanswered, the connection is dropped, and once it answers again a new
     // one serves.
-    let s = gateway(port, "", &[]);
+    let s = gateway(&h2c, "", &[]);
     assert_eq!(get(&s), "up\n");
     let pid = server.0.id().to_string();
     sh(&format!("kill -STOP {pid}"));
@@ -332,7 +332,7 @@ fn refusing_server(refuse: usize) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<S
 #[test]
 fn a_refused_stream_goes_again_with_its_body_whatever_its_method() {
     let (port, seen) = refusing_server(2);
-    let s = gateway(port, "", &["--retries", "3"]);
+    let s = gateway(&format!("127.0.0.1:{port}"), "", &["--retries", "3"]);
     for (version, body) in [("--http2", "from h2"), ("--http1.1", "from h1")] {
         let out = sh_out(&format!(
             "curl -sk {version} -X POST --data-binary '{body}' --resolve localhost:{p}:127.0.0.1 https://localhost:{p}/up",
@@ -425,7 +425,7 @@ fn a_grpc_call_a_server_answered_after_its_goaway_is_sent_once_unless_retry_on_a
     let h3_ok = common::h3::aioquic();
     // HAProxy's and nginx's way: the server processed it (at or below the GOAWAY's last
     // stream), so it goes once, and the client reads the server's status.
-    let s = gateway(port, "", &["--retries", "3"]);
+    let s = gateway(&format!("127.0.0.1:{port}"), "", &["--retries", "3"]);
     for version in ["--http2", "--http1.1"] {
         let before = calls.load(Ordering::SeqCst);
         let head = curl(s.port, version);
@@ -457,7 +457,11 @@ fn a_grpc_call_a_server_answered_after_its_goaway_is_sent_once_unless_retry_on_a
     drop(s);
     // Asked for (Envoy's retry_on): sent again up to --retries times, then the server's
     // status is the client's.
-    let s = gateway(port, ";retry-on=unavailable", &["--retries", "2"]);
+    let s = gateway(
+        &format!("127.0.0.1:{port}"),
+        ";retry-on=unavailable",
+        &["--retries", "2"],
+    );
     for version in ["--http2", "--http1.1"] {
         let before = calls.load(Ordering::SeqCst);
         let head = curl(s.port, version);
@@ -486,7 +490,11 @@ fn a_grpc_call_a_server_answered_after_its_goaway_is_sent_once_unless_retry_on_a
     }
     // A status it does not name is passed on at once.
     drop(s);
-    let s = gateway(port, ";retry-on=cancelled", &["--retries", "2"]);
+    let s = gateway(
+        &format!("127.0.0.1:{port}"),
+        ";retry-on=cancelled",
+        &["--retries", "2"],
+    );
     let before = calls.load(Ordering::SeqCst);
     curl(s.port, "--http2");
     assert_eq!(calls.load(Ordering::SeqCst) - before, 1);

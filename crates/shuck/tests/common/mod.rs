@@ -755,41 +755,55 @@ impl Origin {
 }
 
 /// nghttpd (Debian's nghttp2-server) serving `dir` in clear (h2c) on a fresh port, its
-/// uploads echoed back; `None` when it cannot be had outside CI.
-pub fn nghttpd(dir: &TempDir) -> Option<(Proc, u16)> {
+/// uploads echoed back, with the address it answers on (`127.0.0.1:PORT` or `[::1]:PORT`);
+/// `None` when it cannot be had outside CI.
+///
+/// nghttpd binds what `getaddrinfo(AI_ADDRCONFIG)` gives: on a host whose only configured
+/// address beyond loopback is IPv6 that is `[::]` alone (IPv6-only), so 127.0.0.1 is never
+/// answered, and `--address 127.0.0.1` is refused outright. Both loopbacks are tried.
+pub fn nghttpd(dir: &TempDir) -> Option<(Proc, String)> {
     if !require("nghttpd", "nghttp2-server") {
         return None;
     }
     // A fresh port can be taken by another test between free_port and nghttpd's bind: one
     // that exits at once is started again on another, three times at most.
+    let mut tried = Vec::new();
     for _ in 0..3 {
         let port = free_port();
+        let err = dir.path(&format!("nghttpd-{port}.err"));
         let child = Command::new("nghttpd")
             .args(["--no-tls", "--echo-upload", "-d"])
             .arg(&dir.0)
             .arg(port.to_string())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(std::fs::File::create(&err).unwrap())
             .spawn()
             .unwrap();
         let mut p = Proc(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some((p, port));
+            for addr in [format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
+                if TcpStream::connect(addr.as_str()).is_ok() {
+                    return Some((p, addr));
+                }
             }
             if let Ok(Some(status)) = p.0.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = p.0.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                eprintln!("nghttpd on port {port} exited ({status}): {err}");
+                tried.push(format!(
+                    "port {port}: exited ({status}): {}",
+                    std::fs::read_to_string(&err).unwrap_or_default()
+                ));
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        if Instant::now() >= deadline {
+            tried.push(format!(
+                "port {port}: nothing answered on 127.0.0.1 or [::1] in 10 s; listening: {}",
+                sh_out("ss -ltnH")
+            ));
+        }
     }
-    panic!("nghttpd did not start");
+    panic!("nghttpd did not start: {tried:#?}");
 }
 
 /// Reads one HTTP/1.1 head, up to and including its blank line; `None` at end of stream.
