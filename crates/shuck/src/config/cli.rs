@@ -1059,11 +1059,17 @@ pub struct Cli {
     #[arg(long, value_name = "NAME", value_parser = parse_header_name)]
     pub request_id_header: Option<String>,
 
-    /// Peers whose forwarding information shuck takes as theirs to give, repeatable: CIDRs
-    /// as `--client-allow` writes them (`file:PATH` too). Today: their `--request-id-header`
-    /// value passes (a load balancer's or CDN's ID); anyone else's is replaced, so that no
-    /// client can choose its own request's ID, or take another's. Config key
-    /// `trusted-proxies`.
+    /// `--http`: peers whose forwarding information shuck believes (a CDN, a cloud load
+    /// balancer), repeatable: CIDRs as `--client-allow` writes them (`file:PATH` too).
+    ///
+    /// A request from one names its client: the rightmost address of `X-Forwarded-For`
+    /// (else of `Forwarded`'s `for=`) that is not itself trusted, as nginx's
+    /// `set_real_ip_from` with `real_ip_recursive on` reads it. That client is what the
+    /// backend's `X-Forwarded-For`, the access log, the bans, `--client-allow`/`-deny`,
+    /// `--client-request-rate` and the routes' client rules see; the peer's own
+    /// connections are held to the bans and rules, not to the per-client connection
+    /// limits. Their `--request-id-header` value passes too. Anyone else's fields are
+    /// replaced, as always. Config key `trusted-proxies`.
     #[arg(long, value_name = "CIDRS")]
     pub trusted_proxies: Vec<String>,
 

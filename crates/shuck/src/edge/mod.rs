@@ -62,6 +62,13 @@ pub struct ProxyState {
     pub clients: Arc<crate::clients::Clients>,
 }
 
+impl ProxyState {
+    /// Whether `ip` is a proxy of `--trusted-proxies`: its requests name their clients.
+    pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
+        self.trusted.as_ref().is_some_and(|t| t.contains(ip))
+    }
+}
+
 /// A frontend as the workers see it. A reload swaps its TLS state: connections accepted
 /// afterwards use the new one, live ones keep theirs.
 #[derive(Debug)]
@@ -133,9 +140,12 @@ impl FrontendState {
     ) -> Option<Option<crate::clients::Admitted>> {
         let policy = self.clients.load();
         let policy = policy.as_deref().unwrap_or(&NO_POLICY);
-        let r = state
-            .clients
-            .admit(policy, client.ip(), crate::clients::Source::Tcp);
+        let r = if state.trusts(client.ip()) {
+            // A trusted proxy carries many clients, each judged by its requests.
+            state.clients.judge(policy, client.ip()).map(|()| None)
+        } else {
+            (state.clients).admit(policy, client.ip(), crate::clients::Source::Tcp)
+        };
         self.refused_if(r, client)
     }
 
@@ -170,7 +180,10 @@ impl FrontendState {
         let policy = self.clients.load();
         let policy = policy.as_deref().unwrap_or(&NO_POLICY);
         let quic = crate::clients::Source::Quic;
-        let r = if judged {
+        let r = if state.trusts(client.ip()) {
+            // As admit_client: a trusted proxy's clients are judged by its requests.
+            state.clients.judge(policy, client.ip()).map(|()| None)
+        } else if judged {
             state.clients.charge_limits(policy, client.ip(), quic)
         } else {
             state.clients.admit(policy, client.ip(), quic)

@@ -15,7 +15,11 @@ import ssl
 import sys
 import time
 
+import contextlib
+import functools
+
 from aioquic.asyncio.client import connect
+from aioquic.quic.connection import QuicConnection
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
@@ -219,6 +223,37 @@ class Client(QuicConnectionProtocol):
         return out
 
 
+@contextlib.asynccontextmanager
+async def connect_from(local_host, host, port, *, configuration, create_protocol,
+                       session_ticket_handler, token_handler, wait_connected):
+    """aioquic's connect, from a local address of one's own (aioquic's binds "::"): to be
+    a client at 127.0.0.2, say, for a server that judges its clients by address."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    addr = infos[0][4]
+    if len(addr) == 2:
+        addr = ("::ffff:" + addr[0], addr[1], 0, 0)
+    if ":" not in local_host:
+        local_host = "::ffff:" + local_host
+    connection = QuicConnection(configuration=configuration,
+                                session_ticket_handler=session_ticket_handler,
+                                token_handler=token_handler)
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind((local_host, 0, 0, 0))
+    transport, protocol = await loop.create_datagram_endpoint(
+        lambda: create_protocol(connection), sock=sock)
+    try:
+        protocol.connect(addr, transmit=wait_connected)
+        if wait_connected:
+            await protocol.wait_connected()
+        yield protocol
+    finally:
+        protocol.close()
+        await protocol.wait_closed()
+        transport.close()
+
+
 async def run(args):
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
@@ -246,7 +281,9 @@ async def run(args):
     Client.hold_finished = args.hold_finished / 1000.0
     reqs = json.loads(args.requests)
     out = {"requests": []}
-    async with connect(
+    opener = (functools.partial(connect_from, args.local_host) if args.local_host
+              else connect)
+    async with opener(
         args.host,
         args.port,
         configuration=config,
@@ -312,6 +349,7 @@ def main():
     p.add_argument("port", type=int)
     p.add_argument("requests", help="JSON: a list of requests, or a list of lists run in turn")
     p.add_argument("--sni", default="localhost")
+    p.add_argument("--local-host", help="the address to send from (127.0.0.2, say)")
     p.add_argument("--authority")
     p.add_argument("--ticket-in")
     p.add_argument("--ticket-out")

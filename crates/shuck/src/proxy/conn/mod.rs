@@ -28,6 +28,7 @@ use crate::edge::{FrontendState, Worker};
 use crate::gateway::choose::Chooser;
 use crate::gateway::h1::{self, Http};
 use crate::gateway::h2;
+use crate::gateway::real_ip::Behind;
 use crate::tls::TlsState;
 use client::{finish, first_request, CLOSE_GRACE};
 use ends::Ends;
@@ -330,7 +331,7 @@ fn told(
             requests,
             policy: routing.frontend_policy(&frontend.name),
             policed: true,
-            behind: crate::gateway::real_ip::Behind::of(
+            behind: Behind::of(
                 client.ip(),
                 state.trusted.as_ref(),
                 Some((state.clients.clone(), frontend.client_policy())),
@@ -361,6 +362,10 @@ fn told(
         }
         if let Some(limit) = requests {
             h.request.limit_requests(state.clients.clone(), limit);
+        }
+        let judge = Some((state.clients.clone(), frontend.client_policy()));
+        if let Some(b) = Behind::of(client.ip(), state.trusted.as_ref(), judge) {
+            h.request.behind(b);
         }
         if let Some(spec) = &state.request_id {
             h.request.request_ids(spec.clone());

@@ -100,6 +100,8 @@ pub struct RequestRewriter {
     ip: IpAddr,
     /// The edge policy, when some level gives one.
     police: Option<Box<Police>>,
+    /// `--trusted-proxies`, when the client is one: its requests name their clients.
+    behind: Option<Box<crate::gateway::real_ip::Behind>>,
 }
 
 /// What the request side is waiting for, for HTTP mode's timeouts.
@@ -153,6 +155,7 @@ impl RequestRewriter {
             rekey: None,
             ip,
             police: None,
+            behind: None,
         }
     }
 
@@ -186,6 +189,13 @@ impl RequestRewriter {
     /// Routes each request by its `Host` and path (from the first on).
     pub fn route(&mut self, chooser: Chooser) {
         self.choose = Some(chooser);
+    }
+
+    /// The client is a trusted proxy (`--trusted-proxies`): each request's client is the one
+    /// it names, judged by `behind` (its bans, rules and request rate, in place of
+    /// [`Self::limit_requests`]'s), routed and forwarded as that client.
+    pub fn behind(&mut self, behind: crate::gateway::real_ip::Behind) {
+        self.behind = Some(Box::new(behind));
     }
 
     /// Holds each request to `limit` (`--client-request-rate`).

@@ -40,14 +40,28 @@ impl RequestRewriter {
             return Err(Rejected("too many pipelined requests"));
         }
         let host = check_host(path, version, req.headers)?;
-        if let Some((clients, limit)) = &self.limit {
-            if let Err(r) = clients.request(limit) {
-                self.state = State::Held(Hold::Refused(r));
-                self.held.clear();
-                self.held.extend_from_slice(head);
-                return Ok(());
-            }
+        // --trusted-proxies: the client a trusted peer names is judged as a connection's
+        // client is (bans, the frontend's rules, its request rate), in the peer's stead.
+        let real = self.behind.as_ref().and_then(|b| {
+            let fields: Vec<(&[u8], &[u8])> = (req.headers.iter())
+                .map(|h| (h.name.as_bytes(), h.value))
+                .collect();
+            b.client(&fields).map(|ip| (ip, b.admit(ip)))
+        });
+        let judged = match &real {
+            Some((_, verdict)) => *verdict,
+            None => match &self.limit {
+                Some((clients, limit)) => clients.request(limit),
+                None => Ok(()),
+            },
+        };
+        if let Err(r) = judged {
+            self.state = State::Held(Hold::Refused(r));
+            self.held.clear();
+            self.held.extend_from_slice(head);
+            return Ok(());
         }
+        let real = real.map(|(ip, _)| ip);
         // Its server was taken out of rotation since the last request: the next one that
         // is up takes this request (HAProxy's drain: no new request, the last answers end).
         if let Some((_, id)) = self.server.as_ref().filter(|(s, _)| s.is_out()) {
@@ -60,7 +74,10 @@ impl RequestRewriter {
         if let Some(c) = &self.choose {
             // A Host that passed check_host is ASCII.
             let host = host.and_then(|h| std::str::from_utf8(h).ok());
-            let choice = c.choose(host, path_of(path));
+            let choice = match real {
+                Some(ip) => c.choose_for(host, path_of(path), ip),
+                None => c.choose(host, path_of(path)),
+            };
             if let Choice::Backend(t) = choice {
                 routed = Some(t);
             }
@@ -235,7 +252,10 @@ impl RequestRewriter {
             id
         });
         rules.finish(|r| HeadOut::rule(out, r));
-        out.extend_from_slice(self.fwd.lines.as_bytes());
+        match real {
+            Some(ip) => out.extend_from_slice(self.fwd.for_client(ip).lines.as_bytes()),
+            None => out.extend_from_slice(self.fwd.lines.as_bytes()),
+        }
         if ex.policed {
             ex.answers.push_back(AnswerRules::of(&policy));
         }
@@ -248,6 +268,7 @@ impl RequestRewriter {
             if let Some(id) = &id {
                 asked.request_id = id.as_bytes();
             }
+            asked.client = real;
             l.asked(&asked);
         }
         ex.pending.push_back(if upgrade {
