@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::h1origin::H1Origin;
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 const VERSIONS: [&str; 3] = ["HTTP/1.1", "HTTP/2", "HTTP/3"];
 
@@ -99,19 +99,10 @@ fn forwarded_for(origin: &H1Origin, path: &str) -> Option<String> {
     Some(all.join(" | "))
 }
 
-/// The access log's `remote_addr` for the request of `path` (its line may come a moment
-/// after the answer).
+/// The access log's `remote_addr` for the request of `path`.
 fn logged_client(log: &std::path::Path, path: &str) -> Option<String> {
-    let mut found = None;
-    wait_until(Duration::from_secs(5), || {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        found = (text.lines())
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|v| v["request_uri"] == path)
-            .and_then(|v| v["remote_addr"].as_str().map(str::to_owned));
-        found.is_some()
-    });
-    found
+    let line = log_line(log, |v| v["request_uri"] == path)?;
+    line["remote_addr"].as_str().map(str::to_owned)
 }
 
 /// From the trusted peer the client its fields name is forwarded, logged, routed and

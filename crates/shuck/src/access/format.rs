@@ -41,6 +41,8 @@ pub enum Field {
     Host,
     /// The path and query.
     RequestUri,
+    /// The path and query a route's rewrite sent instead (none: as asked).
+    UpstreamUri,
     /// The answer's status.
     Status,
     /// Body bytes from the client (HAProxy's `%U` counts them).
@@ -184,6 +186,7 @@ fields! {
         "http_referer" => HttpReferer,
     request:
         "request_uri" => RequestUri,
+        "upstream_uri" => UpstreamUri,
         "status" => Status,
         "bytes_received" => BytesReceived,
         "body_bytes_sent" => BodyBytesSent,
@@ -317,6 +320,7 @@ fn bound(rec: &Record<'_>, field: Field) -> usize {
         Field::RequestMethod => sent(rec.method),
         Field::Host => sent(rec.authority),
         Field::RequestUri => sent(rec.path),
+        Field::UpstreamUri => sent(rec.upstream_uri).max(OWN_MAX),
         Field::UpstreamAddr => rec.server.map_or(OWN_MAX, |s| sent(s.as_bytes())),
         Field::RequestId => sent(rec.request_id),
         Field::HttpUserAgent => sent(rec.user_agent),
@@ -455,6 +459,8 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Out<'_>, esc: Escape) {
         Field::RequestMethod => asked(out, rec.method),
         Field::Host => asked(out, rec.authority),
         Field::RequestUri => asked(out, rec.path),
+        Field::UpstreamUri if rec.upstream_uri.is_empty() => none(out),
+        Field::UpstreamUri => text(out, rec.upstream_uri),
         Field::Status => opt_num(out, (rec.status != 0).then_some(u64::from(rec.status))),
         Field::BytesReceived => number(rec.bytes_in, out),
         Field::BodyBytesSent => number(rec.bytes_out, out),

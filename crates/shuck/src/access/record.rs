@@ -147,6 +147,8 @@ pub struct Record<'a> {
     pub authority: &'a [u8],
     /// The path and query, as sent.
     pub path: &'a [u8],
+    /// The path and query sent to the backend when a route rewrote it (empty: as asked).
+    pub upstream_uri: &'a [u8],
     /// `User-Agent`.
     pub user_agent: &'a [u8],
     /// `Referer`.
@@ -236,6 +238,8 @@ pub struct Said {
     plain: bool,
     /// `--trusted-proxies`: the client the trusted peer named ([`Record::client`]).
     pub client: Option<std::net::IpAddr>,
+    /// The path and query a route's rewrite sent instead ([`Record::upstream_uri`]).
+    pub rewritten: Option<Box<[u8]>>,
 }
 
 impl Said {
@@ -253,6 +257,7 @@ impl Said {
             ends,
             plain,
             client: None,
+            rewritten: None,
         }
     }
 
@@ -266,6 +271,7 @@ impl Said {
             start_us,
             conn,
             client: self.client,
+            upstream_uri: self.rewritten.as_deref().unwrap_or_default(),
             method: self.get(0),
             authority: self.get(1),
             path: self.get(2),

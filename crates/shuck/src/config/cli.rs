@@ -166,7 +166,12 @@ pub struct Cli {
     /// handshake's server name (`*.NAME` for subdomains), or with `--http` per request by
     /// `Host`/`:authority` and path prefix.
     ///
-    /// A frontend's own backend is `-f '[*]:443;backend=B'`.
+    /// A `host` route may act on its requests (`--http`): `redirect=URL` answers them a
+    /// redirect itself (`{host}`, `{path}`, `{query}` filled in; `redirect-code=301|302|303|
+    /// 307|308`, 308 by default), `strip-prefix=on` sends the path without its
+    /// `path-prefix`, `replace-prefix=/NEW/` puts another in its place. Its own policy:
+    /// `request-header`, `response-header`, `max-body-bytes`, `client-allow`, `client-deny`.
+    /// A frontend's own backend is `-f '[*]:443;backend=B'`. See the manual's Edge policy.
     #[arg(long = "route", value_name = "sni=NAME;backend=B")]
     pub routes: Vec<String>,
 

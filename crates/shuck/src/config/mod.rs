@@ -19,6 +19,7 @@ pub mod places;
 pub mod policy;
 pub mod redirect;
 pub mod replication;
+pub mod rewrite;
 pub mod route;
 mod services;
 pub mod store;

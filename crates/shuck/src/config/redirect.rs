@@ -37,6 +37,17 @@ pub fn parse_code(s: &str) -> Result<u16, String> {
         .ok_or_else(|| format!("{s:?} is not a redirect code (301, 302, 303, 307 or 308)"))
 }
 
+/// The reason phrase of a redirect status (RFC 9110 §15.4).
+pub fn reason(code: u16) -> &'static str {
+    match code {
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        307 => "Temporary Redirect",
+        _ => "Permanent Redirect",
+    }
+}
+
 impl super::Config {
     /// Every plain-HTTP listener's address: `--redirect-listen`'s, then
     /// `--acme-http-listen`'s.

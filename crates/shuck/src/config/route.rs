@@ -15,7 +15,7 @@ pub const DEFAULT_BACKEND: &str = "default";
 
 /// The keys of a route block, for messages.
 pub const ROUTE_KEYS: &str =
-    "sni, host, path-prefix, backend, client-allow, client-deny, request-header, response-header, max-body-bytes";
+    "sni, host, path-prefix, backend, client-allow, client-deny, request-header, response-header, max-body-bytes, redirect, redirect-code, strip-prefix, replace-prefix";
 
 /// What a route matches.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -44,6 +44,8 @@ pub struct RouteSpec {
     pub rules: Option<crate::clients::Rules>,
     /// `--http`: its level of the edge's policy (header rules, body limit).
     pub policy: super::policy::Policy,
+    /// `--http`: a redirect it answers, or the path it sends rewritten.
+    pub action: super::rewrite::RouteAction,
 }
 
 /// A server name or host to match: lowercase, at most one leading `*.`.
@@ -67,6 +69,7 @@ pub fn parse_route(spec: &str) -> Result<RouteSpec, ConfigError> {
     let (mut sni, mut host, mut prefix, mut backend) = (None, None, None, None);
     let mut rules: Option<crate::clients::Rules> = None;
     let mut policy = super::policy::Policy::default();
+    let (mut redirect, mut code, mut strip, mut replace) = (None, None, false, None);
     let parts = super::policy::split_spec(spec);
     for part in &parts {
         if part.trim().is_empty() {
@@ -91,6 +94,18 @@ pub fn parse_route(spec: &str) -> Result<RouteSpec, ConfigError> {
                 prefix = Some(v.to_owned());
             }
             "backend" => backend = Some(check_name(v).map_err(&bad)?),
+            "redirect" => redirect = Some(super::rewrite::Redirect::parse(v).map_err(&bad)?),
+            "redirect-code" => {
+                let c = super::redirect::parse_code(v).map_err(|r| format!("redirect-code: {r}"));
+                code = Some(c.map_err(&bad)?);
+            }
+            "strip-prefix" => {
+                strip =
+                    super::cli::parse_on_off(v).map_err(|r| bad(format!("strip-prefix: {r}")))?
+            }
+            "replace-prefix" => {
+                replace = Some(super::rewrite::parse_replacement(v).map_err(&bad)?);
+            }
             "client-allow" | "client-deny" => {
                 let list = crate::clients::CidrList::parse_value(v)
                     .map_err(|r| bad(format!("{k}: {r}")))?;
@@ -108,7 +123,26 @@ pub fn parse_route(spec: &str) -> Result<RouteSpec, ConfigError> {
             }
         }
     }
-    let backend = backend.ok_or_else(|| bad("a route needs backend = \"NAME\"".into()))?;
+    let action = route_action(
+        redirect,
+        code,
+        strip,
+        replace,
+        prefix.as_deref(),
+        host.is_some(),
+    )
+    .map_err(&bad)?;
+    let backend = match (backend, &action.redirect) {
+        (Some(_), Some(_)) => return Err(bad(
+            "a route that redirects sends nothing to a backend: give redirect or backend, not both"
+                .into(),
+        )),
+        // Never used: the route answers every request it takes itself.
+        (None, Some(_)) => DEFAULT_BACKEND.to_owned(),
+        (b, None) => {
+            b.ok_or_else(|| bad("a route needs backend = \"NAME\" (or redirect = \"URL\")".into()))?
+        }
+    };
     let matches = match (sni, host, prefix) {
         (Some(_), Some(_), _) => {
             return Err(bad(
@@ -134,7 +168,56 @@ pub fn parse_route(spec: &str) -> Result<RouteSpec, ConfigError> {
         backend,
         rules,
         policy,
+        action,
     })
+}
+
+/// A route's `redirect`, `redirect-code`, `strip-prefix` and `replace-prefix`, checked
+/// together: a rewrite replaces the route's `path-prefix`, which only a host route has.
+fn route_action(
+    redirect: Option<super::rewrite::Redirect>,
+    code: Option<u16>,
+    strip: bool,
+    replace: Option<String>,
+    prefix: Option<&str>,
+    host: bool,
+) -> Result<super::rewrite::RouteAction, String> {
+    let redirect = match (redirect, code) {
+        (None, Some(_)) => return Err("redirect-code goes with redirect = \"URL\"".into()),
+        (Some(mut r), c) => {
+            r.code = c.unwrap_or(r.code);
+            Some(r)
+        }
+        (None, None) => None,
+    };
+    if (redirect.is_some() || strip || replace.is_some()) && !host {
+        return Err(
+            "redirect, strip-prefix and replace-prefix go with host (a request's), not with sni"
+                .into(),
+        );
+    }
+    let to = match (strip, replace) {
+        (true, Some(_)) => return Err("strip-prefix or replace-prefix, not both".into()),
+        (true, None) => Some("/".to_owned()),
+        (false, r) => r,
+    };
+    let rewrite = match (to, prefix) {
+        (Some(_), _) if redirect.is_some() => return Err(
+            "a route that redirects sends no path: strip-prefix and replace-prefix go with backend"
+                .into(),
+        ),
+        (Some(_), None) => {
+            return Err(
+                "strip-prefix and replace-prefix replace the route's path-prefix: give one".into(),
+            )
+        }
+        (Some(to), Some(p)) => Some(super::rewrite::PathRewrite {
+            prefix: p.to_owned(),
+            to,
+        }),
+        (None, _) => None,
+    };
+    Ok(super::rewrite::RouteAction { redirect, rewrite })
 }
 
 /// Checks names across backends, routes and frontends: unique backend names, and every
@@ -185,6 +268,15 @@ pub fn check(
                     r.backend,
                     known()
                 ),
+            });
+        }
+        if !http && r.action.any() {
+            return Err(ConfigError::Nth {
+                option: "--route",
+                index: i,
+                reason:
+                    "redirect, strip-prefix and replace-prefix act on requests: they need --http"
+                        .into(),
             });
         }
         if !http && r.rules.is_some() {
@@ -320,6 +412,7 @@ mod tests {
                 backend: "web".into(),
                 rules: None,
                 policy: Default::default(),
+                action: Default::default(),
             }
         );
         assert_eq!(

@@ -352,7 +352,7 @@ pub fn gateway_request(data: &[u8]) {
     );
     for end_stream in [true, false] {
         let mut out = Vec::new();
-        if let Ok((body, _)) = build(&parts, end_stream, &fwd, None, None, &mut out) {
+        if let Ok((body, _)) = build(&parts, end_stream, &fwd, None, None, None, &mut out) {
             let head = String::from_utf8_lossy(&out);
             assert_eq!(head.matches("\r\nHost: ").count(), 1, "{head}");
             assert!(!(end_stream && matches!(body, Body::Length(n) if n > 0)));

@@ -58,6 +58,8 @@ pub enum Note<'a> {
     Failed(crate::access::Cause),
     /// `--trusted-proxies`: the client the trusted peer named.
     Client(std::net::IpAddr),
+    /// Its route's rewrite sent this path and query instead of the client's.
+    Rewritten(&'a str),
 }
 
 /// The request's body, as the client sends it.

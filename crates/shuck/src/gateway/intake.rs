@@ -13,6 +13,7 @@ use super::early::{self, Early};
 use super::front::{Inbound, Note, Outbound};
 use super::outcome::{malformed, reply, reply_with, too_large};
 use super::request::{self, Body, Refusal};
+use super::route_action::{act, Acted};
 use super::{Active, Gateway};
 use crate::access::request_id::RequestId;
 use crate::config::Proto;
@@ -165,6 +166,30 @@ fn take<I: Inbound, O: Outbound>(
         }
         None => &gw.fwd,
     };
+    // The route's own action: a redirect it answers itself, or the path it sends.
+    let mut rewritten = None;
+    if let Choice::Backend(to) = choice {
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        match act(routing, to, host, target) {
+            Acted::Pass => {}
+            Acted::Rewritten(p) => rewritten = Some(p),
+            Acted::Redirect(code, location) => {
+                if policed && to != connection {
+                    respond.set(AnswerRules::of(&policy(to)));
+                }
+                // A Location of shuck's making is visible ASCII (config/rewrite.rs).
+                let status = StatusCode::from_u16(code).unwrap_or(StatusCode::PERMANENT_REDIRECT);
+                let location = http::HeaderValue::from_str(&location).ok();
+                let location = location.map(|l| (http::header::LOCATION, l));
+                reply_with(&mut respond, status, grpc, location);
+                return None;
+            }
+        }
+    }
+    if let Some(p) = &rewritten {
+        respond.note(Note::Rewritten(p));
+    }
+    let sent = rewritten.as_deref();
     let (proto, effective) = match choice {
         Choice::Backend(to) if policed => {
             // Its route's answer rules from now on (the connection's hold already when
@@ -183,15 +208,25 @@ fn take<I: Inbound, O: Outbound>(
     let mut head = Vec::new();
     let mut h2_head = H2Head::default();
     let built = if h2 {
-        request::build(&parts, end_stream, fwd, id.as_ref(), rules, &mut h2_head)
+        request::build(
+            &parts,
+            end_stream,
+            fwd,
+            id.as_ref(),
+            rules,
+            sent,
+            &mut h2_head,
+        )
     } else {
         head.reserve(512);
-        request::build(&parts, end_stream, fwd, id.as_ref(), rules, &mut head)
+        request::build(&parts, end_stream, fwd, id.as_ref(), rules, sent, &mut head)
     };
     // proto = auto: the same head as HTTP/1.1's too (the same judgement, so it cannot
     // fail now), for a server that chooses HTTP/1.1.
     let h1_too = match proto {
-        Proto::Auto => request::build(&parts, end_stream, fwd, id.as_ref(), rules, &mut head).ok(),
+        Proto::Auto => {
+            request::build(&parts, end_stream, fwd, id.as_ref(), rules, sent, &mut head).ok()
+        }
         _ => None,
     };
     let (mut framing, mut kind) = match built {

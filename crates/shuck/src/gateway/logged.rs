@@ -305,6 +305,7 @@ impl<O: Outbound> Outbound for Logged<O> {
             Note::Retry => t.retries += 1,
             Note::Failed(cause) => t.ended(cause),
             Note::Client(ip) => t.said.client = Some(ip),
+            Note::Rewritten(p) => t.said.rewritten = Some(p.as_bytes().into()),
         }
     }
 }

@@ -40,6 +40,7 @@ pub mod policy;
 pub mod real_ip;
 pub mod request;
 pub mod response;
+pub mod route_action;
 mod tunnel;
 mod upload;
 mod upstream;

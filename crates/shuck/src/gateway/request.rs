@@ -142,13 +142,15 @@ impl HeadOut for Vec<u8> {
 }
 
 /// Judges `req` and writes its head to `out` (HTTP/1.1's bytes, or an HTTP/2 backend's
-/// fields). `end_stream`: the client sent no body.
+/// fields). `end_stream`: the client sent no body. `sent_path`: the path and query sent in
+/// place of the client's (a route's rewrite; the client's is judged all the same).
 pub fn build<H: HeadOut>(
     req: &Parts,
     end_stream: bool,
     fwd: &Forwarding,
     id: Option<&crate::access::request_id::RequestId>,
     rules: Option<&crate::config::policy::HeaderRules>,
+    sent_path: Option<&str>,
     out: &mut H,
 ) -> Result<(Body, Kind), Refusal> {
     let mut rules = crate::gateway::policy::RequestRules::new(rules);
@@ -188,7 +190,7 @@ pub fn build<H: HeadOut>(
     if path == "*" && req.method != Method::OPTIONS {
         return Err(Refusal::Malformed(":path * outside OPTIONS"));
     }
-    out.start(method, path);
+    out.start(method, sent_path.unwrap_or(path));
     // What the HTTP/1.1 path refuses in a Host is refused here too (400).
     let checked = |value: &[u8]| {
         crate::http_host::parse(value)
@@ -343,7 +345,7 @@ mod tests {
         let fwd = Forwarding::new("203.0.113.5".parse().unwrap(), Some(("X-Client", None)));
         let (parts, ()) = req.into_parts();
         let mut out = Vec::new();
-        let (body, _) = build(&parts, end_stream, &fwd, None, None, &mut out)?;
+        let (body, _) = build(&parts, end_stream, &fwd, None, None, None, &mut out)?;
         Ok((String::from_utf8(out).unwrap(), body))
     }
 

@@ -56,6 +56,10 @@ pub enum RelayEnd {
     /// HTTP mode: the next request is over the client's request rate (answered 429) or a
     /// route's rules refuse it (403), once the answers owed are out.
     Refused(crate::clients::Refused),
+    /// HTTP mode: the next request's route answers it a redirect
+    /// ([`crate::gateway::h1::request::RequestRewriter::redirect`]), once the answers owed
+    /// are out; the connection closes after it.
+    Redirect,
     /// HTTP mode: the backend closed its keep-alive connection between requests; the
     /// client's stays open and its next request gets a new backend connection.
     BackendClosed,
@@ -171,6 +175,7 @@ where
                             Hold::Switch(to) => RelayEnd::Switch(to),
                             Hold::Misdirected => RelayEnd::Misdirected,
                             Hold::Refused(r) => RelayEnd::Refused(r),
+                            Hold::Redirect => RelayEnd::Redirect,
                         });
                     }
                 }

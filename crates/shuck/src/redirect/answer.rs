@@ -40,17 +40,6 @@ pub enum Kind {
     Bad,
 }
 
-/// The reason phrase of a redirect status.
-pub fn reason(code: u16) -> &'static str {
-    match code {
-        301 => "Moved Permanently",
-        302 => "Found",
-        303 => "See Other",
-        307 => "Temporary Redirect",
-        _ => "Permanent Redirect",
-    }
-}
-
 /// Answers the head in `head` into `out` (appended), or returns `None` while it is
 /// incomplete and there is room for more (`full`: there is none).
 pub fn respond(head: &[u8], full: bool, s: Settings, out: &mut Vec<u8>) -> Option<(After, Kind)> {
@@ -115,7 +104,7 @@ fn answer(req: &httparse::Request<'_, '_>, s: Settings, out: &mut Vec<u8>) -> (A
             let _ = write!(
                 Bytes(out),
                 "HTTP/1.1 {code} {}\r\nLocation: https://{host}",
-                reason(code)
+                crate::config::redirect::reason(code)
             );
             if let Some(port) = s.port.filter(|&p| p != 443) {
                 let _ = write!(Bytes(out), ":{port}");

@@ -1421,3 +1421,20 @@ pub fn spki_pin(pem: &str) -> String {
     .trim()
     .to_owned()
 }
+
+/// The first JSON line of the access log at `log` that `pick` takes, waited for up to 5 s
+/// (a request's line may come a moment after its answer).
+pub fn log_line(
+    log: &std::path::Path,
+    pick: impl Fn(&serde_json::Value) -> bool,
+) -> Option<serde_json::Value> {
+    let mut found = None;
+    wait_until(Duration::from_secs(5), || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        found = (text.lines())
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| pick(v));
+        found.is_some()
+    });
+    found
+}

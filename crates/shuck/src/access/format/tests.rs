@@ -25,6 +25,7 @@ pub(in crate::access) fn rec<'a>(c: &'a Conn, path: &'a [u8], ua: &'a [u8]) -> R
         method: b"GET",
         authority: b"www.example.com",
         path,
+        upstream_uri: b"",
         user_agent: ua,
         referer: b"",
         status: 200,

@@ -32,6 +32,8 @@ struct Route {
     rules: Option<Rules>,
     /// Its level of the edge's policy.
     policy: crate::config::policy::Policy,
+    /// A redirect it answers, or the path it sends rewritten (none: `None`).
+    action: Option<Box<crate::config::rewrite::RouteAction>>,
 }
 
 /// Where a request was sent: its backend, and the route that chose it (none: the
@@ -209,6 +211,7 @@ impl Routing {
             routes.push(Route {
                 rules: r.rules.clone(),
                 policy: r.policy.clone(),
+                action: r.action.any().then(|| Box::new(r.action.clone())),
             });
             match &r.matches {
                 RouteMatch::Sni(name) => *sni.entry(name) = (b, route),
@@ -340,6 +343,12 @@ impl Routing {
     /// The access rules of route `route`, if it has some.
     pub fn route_rules(&self, route: RouteId) -> Option<&Rules> {
         self.routes.get(route as usize)?.rules.as_ref()
+    }
+
+    /// What `route` does besides choosing its backend, when it does anything: a redirect,
+    /// a path rewritten.
+    pub fn route_action(&self, route: RouteId) -> Option<&crate::config::rewrite::RouteAction> {
+        self.routes.get(route as usize)?.action.as_deref()
     }
 
     /// Whether some level gives a policy (else requests skip it at once).

@@ -65,6 +65,8 @@ pub struct Asked<'a> {
     pub request_id: &'a [u8],
     /// `--trusted-proxies`: the client the trusted peer named.
     pub client: Option<std::net::IpAddr>,
+    /// The path and query its route's rewrite sent instead.
+    pub rewritten: Option<&'a [u8]>,
 }
 
 impl Asked<'_> {
@@ -88,6 +90,7 @@ impl Asked<'_> {
             referer: field("referer"),
             request_id: b"",
             client: None,
+            rewritten: None,
         }
     }
 }
@@ -134,6 +137,7 @@ impl H1Log {
             a.request_id,
         ]);
         said.client = a.client;
+        said.rewritten = a.rewritten.map(Box::from);
         let began = Tick::now();
         let mut l = self.lines.borrow_mut();
         let server = l.server.clone();
@@ -214,6 +218,7 @@ impl H1Log {
             referer: b"",
             request_id: b"",
             client: None,
+            rewritten: None,
         };
         let own_line =
             refused.is_some() || (own.is_some() && self.lines.borrow().waiting.is_empty());

@@ -123,7 +123,7 @@ mod tests {
             .unwrap();
         let (parts, ()) = req.into_parts();
         let mut head = H2Head::default();
-        let (body, _) = build(&parts, false, &fwd, None, None, &mut head).unwrap();
+        let (body, _) = build(&parts, false, &fwd, None, None, None, &mut head).unwrap();
         assert!(matches!(body, Body::Chunked(_)));
         let req = head.into_request(false).unwrap();
         assert_eq!(req.uri(), "http://api.test/svc.Echo/Say");

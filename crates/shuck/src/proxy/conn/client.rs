@@ -24,6 +24,7 @@ where
         log_end(l, end, http.and_then(Http::stall_answer).is_some(), http);
     }
     let refused;
+    let redirect;
     let answer = match end {
         RelayEnd::Error(side, e) => {
             tracing::debug!(
@@ -76,6 +77,13 @@ where
             crate::clients::log_refused(r, client, "http/1.1");
             refused = refusal(r);
             Some(refused.as_slice())
+        }
+        RelayEnd::Redirect => {
+            let Some((code, location)) = http.and_then(|h| h.request.redirect()) else {
+                return;
+            };
+            redirect = crate::gateway::route_action::h1_redirect(code, location);
+            Some(redirect.as_slice())
         }
         RelayEnd::Closed
         | RelayEnd::IdleTimeout
@@ -150,6 +158,11 @@ fn log_end(l: &h1::log::H1Log, end: &RelayEnd, stalled_408: bool, http: Option<&
             let head = http.map_or(&[][..], |h| h.request.held_head());
             return l.ended_held(head, C::Normal, C::Misdirected, (421, C::Misdirected));
         }
+        RelayEnd::Redirect => {
+            let head = http.map_or(&[][..], |h| h.request.held_head());
+            let code = http.and_then(|h| h.request.redirect()).map_or(308, |r| r.0);
+            return l.ended_held(head, C::Normal, C::Normal, (code, C::Normal));
+        }
         RelayEnd::Refused(r) => {
             let head = http.map_or(&[][..], |h| h.request.held_head());
             let status = if r.reason == crate::clients::Reason::RequestRate {
@@ -185,6 +198,7 @@ where
         match http.request.held() {
             Some(Hold::Misdirected) => return Err(RelayEnd::Misdirected),
             Some(Hold::Refused(r)) => return Err(RelayEnd::Refused(r)),
+            Some(Hold::Redirect) => return Err(RelayEnd::Redirect),
             // After a backend closed, a request for another: no backend is open to owe
             // answers first, so it goes at once (it was waited on for ever).
             Some(Hold::Switch(_)) => {

@@ -101,6 +101,7 @@ impl Ends<'_> {
                     }
                     front::End::Misdirected => RelayEnd::Misdirected,
                     front::End::Refused(r) => RelayEnd::Refused(r),
+                    front::End::Redirect => RelayEnd::Redirect,
                     front::End::BadRequest(e) => RelayEnd::BadRequest(e),
                     front::End::Timeout(why) => RelayEnd::HttpTimeout(why),
                     front::End::Closed => RelayEnd::Closed,
@@ -383,6 +384,7 @@ impl Ends<'_> {
             method: b"",
             authority: b"",
             path: b"",
+            upstream_uri: b"",
             user_agent: b"",
             referer: b"",
             status: 0,

@@ -45,6 +45,8 @@ pub enum End {
     Misdirected,
     /// The next request is over the client's limits or a route's rules (429, 403).
     Refused(crate::clients::Refused),
+    /// The next request's route answers it a redirect.
+    Redirect,
     /// A request the rewriter refused, nothing of its answer begun (400).
     BadRequest(Rejected),
     /// A head too slow (408), or no next request in time.
@@ -196,6 +198,7 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> Wire<'a, S> {
                 Some(Hold::Switch(b)) => return Err(End::Switch(b)),
                 Some(Hold::Misdirected) => return Err(End::Misdirected),
                 Some(Hold::Refused(r)) => return Err(End::Refused(r)),
+                Some(Hold::Redirect) => return Err(End::Redirect),
                 None => {}
             }
             let due = self.http.borrow().deadline(start, false, false);

@@ -38,6 +38,9 @@ pub enum Hold {
     /// The client is over its limits (429) or a route's rules (403): answered so once the
     /// answers owed are out.
     Refused(crate::clients::Refused),
+    /// Its route answers it a redirect ([`RequestRewriter::redirect`]), once the answers
+    /// owed are out.
+    Redirect,
 }
 
 /// What the edge policy needs to resolve a request's part (`gateway/policy/`).
@@ -102,6 +105,8 @@ pub struct RequestRewriter {
     police: Option<Box<Police>>,
     /// `--trusted-proxies`, when the client is one: its requests name their clients.
     behind: Option<Box<crate::gateway::real_ip::Behind>>,
+    /// The redirect a held request's route answers: its code and `Location`.
+    redirect: Option<(u16, Box<str>)>,
 }
 
 /// What the request side is waiting for, for HTTP mode's timeouts.
@@ -156,6 +161,7 @@ impl RequestRewriter {
             ip,
             police: None,
             behind: None,
+            redirect: None,
         }
     }
 
@@ -205,6 +211,12 @@ impl RequestRewriter {
         limit: crate::clients::RequestLimit,
     ) {
         self.limit = Some((clients, limit));
+    }
+
+    /// The redirect the held request's route answers ([`Hold::Redirect`]): its code and
+    /// `Location`.
+    pub fn redirect(&self) -> Option<(u16, &str)> {
+        self.redirect.as_ref().map(|(c, l)| (*c, &**l))
     }
 
     /// The backend of the requests passed on, once routes chose one.

@@ -13,6 +13,7 @@ use crate::gateway::h1::{Exchange, Pending, Upgrade, MAX_PIPELINE};
 use crate::gateway::policy::body::{Budget, TOO_LARGE};
 use crate::gateway::policy::{AnswerRules, Effective, RequestRules};
 use crate::gateway::request::HeadOut;
+use crate::gateway::route_action::{act, Acted};
 
 impl RequestRewriter {
     /// Judges, routes and rewrites one whole head into `out`.
@@ -71,6 +72,7 @@ impl RequestRewriter {
             return Ok(());
         }
         let mut routed = None;
+        let mut rewritten = None;
         if let Some(c) = &self.choose {
             // A Host that passed check_host is ASCII.
             let host = host.and_then(|h| std::str::from_utf8(h).ok());
@@ -80,6 +82,17 @@ impl RequestRewriter {
             };
             if let Choice::Backend(t) = choice {
                 routed = Some(t);
+                match act(c.routing(), t, host, path_of(path)) {
+                    Acted::Pass => {}
+                    Acted::Rewritten(p) => rewritten = Some(p),
+                    Acted::Redirect(code, location) => {
+                        self.redirect = Some((code, location.into()));
+                        self.state = State::Held(Hold::Redirect);
+                        self.held.clear();
+                        self.held.extend_from_slice(head);
+                        return Ok(());
+                    }
+                }
             }
             let hold = match choice {
                 Choice::Misdirected => Some(Hold::Misdirected),
@@ -128,7 +141,7 @@ impl RequestRewriter {
         let head_at = out.len();
         out.extend_from_slice(method.as_bytes());
         out.push(b' ');
-        out.extend_from_slice(path.as_bytes());
+        out.extend_from_slice(rewritten.as_deref().unwrap_or(path).as_bytes());
         out.extend_from_slice(if version == 0 {
             b" HTTP/1.0\r\n"
         } else {
@@ -269,6 +282,7 @@ impl RequestRewriter {
                 asked.request_id = id.as_bytes();
             }
             asked.client = real;
+            asked.rewritten = rewritten.as_deref().map(str::as_bytes);
             l.asked(&asked);
         }
         ex.pending.push_back(if upgrade {
