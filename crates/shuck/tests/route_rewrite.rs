@@ -203,3 +203,34 @@ fn a_route_action_that_cannot_work_is_refused_with_its_reason() {
         "{err}"
     );
 }
+
+/// `--test` lists what each route does and the rules it ends up with (its own, else its
+/// backend's, else the global ones), HSTS first; a rule that deletes is taken as a value
+/// on the command line.
+#[test]
+fn the_test_lists_each_routes_action_and_rules() {
+    let dir = TempDir::new("route-test");
+    let (pem, _) = rcgen_cert(&dir, "site", &["localhost"], false);
+    let out = Command::new(BIN)
+        .args(["--http", "-b", "127.0.0.1:9", "--hsts", "max-age=60"])
+        .args(["--response-header", "-Server"])
+        .args(["--named-backend", "name=api;server=127.0.0.1:8;request-header=X-B: b"])
+        .args([
+            "--route",
+            "host=a.localhost;path-prefix=/api/;backend=api;strip-prefix=on;response-header=+X-A: 1;max-body-bytes=1k",
+        ])
+        .args(["--route", "host=www.localhost;redirect=https://localhost{path}{query}"])
+        .args(["--route", "host=b.localhost;backend=api"])
+        .arg("-t")
+        .arg(&pem)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = "  route: host a.localhost path /api/* -> api\n    path sent: /api/* as /*\n    request-header X-B: b\n    response-header Strict-Transport-Security: max-age=60\n    response-header +X-A: 1\n    max-body-bytes 1024\n  route: host www.localhost -> redirect 308 https://localhost{path}{query}\n    response-header Strict-Transport-Security: max-age=60\n    response-header -Server\n  route: host b.localhost -> api\n    request-header X-B: b\n    response-header Strict-Transport-Security: max-age=60\n    response-header -Server\n";
+    assert!(text.contains(want), "{text}");
+}

@@ -1110,7 +1110,7 @@ pub struct Cli {
     /// fields shuck writes (`X-Forwarded-For`, `X-Forwarded-Proto`, `Forwarded`) are refused;
     /// a value with CR, LF, NUL or another control byte is an error at load. Config key
     /// `request-header`.
-    #[arg(long, value_name = "RULE", value_parser = parse_request_rule)]
+    #[arg(long, value_name = "RULE", value_parser = parse_request_rule, allow_hyphen_values = true)]
     pub request_header: Vec<String>,
 
     /// `--http`: a rule on the answer's fields on their way to the client, repeatable, as
@@ -1120,7 +1120,7 @@ pub struct Cli {
     /// They apply to shuck's own answers too (400, 403, 421, 429, 502, 503, 504), as
     /// nginx's `add_header ... always`. Levels as `--request-header`'s. Config key
     /// `response-header`.
-    #[arg(long, value_name = "RULE", value_parser = parse_response_rule)]
+    #[arg(long, value_name = "RULE", value_parser = parse_response_rule, allow_hyphen_values = true)]
     pub response_header: Vec<String>,
 
     /// `--http`: `Strict-Transport-Security` on every answer (RFC 6797), e.g.

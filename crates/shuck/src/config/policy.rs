@@ -185,6 +185,20 @@ pub fn check_hsts(v: &str) -> Result<http::HeaderValue, String> {
     http::HeaderValue::from_str(&out).map_err(|_| format!("{v:?}: not a field value"))
 }
 
+impl HeaderRule {
+    /// The rule as an operator writes it (`NAME: VALUE`, `+NAME: VALUE`, `?NAME: VALUE`,
+    /// `-NAME`), for `--test`.
+    pub fn written(&self) -> String {
+        let value = String::from_utf8_lossy(self.value.as_bytes());
+        match self.op {
+            HeaderOp::Set => format!("{}: {value}", self.name),
+            HeaderOp::Add => format!("+{}: {value}", self.name),
+            HeaderOp::SetIfAbsent => format!("?{}: {value}", self.name),
+            HeaderOp::Delete => format!("-{}", self.name),
+        }
+    }
+}
+
 /// A body limit: bytes, with an optional `k`, `m` or `g` (powers of 1024), as nginx's
 /// `client_max_body_size`; `0` is no limit, as there.
 pub fn parse_body_limit(v: &str) -> Result<Option<u64>, String> {

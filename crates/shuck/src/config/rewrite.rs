@@ -85,6 +85,19 @@ impl Redirect {
         Ok(Redirect { pieces, code: 308 })
     }
 
+    /// The template as written, for `--test`.
+    pub fn template(&self) -> String {
+        self.pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Text(t) => t.as_str(),
+                Piece::Host => "{host}",
+                Piece::Path => "{path}",
+                Piece::Query => "{query}",
+            })
+            .collect()
+    }
+
     /// The `Location` for a request to `host` (lowercase, without its port) for `target`
     /// (its path and query, as the client wrote them). `{query}` is `?` and the query, or
     /// nothing; `{path}` starts with one `/` (a client's `//evil.example/` would make a

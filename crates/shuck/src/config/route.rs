@@ -343,7 +343,40 @@ pub fn describe(config: &super::Config) -> Vec<String> {
             }
             RouteMatch::Host { host, path_prefix } => format!("host {host} path {path_prefix}*"),
         };
-        lines.push(format!("route: {what} -> {}", r.backend));
+        let to = match &r.action.redirect {
+            Some(rd) => format!("redirect {} {}", rd.code, rd.template()),
+            None => r.backend.clone(),
+        };
+        lines.push(format!("route: {what} -> {to}"));
+        if let Some(rw) = &r.action.rewrite {
+            lines.push(format!("  path sent: {}* as {}*", rw.prefix, rw.to));
+        }
+        // The rules it ends up with: its own, else its backend's, else the global ones
+        // (a frontend's own replace the global ones on its connections).
+        let backend = config.named_backends.iter().find(|b| b.name == r.backend);
+        let level = |pick: fn(&super::policy::Policy) -> bool| {
+            [
+                Some(&r.policy),
+                backend.map(|b| &b.policy),
+                Some(&config.policy),
+            ]
+            .into_iter()
+            .flatten()
+            .find(|p| pick(p))
+        };
+        let rules =
+            |name: &str, rules: Option<&super::policy::HeaderRules>, lines: &mut Vec<String>| {
+                for rule in rules.into_iter().flat_map(|r| r.0.iter()) {
+                    lines.push(format!("  {name} {}", rule.written()));
+                }
+            };
+        let request = level(|p| p.request.is_some()).and_then(|p| p.request.as_deref());
+        rules("request-header", request, &mut lines);
+        let response = level(|p| p.response.is_some()).and_then(|p| p.response.as_deref());
+        rules("response-header", response, &mut lines);
+        if let Some(Some(n)) = level(|p| p.max_body.is_some()).and_then(|p| p.max_body) {
+            lines.push(format!("  max-body-bytes {n}"));
+        }
     }
     lines
 }
