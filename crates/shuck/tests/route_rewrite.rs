@@ -234,3 +234,47 @@ fn the_test_lists_each_routes_action_and_rules() {
     let want = "  route: host a.localhost path /api/* -> api\n    path sent: /api/* as /*\n    request-header X-B: b\n    response-header Strict-Transport-Security: max-age=60\n    response-header +X-A: 1\n    max-body-bytes 1024\n  route: host www.localhost -> redirect 308 https://localhost{path}{query}\n    response-header Strict-Transport-Security: max-age=60\n    response-header -Server\n  route: host b.localhost -> api\n    request-header X-B: b\n    response-header Strict-Transport-Security: max-age=60\n    response-header -Server\n";
     assert!(text.contains(want), "{text}");
 }
+
+/// A rewriting route to an HTTP/2 backend (nghttpd): HTTP/1.1's requests go through the
+/// core with the rewriter's head, and still log the path the client asked for beside the
+/// one sent; HTTP/2's and HTTP/3's are rewritten by the core itself.
+#[test]
+fn a_rewrite_to_an_http2_backend_is_logged_with_both_paths() {
+    if !require("curl", "curl") || !common::h3::aioquic() {
+        return;
+    }
+    let dir = TempDir::new("route-rewrite-h2");
+    std::fs::create_dir_all(dir.path("docs")).unwrap();
+    std::fs::write(dir.path("docs/page.html"), "from h2c\n").unwrap();
+    let Some((_nghttpd, h2c)) = nghttpd(&dir) else {
+        return;
+    };
+    let log = dir.path("access.log");
+    let log_arg = log.to_str().unwrap().to_owned();
+    let shuck = Shuck::start(&[
+        "--http",
+        "--quic",
+        "-b",
+        "127.0.0.1:9",
+        "--named-backend",
+        &format!("name=h;server={h2c};proto=h2"),
+        "--route",
+        "host=localhost;path-prefix=/old/;backend=h;replace-prefix=/docs/",
+        "--access-log",
+        &log_arg,
+        "--access-log-format",
+        "json",
+    ]);
+    for v in VERSIONS {
+        let sent = format!("/old/page.html?v={}", v.replace(['/', '.'], ""));
+        let got = ask(shuck.port, v, "localhost", &sent);
+        assert_eq!(got.0, 200, "{v}: {}", shuck.log());
+        let (asked, upstream) = logged(&log, "localhost", &sent).expect("no log line");
+        let want = sent.replace("/old/", "/docs/");
+        assert_eq!(
+            (asked.as_str(), upstream.as_str()),
+            (Some(&*sent), Some(&*want)),
+            "{v}"
+        );
+    }
+}

@@ -261,6 +261,11 @@ impl Said {
         }
     }
 
+    /// The path and query, as the client wrote them.
+    pub fn target(&self) -> &[u8] {
+        self.get(2)
+    }
+
     fn get(&self, i: usize) -> &[u8] {
         &self.text[if i == 0 { 0 } else { self.ends[i - 1] }..self.ends[i]]
     }

@@ -21,6 +21,11 @@ use crate::access::request_id::RequestId;
 use crate::access::{AccessLog, Cause, Conn, Record, Timings};
 use crate::clock::Tick;
 
+/// The request target the client wrote, when the head the core takes carries a route's
+/// rewrite of it (HTTP/1.1 through the core: `h1/front/`).
+#[derive(Debug, Clone)]
+pub struct AskedTarget(pub Box<[u8]>);
+
 /// A connection's log: where its streams' lines go and its part of them, one count a
 /// stream (an `Rc`'s, not an `Arc`'s atomic one as well).
 #[derive(Debug)]
@@ -106,14 +111,20 @@ pub(super) fn watch<I: Inbound, O: Outbound>(
         .uri
         .path_and_query()
         .map_or(&b""[..], |p| p.as_str().as_bytes());
-    let said = Said::new([
+    // HTTP/1.1 through the core: the head is the rewriter's, its path maybe a route's
+    // rewrite; the client's is the one asked.
+    let asked = parts.extensions.get::<AskedTarget>();
+    let mut said = Said::new([
         parts.method.as_str().as_bytes(),
         authority,
-        path,
+        asked.map_or(path, |a| &a.0),
         header(http::header::USER_AGENT),
         header(http::header::REFERER),
         id.as_ref().map_or(&b""[..], RequestId::as_bytes),
     ]);
+    if asked.is_some() {
+        said.rewritten = Some(path.into());
+    }
     let began = Tick::now();
     let trail = Rc::new(Trail {
         bytes_in: Cell::new(0),

@@ -158,9 +158,11 @@ impl H1Log {
     }
 
     /// The oldest waiting request was taken by the gateway core (`h1/front/`), which
-    /// writes its line itself.
-    pub fn taken_by_core(&self) {
-        self.lines.borrow_mut().waiting.pop_front();
+    /// writes its line itself: the target the client wrote, when its route rewrote it.
+    pub fn taken_by_core(&self) -> Option<Box<[u8]>> {
+        let line = self.lines.borrow_mut().waiting.pop_front()?;
+        line.said.rewritten.as_ref()?;
+        Some(line.said.target().into())
     }
 
     /// Body bytes of the latest request went to the backend.

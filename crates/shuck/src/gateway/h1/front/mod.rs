@@ -33,6 +33,7 @@ use super::{Expired, Http};
 use crate::backend::Server;
 use crate::edge::route::BackendId;
 use crate::gateway::front::SendError;
+use crate::gateway::logged::AskedTarget;
 use crate::gateway::policy::{AnswerRules, Answering};
 use crate::gateway::Gateway;
 
@@ -217,16 +218,16 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> Wire<'a, S> {
 
     /// The request just taken leaves the rewriter's books: the answers it owes, the IDs
     /// it echoes and the lines it logs are the core's for it; the answer rules of the
-    /// route the rewriter chose for it, given back.
-    fn took(&self) -> AnswerRules {
+    /// route the rewriter chose for it, and the target the client wrote when that route
+    /// rewrote it (for the core's log line), given back.
+    fn took(&self) -> (AnswerRules, Option<AskedTarget>) {
         let mut http = self.http.borrow_mut();
         let ex = &mut http.exchange;
         ex.pending.pop_front();
         ex.ids.pop_front();
-        if let Some(l) = &ex.log {
-            l.taken_by_core();
-        }
-        ex.answers.pop_front().unwrap_or_default()
+        let asked = ex.log.as_ref().and_then(|l| l.taken_by_core());
+        let rules = ex.answers.pop_front().unwrap_or_default();
+        (rules, asked.map(AskedTarget))
     }
 
     /// close_notify, within `--http-stall-timeout`.
@@ -264,7 +265,11 @@ where
             Ok(m) => m,
             Err(e) => break e,
         };
-        let rules = wire.took();
+        let (rules, asked) = wire.took();
+        let mut msg = msg;
+        if let Some(a) = asked {
+            msg.parts.extensions.insert(a);
+        }
         id += 1;
         let end_stream = msg.framing == head::Framing::None;
         *wire.turn.borrow_mut() = Turn {
