@@ -1142,6 +1142,20 @@ pub struct Cli {
     #[arg(long, value_name = "BYTES", default_value = "0", value_parser = parse_body_bytes)]
     pub max_body_bytes: super::policy::BodyLimit,
 
+    /// `--http`: a page of one's own for shuck's own error answers, repeatable: `CODES
+    /// PATH`, as `502,503,504 /etc/shuck/50x.html` (nginx's `error_page`, HAProxy's
+    /// `errorfile`).
+    ///
+    /// The file (1 MiB at most, its `Content-Type` by its extension: `.html`, `.json`,
+    /// `.txt`, ...) is read at start and at each reload; one that cannot be read is an
+    /// error then, naming it. It replaces the body of shuck's answers with those statuses
+    /// (400 to 599: a backend that refuses connections, a timeout, a limit, a
+    /// misdirected request, ...) over every HTTP version, the status and the answer rules
+    /// kept. A frontend, a named backend and a route may give their own (`error-page` in
+    /// their block); the most specific level that gives any wins. Config key `error-page`.
+    #[arg(long, value_name = "CODES PATH")]
+    pub error_page: Vec<String>,
+
     /// Answers carry their request's ID back in `--request-id-header`'s header.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]

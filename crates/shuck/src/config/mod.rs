@@ -11,6 +11,7 @@ pub mod clients;
 pub mod duration;
 pub mod endpoint;
 pub mod error;
+pub mod error_page;
 pub mod file;
 pub mod frontend;
 pub mod named_backend;

@@ -235,12 +235,17 @@ pub struct Policy {
     /// The most bytes a request body may have (`Some(None)`: no limit here, overriding an
     /// inherited one).
     pub max_body: Option<Option<u64>>,
+    /// Pages in place of shuck's own error answers' bodies (`error-page`).
+    pub error_pages: Option<Arc<super::error_page::ErrorPages>>,
 }
 
 impl Policy {
     /// Whether this level gives nothing of its own.
     pub fn is_empty(&self) -> bool {
-        self.request.is_none() && self.response.is_none() && self.max_body.is_none()
+        self.request.is_none()
+            && self.response.is_none()
+            && self.max_body.is_none()
+            && self.error_pages.is_none()
     }
 
     /// `--hsts`'s field set first among this level's answer rules, when it gives some
@@ -274,13 +279,18 @@ impl Policy {
                 self.max_body = Some(parse_body_limit(value).map_err(|e| format!("{key}: {e}"))?);
                 Ok(true)
             }
+            "error-page" => {
+                let pages = self.error_pages.get_or_insert_with(Default::default);
+                (Arc::make_mut(pages).push(value)).map_err(|e| format!("{key}: {e}"))?;
+                Ok(true)
+            }
             _ => Ok(false),
         }
     }
 }
 
 /// The keys of [`Policy::set`], for messages.
-pub const POLICY_KEYS: &str = "request-header, response-header, max-body-bytes";
+pub const POLICY_KEYS: &str = "request-header, response-header, max-body-bytes, error-page";
 
 /// Splits a `key=value;key=value` spec on the `;` that are not escaped (`\;` is a `;` of a
 /// value, `\\` a backslash): header values hold `;` (HSTS, `Cache-Control`, CSP).

@@ -336,6 +336,7 @@ pub(super) fn global_policy(cli: &Cli) -> Result<super::policy::Policy, ConfigEr
         ("--response-header", !cli.response_header.is_empty()),
         ("--hsts", cli.hsts.is_some()),
         ("--max-body-bytes", cli.max_body_bytes.0.is_some()),
+        ("--error-page", !cli.error_page.is_empty()),
     ];
     if let Some((option, _)) = given.iter().find(|(_, g)| *g).filter(|_| !cli.http) {
         return Err(ConfigError::Invalid {
@@ -364,6 +365,13 @@ pub(super) fn global_policy(cli: &Cli) -> Result<super::policy::Policy, ConfigEr
             p.set(key, rule)
                 .map_err(|reason| ConfigError::Invalid { option, reason })?;
         }
+    }
+    for page in &cli.error_page {
+        p.set("error-page", page)
+            .map_err(|reason| ConfigError::Invalid {
+                option: "--error-page",
+                reason,
+            })?;
     }
     check_policy_names(cli, &p).map_err(|reason| ConfigError::Invalid {
         option: "--request-header",

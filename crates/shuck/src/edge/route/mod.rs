@@ -231,6 +231,7 @@ impl Routing {
         let any_policy = config.policy.request.is_some()
             || config.policy.response.is_some()
             || config.policy.max_body.is_some_and(|m| m.is_some())
+            || config.policy.error_pages.is_some()
             || !frontend_policy.is_empty()
             || backends.iter().any(|b| !b.policy.is_empty())
             || routes.iter().any(|r| !r.policy.is_empty());

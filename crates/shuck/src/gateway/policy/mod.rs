@@ -16,6 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::Response;
 
+use crate::config::error_page::{ErrorPage, ErrorPages};
 use crate::config::policy::{HeaderRules, Policy};
 use crate::edge::route::{Routing, Target};
 use crate::gateway::front::{Gone, Note, Outbound, Reset, SendError};
@@ -31,6 +32,8 @@ pub struct Effective<'a> {
     pub response: Option<&'a Arc<HeaderRules>>,
     /// The body limit.
     pub max_body: Option<u64>,
+    /// Pages for shuck's own error answers.
+    pub pages: Option<&'a Arc<ErrorPages>>,
 }
 
 impl<'a> Effective<'a> {
@@ -46,6 +49,7 @@ impl<'a> Effective<'a> {
             request: first(|p| p.request.is_some()).and_then(|p| p.request.as_deref()),
             response: first(|p| p.response.is_some()).and_then(|p| p.response.as_ref()),
             max_body: first(|p| p.max_body.is_some()).and_then(|p| p.max_body.flatten()),
+            pages: first(|p| p.error_pages.is_some()).and_then(|p| p.error_pages.as_ref()),
         }
     }
 }
@@ -57,6 +61,8 @@ impl<'a> Effective<'a> {
 pub struct AnswerRules {
     /// The rules.
     pub rules: Option<Arc<HeaderRules>>,
+    /// Pages for shuck's own error answers (`error-page`).
+    pub pages: Option<Arc<ErrorPages>>,
 }
 
 impl AnswerRules {
@@ -64,12 +70,18 @@ impl AnswerRules {
     pub fn of(e: &Effective<'_>) -> Self {
         AnswerRules {
             rules: e.response.cloned(),
+            pages: e.pages.cloned(),
         }
     }
 
     /// Whether it changes anything.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_none()
+        self.rules.is_none() && self.pages.is_none()
+    }
+
+    /// The page for shuck's own answer with `status`, if one is given.
+    pub fn page(&self, status: u16) -> Option<&ErrorPage> {
+        self.pages.as_deref()?.for_status(status)
     }
 
     /// shuck's own HTTP/1.1 answer `answer` (head and body) under it: as it is when
@@ -79,9 +91,21 @@ impl AnswerRules {
         match at {
             Some(at) if !self.is_empty() => {
                 let (head, body) = answer.split_at(at + 4);
+                let status = (head.get(9..12).and_then(|s| std::str::from_utf8(s).ok()))
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
                 let mut out = Vec::with_capacity(answer.len() + 256);
-                headers::rewrite_h1_head(head, self.rules.as_deref(), &[], &mut out);
-                out.extend_from_slice(body);
+                match self.page(status) {
+                    Some(page) => {
+                        let head = with_page_fields(head, page);
+                        headers::rewrite_h1_head(&head, self.rules.as_deref(), &[], &mut out);
+                        out.extend_from_slice(&page.body);
+                    }
+                    None => {
+                        headers::rewrite_h1_head(head, self.rules.as_deref(), &[], &mut out);
+                        out.extend_from_slice(body);
+                    }
+                }
                 std::borrow::Cow::Owned(out)
             }
             _ => std::borrow::Cow::Borrowed(answer),
@@ -94,6 +118,26 @@ impl AnswerRules {
             headers::apply_map(rules, map);
         }
     }
+}
+
+/// An HTTP/1.1 head of shuck's own (`head`, its blank line included) with `page`'s type
+/// and length in place of its own.
+fn with_page_fields(head: &[u8], page: &ErrorPage) -> Vec<u8> {
+    let mut out = Vec::with_capacity(head.len() + 64);
+    for line in head.split_inclusive(|&b| b == b'\n') {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if line == b"\r\n"
+            || name.eq_ignore_ascii_case(b"content-type")
+            || name.eq_ignore_ascii_case(b"content-length")
+        {
+            continue;
+        }
+        out.extend_from_slice(line);
+    }
+    out.extend_from_slice(b"Content-Type: ");
+    out.extend_from_slice(page.content_type.as_bytes());
+    out.extend_from_slice(format!("\r\nContent-Length: {}\r\n\r\n", page.body.len()).as_bytes());
+    out
 }
 
 /// A stream's answer side with the answer phase applied to every final answer's head,
@@ -161,6 +205,16 @@ impl<O: Outbound> Outbound for Answering<O> {
     }
 
     fn answer_now(&mut self, mut resp: Response<()>, body: Bytes) {
+        // shuck's own answer: its page, when one is given for its status.
+        let body = match self.rules.page(resp.status().as_u16()) {
+            Some(page) => {
+                let h = resp.headers_mut();
+                h.insert(http::header::CONTENT_TYPE, page.content_type.clone());
+                h.insert(http::header::CONTENT_LENGTH, page.body.len().into());
+                page.body.clone()
+            }
+            None => body,
+        };
         self.rules.apply(resp.headers_mut());
         self.began = true;
         self.inner.answer_now(resp, body)

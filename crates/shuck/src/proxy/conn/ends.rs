@@ -124,7 +124,11 @@ impl Ends<'_> {
                 (None, Some(h)) => h1::head::key_of_head(b, client.ip(), h.request.held_head()),
                 _ => b.key_of_client(client.ip()),
             };
-            let own = http.as_deref().map(|h| &h.exchange.own);
+            // shuck's 503, should no connection be had: under the rules of the request's
+            // route (queued by the rewriter), else the connection's.
+            let own = http
+                .as_deref()
+                .map(|h| h.exchange.answers.back().unwrap_or(&h.exchange.own));
             let opened = open(worker, b, pre, client, tls, fe_counters, own, &key);
             let Some((mut backend, lease)) = opened.await else {
                 if let Some(l) = http.as_deref().and_then(|h| h.exchange.log.as_deref()) {
