@@ -9,7 +9,7 @@ pub mod request;
 pub mod server;
 pub mod state_file;
 
-pub use request::{Admin, Call, Request, ServerChange};
+pub use request::{Admin, Call, Request, ServerChange, EVERY_SERVER};
 pub use server::AdminServer;
 
 use serde_json::{json, Value};

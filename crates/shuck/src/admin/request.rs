@@ -205,6 +205,10 @@ pub enum Call {
     Unban(crate::clients::Cidr),
 }
 
+/// The server name of a [`Call::SetServer`] that sets every server of its backend
+/// (`PUT /backends/{backend}`).
+pub const EVERY_SERVER: &str = "*";
+
 /// A `PUT /backends/…/servers/…` body: a state, a weight, or both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ServerChange {
@@ -278,6 +282,24 @@ impl Call {
                 let block = unescape(&rest.join("/"))?;
                 let block = block.parse().map_err(|e: String| refused(400, e))?;
                 only("DELETE", Call::Unban(block))
+            }
+            // Every server of it: `server` is `*`, which no server's name is.
+            ["backends", backend] => {
+                let change = server_change(&req.body)?;
+                if change.weight.is_some() {
+                    return Err(refused(
+                        400,
+                        "a backend takes a state; a weight is a server's",
+                    ));
+                }
+                only(
+                    "PUT",
+                    Call::SetServer {
+                        backend: unescape(backend)?,
+                        server: EVERY_SERVER.into(),
+                        change,
+                    },
+                )
             }
             ["backends", backend, "servers", server] => {
                 let change = server_change(&req.body)?;

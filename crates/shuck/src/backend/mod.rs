@@ -22,6 +22,9 @@ use tokio::time::Instant;
 use balance::server_id;
 use balance::{Balance, Dice, Key, Ring};
 pub use server::{Address, Admin, Lease, Server};
+
+/// The `Retry-After` of a backend in maintenance's 503, in seconds.
+pub const MAINTENANCE_RETRY_SECS: u64 = 60;
 pub use stream::{BackendStream, ReadHalf, WriteHalf};
 
 /// Why a backend connection could not be made.
@@ -277,6 +280,12 @@ impl Pool {
     /// The servers, for counters and logs.
     pub fn servers(&self) -> &[Arc<Server>] {
         &self.servers
+    }
+
+    /// Every server is in maintenance (`shuck ctl maint BACKEND`): its requests are
+    /// answered 503 with `Retry-After`, no connect tried.
+    pub fn in_maintenance(&self) -> bool {
+        !self.servers.is_empty() && self.servers.iter().all(|s| s.admin() == Admin::Maint)
     }
 
     /// Connects to a server: the round robin's choice first, then the others in order,

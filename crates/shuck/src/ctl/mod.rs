@@ -47,19 +47,21 @@ pub enum Command {
     Reload,
     /// Every backend's servers: state, weight, connections, queue, last check.
     Backends,
-    /// Take a server out of rotation: no new connection or request, the open ones finish.
+    /// Take a server (or every server of a backend) out of rotation: no new connection or
+    /// request, the open ones finish.
     Drain {
-        /// BACKEND/SERVER (`default` is -b's backend).
+        /// BACKEND/SERVER (`default` is -b's backend), or BACKEND for all its servers.
         server: String,
     },
-    /// Put a server back in rotation.
+    /// Put a server (or every server of a backend) back in rotation.
     Ready {
-        /// BACKEND/SERVER.
+        /// BACKEND/SERVER, or BACKEND.
         server: String,
     },
-    /// Maintenance: as drain, and its idle keep-alive connections are closed.
+    /// Maintenance: as drain, and its idle keep-alive connections are closed. A whole
+    /// backend in maintenance answers its requests 503 with Retry-After.
     Maint {
-        /// BACKEND/SERVER.
+        /// BACKEND/SERVER, or BACKEND.
         server: String,
     },
     /// Set a server's weight (1 to 1000).
@@ -182,6 +184,11 @@ fn request_of(c: &Command) -> Result<(&'static str, String, Vec<u8>), String> {
             .ok_or_else(|| format!("{s:?}: give BACKEND/SERVER, e.g. default/api1"))?;
         Ok(format!("/backends/{}/servers/{}", escape(b), escape(srv)))
     };
+    // BACKEND alone: every server of it.
+    let server_or_backend = |s: &str| match s.split_once('/') {
+        Some((b, srv)) => format!("/backends/{}/servers/{}", escape(b), escape(srv)),
+        None => format!("/backends/{}", escape(s)),
+    };
     let state = |s: &str| format!("{{\"state\":\"{s}\"}}").into_bytes();
     Ok(match c {
         Command::Status => ("GET", "/status".into(), Vec::new()),
@@ -205,9 +212,9 @@ fn request_of(c: &Command) -> Result<(&'static str, String, Vec<u8>), String> {
             format!("/clients/ban/{}", escape(block)),
             Vec::new(),
         ),
-        Command::Drain { server: s } => ("PUT", server(s)?, state("drain")),
-        Command::Ready { server: s } => ("PUT", server(s)?, state("ready")),
-        Command::Maint { server: s } => ("PUT", server(s)?, state("maint")),
+        Command::Drain { server: s } => ("PUT", server_or_backend(s), state("drain")),
+        Command::Ready { server: s } => ("PUT", server_or_backend(s), state("ready")),
+        Command::Maint { server: s } => ("PUT", server_or_backend(s), state("maint")),
         Command::Weight { server: s, weight } => (
             "PUT",
             server(s)?,
@@ -298,7 +305,14 @@ mod tests {
             ("PUT", "/backends/default/servers/%5B%3A%3A1%5D%3A80")
         );
         assert_eq!(b, b"{\"state\":\"drain\"}");
-        assert!(request_of(&Command::Ready { server: "x".into() }).is_err());
+        let (m, p, b) = request_of(&Command::Maint {
+            server: "api".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            (m, p.as_str(), &b[..]),
+            ("PUT", "/backends/api", &b"{\"state\":\"maint\"}"[..])
+        );
         let (s, v) =
             parse_answer(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\n{}").unwrap();
         assert_eq!((s, v), (404, serde_json::json!({})));

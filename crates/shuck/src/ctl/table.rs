@@ -124,14 +124,21 @@ pub fn render(command: &Command, v: &Value) -> String {
         | Command::Ready { .. }
         | Command::Maint { .. }
         | Command::Weight { .. } => {
-            format!(
-                "{}: {} (weight {}, {} active, {} queued)\n",
-                cell(&v["name"]),
-                cell(&v["state"]),
-                cell(&v["weight"]),
-                cell(&v["active"]),
-                cell(&v["queued"]),
-            )
+            let line = |v: &Value| {
+                format!(
+                    "{}: {} (weight {}, {} active, {} queued)\n",
+                    cell(&v["name"]),
+                    cell(&v["state"]),
+                    cell(&v["weight"]),
+                    cell(&v["active"]),
+                    cell(&v["queued"]),
+                )
+            };
+            // A whole backend's answer: a line for each of its servers.
+            match v["servers"].as_array() {
+                Some(servers) => servers.iter().map(line).collect(),
+                None => line(v),
+            }
         }
         Command::Clients { .. } => {
             let rows: Vec<Vec<String>> = v["clients"]

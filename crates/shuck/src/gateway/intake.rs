@@ -281,6 +281,10 @@ fn take<I: Inbound, O: Outbound>(
     };
     respond.note(Note::Backend(gw.backends.name(backend)));
     let be = gw.backends.backend(backend);
+    if be.pool.in_maintenance() {
+        maintenance(gw, &mut respond, &be.name, grpc);
+        return None;
+    }
     let key = if be.reads_requests() {
         let fields: Vec<(&[u8], &[u8])> = (parts.headers.iter())
             .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
@@ -343,6 +347,21 @@ fn take<I: Inbound, O: Outbound>(
     Some(Box::pin(serve(
         active, backend, head, framing, kind, again, early, key, body, respond,
     )))
+}
+
+/// A request for a backend whose every server is in maintenance: 503 with `Retry-After`
+/// (its 503 error page, when one is given).
+fn maintenance<O: Outbound>(gw: &Gateway, respond: &mut O, backend: &str, grpc: bool) {
+    tracing::debug!(
+        name: "gateway_backend_maintenance",
+        protocol = gw.version.as_str(),
+        client = %gw.client,
+        backend,
+        "a request for a backend in maintenance: 503",
+    );
+    let retry = http::HeaderValue::from(crate::backend::MAINTENANCE_RETRY_SECS);
+    let retry = Some((http::header::RETRY_AFTER, retry));
+    reply_with(respond, StatusCode::SERVICE_UNAVAILABLE, grpc, retry);
 }
 
 /// A well-formed request shuck does not pass on: answered `status`, logged with `why`.

@@ -239,6 +239,10 @@ pub const NOT_IMPLEMENTED: &[u8] =
 pub const REQUEST_TIMEOUT: &[u8] =
     b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\nContent-Length: 16\r\nConnection: close\r\n\r\nRequest Timeout\n";
 
+/// The answer to a request for a backend whose every server is in maintenance.
+pub const MAINTENANCE: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nRetry-After: 60\r\nConnection: close\r\n\r\nService Unavailable\n";
+
 /// The answer when no backend could take the request in time.
 pub const SERVICE_UNAVAILABLE: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\n\r\nService Unavailable\n";

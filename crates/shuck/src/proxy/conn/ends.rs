@@ -129,6 +129,22 @@ impl Ends<'_> {
             let own = http
                 .as_deref()
                 .map(|h| h.exchange.answers.back().unwrap_or(&h.exchange.own));
+            if let (Some(own), true) = (own, b.pool.in_maintenance()) {
+                // `shuck ctl maint BACKEND`: answered without a connect tried.
+                let answer = own.own_h1(h1::MAINTENANCE);
+                let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(&answer)).await;
+                let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
+                if let Some(l) = http.as_deref().and_then(|h| h.exchange.log.as_deref()) {
+                    l.serving(&b.name, "-", None);
+                    l.ended(
+                        Cause::Normal,
+                        Cause::BackendRefused,
+                        Some((503, Cause::BackendRefused)),
+                        None,
+                    );
+                }
+                return None;
+            }
             let opened = open(worker, b, pre, client, tls, fe_counters, own, &key);
             let Some((mut backend, lease)) = opened.await else {
                 if let Some(l) = http.as_deref().and_then(|h| h.exchange.log.as_deref()) {

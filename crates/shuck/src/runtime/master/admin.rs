@@ -230,22 +230,28 @@ impl super::Run {
                 change,
             }) = Call::of(&p.inc.req)
             {
-                // Kept for the next reload and the next worker: one entry a server.
+                // Kept for the next reload and the next worker, in the order given (they
+                // are applied so): one entry a server, and a whole backend's state (server
+                // `*`) in place of its servers' own states, their weights kept.
                 let all = &mut self.admin.settings;
-                match all
-                    .iter_mut()
-                    .find(|s| s.backend == backend && s.server == server)
-                {
-                    Some(s) => {
-                        s.change.state = change.state.or(s.change.state);
-                        s.change.weight = change.weight.or(s.change.weight);
+                let mut merged = change;
+                if server == crate::admin::EVERY_SERVER {
+                    for s in all.iter_mut().filter(|s| s.backend == backend) {
+                        s.change.state = None;
                     }
-                    None => all.push(ServerSetting {
-                        backend,
-                        server,
-                        change,
-                    }),
+                    all.retain(|s| s.change.state.is_some() || s.change.weight.is_some());
+                } else if let Some(at) =
+                    (all.iter()).position(|s| s.backend == backend && s.server == server)
+                {
+                    let old = all.remove(at);
+                    merged.state = change.state.or(old.change.state);
+                    merged.weight = change.weight.or(old.change.weight);
                 }
+                all.push(ServerSetting {
+                    backend,
+                    server,
+                    change: merged,
+                });
                 self.save_server_settings();
             }
         }

@@ -70,6 +70,19 @@ impl Reloader {
                 json!({ "error": format!("no backend {:?}; there are: {}", s.backend, names.join(", ")) }),
             );
         };
+        if s.server == crate::admin::EVERY_SERVER {
+            // The whole backend: each of its servers, as if set one by one.
+            let servers: Vec<Value> = (b.pool.servers().iter())
+                .map(|x| {
+                    let one = ServerSetting {
+                        server: x.name().to_owned(),
+                        ..s.clone()
+                    };
+                    self.set_server(&one).1
+                })
+                .collect();
+            return (200, json!({ "backend": &*b.name, "servers": servers }));
+        }
         let Some(server) = b.pool.servers().iter().find(|x| x.name() == s.server) else {
             let names: Vec<&str> = b.pool.servers().iter().map(|x| x.name()).collect();
             return (
