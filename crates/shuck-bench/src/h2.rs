@@ -158,9 +158,13 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             "shuck-h2c" => (Target::Shuck, "shuck-h2c.args"),
             "haproxy-h2c" => (Target::Haproxy, "haproxy-h2c.cfg"),
             "nginx-grpc" => (Target::Nginx, "nginx-grpc.conf"),
+            // The port-80 redirect (with --h1): shuck's --redirect-listen, nginx's
+            // `return 301 https://$host$request_uri`, each over plain HTTP/1.1.
+            "shuck-redirect" => (Target::Shuck, "shuck-redirect.args"),
+            "nginx-redirect" => (Target::Nginx, "nginx-redirect.conf"),
             // The libraries alone (`floor-h2`, this program), the floor under shuck-h2c.
             "floor-h2c" => (Target::Shuck, "floor-h2c.args"),
-            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy, nginx or caddy (with -log for its access log on, -rules for ten header rules, but caddy), or with --h2c shuck-h2c, haproxy-h2c, nginx-grpc, floor-h2c"),
+            other => bail!("no HTTP/2 configuration for {other:?}: shuck, haproxy, nginx or caddy (with -log for its access log on, -rules for ten header rules, but caddy), shuck-redirect and nginx-redirect (with --h1), or with --h2c shuck-h2c, haproxy-h2c, nginx-grpc, floor-h2c"),
         };
         let installed = match name.as_str() {
             "floor-h2c" => std::env::current_exe()
@@ -224,8 +228,10 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
         grpc: o.grpc.then_some(grpc_body.as_path()),
     };
     for size in sizes {
-        let url = |port: u16| match o.grpc {
+        let url = |name: &str, port: u16| match o.grpc {
             true => format!("https://127.0.0.1:{port}/bench.Echo/Unary"),
+            // The redirect listeners answer plain HTTP.
+            false if name.ends_with("-redirect") => format!("http://127.0.0.1:{port}/{size}"),
             false => format!("https://127.0.0.1:{port}/{size}"),
         };
         // Each server's runs, or why it has none.
@@ -234,14 +240,22 @@ pub fn run(o: &H2Opts) -> anyhow::Result<PathBuf> {
             .map(|(name, port, server)| {
                 eprintln!("h2: {name}, {size} answers, warm-up...");
                 // Warm-up: connections, caches, page faults; not measured.
-                run_h2load(&client, o, &url(*port), 1.0, server.pid(), pin).map(|_| Vec::new())
+                run_h2load(&client, o, &url(name, *port), 1.0, server.pid(), pin)
+                    .map(|_| Vec::new())
             })
             .collect();
         for round in 1..=o.runs.repeats.max(1) {
             for ((name, port, server), got) in servers.iter().zip(runs.iter_mut()) {
                 let Ok(done) = got else { continue };
                 eprintln!("h2: {name}, {size} answers, run {round}...");
-                match run_h2load(&client, o, &url(*port), o.runs.duration, server.pid(), pin) {
+                match run_h2load(
+                    &client,
+                    o,
+                    &url(name, *port),
+                    o.runs.duration,
+                    server.pid(),
+                    pin,
+                ) {
                     Ok(m) => done.push(m),
                     Err(e) => *got = Err(e),
                 }

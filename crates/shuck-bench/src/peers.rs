@@ -347,6 +347,12 @@ pub fn start_template(
         .with_context(|| format!("cannot read {}", template.display()))?;
     let text = text
         .replace("{{PORT}}", &p.port.to_string())
+        // A second port for a server that must bind one it is not measured on (shuck's
+        // TLS frontend beside its redirect listener).
+        .replace(
+            "{{PORT_PLUS_1}}",
+            &p.port.checked_add(1).unwrap_or(p.port - 1).to_string(),
+        )
         .replace("{{ORIGIN_PORT}}", &p.origin_port.to_string())
         .replace("{{PEM}}", &p.pem.display().to_string())
         .replace("{{DIR}}", &p.dir.display().to_string())

@@ -156,6 +156,38 @@ fn every_request_is_redirected_to_https_and_a_bad_host_is_400() {
     );
 }
 
+/// A connection carries 1000 requests, and its last answer says so (`Connection: close`),
+/// so that a client opens another instead of meeting a bare close.
+#[test]
+fn the_thousandth_answer_of_a_connection_says_it_closes() {
+    let dir = TempDir::new("redirect-keepalive");
+    let origin = H1Origin::start(None);
+    let (_shuck, plain, _) = start(&dir, &origin, "");
+    let request = "GET /k HTTP/1.1\r\nHost: a.example\r\n\r\n".repeat(1001);
+    let got = exchange(plain, &request);
+    let heads: Vec<&str> = got
+        .split("\r\n\r\n")
+        .filter(|h| h.starts_with("HTTP/"))
+        .collect();
+    assert_eq!(
+        heads.len(),
+        1000,
+        "{}",
+        &got[got.len().saturating_sub(300)..]
+    );
+    assert!(heads.iter().all(|h| h.starts_with("HTTP/1.1 308 ")));
+    let closing = heads
+        .iter()
+        .filter(|h| h.contains("\r\nConnection: close"))
+        .count();
+    assert_eq!(closing, 1);
+    assert!(
+        heads[999].contains("\r\nConnection: close"),
+        "{}",
+        heads[999]
+    );
+}
+
 #[test]
 fn the_clients_rules_and_limits_hold_on_the_plain_listener() {
     let origin = H1Origin::start(None);

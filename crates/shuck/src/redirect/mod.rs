@@ -126,7 +126,7 @@ async fn connection(
     let mut buf = vec![0u8; MAX_HEAD];
     let mut filled = 0;
     let mut out = Vec::with_capacity(256);
-    for _ in 0..MAX_REQUESTS {
+    for n in 1..=MAX_REQUESTS {
         // A head: from what is held, else read until it is whole or there is no room.
         let answered = loop {
             let held = &buf[..filled];
@@ -174,6 +174,12 @@ async fn connection(
                 plain.count(3);
             }
         }
+        if n == MAX_REQUESTS && after == After::KeepAlive {
+            // The last this connection carries: said, so that the client opens another
+            // (RFC 9112 §9.6) rather than meet a close it cannot tell from a failure.
+            say_close(&mut out);
+            after = After::Close;
+        }
         plain.count(match kind {
             Kind::Redirect => 0,
             Kind::Acme => 1,
@@ -187,4 +193,12 @@ async fn connection(
         filled -= used;
     }
     let _ = tcp.shutdown().await;
+}
+
+/// `Connection: close` added to the answer's head in `out`.
+fn say_close(out: &mut Vec<u8>) {
+    if let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") {
+        let at = end + 2;
+        out.splice(at..at, b"Connection: close\r\n".iter().copied());
+    }
 }
