@@ -1,8 +1,8 @@
 //! A whole backend in maintenance (issue 61 point 4, its second half): `shuck ctl maint
-//! BACKEND` and `PUT /backends/{name}` answer its requests 503 with `Retry-After` and the
-//! 503 error page, over HTTP/1.1 and HTTP/2 (curl) and HTTP/3 (aioquic), without a
-//! reload; during an h2load run no request is lost; `ready` undoes it, and
-//! `--admin-state` keeps it across a restart.
+//! BACKEND` and `PUT /backends/{name}` answer its requests 503 with `Retry-After` and its
+//! `maintenance-page` (over its 503 `error-page`), over HTTP/1.1 and HTTP/2 (curl) and
+//! HTTP/3 (aioquic), without a reload; during an h2load run no request is lost; `ready`
+//! undoes it, and `--admin-state` keeps it across a restart.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -76,6 +76,9 @@ fn a_backend_in_maintenance_answers_503_with_its_page_until_it_is_ready() {
     let page = dir.path("maint.html");
     let html = "<p>Down for maintenance.</p>\n";
     std::fs::write(&page, html).unwrap();
+    // The backend's 503 page for other causes: the maintenance page wins over it.
+    let down = dir.path("down.html");
+    std::fs::write(&down, "<p>Down.</p>\n").unwrap();
     let sha = sh_out(&format!("sha256sum {}", page.display()));
     let sha = sha.split_whitespace().next().unwrap().to_owned();
     let (api1, api2, web) = (
@@ -92,7 +95,7 @@ fn a_backend_in_maintenance_answers_503_with_its_page_until_it_is_ready() {
         format!(
             "http = on\nquic = on\nfrontend = \"[127.0.0.1]:{port}\"\npem-file = \"{pem}\"\n\
              backend = \"127.0.0.1:{web}\"\nadmin-socket = \"{sock}\"\nadmin-state = \"{state}\"\n\
-             backend = {{\n name = \"api\"\n server = \"127.0.0.1:{a1}\"\n server = \"127.0.0.1:{a2}\"\n error-page = \"503 {page}\"\n}}\n\
+             backend = {{\n name = \"api\"\n server = \"127.0.0.1:{a1}\"\n server = \"127.0.0.1:{a2}\"\n error-page = \"503 {down}\"\n maintenance-page = \"{page}\"\n}}\n\
              route = {{\n host = \"api.localhost\"\n backend = \"api\"\n}}\n",
             pem = pem.display(),
             web = web.port,
@@ -101,6 +104,7 @@ fn a_backend_in_maintenance_answers_503_with_its_page_until_it_is_ready() {
             a1 = api1.port,
             a2 = api2.port,
             page = page.display(),
+            down = down.display(),
         ),
     )
     .unwrap();

@@ -194,6 +194,18 @@ fn a_page_that_cannot_be_read_or_a_code_that_is_not_an_error_is_refused() {
         let says = if says == "1 MiB" { "1048576" } else { says };
         assert!(err.contains(says), "{value}: {err}");
     }
+    let (code, err) = run_to_exit(&[
+        "--http",
+        "-b",
+        "127.0.0.1:9",
+        "--maintenance-page",
+        "/nonexistent/maint.html",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--maintenance-page") && err.contains("/nonexistent/maint.html"),
+        "{err}"
+    );
     let ok = format!("502 {}", page.display());
     let (code, err) = run_to_exit(&["-b", "127.0.0.1:9", "--error-page", &ok]);
     assert_eq!(code, Some(1), "{err}");

@@ -1156,6 +1156,14 @@ pub struct Cli {
     #[arg(long, value_name = "CODES PATH")]
     pub error_page: Vec<String>,
 
+    /// `--http`: the page a backend in maintenance answers with (`shuck ctl maint
+    /// BACKEND`: every server of it), in place of its 503 `--error-page`.
+    ///
+    /// Read as `--error-page`'s files are; a named backend, a route and a frontend may give
+    /// their own (`maintenance-page` in their block). Config key `maintenance-page`.
+    #[arg(long, value_name = "PATH")]
+    pub maintenance_page: Option<String>,
+
     /// Answers carry their request's ID back in `--request-id-header`'s header.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_value = "off", default_missing_value = "on", value_parser = parse_on_off)]

@@ -61,6 +61,18 @@ impl ErrorPages {
     }
 }
 
+impl ErrorPage {
+    /// `maintenance-page`'s file: the page of a backend in maintenance (its 503).
+    pub fn maintenance(path: &str) -> Result<ErrorPage, String> {
+        Ok(ErrorPage {
+            codes: vec![503],
+            path: path.to_owned(),
+            body: read(path.trim())?,
+            content_type: content_type(path.trim()),
+        })
+    }
+}
+
 /// The page at `path`, whole.
 fn read(path: &str) -> Result<Bytes, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;

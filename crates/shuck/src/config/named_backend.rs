@@ -10,7 +10,7 @@ use super::cli::parse_on_off;
 use super::ConfigError;
 
 /// The keys of a backend block, for messages.
-pub const BACKEND_KEYS: &str = "name, server, write-proxy-v1, write-proxy-v2, write-ip, proxy-proxy, connect-timeout, tls, verify, ca-file, sni, cert, alpn, proto, max-streams, retry-on, balance, hash-key, hash-balance-factor, cookie, request-header, response-header, max-body-bytes, error-page";
+pub const BACKEND_KEYS: &str = "name, server, write-proxy-v1, write-proxy-v2, write-ip, proxy-proxy, connect-timeout, tls, verify, ca-file, sni, cert, alpn, proto, max-streams, retry-on, balance, hash-key, hash-balance-factor, cookie, request-header, response-header, max-body-bytes, error-page, maintenance-page";
 
 /// A backend with a name, its servers and its own way of being reached.
 #[derive(Debug, Clone)]

@@ -237,6 +237,8 @@ pub struct Policy {
     pub max_body: Option<Option<u64>>,
     /// Pages in place of shuck's own error answers' bodies (`error-page`).
     pub error_pages: Option<Arc<super::error_page::ErrorPages>>,
+    /// The page of a backend in maintenance (`maintenance-page`; else its 503 page).
+    pub maintenance_page: Option<Arc<super::error_page::ErrorPage>>,
 }
 
 impl Policy {
@@ -246,6 +248,7 @@ impl Policy {
             && self.response.is_none()
             && self.max_body.is_none()
             && self.error_pages.is_none()
+            && self.maintenance_page.is_none()
     }
 
     /// `--hsts`'s field set first among this level's answer rules, when it gives some
@@ -279,6 +282,11 @@ impl Policy {
                 self.max_body = Some(parse_body_limit(value).map_err(|e| format!("{key}: {e}"))?);
                 Ok(true)
             }
+            "maintenance-page" => {
+                let page = super::error_page::ErrorPage::maintenance(value);
+                self.maintenance_page = Some(Arc::new(page.map_err(|e| format!("{key}: {e}"))?));
+                Ok(true)
+            }
             "error-page" => {
                 let pages = self.error_pages.get_or_insert_with(Default::default);
                 (Arc::make_mut(pages).push(value)).map_err(|e| format!("{key}: {e}"))?;
@@ -290,7 +298,8 @@ impl Policy {
 }
 
 /// The keys of [`Policy::set`], for messages.
-pub const POLICY_KEYS: &str = "request-header, response-header, max-body-bytes, error-page";
+pub const POLICY_KEYS: &str =
+    "request-header, response-header, max-body-bytes, error-page, maintenance-page";
 
 /// Splits a `key=value;key=value` spec on the `;` that are not escaped (`\;` is a `;` of a
 /// value, `\\` a backslash): header values hold `;` (HSTS, `Cache-Control`, CSP).

@@ -15,7 +15,7 @@ pub const DEFAULT_BACKEND: &str = "default";
 
 /// The keys of a route block, for messages.
 pub const ROUTE_KEYS: &str =
-    "sni, host, path-prefix, backend, client-allow, client-deny, request-header, response-header, max-body-bytes, error-page, redirect, redirect-code, strip-prefix, replace-prefix";
+    "sni, host, path-prefix, backend, client-allow, client-deny, request-header, response-header, max-body-bytes, error-page, maintenance-page, redirect, redirect-code, strip-prefix, replace-prefix";
 
 /// What a route matches.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

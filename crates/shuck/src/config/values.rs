@@ -337,6 +337,7 @@ pub(super) fn global_policy(cli: &Cli) -> Result<super::policy::Policy, ConfigEr
         ("--hsts", cli.hsts.is_some()),
         ("--max-body-bytes", cli.max_body_bytes.0.is_some()),
         ("--error-page", !cli.error_page.is_empty()),
+        ("--maintenance-page", cli.maintenance_page.is_some()),
     ];
     if let Some((option, _)) = given.iter().find(|(_, g)| *g).filter(|_| !cli.http) {
         return Err(ConfigError::Invalid {
@@ -365,6 +366,13 @@ pub(super) fn global_policy(cli: &Cli) -> Result<super::policy::Policy, ConfigEr
             p.set(key, rule)
                 .map_err(|reason| ConfigError::Invalid { option, reason })?;
         }
+    }
+    if let Some(page) = &cli.maintenance_page {
+        p.set("maintenance-page", page)
+            .map_err(|reason| ConfigError::Invalid {
+                option: "--maintenance-page",
+                reason,
+            })?;
     }
     for page in &cli.error_page {
         p.set("error-page", page)

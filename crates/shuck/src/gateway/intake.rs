@@ -351,7 +351,7 @@ fn take<I: Inbound, O: Outbound>(
 
 /// A request for a backend whose every server is in maintenance: 503 with `Retry-After`
 /// (its 503 error page, when one is given).
-fn maintenance<O: Outbound>(gw: &Gateway, respond: &mut O, backend: &str, grpc: bool) {
+fn maintenance<O: Outbound>(gw: &Gateway, respond: &mut Answering<O>, backend: &str, grpc: bool) {
     tracing::debug!(
         name: "gateway_backend_maintenance",
         protocol = gw.version.as_str(),
@@ -359,6 +359,7 @@ fn maintenance<O: Outbound>(gw: &Gateway, respond: &mut O, backend: &str, grpc: 
         backend,
         "a request for a backend in maintenance: 503",
     );
+    respond.in_maintenance();
     let retry = http::HeaderValue::from(crate::backend::MAINTENANCE_RETRY_SECS);
     let retry = Some((http::header::RETRY_AFTER, retry));
     reply_with(respond, StatusCode::SERVICE_UNAVAILABLE, grpc, retry);

@@ -126,7 +126,8 @@ pub(super) fn frontend_block(
                 | "request-header"
                 | "response-header"
                 | "max-body-bytes"
-                | "error-page"),
+                | "error-page"
+                | "maintenance-page"),
                 Value::Scalar(v),
             ) => {
                 if v.contains(';') && !k.ends_with("-header") {
@@ -142,7 +143,8 @@ pub(super) fn frontend_block(
                     k if crate::config::clients::KEYS.contains(&k) => {
                         crate::config::clients::check_key(k, v)
                     }
-                    k @ ("request-header" | "response-header" | "max-body-bytes" | "error-page") => {
+                    k @ ("request-header" | "response-header" | "max-body-bytes" | "error-page"
+                    | "maintenance-page") => {
                         crate::config::policy::Policy::default().set(k, v).map(drop)
                     }
                     _ => parse_on_off(v).map(drop),
@@ -153,7 +155,7 @@ pub(super) fn frontend_block(
             (k, _) => {
                 return Err(err(
                     e.line,
-                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log, client-max-conns, client-conn-rate, client-request-rate, client-allow, client-deny, request-header, response-header, max-body-bytes, error-page)"),
+                    format!("unknown key {k:?} in a frontend block (host, port, pem-file, tls, ssl, tls-protos, ciphers, ciphersuites, prefer-server-ciphers, sni-nomatch-abort, match-global-certs, client-verify, client-verify-ca, backend, quic, access-log, client-max-conns, client-conn-rate, client-request-rate, client-allow, client-deny, request-header, response-header, max-body-bytes, error-page, maintenance-page)"),
                 ))
             }
         }

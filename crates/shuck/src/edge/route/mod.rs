@@ -232,6 +232,7 @@ impl Routing {
             || config.policy.response.is_some()
             || config.policy.max_body.is_some_and(|m| m.is_some())
             || config.policy.error_pages.is_some()
+            || config.policy.maintenance_page.is_some()
             || !frontend_policy.is_empty()
             || backends.iter().any(|b| !b.policy.is_empty())
             || routes.iter().any(|r| !r.policy.is_empty());

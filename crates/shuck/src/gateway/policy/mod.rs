@@ -34,6 +34,8 @@ pub struct Effective<'a> {
     pub max_body: Option<u64>,
     /// Pages for shuck's own error answers.
     pub pages: Option<&'a Arc<ErrorPages>>,
+    /// The page of a backend in maintenance.
+    pub maintenance: Option<&'a Arc<ErrorPage>>,
 }
 
 impl<'a> Effective<'a> {
@@ -50,6 +52,8 @@ impl<'a> Effective<'a> {
             response: first(|p| p.response.is_some()).and_then(|p| p.response.as_ref()),
             max_body: first(|p| p.max_body.is_some()).and_then(|p| p.max_body.flatten()),
             pages: first(|p| p.error_pages.is_some()).and_then(|p| p.error_pages.as_ref()),
+            maintenance: (first(|p| p.maintenance_page.is_some()))
+                .and_then(|p| p.maintenance_page.as_ref()),
         }
     }
 }
@@ -63,6 +67,8 @@ pub struct AnswerRules {
     pub rules: Option<Arc<HeaderRules>>,
     /// Pages for shuck's own error answers (`error-page`).
     pub pages: Option<Arc<ErrorPages>>,
+    /// The page of a backend in maintenance (`maintenance-page`).
+    pub maintenance: Option<Arc<ErrorPage>>,
 }
 
 impl AnswerRules {
@@ -71,17 +77,28 @@ impl AnswerRules {
         AnswerRules {
             rules: e.response.cloned(),
             pages: e.pages.cloned(),
+            maintenance: e.maintenance.cloned(),
         }
     }
 
     /// Whether it changes anything.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_none() && self.pages.is_none()
+        self.rules.is_none() && self.pages.is_none() && self.maintenance.is_none()
     }
 
     /// The page for shuck's own answer with `status`, if one is given.
     pub fn page(&self, status: u16) -> Option<&ErrorPage> {
         self.pages.as_deref()?.for_status(status)
+    }
+
+    /// These rules for the 503 of a backend in maintenance: its `maintenance-page` in
+    /// place of the 503 `error-page`, when one is given.
+    pub fn in_maintenance(&self) -> Self {
+        let mut r = self.clone();
+        if let Some(m) = &self.maintenance {
+            r.pages = Some(Arc::new(ErrorPages(vec![ErrorPage::clone(m)])));
+        }
+        r
     }
 
     /// shuck's own HTTP/1.1 answer `answer` (head and body) under it: as it is when
@@ -163,6 +180,11 @@ impl<O: Outbound> Answering<O> {
     /// The chosen route's rules from now on.
     pub fn set(&mut self, rules: AnswerRules) {
         self.rules = rules;
+    }
+
+    /// The answer is a backend in maintenance's: its `maintenance-page` is the 503's page.
+    pub fn in_maintenance(&mut self) {
+        self.rules = self.rules.in_maintenance();
     }
 }
 

@@ -131,7 +131,7 @@ impl Ends<'_> {
                 .map(|h| h.exchange.answers.back().unwrap_or(&h.exchange.own));
             if let (Some(own), true) = (own, b.pool.in_maintenance()) {
                 // `shuck ctl maint BACKEND`: answered without a connect tried.
-                let answer = own.own_h1(h1::MAINTENANCE);
+                let answer = own.in_maintenance().own_h1(h1::MAINTENANCE);
                 let _ = tokio::time::timeout(CLOSE_GRACE, tls.write_all(&answer)).await;
                 let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
                 if let Some(l) = http.as_deref().and_then(|h| h.exchange.log.as_deref()) {
