@@ -211,3 +211,74 @@ fn a_page_that_cannot_be_read_or_a_code_that_is_not_an_error_is_refused() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("needs --http"), "{err}");
 }
+
+/// `intercept`: the backend's own answers with those statuses get the page too (its
+/// length, chunked or not, replaced), over every version, and an HTTP/1.1 connection goes
+/// on after one with its next answer whole.
+#[test]
+fn an_intercepting_page_replaces_the_backends_own_error_answers() {
+    if !require("curl", "curl") || !common::h3::aioquic() {
+        return;
+    }
+    let dir = TempDir::new("error-pages-intercept");
+    let page = dir.path("5xx.html");
+    let html = b"<p>Something broke; we are on it.</p>\n";
+    std::fs::write(&page, html).unwrap();
+    let origin = common::h1origin::H1Origin::start(None);
+    let shuck = Shuck::start(&[
+        "--http",
+        "--quic",
+        "-b",
+        &origin.spec,
+        "--error-page",
+        &format!("502,503 {} intercept", page.display()),
+    ]);
+    let want = (html.len(), sha256(html, &dir));
+    for v in VERSIONS {
+        for (path, status) in [("/502", 502), ("/503-chunked", 503)] {
+            let got = get(shuck.port, v, "localhost", path, &dir);
+            assert_eq!(got.status, status, "{v} {path}: {}", shuck.log());
+            assert_eq!((got.length, got.sha256.clone()), want, "{v} {path}");
+            assert_eq!(
+                got.content_type.as_deref(),
+                Some("text/html; charset=utf-8")
+            );
+        }
+        // Answers it does not name pass as they are.
+        let got = get(shuck.port, v, "localhost", "/size/5", &dir);
+        assert_eq!((got.status, got.length), (200, 5), "{v}");
+    }
+    // One HTTP/1.1 connection: an intercepted chunked answer, then the next one whole.
+    let out = Command::new("curl")
+        .args(["-sk", "--http1.1", "--max-time", "10"])
+        .args([
+            "--connect-to",
+            &format!("localhost:{0}:127.0.0.1:{0}", shuck.port),
+        ])
+        .arg(format!("https://localhost:{}/503-chunked", shuck.port))
+        .arg(format!("https://localhost:{}/size/7", shuck.port))
+        .arg(format!("https://localhost:{}/502", shuck.port))
+        .output()
+        .unwrap();
+    let mut expected = html.to_vec();
+    expected.extend_from_slice(&out.stdout[html.len()..html.len() + 7]);
+    expected.extend_from_slice(html);
+    assert_eq!(
+        out.stdout.len(),
+        2 * html.len() + 7,
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(out.stdout, expected);
+    let seen = origin.seen.lock().unwrap();
+    let last: Vec<(usize, &str)> = seen
+        .iter()
+        .rev()
+        .take(3)
+        .map(|s| (s.conn, s.path.as_str()))
+        .collect();
+    let paths: Vec<&str> = last.iter().rev().map(|l| l.1).collect();
+    assert_eq!(paths, ["/503-chunked", "/size/7", "/502"], "{last:?}");
+    // The three went over one backend connection: its framing was followed past each.
+    assert!(last.iter().all(|l| l.0 == last[0].0), "{last:?}");
+}

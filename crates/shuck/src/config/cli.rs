@@ -1151,9 +1151,11 @@ pub struct Cli {
     /// error then, naming it. It replaces the body of shuck's answers with those statuses
     /// (400 to 599: a backend that refuses connections, a timeout, a limit, a
     /// misdirected request, ...) over every HTTP version, the status and the answer rules
-    /// kept. A frontend, a named backend and a route may give their own (`error-page` in
-    /// their block); the most specific level that gives any wins. Config key `error-page`.
-    #[arg(long, value_name = "CODES PATH")]
+    /// kept; with `intercept` after the path (`502,503 /etc/shuck/5xx.html intercept`), the
+    /// backend's own answers with those statuses too (nginx's `proxy_intercept_errors`).
+    /// A frontend, a named backend and a route may give their own (`error-page` in their
+    /// block); the most specific level that gives any wins. Config key `error-page`.
+    #[arg(long, value_name = "CODES PATH [intercept]")]
     pub error_page: Vec<String>,
 
     /// `--http`: the page a backend in maintenance answers with (`shuck ctl maint

@@ -20,6 +20,9 @@ pub struct ErrorPage {
     pub body: Bytes,
     /// Its `Content-Type`, by its extension.
     pub content_type: http::HeaderValue,
+    /// `intercept`: the backend's own answers with these statuses get it too (nginx's
+    /// `proxy_intercept_errors`).
+    pub intercept: bool,
 }
 
 /// A level's pages, in the order given; the first that names a status answers it.
@@ -35,10 +38,21 @@ impl ErrorPages {
     /// Reads one `CODES PATH` value into this level.
     pub fn push(&mut self, value: &str) -> Result<(), String> {
         let mut words = value.split_whitespace();
-        let (Some(codes), Some(path), None) = (words.next(), words.next(), words.next()) else {
+        let (Some(codes), Some(path), last, None) =
+            (words.next(), words.next(), words.next(), words.next())
+        else {
             return Err(format!(
-                "{value:?}: expected CODES PATH, as \"502,503,504 /etc/shuck/50x.html\""
+                "{value:?}: expected CODES PATH [intercept], as \"502,503,504 /etc/shuck/50x.html\""
             ));
+        };
+        let intercept = match last {
+            None => false,
+            Some("intercept") => true,
+            Some(other) => {
+                return Err(format!(
+                    "{value:?}: {other:?} after the path; only intercept may follow it"
+                ))
+            }
         };
         let codes = codes
             .split(',')
@@ -56,6 +70,7 @@ impl ErrorPages {
             path: path.to_owned(),
             body,
             content_type: content_type(path),
+            intercept,
         });
         Ok(())
     }
@@ -69,6 +84,7 @@ impl ErrorPage {
             path: path.to_owned(),
             body: read(path.trim())?,
             content_type: content_type(path.trim()),
+            intercept: false,
         })
     }
 }
@@ -123,12 +139,21 @@ mod tests {
         assert_eq!(&p.body[..], b"<h1>down</h1>");
         assert_eq!(p.content_type, "text/html; charset=utf-8");
         assert!(pages.for_status(504).is_none());
+        assert!(!p.intercept);
+        pages
+            .push(&format!("504 {} intercept", page.display()))
+            .unwrap();
+        assert!(pages.for_status(504).unwrap().intercept);
         for (v, says) in [
             (format!("302 {}", page.display()), "not an error status"),
             (format!("5xx {}", page.display()), "not an error status"),
             ("502".to_owned(), "expected CODES PATH"),
             (
                 format!("502 {} extra", page.display()),
+                "only intercept may follow",
+            ),
+            (
+                format!("502 {} intercept more", page.display()),
                 "expected CODES PATH",
             ),
             ("502 /nonexistent/x.html".to_owned(), "No such file"),

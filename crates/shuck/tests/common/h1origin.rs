@@ -269,6 +269,9 @@ fn serve(s: TcpStream, id: usize, shared: &Shared) -> io::Result<()> {
             "/chunked" => w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\ngrpc-status: 0\r\ngrpc-message: fine\r\n\r\n")?,
             "/hints" => w.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")?,
             "/204" => w.write_all(b"HTTP/1.1 204 No Content\r\n\r\n")?,
+            // The backend's own errors, for error pages that intercept them.
+            "/502" => w.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n\r\norigin 502\n")?,
+            "/503-chunked" => w.write_all(b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n7\r\norigin \r\n4\r\n503\n\r\n0\r\n\r\n")?,
             // An answer with fields of its own, for the edge policy's answer rules.
             "/branded" => w.write_all(b"HTTP/1.1 200 OK\r\nServer: origin/1.0\r\nX-Frame-Options: SAMEORIGIN\r\nX-Kept: theirs\r\ncontent-length: 2\r\n\r\nok")?,
             // RFC 8470: a request that came in early data is refused until it comes again.

@@ -35,6 +35,10 @@ pub struct ResponseTracker {
     /// A sticky cookie's `Set-Cookie` line, for the answers of the backend connection that
     /// set it (the client's request did not name that server).
     cookie: Option<Vec<u8>>,
+    /// The answer whose head just completed is replaced by this page (`error-page = "...
+    /// intercept"`), and its body (`swallow`) goes nowhere.
+    page: Option<crate::config::error_page::ErrorPage>,
+    swallow: bool,
 }
 
 impl ResponseTracker {
@@ -49,6 +53,8 @@ impl ResponseTracker {
             echo: None,
             extra: Vec::new(),
             cookie: None,
+            page: None,
+            swallow: false,
         }
     }
 
@@ -125,6 +131,12 @@ impl ResponseTracker {
         };
         let mut i = 0;
         while i < input.len() {
+            // An intercepted answer's body: followed, not passed on.
+            let mut out = if self.swallow {
+                None
+            } else {
+                out.as_deref_mut()
+            };
             match &mut self.state {
                 State::Opaque => {
                     copy(&mut out, &input[i..]);
@@ -146,6 +158,7 @@ impl ResponseTracker {
                     }
                     if *left == 0 {
                         self.state = State::Head;
+                        self.swallow = false;
                     }
                 }
                 State::Chunked(c) => match c.advance(&input[i..]) {
@@ -160,6 +173,7 @@ impl ResponseTracker {
                         }
                         if c.is_done() {
                             self.state = State::Head;
+                            self.swallow = false;
                         }
                     }
                     Err(_) => {
@@ -175,7 +189,17 @@ impl ResponseTracker {
                             i += used;
                             self.start_response(&head, ex);
                             let changes = std::mem::take(&mut self.wants_line);
-                            if let Some(o) = &mut out {
+                            if let (Some(o), Some(page)) = (&mut out, self.page.take()) {
+                                let head = crate::gateway::policy::with_page_fields(&head, &page);
+                                crate::gateway::policy::headers::rewrite_h1_head(
+                                    &head,
+                                    self.rules.rules.as_deref(),
+                                    &self.extra,
+                                    o,
+                                );
+                                o.extend_from_slice(&page.body);
+                                self.swallow = !matches!(self.state, State::Head);
+                            } else if let Some(o) = &mut out {
                                 if changes {
                                     crate::gateway::policy::headers::rewrite_h1_head(
                                         &head,
@@ -265,6 +289,10 @@ impl ResponseTracker {
             self.rules = ex.answers.pop_front().unwrap_or_default();
         }
         self.wants_line = !self.extra.is_empty() || !self.rules.is_empty();
+        // A HEAD's answer has no body to replace.
+        self.page = (req != Pending::Head)
+            .then(|| self.rules.intercepts(code).cloned())
+            .flatten();
         for h in resp.headers.iter() {
             if h.name.eq_ignore_ascii_case("content-length") {
                 length = std::str::from_utf8(h.value)

@@ -91,6 +91,12 @@ impl AnswerRules {
         self.pages.as_deref()?.for_status(status)
     }
 
+    /// The page that takes the place of the backend's own answer with `status`
+    /// (`error-page = "... intercept"`), if one does.
+    pub fn intercepts(&self, status: u16) -> Option<&ErrorPage> {
+        self.page(status).filter(|p| p.intercept)
+    }
+
     /// These rules for the 503 of a backend in maintenance: its `maintenance-page` in
     /// place of the 503 `error-page`, when one is given.
     pub fn in_maintenance(&self) -> Self {
@@ -137,16 +143,19 @@ impl AnswerRules {
     }
 }
 
-/// An HTTP/1.1 head of shuck's own (`head`, its blank line included) with `page`'s type
-/// and length in place of its own.
-fn with_page_fields(head: &[u8], page: &ErrorPage) -> Vec<u8> {
+/// An HTTP/1.1 head (`head`, its blank line included) with `page`'s type and length in
+/// place of its own framing and coding.
+pub fn with_page_fields(head: &[u8], page: &ErrorPage) -> Vec<u8> {
     let mut out = Vec::with_capacity(head.len() + 64);
     for line in head.split_inclusive(|&b| b == b'\n') {
         let name = line.split(|&b| b == b':').next().unwrap_or_default();
-        if line == b"\r\n"
-            || name.eq_ignore_ascii_case(b"content-type")
-            || name.eq_ignore_ascii_case(b"content-length")
-        {
+        let replaced = [
+            &b"content-type"[..],
+            b"content-length",
+            b"transfer-encoding",
+            b"content-encoding",
+        ];
+        if line == b"\r\n" || replaced.iter().any(|r| name.eq_ignore_ascii_case(r)) {
             continue;
         }
         out.extend_from_slice(line);
@@ -165,6 +174,8 @@ pub struct Answering<O> {
     rules: AnswerRules,
     /// A final answer's head was given.
     began: bool,
+    /// The backend's answer was replaced by a page (`intercept`): its body goes nowhere.
+    swallow: bool,
 }
 
 impl<O: Outbound> Answering<O> {
@@ -174,6 +185,7 @@ impl<O: Outbound> Answering<O> {
             inner,
             rules,
             began: false,
+            swallow: false,
         }
     }
 
@@ -198,6 +210,26 @@ impl<O: Outbound> Outbound for Answering<O> {
     }
 
     fn respond(&mut self, mut resp: Response<()>, end: bool) -> Result<(), Gone> {
+        if let Some(page) = self.rules.intercepts(resp.status().as_u16()) {
+            // The backend's own error answer, an intercepting page in its place: sent
+            // whole now, what the backend sends after it dropped.
+            let body = page.body.clone();
+            let h = resp.headers_mut();
+            for name in [
+                http::header::CONTENT_LENGTH,
+                http::header::CONTENT_ENCODING,
+                http::header::TRANSFER_ENCODING,
+            ] {
+                h.remove(name);
+            }
+            h.insert(http::header::CONTENT_TYPE, page.content_type.clone());
+            h.insert(http::header::CONTENT_LENGTH, body.len().into());
+            self.rules.apply(h);
+            self.began = true;
+            self.swallow = true;
+            self.inner.answer_now(resp, body);
+            return Ok(());
+        }
         self.rules.apply(resp.headers_mut());
         self.began = true;
         self.inner.respond(resp, end)
@@ -207,7 +239,13 @@ impl<O: Outbound> Outbound for Answering<O> {
         &mut self,
         stall: std::time::Duration,
     ) -> impl std::future::Future<Output = Result<(), SendError>> {
-        self.inner.flush_head(stall)
+        let inner = (!self.swallow).then(|| self.inner.flush_head(stall));
+        async move {
+            match inner {
+                Some(f) => f.await,
+                None => Ok(()),
+            }
+        }
     }
 
     fn send(
@@ -216,14 +254,26 @@ impl<O: Outbound> Outbound for Answering<O> {
         last: bool,
         stall: std::time::Duration,
     ) -> impl std::future::Future<Output = Result<(), SendError>> {
-        self.inner.send(data, last, stall)
+        let inner = (!self.swallow).then(|| self.inner.send(data, last, stall));
+        async move {
+            match inner {
+                Some(f) => f.await,
+                None => Ok(()),
+            }
+        }
     }
 
     fn trailers(
         &mut self,
         trailers: http::HeaderMap,
     ) -> impl std::future::Future<Output = Result<(), Gone>> {
-        self.inner.trailers(trailers)
+        let inner = (!self.swallow).then(|| self.inner.trailers(trailers));
+        async move {
+            match inner {
+                Some(f) => f.await,
+                None => Ok(()),
+            }
+        }
     }
 
     fn answer_now(&mut self, mut resp: Response<()>, body: Bytes) {
