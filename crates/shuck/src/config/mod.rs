@@ -384,7 +384,7 @@ impl Config {
         let backend = backend::target(cli, certificate_given)?;
         backend::check_preamble(preamble, &backend)?;
         let (mut named_backends, mut routes) = services::resolve(cli, &frontends, preamble)?;
-        policy_levels(cli, &frontends, &named_backends, &routes)?;
+        values::policy_levels(cli, &frontends, &named_backends, &routes)?;
         let mut frontends = frontends;
         let mut global_policy = values::global_policy(cli)?;
         if let Some(v) = &cli.hsts {
@@ -564,47 +564,4 @@ impl Config {
             }
         )
     }
-}
-
-/// Each level's own policy: only in `--http` mode, and no request rule writing a field
-/// another option owns (the error names the level).
-fn policy_levels(
-    cli: &Cli,
-    frontends: &[Frontend],
-    backends: &[NamedBackend],
-    routes: &[RouteSpec],
-) -> Result<(), ConfigError> {
-    let levels = (frontends
-        .iter()
-        .map(|f| (format!("frontend {}", f.endpoint), &f.policy)))
-    .chain(
-        backends
-            .iter()
-            .map(|b| (format!("backend {}", b.name), &b.policy)),
-    )
-    .chain(
-        routes
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (format!("route {}", i + 1), &r.policy)),
-    );
-    for (what, p) in levels {
-        if p.is_empty() {
-            continue;
-        }
-        if !cli.http {
-            return Err(ConfigError::Invalid {
-                option: "--http",
-                reason: format!(
-                    "{what} gives {}, which needs --http (a TCP relay has no requests)",
-                    policy::POLICY_KEYS
-                ),
-            });
-        }
-        values::check_policy_names(cli, p).map_err(|reason| ConfigError::Invalid {
-            option: "request-header",
-            reason: format!("{what}: {reason}"),
-        })?;
-    }
-    Ok(())
 }

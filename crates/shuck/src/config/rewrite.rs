@@ -133,7 +133,8 @@ fn push_escaped(out: &mut String, s: &str) {
         if (0x21..0x7f).contains(&b) {
             out.push(char::from(b));
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            use std::fmt::Write as _;
+            let _ = write!(out, "%{b:02X}");
         }
     }
 }

@@ -388,6 +388,49 @@ pub(super) fn global_policy(cli: &Cli) -> Result<super::policy::Policy, ConfigEr
     Ok(p)
 }
 
+/// Each level's own policy: only in `--http` mode, and no request rule writing a field
+/// another option owns (the error names the level).
+pub(super) fn policy_levels(
+    cli: &Cli,
+    frontends: &[super::Frontend],
+    backends: &[super::NamedBackend],
+    routes: &[super::RouteSpec],
+) -> Result<(), ConfigError> {
+    let levels = (frontends
+        .iter()
+        .map(|f| (format!("frontend {}", f.endpoint), &f.policy)))
+    .chain(
+        backends
+            .iter()
+            .map(|b| (format!("backend {}", b.name), &b.policy)),
+    )
+    .chain(
+        routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("route {}", i + 1), &r.policy)),
+    );
+    for (what, p) in levels {
+        if p.is_empty() {
+            continue;
+        }
+        if !cli.http {
+            return Err(ConfigError::Invalid {
+                option: "--http",
+                reason: format!(
+                    "{what} gives {}, which needs --http (a TCP relay has no requests)",
+                    super::policy::POLICY_KEYS
+                ),
+            });
+        }
+        check_policy_names(cli, p).map_err(|reason| ConfigError::Invalid {
+            option: "request-header",
+            reason: format!("{what}: {reason}"),
+        })?;
+    }
+    Ok(())
+}
+
 /// A request rule may not write the fields shuck writes by other options (the request's
 /// ID, the client certificate's subject): the backend would get two claims.
 pub(super) fn check_policy_names(cli: &Cli, p: &super::policy::Policy) -> Result<(), String> {

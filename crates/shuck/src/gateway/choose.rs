@@ -140,7 +140,7 @@ impl Chooser {
 }
 
 /// `host[:port]` less its port (an IP literal keeps its brackets).
-fn without_port(authority: &str) -> &str {
+pub fn without_port(authority: &str) -> &str {
     match crate::http_host::parse(authority.as_bytes()) {
         Ok(a) => a.host,
         Err(_) => authority,

@@ -2,6 +2,7 @@
 //! (`config/rewrite.rs`): answer a redirect itself, or send another path. One reading for
 //! HTTP/1.1's rewriter and the core's HTTP/2 and HTTP/3 intake.
 
+use super::choose::without_port;
 use crate::edge::route::{Routing, Target};
 
 /// A route's verdict on one request.
@@ -36,14 +37,6 @@ pub fn act(routing: &Routing, to: Target, host: Option<&str>, target: &str) -> A
         }
     }
     Acted::Pass
-}
-
-/// `host[:port]` less its port (an IP literal keeps its brackets).
-fn without_port(authority: &str) -> &str {
-    match crate::http_host::parse(authority.as_bytes()) {
-        Ok(a) => a.host,
-        Err(_) => authority,
-    }
 }
 
 /// An HTTP/1.1 answer of shuck's: the redirect, then the connection closes.

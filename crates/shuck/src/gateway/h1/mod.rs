@@ -246,3 +246,17 @@ pub const MAINTENANCE: &[u8] =
 /// The answer when no backend could take the request in time.
 pub const SERVICE_UNAVAILABLE: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\n\r\nService Unavailable\n";
+
+#[cfg(test)]
+mod tests {
+    /// The HTTP/1.1 maintenance answer's `Retry-After` is the core's.
+    #[test]
+    fn the_maintenance_answer_says_the_same_wait_as_the_core() {
+        let line = format!(
+            "\r\nRetry-After: {}\r\n",
+            crate::backend::MAINTENANCE_RETRY_SECS
+        );
+        let answer = String::from_utf8_lossy(super::MAINTENANCE);
+        assert!(answer.contains(&line), "{answer}");
+    }
+}
