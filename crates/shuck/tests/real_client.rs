@@ -263,3 +263,85 @@ fn a_trusted_proxy_may_hold_more_connections_than_a_client() {
     let (open, _) = kept("127.0.0.3", port);
     assert!(!open, "a denied trusted peer was kept");
 }
+
+/// What the backend got as `X-Request-ID` for the request of `path`.
+fn request_id(origin: &H1Origin, path: &str) -> Option<String> {
+    let seen = origin.seen.lock().unwrap();
+    let s = seen.iter().find(|s| s.path == path)?;
+    (s.headers.iter())
+        .find(|(n, _)| n == "x-request-id")
+        .map(|(_, v)| v.clone())
+}
+
+/// `--trusted-proxies` follows SIGHUP over every version: the peer trusted before is a
+/// client like any other after (its forwarding fields and request ID replaced), the one
+/// trusted after is believed; a list that does not parse is refused and the running one
+/// stays.
+#[test]
+fn the_trusted_proxies_follow_a_reload() {
+    if !require("curl", "curl") || !common::h3::aioquic() {
+        return;
+    }
+    let dir = TempDir::new("real-client-reload");
+    let origin = H1Origin::start(None);
+    let port = free_port();
+    let conf = dir.path("shuck.conf");
+    let write = |trusted: &str| {
+        let text = format!(
+            "http = on\nquic = on\nfrontend = \"[127.0.0.1]:{port}\"\npem-file = \"{}\"\n\
+             backend = \"{}\"\nrequest-id-header = \"X-Request-ID\"\ntrusted-proxies = \"{trusted}\"\n",
+            test_cert(),
+            origin.spec
+        );
+        std::fs::write(&conf, text).unwrap();
+    };
+    write("127.0.0.1/32");
+    let shuck = Shuck::start_raw(&["--config", conf.to_str().unwrap()], port);
+    // Whether a request from `from` over `v` had its fields believed.
+    let believed = |round: &str, v: &str, from: &str| -> bool {
+        let path = format!("/{round}/{}/{from}", v.replace('/', ""));
+        let fields = [
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-request-id", "chosen-by-the-peer"),
+        ];
+        let got = ask(port, v, from, &path, &fields);
+        assert_eq!(got.0, 200, "{v} from {from}: {}", shuck.log());
+        let xff = forwarded_for(&origin, &path);
+        let id = request_id(&origin, &path);
+        let trusted = xff.as_deref() == Some("203.0.113.7");
+        assert_eq!(
+            trusted,
+            id.as_deref() == Some("chosen-by-the-peer"),
+            "{v} from {from}: the client and the ID are believed together ({xff:?}, {id:?})"
+        );
+        if !trusted {
+            assert_eq!(xff.as_deref(), Some(from), "{v} from {from}");
+        }
+        trusted
+    };
+    for v in VERSIONS {
+        assert!(believed("before", v, "127.0.0.1"), "{v}");
+        assert!(!believed("before", v, "127.0.0.20"), "{v}");
+    }
+    write("127.0.0.20/32");
+    shuck.signal("HUP");
+    assert!(
+        shuck.wait_log("SIGHUP: 1 trusted proxy range(s)", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    for v in VERSIONS {
+        assert!(!believed("after", v, "127.0.0.1"), "{v}");
+        assert!(believed("after", v, "127.0.0.20"), "{v}");
+    }
+    write("127.0.0.1/33");
+    shuck.signal("HUP");
+    assert!(
+        shuck.wait_log("127.0.0.1/33", Duration::from_secs(10)),
+        "a bad list is refused, naming it: {}",
+        shuck.log()
+    );
+    for v in VERSIONS {
+        assert!(believed("refused", v, "127.0.0.20"), "{v}");
+    }
+}

@@ -1,7 +1,7 @@
 //! The plain-HTTP listener (`--redirect-listen`, issue 61 point 1): every request
 //! redirected to https (308, or `--redirect-code`), one connection carrying several, the
 //! Location built from one usable Host only (400 otherwise), `--redirect-port`, the code
-//! following a reload, the client's rules and limits held there, and a real browser sent
+//! and the addresses following a reload, the client's rules and limits held there, and a real browser sent
 //! from http:// to the HTTPS page, which then keeps to https by its HSTS.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -243,6 +243,99 @@ fn the_clients_rules_and_limits_hold_on_the_plain_listener() {
     let mut got = Vec::new();
     let _ = denied.read_to_end(&mut got);
     assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+}
+
+/// Reads one answer (its head, and a body as long as it declares) from `c`.
+fn one_answer(c: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                return text;
+            }
+        }
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => return String::from_utf8_lossy(&got).into_owned(),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// A reload moves the plain listener: the new address is bound and answers, the old one
+/// accepts no more while a connection open on it goes on being answered; an address that
+/// cannot be bound is logged and the others go on.
+#[test]
+fn the_listen_addresses_follow_a_reload() {
+    let origin = H1Origin::start(None);
+    let dir = TempDir::new("redirect-reload");
+    let (shuck, old, path) = start(&dir, &origin, "");
+    let ask = "GET /moved HTTP/1.1\r\nHost: a.test\r\n\r\n";
+    let mut live = TcpStream::connect(("127.0.0.1", old)).unwrap();
+    live.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    live.write_all(ask.as_bytes()).unwrap();
+    assert!(one_answer(&mut live).starts_with("HTTP/1.1 308 "));
+
+    // One address the test holds, so that binding it fails.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let new = free_port();
+    let conf = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        conf.replace(
+            &format!("redirect-listen = \"127.0.0.1:{old}\"\n"),
+            &format!(
+                "redirect-listen = \"127.0.0.1:{new}\"\nredirect-listen = \"127.0.0.1:{taken_port}\"\n"
+            ),
+        ),
+    )
+    .unwrap();
+    shuck.signal("HUP");
+    assert!(
+        shuck.wait_log("SIGHUP: configuration reloaded", Duration::from_secs(10)),
+        "{}",
+        shuck.log()
+    );
+    wait_listening(new, "the plain listener added by the reload");
+    let got = exchange(
+        new,
+        "GET /x?y HTTP/1.1\r\nHost: b.test\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(
+        answers(&got)[0].1.as_deref(),
+        Some("https://b.test/x?y"),
+        "{got}"
+    );
+    assert!(
+        shuck.log().contains(&format!(
+            "--redirect-listen/--acme-http-listen 127.0.0.1:{taken_port}: cannot listen"
+        )),
+        "{}",
+        shuck.log()
+    );
+    // The old address is closed to new connections (the worker's accept loop gone
+    // and the master's copy closed)...
+    assert!(
+        wait_until(Duration::from_secs(10), || TcpStream::connect((
+            "127.0.0.1",
+            old
+        ))
+        .is_err()),
+        "the address the reload dropped still accepts"
+    );
+    // ...while the connection open on it is still answered.
+    live.write_all(ask.as_bytes()).unwrap();
+    let again = one_answer(&mut live);
+    assert!(again.starts_with("HTTP/1.1 308 "), "{again}");
+    drop(taken);
 }
 
 #[test]

@@ -54,10 +54,12 @@ pub struct ProxyState {
     pub quic_tokens: crate::tls::quic_tokens::Tokens,
     /// `--access-log`: a line per request (per connection in TCP mode).
     pub access: Option<Arc<crate::access::AccessLog>>,
-    /// `--request-id-header`: each request's ID, and whether answers carry it back.
-    pub request_id: Option<Arc<crate::access::request_id::Spec>>,
-    /// `--trusted-proxies`: peers whose requests name their clients.
-    pub trusted: Option<Arc<crate::clients::CidrList>>,
+    /// `--request-id-header`: each request's ID, and whether answers carry it back; a
+    /// reload swaps it (a connection keeps the one it started with).
+    pub(crate) request_id: arc_swap::ArcSwapOption<crate::access::request_id::Spec>,
+    /// `--trusted-proxies`: peers whose requests name their clients; swapped as
+    /// `request_id` is, whose trust list is built from it.
+    pub(crate) trusted: arc_swap::ArcSwapOption<crate::clients::CidrList>,
     /// `--client-*`: the client table, the bans, the refusal counters.
     pub clients: Arc<crate::clients::Clients>,
 }
@@ -65,7 +67,28 @@ pub struct ProxyState {
 impl ProxyState {
     /// Whether `ip` is a proxy of `--trusted-proxies`: its requests name their clients.
     pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
-        self.trusted.as_ref().is_some_and(|t| t.contains(ip))
+        self.trusted.load().as_ref().is_some_and(|t| t.contains(ip))
+    }
+
+    /// `--trusted-proxies` of the moment, for a new connection.
+    pub fn trusted(&self) -> Option<Arc<crate::clients::CidrList>> {
+        self.trusted.load_full()
+    }
+
+    /// `--request-id-header` of the moment, for a new connection.
+    pub fn request_id(&self) -> Option<Arc<crate::access::request_id::Spec>> {
+        self.request_id.load_full()
+    }
+
+    /// A reload's `--trusted-proxies` and `--request-id-header` (built from it), for
+    /// connections accepted from now on.
+    pub fn trust(
+        &self,
+        trusted: Option<Arc<crate::clients::CidrList>>,
+        request_id: Option<Arc<crate::access::request_id::Spec>>,
+    ) {
+        self.trusted.store(trusted);
+        self.request_id.store(request_id);
     }
 }
 

@@ -33,6 +33,8 @@ pub struct Plain {
     clients: Arc<Clients>,
     /// The answers given, by [`Kind`] (redirects, ACME, refused), and the clients refused.
     counts: [std::sync::atomic::AtomicU64; 4],
+    /// How many listeners accept now (a reload may add or close some).
+    listeners: std::sync::atomic::AtomicUsize,
 }
 
 /// The settings of the moment.
@@ -50,6 +52,7 @@ impl Plain {
             now: ArcSwap::from_pointee(Now::of(config)),
             clients,
             counts: Default::default(),
+            listeners: Default::default(),
         })
     }
 
@@ -65,8 +68,33 @@ impl Plain {
             .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// Whether any listener accepts now (its counters are shown then).
+    pub fn listening(&self) -> bool {
+        self.listeners.load(std::sync::atomic::Ordering::Relaxed) > 0
+    }
+
     fn count(&self, i: usize) {
         self.counts[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// One listener counted in [`Plain::listening`] while its accept loop lives.
+struct Listening(Arc<Plain>);
+
+impl Listening {
+    fn new(plain: Arc<Plain>) -> Self {
+        plain
+            .listeners
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Listening(plain)
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0
+            .listeners
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -85,6 +113,7 @@ impl Now {
 
 /// Serves `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, plain: Arc<Plain>) {
+    let _counted = Listening::new(plain.clone());
     loop {
         match listener.accept().await {
             Ok((tcp, peer)) => {

@@ -155,10 +155,6 @@ pub fn restart_only(c: &Config) -> Vec<(&'static str, String)> {
         ("workers", c.workers.to_string()),
         // The ACME client runs with the settings it started with.
         ("acme-*", format!("{:?}", c.acme)),
-        // The master binds the plain-HTTP ports once; the code and port follow a reload.
-        ("redirect-listen", format!("{:?}", c.redirect.listen)),
-        // Read into every worker's shared state at start, as --request-id-header is.
-        ("trusted-proxies", format!("{:?}", c.trusted_proxies)),
         // The default backend's servers follow a reload, unless --backend-refresh's
         // thread keeps resolving the ones of the start (or they are the built-in origin).
         (

@@ -73,7 +73,9 @@ impl FrontSockets {
 pub struct Sockets {
     pub(super) stats: Option<std::net::TcpListener>,
     pub(super) replication: Option<UdpSocket>,
-    pub(super) plain: Vec<std::net::TcpListener>,
+    /// The plain-HTTP listeners, each with the address it was asked for (what a reload
+    /// compares).
+    pub(super) plain: Vec<(std::net::SocketAddr, std::net::TcpListener)>,
 }
 
 impl Sockets {
@@ -90,7 +92,9 @@ impl Sockets {
             .plain_listen()
             .into_iter()
             .map(|addr| {
-                tcp_listener(addr, inherited).map_err(|source| StartError::Plain { addr, source })
+                tcp_listener(addr, inherited)
+                    .map(|l| (addr, l))
+                    .map_err(|source| StartError::Plain { addr, source })
             })
             .collect::<Result<_, _>>()?;
         let replication = match &config.replication {
@@ -128,8 +132,8 @@ impl Sockets {
             plain: self
                 .plain
                 .iter()
-                .map(|l| l.try_clone())
-                .collect::<Result<_, _>>()?,
+                .map(|(a, l)| Ok((*a, l.try_clone()?)))
+                .collect::<std::io::Result<_>>()?,
         })
     }
 
@@ -156,8 +160,8 @@ impl Sockets {
                 s.try_clone()?.into(),
             ));
         }
-        for l in &self.plain {
-            let addr = l.local_addr()?;
+        for (addr, l) in &self.plain {
+            let addr = *addr;
             out.push((
                 Entry {
                     kind: Kind::Plain,
@@ -167,6 +171,40 @@ impl Sockets {
             ));
         }
         Ok(out)
+    }
+
+    /// A reload's plain-HTTP listeners: those of `config` not yet bound are bound (here, as
+    /// root) and returned for the worker; those it no longer names are closed here (the
+    /// worker stops accepting on its copies). An address that cannot be bound is logged
+    /// and left out; the others go on.
+    pub fn replug_plain(&mut self, config: &Config) -> Vec<(Entry, std::os::fd::OwnedFd)> {
+        let wanted = config.plain_listen();
+        self.plain.retain(|(a, _)| wanted.contains(a));
+        let mut fresh = Vec::new();
+        for addr in wanted {
+            if self.plain.iter().any(|(a, _)| *a == addr) {
+                continue;
+            }
+            let bound =
+                tcp_listener(addr, &mut Inherited::default()).and_then(|l| Ok((l.try_clone()?, l)));
+            match bound {
+                Ok((copy, l)) => {
+                    self.plain.push((addr, l));
+                    let kind = Kind::Plain;
+                    fresh.push((Entry { kind, addr }, copy.into()));
+                }
+                Err(source) => {
+                    let e = StartError::Plain { addr, source };
+                    tracing::error!(
+                        name: "reload_redirect_listen_failed",
+                        addr = %addr,
+                        error = %e,
+                        "SIGHUP: {e}; the other plain-HTTP listeners go on",
+                    );
+                }
+            }
+        }
+        fresh
     }
 }
 

@@ -480,7 +480,8 @@ impl prometheus_client::collector::Collector for Exposition {
             "TLS to the backend: handshakes with the server that failed (its certificate refused, or no handshake in time); each marks it down.",
             &crow(&|s| s.stats.handshake_failures.load(Relaxed)),
         )?;
-        if let Some(plain) = &sources.plain {
+        let plain = &sources.plain;
+        if plain.listening() {
             let [redirect, acme, bad, refused] = plain.counts();
             counter(
                 &mut enc,

@@ -38,5 +38,5 @@ pub struct Sources {
     /// The ACME client's last counters (`--acme-directory`), as the master relays them.
     pub acme: Option<Mutex<crate::acme::Status>>,
     /// The plain-HTTP listeners' counts, when there is one.
-    pub plain: Option<Arc<crate::redirect::Plain>>,
+    pub plain: Arc<crate::redirect::Plain>,
 }

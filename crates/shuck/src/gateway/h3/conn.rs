@@ -347,7 +347,7 @@ fn client(
     Client {
         addr: peer,
         preambles,
-        fwd: Forwarding::new(peer.ip(), cert_header).with_request_id(state.request_id.clone()),
+        fwd: Forwarding::new(peer.ip(), cert_header).with_request_id(state.request_id()),
         routing,
         fallback,
         chooser,
@@ -361,7 +361,7 @@ fn client(
         policed: true,
         behind: crate::gateway::real_ip::Behind::of(
             peer.ip(),
-            state.trusted.as_ref(),
+            state.trusted().as_ref(),
             Some((state.clients.clone(), frontend.client_policy())),
         ),
     }

@@ -369,7 +369,7 @@ impl Ends<'_> {
             // which the core reads back from the trusted peer's connection.
             behind: crate::gateway::real_ip::Behind::of(
                 self.client.ip(),
-                state.trusted.as_ref(),
+                state.trusted().as_ref(),
                 None,
             ),
         };

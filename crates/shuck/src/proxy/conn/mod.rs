@@ -317,7 +317,7 @@ fn told(
     };
     if let (Some(max_head), Some(b"h2")) = (state.http, conn.alpn_protocol()) {
         let fwd = h1::request::Forwarding::new(client.ip(), cert_header)
-            .with_request_id(state.request_id.clone());
+            .with_request_id(state.request_id());
         let client = crate::gateway::Client {
             addr: client,
             preambles,
@@ -333,7 +333,7 @@ fn told(
             policed: true,
             behind: Behind::of(
                 client.ip(),
-                state.trusted.as_ref(),
+                state.trusted().as_ref(),
                 Some((state.clients.clone(), frontend.client_policy())),
             ),
         };
@@ -364,10 +364,10 @@ fn told(
             h.request.limit_requests(state.clients.clone(), limit);
         }
         let judge = Some((state.clients.clone(), frontend.client_policy()));
-        if let Some(b) = Behind::of(client.ip(), state.trusted.as_ref(), judge) {
+        if let Some(b) = Behind::of(client.ip(), state.trusted().as_ref(), judge) {
             h.request.behind(b);
         }
-        if let Some(spec) = &state.request_id {
+        if let Some(spec) = state.request_id() {
             h.request.request_ids(spec.clone());
             if spec.respond {
                 h.response.echo_ids(spec.clone());

@@ -85,6 +85,7 @@ impl super::Run {
         for name in removed {
             self.m.listeners.close(&name);
         }
+        fresh.extend(self.m.services.replug_plain(&new));
         for m in sockets_messages(fresh) {
             self.to_worker(&m);
         }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 mod admin;
 mod checks;
 mod frontends;
+mod plain;
 mod refresh;
 mod reload;
 #[cfg(feature = "io-uring")]
@@ -181,7 +182,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         frontends: frontends.names.clone(),
         served: frontends.served.clone(),
         acme: config.acme.as_ref().map(|_| Default::default()),
-        plain: (!services.plain.0.is_empty()).then(|| services.plain.1.clone()),
+        plain: services.plain.1.clone(),
     });
     let access = sources.state.access.clone();
     let reloader = Reloader::new(
@@ -336,8 +337,8 @@ fn proxy_state(
         maint: tokio::sync::Notify::new(),
         quic_tokens: crate::tls::quic_tokens::tokens(config.farm_key()),
         access,
-        request_id: config.request_id.clone(),
-        trusted: config.trusted_proxies.clone(),
+        request_id: arc_swap::ArcSwapOption::new(config.request_id.clone()),
+        trusted: arc_swap::ArcSwapOption::new(config.trusted_proxies.clone()),
         clients,
     }
 }

@@ -186,6 +186,24 @@ impl Reloader {
         );
     }
 
+    /// `--trusted-proxies` and `--request-id-header`, when they changed: connections
+    /// accepted from now on judge their peers by `new`'s (live ones keep theirs).
+    fn retrust(&self, new: &Config) {
+        let old = &self.current;
+        if old.trusted_proxies == new.trusted_proxies && old.request_id == new.request_id {
+            return;
+        }
+        self.state
+            .trust(new.trusted_proxies.clone(), new.request_id.clone());
+        let n = new.trusted_proxies.as_ref().map_or(0, |t| t.0.len());
+        tracing::info!(
+            name: "reload_trusted_proxies",
+            ranges = n,
+            request_id = new.request_id.is_some(),
+            "SIGHUP: {n} trusted proxy range(s) and the request-ID settings in place for new connections",
+        );
+    }
+
     /// Tells the OCSP thread which certificates `cfg` serves, so that staples follow a
     /// reload and a newly issued ACME certificate alike.
     fn follow_ocsp(&self, cfg: &Config) {
@@ -261,6 +279,7 @@ impl Reloader {
             frontends.close(name);
         }
         self.reroute(&new);
+        self.retrust(&new);
         let closed = removed;
         let wanted = new.frontends.len();
         let changed: Vec<&str> = restart_only(&self.current)

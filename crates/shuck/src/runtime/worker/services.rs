@@ -23,7 +23,10 @@ pub struct Services {
     pub stats: Option<std::net::TcpListener>,
     /// The plain-HTTP listeners (`--redirect-listen`, `--acme-http-listen`), served by the
     /// supervisor's runtime, and what they read.
-    pub plain: (Vec<std::net::TcpListener>, Arc<crate::redirect::Plain>),
+    pub plain: (
+        Vec<(std::net::SocketAddr, std::net::TcpListener)>,
+        Arc<crate::redirect::Plain>,
+    ),
     /// With ACME and replication: farm messages out to the peers, and in from them.
     pub farm: Option<(
         crate::session::sync::FarmOut,

@@ -162,20 +162,8 @@ impl Supervisor {
                 );
                 tokio::spawn(stats::serve(l, sources.clone()));
             }
-            let plain = services.plain.1.clone();
-            for l in std::mem::take(&mut services.plain.0) {
-                let l = tokio::net::TcpListener::from_std(l)?;
-                let code = reloader.current.redirect.code;
-                tracing::info!(
-                    name: "redirect_listening",
-                    addr = %(l.local_addr()?),
-                    acme = reloader.current.acme.is_some(),
-                    "plain HTTP on http://{}: {code} to https{}",
-                    l.local_addr()?,
-                    if reloader.current.acme.is_some() { ", ACME http-01 answered" } else { "" },
-                );
-                tokio::spawn(crate::redirect::serve(l, plain.clone()));
-            }
+            let mut plain = super::plain::PlainListeners::new(services.plain.1.clone());
+            plain.start(std::mem::take(&mut services.plain.0), &reloader.current)?;
             let (farm_out, mut farm_in) = match services.farm.take() {
                 Some((out, rx)) => (Some(out), Some(rx)),
                 None => (None, None),
@@ -222,6 +210,7 @@ impl Supervisor {
                                 match e.kind {
                                     Kind::Frontend => given.tcp.push((e.addr, TcpListener::from(fd))),
                                     Kind::Quic => given.udp.push((e.addr, std::net::UdpSocket::from(fd))),
+                                    Kind::Plain => plain.give(e.addr, TcpListener::from(fd)),
                                     _ => {}
                                 }
                             }
