@@ -338,6 +338,53 @@ fn the_listen_addresses_follow_a_reload() {
     drop(taken);
 }
 
+/// `--access-log` has a line for each plain-HTTP request, as nginx's port-80 server
+/// writes one: the redirect, a request without a usable Host, one over its rate.
+#[test]
+fn each_plain_request_has_its_access_log_line() {
+    let origin = H1Origin::start(None);
+    let dir = TempDir::new("redirect-log");
+    let log = dir.path("access.log");
+    let conf = format!(
+        "access-log = \"{}\"\naccess-log-format = \"json\"\nclient-request-rate = \"1/m,burst=2\"\n",
+        log.display()
+    );
+    let (_shuck, plain, _) = start(&dir, &origin, &conf);
+    let got = exchange(
+        plain,
+        "GET /logged?q=1 HTTP/1.1\r\nHost: a.test\r\nUser-Agent: tester/1\r\nReferer: http://r.test/\r\n\r\n\
+         GET / HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!(answers(&got).len(), 2, "{got}");
+    let line = log_line(&log, |v| v["request_uri"] == "/logged?q=1")
+        .unwrap_or_else(|| panic!("no line: {:?}", std::fs::read_to_string(&log)));
+    assert_eq!(line["status"], 308, "{line}");
+    assert_eq!(line["host"], "a.test", "{line}");
+    assert_eq!(line["request_method"], "GET", "{line}");
+    assert_eq!(line["http_user_agent"], "tester/1", "{line}");
+    assert_eq!(line["http_referer"], "http://r.test/", "{line}");
+    assert_eq!(line["remote_addr"], "127.0.0.1", "{line}");
+    assert_eq!(
+        line["frontend"],
+        format!("http://127.0.0.1:{plain}"),
+        "{line}"
+    );
+    assert_eq!(line["server_protocol"], "HTTP/1.1", "{line}");
+    assert!(line["body_bytes_sent"].as_u64().is_some(), "{line}");
+    let bad = log_line(&log, |v| v["status"] == 400).expect("the 400's line");
+    assert_eq!(bad["request_uri"], "/", "{bad}");
+    assert_eq!(bad["cause"], "bad_request", "{bad}");
+    // The rate (two in a minute, and wait_listening's probe made none): the third is 429.
+    let third = exchange(
+        plain,
+        "GET /over HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
+    );
+    assert!(third.starts_with("HTTP/1.1 429 "), "{third}");
+    let over = log_line(&log, |v| v["request_uri"] == "/over").expect("the 429's line");
+    assert_eq!(over["status"], 429, "{over}");
+    assert_eq!(over["cause"], "refused", "{over}");
+}
+
 #[test]
 fn redirect_flags_are_checked() {
     for (args, needle) in [

@@ -14,9 +14,10 @@ use serde_json::{json, Value};
 
 const VERSIONS: [&str; 3] = ["HTTP/1.1", "HTTP/2", "HTTP/3"];
 
-/// The status and `Location` (and `Strict-Transport-Security`) of a GET of `path` at
-/// `host` over `version`, the path sent as it is.
-fn ask(port: u16, version: &str, host: &str, path: &str) -> (u16, Option<String>, bool) {
+/// The status and `Location` of a GET of `path` at `host` over `version`, the path sent
+/// as it is, and whether the answer had `Strict-Transport-Security` and the route's own
+/// `X-Route`.
+fn ask(port: u16, version: &str, host: &str, path: &str) -> (u16, Option<String>, (bool, bool)) {
     if version == "HTTP/3" {
         let req = json!([[{"raw_headers": [
             [":method", "GET"], [":scheme", "https"], [":authority", host], [":path", path]
@@ -26,7 +27,12 @@ fn ask(port: u16, version: &str, host: &str, path: &str) -> (u16, Option<String>
         let status = a["status"].as_str().and_then(|s| s.parse().ok());
         let location = common::h3::header(a, "location").map(str::to_owned);
         let hsts = common::h3::header(a, "strict-transport-security").is_some();
-        return (status.unwrap_or_else(|| panic!("{report}")), location, hsts);
+        let routed = common::h3::header(a, "x-route").is_some();
+        return (
+            status.unwrap_or_else(|| panic!("{report}")),
+            location,
+            (hsts, routed),
+        );
     }
     let flag = if version == "HTTP/2" {
         "--http2"
@@ -51,7 +57,8 @@ fn ask(port: u16, version: &str, host: &str, path: &str) -> (u16, Option<String>
         .collect();
     let location = (fields.iter().find(|(n, _)| n == "location")).map(|(_, v)| v.clone());
     let hsts = fields.iter().any(|(n, _)| n == "strict-transport-security");
-    (status, location, hsts)
+    let routed = fields.iter().any(|(n, _)| n == "x-route");
+    (status, location, (hsts, routed))
 }
 
 /// The paths `origin` was sent, in order.
@@ -86,7 +93,7 @@ fn routes_redirect_and_rewrite_over_every_version() {
          hsts = \"max-age=600\"\n\
          access-log = \"{log}\"\naccess-log-format = \"json\"\n\
          backend = {{\n name = \"api\"\n server = \"127.0.0.1:{api}\"\n}}\n\
-         route = {{\n host = \"www.localhost\"\n redirect = \"https://localhost{{path}}{{query}}\"\n}}\n\
+         route = {{\n host = \"www.localhost\"\n redirect = \"https://localhost{{path}}{{query}}\"\n response-header = \"X-Route: www\"\n}}\n\
          route = {{\n host = \"old.localhost\"\n redirect = \"https://new.example/x{{path}}\"\n redirect-code = 301\n}}\n\
          route = {{\n host = \"localhost\"\n path-prefix = \"/api/\"\n backend = \"api\"\n strip-prefix = on\n}}\n\
          route = {{\n host = \"localhost\"\n path-prefix = \"/v1/\"\n backend = \"api\"\n replace-prefix = \"/v2/\"\n}}\n",
@@ -105,7 +112,11 @@ fn routes_redirect_and_rewrite_over_every_version() {
         let got = ask(port, v, "www.localhost", "/a/b?x=1");
         assert_eq!(got.0, 308, "{}", fail("www"));
         assert_eq!(got.1.as_deref(), Some("https://localhost/a/b?x=1"), "{v}");
-        assert!(got.2, "{v}: no HSTS on the redirect");
+        assert!(got.2 .0, "{v}: no HSTS on the redirect");
+        assert!(
+            got.2 .1,
+            "{v}: the route's answer rules missed its redirect"
+        );
         // A path that would leave the site keeps to it.
         let got = ask(port, v, "www.localhost", "//evil.example/");
         assert_eq!(

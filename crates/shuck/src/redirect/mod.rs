@@ -7,6 +7,7 @@
 //! within a deadline: nothing here is worth more than that.
 
 pub mod answer;
+mod log;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +36,8 @@ pub struct Plain {
     counts: [std::sync::atomic::AtomicU64; 4],
     /// How many listeners accept now (a reload may add or close some).
     listeners: std::sync::atomic::AtomicUsize,
+    /// `--access-log`: a line a request.
+    access: Option<Arc<crate::access::AccessLog>>,
 }
 
 /// The settings of the moment.
@@ -43,17 +46,38 @@ struct Now {
     answer: Settings,
     /// The global `--client-*` policy (the listener is no frontend of its own).
     policy: Policy,
+    /// `--access-log`'s own sink, where its lines go (none: not logged).
+    sink: Option<usize>,
 }
 
 impl Plain {
-    /// The listeners' state under `config`, judging clients in `clients`.
-    pub fn new(config: &crate::config::Config, clients: Arc<Clients>) -> Arc<Self> {
+    /// The listeners' state under `config`, judging clients in `clients`, logging to
+    /// `access`.
+    pub fn new(
+        config: &crate::config::Config,
+        clients: Arc<Clients>,
+        access: Option<Arc<crate::access::AccessLog>>,
+    ) -> Arc<Self> {
         Arc::new(Plain {
             now: ArcSwap::from_pointee(Now::of(config)),
             clients,
             counts: Default::default(),
             listeners: Default::default(),
+            access,
         })
+    }
+
+    /// Hands on the lines this thread (the supervisor's, where the listeners run) has
+    /// buffered: every [`crate::access::FLUSH_EVERY`], and at the end.
+    pub fn flush_log(&self) {
+        if let Some(a) = &self.access {
+            a.flush_thread();
+        }
+    }
+
+    /// Whether the listeners write an access log.
+    pub fn logs(&self) -> bool {
+        self.access.is_some()
     }
 
     /// A reload: the code, the port and the client policy follow `config`.
@@ -107,6 +131,7 @@ impl Now {
                 acme: config.acme.is_some(),
             },
             policy: config.clients.global.clone(),
+            sink: config.access_log.as_ref().and_then(|a| a.sink_of(None)),
         }
     }
 }
@@ -114,6 +139,9 @@ impl Now {
 /// Serves `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, plain: Arc<Plain>) {
     let _counted = Listening::new(plain.clone());
+    let Ok(local) = listener.local_addr() else {
+        return;
+    };
     loop {
         match listener.accept().await {
             Ok((tcp, peer)) => {
@@ -129,7 +157,10 @@ pub async fn serve(listener: TcpListener, plain: Arc<Plain>) {
                 let plain = plain.clone();
                 tokio::spawn(async move {
                     let limit = admitted.as_ref().and_then(|a| a.requests());
-                    connection(tcp, peer, &plain, limit).await;
+                    let log = (plain.access.as_ref())
+                        .zip(now.sink)
+                        .map(|(a, sink)| (&**a, log::conn(peer, local, sink)));
+                    connection(tcp, peer, &plain, limit, log).await;
                     drop(admitted);
                 });
             }
@@ -151,11 +182,13 @@ async fn connection(
     peer: std::net::SocketAddr,
     plain: &Plain,
     limit: Option<crate::clients::RequestLimit>,
+    log: Option<(&crate::access::AccessLog, crate::access::Conn)>,
 ) {
     let mut buf = vec![0u8; MAX_HEAD];
     let mut filled = 0;
     let mut out = Vec::with_capacity(256);
     for n in 1..=MAX_REQUESTS {
+        let began = crate::clock::Tick::now();
         // A head: from what is held, else read until it is whole or there is no room.
         let answered = loop {
             let held = &buf[..filled];
@@ -214,6 +247,9 @@ async fn connection(
             Kind::Acme => 1,
             Kind::Bad => 2,
         });
+        if let Some((access, conn)) = &log {
+            log::line(access, conn, &buf[..used], &out, began);
+        }
         if tcp.write_all(&out).await.is_err() || after == After::Close {
             let _ = tcp.shutdown().await;
             return;

@@ -111,6 +111,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         config.clients.drop,
     ));
     frontends::note_client_scopes(&clients, &config);
+    let access = access_log(&config, access_files)?;
     let mut services = Services::start(
         &config,
         service_sockets,
@@ -118,6 +119,7 @@ fn serve(start: Start) -> Result<(), StartError> {
         &resumption,
         pool.servers(),
         &clients,
+        access.as_ref(),
     )?;
     if config.self_signed {
         tracing::info!(
@@ -126,7 +128,6 @@ fn serve(start: Start) -> Result<(), StartError> {
             "no certificate given: serving a self-signed certificate generated at start",
         );
     }
-    let access = access_log(&config, access_files)?;
     let state = Arc::new(proxy_state(
         &config,
         Routing::new(&config, pool),

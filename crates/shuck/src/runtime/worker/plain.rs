@@ -17,6 +17,8 @@ pub struct PlainListeners {
     served: Vec<(SocketAddr, tokio::task::AbortHandle)>,
     /// Sockets the master bound for a reload, until its configuration is applied.
     given: Vec<(SocketAddr, TcpListener)>,
+    /// Whether the task that hands on this thread's access log lines runs.
+    flushing: bool,
 }
 
 impl PlainListeners {
@@ -26,6 +28,7 @@ impl PlainListeners {
             state,
             served: Vec::new(),
             given: Vec::new(),
+            flushing: false,
         }
     }
 
@@ -39,6 +42,11 @@ impl PlainListeners {
             self.serve(addr, l, config)?;
         }
         Ok(())
+    }
+
+    /// Hands on the lines not yet written (as the worker stops).
+    pub fn flush_log(&self) {
+        self.state.flush_log();
     }
 
     /// A socket the master bound for the configuration it sends next.
@@ -91,6 +99,18 @@ impl PlainListeners {
             "plain HTTP on http://{local}: {code} to https{}",
             if acme { ", ACME http-01 answered" } else { "" },
         );
+        if self.state.logs() && !self.flushing {
+            // This thread's lines, handed on as each worker thread's are.
+            self.flushing = true;
+            let state = self.state.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(crate::access::FLUSH_EVERY);
+                loop {
+                    tick.tick().await;
+                    state.flush_log();
+                }
+            });
+        }
         let task = tokio::spawn(crate::redirect::serve(l, self.state.clone()));
         self.served.push((addr, task.abort_handle()));
         Ok(())

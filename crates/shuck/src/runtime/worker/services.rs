@@ -54,6 +54,7 @@ impl Services {
         resumption: &Resumption,
         servers: &[Arc<Server>],
         clients: &Arc<crate::clients::Clients>,
+        access: Option<&Arc<crate::access::AccessLog>>,
     ) -> Result<Self, StartError> {
         let (restaple_tx, restaple) = mpsc::unbounded_channel::<()>();
         let ocsp_updates = match (&config.ocsp, &config.tls.ocsp) {
@@ -144,7 +145,7 @@ impl Services {
             stats: sockets.stats,
             plain: (
                 sockets.plain,
-                crate::redirect::Plain::new(config, clients.clone()),
+                crate::redirect::Plain::new(config, clients.clone(), access.cloned()),
             ),
             farm,
             ocsp_updates,

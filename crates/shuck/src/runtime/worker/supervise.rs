@@ -308,6 +308,7 @@ impl Supervisor {
                 "stopping: no new connections; live ones get up to {drain_timeout:?} to finish",
             );
             workers.trigger.fire();
+            plain.flush_log();
             if handover {
                 let settled = handshakes_settle(&workers.counters).await;
                 hand_over_sessions(&master, &resumption, settled);

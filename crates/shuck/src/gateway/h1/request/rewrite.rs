@@ -87,6 +87,12 @@ impl RequestRewriter {
                     Acted::Rewritten(p) => rewritten = Some(p),
                     Acted::Redirect(code, location) => {
                         self.redirect = Some((code, location.into()));
+                        // The connection's last answer is its route's (as the core's
+                        // redirects over HTTP/2 and HTTP/3): its answer rules cover it.
+                        if let Some(p) = self.police.as_deref() {
+                            let route = Effective::of(&p.routing, t, p.frontend.as_deref());
+                            ex.own = AnswerRules::of(&route);
+                        }
                         self.state = State::Held(Hold::Redirect);
                         self.held.clear();
                         self.held.extend_from_slice(head);
