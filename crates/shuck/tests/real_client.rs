@@ -146,6 +146,9 @@ fn a_trusted_proxys_client_is_forwarded_logged_and_judged_and_a_forgery_is_not()
         let want = format!("203.0.113.{i}");
         assert_eq!(forwarded_for(&origin, &path), Some(want.clone()), "{v}");
         assert_eq!(logged_client(&log, &path), Some(want), "{v}");
+        // The peer's port is not the client's: none is logged.
+        let line = log_line(&log, |l| l["request_uri"] == path.as_str()).unwrap();
+        assert_eq!(line["remote_port"], serde_json::Value::Null, "{v}: {line}");
 
         // Forwarded (RFC 7239), an IPv6 node with its port, when there is no XFF.
         let path = format!("/{i}/forwarded");

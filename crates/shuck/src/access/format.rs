@@ -439,7 +439,12 @@ fn value(rec: &Record<'_>, field: Field, out: &mut Out<'_>, esc: Escape) {
             Some(real) => ip(std::net::SocketAddr::new(real, c.client.port()), out, esc),
             None => ip(c.client, out, esc),
         },
-        Field::RemotePort => number(u64::from(c.client.port()), out),
+        // A trusted proxy's client: the peer's port is not the client's, and the fields
+        // that named it give none (nginx's realip keeps one only when the field has it).
+        Field::RemotePort => match rec.client {
+            Some(_) => none(out),
+            None => number(u64::from(c.client.port()), out),
+        },
         Field::Frontend => text(out, c.frontend.as_bytes()),
         Field::SslServerName => opt_text(out, c.sni.as_deref()),
         Field::SslProtocol => match c.tls_version {

@@ -271,3 +271,23 @@ fn a_line_never_outgrows_its_bound() {
         }
     }
 }
+
+#[test]
+fn a_client_a_trusted_proxy_named_has_no_port_of_the_peers() {
+    let c = conn();
+    let mut r = rec(&c, b"/behind", b"");
+    r.client = Some("203.0.113.9".parse().unwrap());
+    let mut out = Vec::new();
+    Format::Json.write(&r, &mut out);
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["remote_addr"], "203.0.113.9");
+    assert_eq!(v["remote_port"], serde_json::Value::Null);
+    let t: Format = "{remote_addr}:{remote_port}".parse().unwrap();
+    let mut out = Vec::new();
+    t.write(&r, &mut out);
+    assert_eq!(out, b"203.0.113.9:-\n");
+    r.client = None;
+    let mut out = Vec::new();
+    t.write(&r, &mut out);
+    assert_eq!(out, b"192.0.2.7:40000\n");
+}
